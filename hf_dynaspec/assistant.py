@@ -1,0 +1,255 @@
+"""`DynaSpecAssistant`: the drop-in `assistant_model` for `generate()`.
+
+    model = AutoModelForCausalLM.from_pretrained(target_path, dtype=torch.bfloat16)
+    assistant = DynaSpecAssistant.from_pretrained(assistant_path, target=model)
+    out = model.generate(**inputs, assistant_model=assistant, max_new_tokens=256)
+    assistant.stats.tau
+
+It is a `PreTrainedModel` (save_pretrained / push_to_hub as usual, safetensors only) whose weights are only
+the drafter's own; the target's embedding, final norm and LM head are borrowed at `attach(target)`.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import torch.nn as nn
+from transformers import PreTrainedModel
+
+from hf_dynaspec import checkpoints, hf_integration
+from hf_dynaspec.config import DynaSpecConfig
+from hf_dynaspec.drafter import EagleDrafter, TargetParts
+from hf_dynaspec.drafting import ChainDraftSession
+from hf_dynaspec.families import family_classes
+from hf_dynaspec.stats import DraftStats
+
+
+class AssistantMismatchError(ValueError):
+    """The assistant was built for a different target."""
+
+
+class DynaSpecAssistant(PreTrainedModel):
+    config_class = DynaSpecConfig
+    base_model_prefix = "drafter"
+    main_input_name = "input_ids"
+    _supports_sdpa = True
+
+    def __init__(self, config: DynaSpecConfig):
+        super().__init__(config)
+        self.drafter = EagleDrafter(config)
+        self.stats = DraftStats()
+        # Plain attribute (not a submodule): the target is never saved nor moved with the assistant.
+        self.__dict__["_target"] = None
+        self.post_init()
+
+    def _init_weights(self, module: nn.Module) -> None:
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, std=0.02)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+
+    # -- creation ------------------------------------------------------------------------------------
+    @classmethod
+    def from_target(cls, target: PreTrainedModel, **config_overrides) -> "DynaSpecAssistant":
+        """A fresh, untrained assistant for `target` (EAGLE-1/2 drafter), attached to it.
+
+        The decoder layer is initialised from the target's last decoder layer and `fc` passes the target
+        feature through, which is a starting point for training, not a useful drafter by itself.
+        """
+        text = target.config.get_text_config()
+        family_classes(text.model_type)  # clear error for families the drafter cannot mirror
+        head_rows = target.get_output_embeddings().weight.shape[0]
+        kwargs = dict(
+            drafter_kind="eagle",
+            layer_family=text.model_type,
+            target_model_type=text.model_type,
+            target_name_or_path=getattr(target.config, "_name_or_path", None) or None,
+            target_revision=getattr(target.config, "_commit_hash", None),
+            vocab_size=head_rows,
+            target_hidden_size=text.hidden_size,
+            hidden_size=text.hidden_size,
+            intermediate_size=text.intermediate_size,
+            num_attention_heads=text.num_attention_heads,
+            num_key_value_heads=getattr(text, "num_key_value_heads", None) or text.num_attention_heads,
+            head_dim=getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads,
+            rms_norm_eps=text.rms_norm_eps,
+            rope_parameters=dict(text.rope_parameters),
+            max_position_embeddings=text.max_position_embeddings,
+            hidden_act=text.hidden_act,
+            attention_bias=bool(getattr(text, "attention_bias", False)),
+            fc_bias=False,
+            use_target_norm=True,
+        )
+        if config_overrides.get("drafter_kind") == "eagle3":
+            layers = text.num_hidden_layers
+            # EAGLE-3's default: hidden states entering layers 2, L//2 and L-3 (clamped for tiny targets).
+            kwargs["aux_hidden_state_layer_ids"] = [min(2, layers), layers // 2, max(layers - 3, 0)]
+            kwargs["draft_vocab_size"] = min(32000, head_rows)
+        kwargs.update(config_overrides)
+        assistant = cls(DynaSpecConfig(**kwargs))
+        if assistant.config.drafter_kind == "eagle":
+            assistant._init_from_last_layer(target)
+        return assistant.attach(target)
+
+    @torch.no_grad()
+    def _init_from_last_layer(self, target: PreTrainedModel) -> None:
+        last = target.get_decoder().layers[-1].state_dict()
+        own = self.drafter.layers[0].state_dict()
+        matching = {k: v for k, v in last.items() if k in own and own[k].shape == v.shape}
+        self.drafter.layers[0].load_state_dict(matching, strict=False)
+        hidden = self.config.hidden_size
+        weight = torch.zeros(hidden, 2 * hidden)
+        weight[:, hidden:] = torch.eye(hidden)
+        self.drafter.fc.weight.copy_(weight)
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        pretrained_model_name_or_path: str | os.PathLike,
+        *,
+        target: PreTrainedModel | None = None,
+        revision: str | None = None,
+        dtype: torch.dtype | None = None,
+        **hub_kwargs,
+    ) -> "DynaSpecAssistant":
+        """Load an assistant from a local directory or a Hub repo id: our format, EAGLE-1/2 or EAGLE-3.
+
+        With `target`, the assistant is checked against it, cast to its dtype/device and attached.
+        Only JSON and safetensors files are read; pickled checkpoints are refused.
+        """
+        directory = checkpoints.resolve_artifact_dir(pretrained_model_name_or_path, revision, **hub_kwargs)
+        config_dict = checkpoints.read_config_dict(directory)
+        state = checkpoints.read_state_dict(directory)
+        layout = checkpoints.detect_layout(config_dict, set(state))
+        if layout == "dynaspec":
+            config = DynaSpecConfig.from_dict(config_dict)
+        else:
+            num_layers = target.config.get_text_config().num_hidden_layers if target is not None else None
+            kwargs = checkpoints.eagle_config_kwargs(config_dict, layout, num_layers)
+            if target is not None:
+                kwargs["target_model_type"] = target.config.get_text_config().model_type
+            kwargs["target_name_or_path"] = config_dict.get("_name_or_path") or str(pretrained_model_name_or_path)
+            state = checkpoints.eagle_state_dict(state, layout, kwargs)
+            config = DynaSpecConfig(**kwargs)
+        assistant = cls(config)
+        assistant._load_checked(state, directory)
+        if dtype is not None:
+            assistant.to(dtype)
+        assistant.eval()
+        return assistant.attach(target) if target is not None else assistant
+
+    def _load_checked(self, state: dict[str, torch.Tensor], directory) -> None:
+        expected = self.state_dict()
+        missing = sorted(set(expected) - set(state))
+        unexpected = sorted(set(state) - set(expected))
+        wrong_shape = sorted(k for k in set(state) & set(expected) if state[k].shape != expected[k].shape)
+        if missing or unexpected or wrong_shape:
+            details = []
+            if missing:
+                details.append(f"missing {missing[:8]}")
+            if unexpected:
+                details.append(f"unexpected {unexpected[:8]}")
+            if wrong_shape:
+                details.append(
+                    "wrong shape " + ", ".join(f"{k} {tuple(state[k].shape)} != {tuple(expected[k].shape)}"
+                                              for k in wrong_shape[:4])
+                )
+            raise checkpoints.ArtifactError(
+                f"The weights in {directory} do not match its config ({'; '.join(details)}). "
+                "The artifact is corrupt or was written by an incompatible version; re-save or re-download it."
+            )
+        # Keep the stored dtype: a round trip is bit-exact.
+        self.load_state_dict(state, strict=True, assign=True)
+
+    # -- the target ------------------------------------------------------------------------------------
+    @property
+    def target(self) -> PreTrainedModel | None:
+        return self._target
+
+    def attach(self, target: PreTrainedModel) -> "DynaSpecAssistant":
+        """Check the assistant fits `target`, borrow its embedding/final norm/LM head, match dtype and device."""
+        self._check_compatible(target)
+        decoder = target.get_decoder()
+        self.drafter.target = TargetParts(
+            embed_tokens=target.get_input_embeddings(),
+            final_norm=decoder.norm,
+            lm_head=target.get_output_embeddings(),
+        )
+        self.__dict__["_target"] = target
+        self.to(device=target.device, dtype=target.dtype)
+        # d2t/t2d are integer/bool buffers; `.to(dtype)` leaves them alone.
+        hf_integration.install()
+        return self
+
+    def _check_compatible(self, target: PreTrainedModel) -> None:
+        config = self.config
+        text = target.config.get_text_config()
+        problems = []
+        head_rows = target.get_output_embeddings().weight.shape[0]
+        if config.vocab_size != head_rows:
+            problems.append(f"vocabulary {config.vocab_size} vs the target's {head_rows} LM-head rows")
+        if config.target_hidden_size != text.hidden_size:
+            problems.append(f"hidden size {config.target_hidden_size} vs the target's {text.hidden_size}")
+        if config.target_model_type and config.target_model_type != text.model_type:
+            problems.append(f"target family {config.target_model_type!r} vs {text.model_type!r}")
+        if config.aux_hidden_state_layer_ids and max(config.aux_hidden_state_layer_ids) > text.num_hidden_layers:
+            problems.append(
+                f"reads hidden_states{config.aux_hidden_state_layer_ids} but the target has only "
+                f"{text.num_hidden_layers} layers"
+            )
+        if problems:
+            raise AssistantMismatchError(
+                f"This assistant was built for another target ({config.target_name_or_path or 'unknown'}): "
+                + "; ".join(problems)
+                + ". Load or train an assistant for this target (DynaSpecAssistant.from_target(model) makes a "
+                "fresh one)."
+            )
+
+    # -- what the candidate generator needs -------------------------------------------------------------
+    def target_hidden_state_selection(self) -> int | list[int]:
+        """The `output_hidden_states` selection the target's forward must return (indices of hidden_states)."""
+        return list(self.config.aux_hidden_state_layer_ids) if self.config.drafter_kind == "eagle3" else -1
+
+    def select_target_hidden(self, hidden_states: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        """The target's hidden-state tuple -> drafter features `[1, T, D]` (eagle) or `[1, T, 3D]` (eagle3)."""
+        if self.config.drafter_kind == "eagle3":
+            return torch.cat([hidden_states[i] for i in self.config.aux_hidden_state_layer_ids], dim=-1)
+        return hidden_states[-1]
+
+    def make_candidate_generator(self, target, input_ids, generation_config, logits_processor, model_kwargs):
+        """Called by transformers' `generate()` (through hf_integration) once per call."""
+        if self._target is None:
+            self.attach(target)
+        elif self._target is not target:
+            raise AssistantMismatchError(
+                "This assistant is attached to a different target model object. Call "
+                "`assistant.attach(model)` before `model.generate(..., assistant_model=assistant)`."
+            )
+        if input_ids.shape[0] != 1:
+            raise ValueError(
+                f"DynaSpecAssistant with model.generate(assistant_model=...) drafts for one sequence at a time "
+                f"(transformers' assisted decoding supports batch size 1); got batch size {input_ids.shape[0]}. "
+                "Call generate once per prompt."
+            )
+        attention_mask = model_kwargs.get("attention_mask")
+        if attention_mask is not None and not bool(attention_mask.all()):
+            raise ValueError(
+                "DynaSpecAssistant does not support padded inputs (the attention_mask has zeros); pass the "
+                "prompt without padding."
+            )
+        self.stats = DraftStats()
+        session = ChainDraftSession(
+            self.drafter,
+            vocab_size=self.config.vocab_size,
+            do_sample=bool(generation_config.do_sample),
+            logits_processor=logits_processor,
+        )
+        return hf_integration.EagleCandidateGenerator(
+            self, session, num_draft_tokens=self.config.num_draft_tokens, max_length=generation_config.max_length
+        )
+
+    def forward(self, *args, **kwargs):
+        raise TypeError(
+            "DynaSpecAssistant is not called directly: pass it to model.generate(..., assistant_model=assistant)."
+        )

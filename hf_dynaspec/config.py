@@ -1,0 +1,144 @@
+"""`DynaSpecConfig`: the one configuration class of an assistant (drafter + later shortlists).
+
+It records what the drafter is (architecture, sizes, which target layers it reads) and which target it was
+built for (name, revision, vocabulary and hidden sizes), never the target's weights. It is version-stamped
+and forward compatible: unknown keys from a newer release are kept and warned about, not rejected.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+from transformers import PretrainedConfig
+
+DRAFTER_KINDS = ("eagle", "eagle3")
+
+# Keys written by this release. Anything else found in a config.json is kept but warned about.
+_KNOWN_KEYS = {
+    "drafter_kind", "layer_family", "target_model_type", "target_name_or_path", "target_revision", "vocab_size",
+    "target_hidden_size", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
+    "head_dim", "rms_norm_eps", "rope_parameters", "max_position_embeddings", "hidden_act",
+    "attention_bias", "fc_bias", "use_target_norm", "aux_hidden_state_layer_ids", "draft_vocab_size",
+    "num_draft_tokens", "library_version", "layer_config",
+}
+
+
+def _current_library_version() -> str:
+    from hf_dynaspec import __version__
+
+    return __version__
+
+
+class DynaSpecConfig(PretrainedConfig):
+    """Configuration of a `DynaSpecAssistant`.
+
+    Args:
+        drafter_kind: `"eagle"` (EAGLE-1/2: fc over [token embedding ; target last hidden state], one decoder
+            layer, the target's final norm and LM head borrowed) or `"eagle3"` (fc over three target layers,
+            its own norm and reduced-vocabulary head with `d2t`/`t2d` maps).
+        layer_family: transformers `model_type` whose decoder-layer classes build the drafter's layer
+            (the target's own family for assistants made here; `"llama"` for public EAGLE checkpoints).
+        target_model_type: `model_type` of the target (e.g. `"qwen2"`), checked when attaching.
+        target_name_or_path / target_revision: provenance of the target, for humans and for checks.
+        vocab_size: the target's LM-head rows V. Reported as the assistant's vocabulary so that transformers
+            treats target and assistant as sharing one tokenizer.
+        target_hidden_size: D of the target's hidden states the drafter reads.
+        hidden_size, intermediate_size, num_attention_heads, num_key_value_heads, head_dim, rms_norm_eps,
+        rope_parameters, max_position_embeddings, hidden_act, attention_bias: the drafter's decoder layer.
+        fc_bias: whether the input fusion `fc` has a bias (EAGLE-1 checkpoints do).
+        use_target_norm: apply the target's final norm before the LM head (own format). Public EAGLE-1/2
+            checkpoints regress post-norm features directly and set this to False.
+        aux_hidden_state_layer_ids: EAGLE-3 only: indices into the target's `hidden_states` tuple that are
+            fused by `fc` (entries are hidden states *entering* a layer, `hidden_states[0]` is the embedding).
+        draft_vocab_size: EAGLE-3 only: rows of the drafter's own LM head.
+        num_draft_tokens: K, tokens drafted per verification (chain drafting).
+    """
+
+    model_type = "dynaspec"
+
+    def __init__(
+        self,
+        drafter_kind: str = "eagle",
+        layer_family: str = "llama",
+        target_model_type: str | None = None,
+        target_name_or_path: str | None = None,
+        target_revision: str | None = None,
+        vocab_size: int = 32000,
+        target_hidden_size: int | None = None,
+        hidden_size: int = 4096,
+        intermediate_size: int = 11008,
+        num_attention_heads: int = 32,
+        num_key_value_heads: int | None = None,
+        head_dim: int | None = None,
+        rms_norm_eps: float = 1e-6,
+        rope_parameters: dict[str, Any] | None = None,
+        max_position_embeddings: int = 32768,
+        hidden_act: str = "silu",
+        attention_bias: bool = False,
+        fc_bias: bool = False,
+        use_target_norm: bool = True,
+        aux_hidden_state_layer_ids: list[int] | None = None,
+        draft_vocab_size: int | None = None,
+        num_draft_tokens: int = 4,
+        library_version: str | None = None,
+        layer_config: dict[str, Any] | None = None,
+        **kwargs,
+    ):
+        unknown = sorted(k for k in kwargs if k not in _KNOWN_KEYS and not hasattr(PretrainedConfig(), k))
+        if unknown:
+            warnings.warn(
+                f"DynaSpecConfig: ignoring unknown keys {unknown} (written by a newer hf-dynaspec?). "
+                "They are kept in the config but have no effect.",
+                stacklevel=2,
+            )
+        self.drafter_kind = drafter_kind
+        self.layer_family = layer_family
+        self.target_model_type = target_model_type
+        self.target_name_or_path = target_name_or_path
+        self.target_revision = target_revision
+        self.vocab_size = vocab_size
+        self.target_hidden_size = target_hidden_size if target_hidden_size is not None else hidden_size
+        self.hidden_size = hidden_size
+        self.intermediate_size = intermediate_size
+        self.num_attention_heads = num_attention_heads
+        self.num_key_value_heads = num_key_value_heads if num_key_value_heads is not None else num_attention_heads
+        self.head_dim = head_dim if head_dim is not None else hidden_size // num_attention_heads
+        self.rms_norm_eps = rms_norm_eps
+        self.rope_parameters = rope_parameters or {"rope_type": "default", "rope_theta": 10000.0}
+        self.max_position_embeddings = max_position_embeddings
+        self.hidden_act = hidden_act
+        self.attention_bias = attention_bias
+        self.fc_bias = fc_bias
+        self.use_target_norm = use_target_norm
+        self.aux_hidden_state_layer_ids = list(aux_hidden_state_layer_ids) if aux_hidden_state_layer_ids else None
+        self.draft_vocab_size = draft_vocab_size
+        self.num_draft_tokens = num_draft_tokens
+        # Extra family-specific layer settings (e.g. Qwen3's q/k norms need nothing, but a family may).
+        self.layer_config = dict(layer_config or {})
+        # Stamped at creation; a config loaded from disk keeps the version that wrote it.
+        self.library_version = library_version or _current_library_version()
+        super().__init__(**kwargs)
+        self.validate_drafter()
+
+    def validate_drafter(self) -> None:
+        """Raise `ValueError` naming the bad field and the fix."""
+        if self.drafter_kind not in DRAFTER_KINDS:
+            raise ValueError(f"drafter_kind must be one of {DRAFTER_KINDS}, got {self.drafter_kind!r}.")
+        for name in ("vocab_size", "hidden_size", "intermediate_size", "num_attention_heads", "num_draft_tokens"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"DynaSpecConfig.{name} must be a positive integer, got {value!r}.")
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError(
+                f"num_attention_heads ({self.num_attention_heads}) must be a multiple of "
+                f"num_key_value_heads ({self.num_key_value_heads})."
+            )
+        if self.drafter_kind == "eagle3":
+            if not self.draft_vocab_size:
+                raise ValueError("An eagle3 drafter needs draft_vocab_size (rows of its own LM head).")
+            if not self.aux_hidden_state_layer_ids or len(self.aux_hidden_state_layer_ids) != 3:
+                raise ValueError(
+                    "An eagle3 drafter fuses exactly three target hidden states: set aux_hidden_state_layer_ids "
+                    f"to three indices, got {self.aux_hidden_state_layer_ids!r}."
+                )

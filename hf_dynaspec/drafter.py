@@ -1,0 +1,138 @@
+"""The EAGLE drafter: one decoder layer of the target's family fed with the target's own hidden states.
+
+Two architectures, as options of one module (`config.drafter_kind`):
+
+- `"eagle"` (EAGLE-1/2): `x = fc([E(token) ; f])` -> decoder layer without input norm -> `f_next`
+  (the target's final norm applied when `use_target_norm`) -> the target's LM head. `f` is the target's
+  last hidden state (post-norm) for verified positions, and the drafter's own `f_next` while drafting ahead.
+- `"eagle3"` (EAGLE-3): `h = fc([h_low ; h_mid ; h_high])` once for target features, then a `midlayer`
+  whose attention reads `[input_layernorm(E(token)) ; hidden_norm(h)]` (2H wide), its own `norm` and a
+  reduced-vocabulary `lm_head` whose rows map to target ids through `d2t`.
+
+The state-dict keys are the published EAGLE layouts (`fc.*`, `layers.0.*` / `midlayer.*`, `norm.*`,
+`lm_head.*`, `d2t`, `t2d`). Embedding, final norm and LM head of the target are borrowed, never stored.
+
+Legend: B batch, T tokens, D target hidden, H drafter hidden, V target vocab, S shortlist (draft vocab).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+
+from hf_dynaspec.config import DynaSpecConfig
+from hf_dynaspec.families import family_classes, layer_config_for
+
+
+@dataclass
+class TargetParts:
+    """Modules borrowed from the target (never registered as submodules, so never saved)."""
+
+    embed_tokens: nn.Module
+    final_norm: nn.Module
+    lm_head: nn.Module
+
+
+def causal_mask(num_new: int, past_length: int, device: torch.device) -> torch.Tensor | None:
+    """Boolean mask `[1, 1, num_new, past_length + num_new]`: new position i sees keys <= past_length + i.
+
+    None for a single new position (it sees everything), which lets SDPA take its fastest path.
+    """
+    if num_new == 1:
+        return None
+    key_pos = torch.arange(past_length + num_new, device=device)
+    query_pos = torch.arange(past_length, past_length + num_new, device=device)
+    return (key_pos[None, :] <= query_pos[:, None])[None, None]
+
+
+class EagleDrafter(nn.Module):
+    def __init__(self, config: DynaSpecConfig):
+        super().__init__()
+        self.config = config
+        classes = family_classes(config.layer_family)
+        layer_config = layer_config_for(config)
+        hidden = config.hidden_size
+        self.rotary_emb = classes.rotary_embedding(config=layer_config)
+        layer = classes.decoder_layer(layer_config, layer_idx=0)
+        if config.drafter_kind == "eagle":
+            if config.hidden_size != config.target_hidden_size:
+                raise ValueError(
+                    "An eagle drafter feeds its output back as a target feature, so hidden_size "
+                    f"({config.hidden_size}) must equal target_hidden_size ({config.target_hidden_size})."
+                )
+            self.fc = nn.Linear(2 * hidden, hidden, bias=config.fc_bias)
+            # Inputs are already normalised features: EAGLE-1/2 drop the layer's input norm.
+            layer.input_layernorm = nn.Identity()
+            self.layers = nn.ModuleList([layer])
+        else:
+            self.fc = nn.Linear(3 * config.target_hidden_size, hidden, bias=config.fc_bias)
+            attention = layer.self_attn
+            for name in ("q_proj", "k_proj", "v_proj"):
+                old = getattr(attention, name)
+                setattr(attention, name, nn.Linear(2 * hidden, old.out_features, bias=old.bias is not None))
+            layer.hidden_norm = classes.rms_norm(hidden, eps=config.rms_norm_eps)
+            self.midlayer = layer
+            self.norm = classes.rms_norm(hidden, eps=config.rms_norm_eps)
+            self.lm_head = nn.Linear(hidden, config.draft_vocab_size, bias=False)
+            self.register_buffer("d2t", torch.zeros(config.draft_vocab_size, dtype=torch.long))
+            self.register_buffer("t2d", torch.zeros(config.vocab_size, dtype=torch.bool))
+        self.target: TargetParts | None = None
+
+    # -- inputs -----------------------------------------------------------------------------------------
+    def fuse_target_hidden(self, target_hidden: torch.Tensor) -> torch.Tensor:
+        """Target features `[B, T, D]` (eagle) or `[B, T, 3D]` (eagle3) -> drafter hidden `[B, T, H]`."""
+        if self.config.drafter_kind == "eagle3":
+            return self.fc(target_hidden)
+        return target_hidden
+
+    def embed(self, token_ids: torch.Tensor) -> torch.Tensor:
+        return self.target.embed_tokens(token_ids)
+
+    # -- one drafter step over T new positions ---------------------------------------------------------
+    def step(
+        self,
+        token_embeds: torch.Tensor,
+        hidden: torch.Tensor,
+        position_ids: torch.Tensor,
+        cache,
+        attention_mask: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """Pairs (embedding of token t+1 `[B, T, D]`, hidden of position t `[B, T, H]`) -> next hidden `[B, T, H]`.
+
+        `cache` gets the T new keys/values appended; `attention_mask` is `causal_mask(T, cache_length)`.
+        """
+        position_embeddings = self.rotary_emb(hidden, position_ids)
+        if self.config.drafter_kind == "eagle":
+            fused = self.fc(torch.cat([token_embeds, hidden], dim=-1))
+            out = self.layers[0](
+                fused,
+                attention_mask=attention_mask,
+                position_ids=position_ids,
+                past_key_values=cache,
+                position_embeddings=position_embeddings,
+            )
+            out = out[0] if isinstance(out, tuple) else out
+            return self.target.final_norm(out) if self.config.use_target_norm else out
+        layer = self.midlayer
+        attn_in = torch.cat([layer.input_layernorm(token_embeds), layer.hidden_norm(hidden)], dim=-1)
+        attn_out, _ = layer.self_attn(
+            hidden_states=attn_in,
+            position_embeddings=position_embeddings,
+            attention_mask=attention_mask,
+            past_key_values=cache,
+        )
+        hidden = hidden + attn_out
+        return hidden + layer.mlp(layer.post_attention_layernorm(hidden))
+
+    # -- output head -------------------------------------------------------------------------------------
+    def head_logits(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Hidden `[B, T, H]` -> (logits `[B, T, S]`, shortlist_ids `[S]` target ids, or None when S == V)."""
+        if self.config.drafter_kind == "eagle":
+            return self.target.lm_head(hidden), None
+        return self.lm_head(self.norm(hidden)), self.draft_to_target_ids()
+
+    def draft_to_target_ids(self) -> torch.Tensor:
+        """EAGLE-3 map: target id of each draft-vocabulary row, `[S]`."""
+        return torch.arange(self.d2t.shape[0], device=self.d2t.device) + self.d2t

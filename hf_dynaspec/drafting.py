@@ -1,0 +1,108 @@
+"""Chain drafting: turn the target's verified hidden states into K draft tokens.
+
+One `ChainDraftSession` lives for one `generate()` call. Its drafter cache holds one entry per *pair*
+(target feature of position i, token i+1) for every verified position, plus the speculative entries of the
+last draft, which are dropped at the start of the next round. Each round runs K drafter steps: the first
+consumes every newly verified position at once, the others one drafted token each.
+
+Legend: B batch (always 1 here), T tokens, D target hidden, H drafter hidden, V target vocab, S shortlist,
+K draft tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from hf_dynaspec.drafter import EagleDrafter, causal_mask
+from hf_dynaspec.kv_cache import DraftKVCache
+
+
+@dataclass
+class Draft:
+    """What a round of drafting hands to the verifier."""
+
+    token_ids: torch.Tensor  # [1, K] target vocabulary ids
+    # [1, K, V] float32 logits whose softmax is exactly the distribution each draft token was sampled from
+    # (-inf outside the shortlist); None for greedy drafting, where the verifier ignores them.
+    logits: torch.Tensor | None
+
+
+class ChainDraftSession:
+    def __init__(self, drafter: EagleDrafter, vocab_size: int, do_sample: bool, logits_processor=None):
+        self.drafter = drafter
+        self.vocab_size = vocab_size
+        self.do_sample = do_sample
+        self.logits_processor = logits_processor if logits_processor is not None and len(logits_processor) else None
+        self.cache = DraftKVCache()
+        self.num_verified_pairs = 0  # drafter cache entries computed from target features
+        kind = drafter.config.drafter_kind
+        self.shortlist_ids = drafter.draft_to_target_ids() if kind == "eagle3" else None
+
+    @torch.no_grad()
+    def propose(self, input_ids: torch.Tensor, new_target_hidden: torch.Tensor, num_draft_tokens: int) -> Draft:
+        """Draft `num_draft_tokens` tokens continuing `input_ids` `[1, N]`.
+
+        `new_target_hidden` `[1, >=T_new, D or 3D]`: target features from the last verification pass, whose
+        first `T_new = N - 1 - (pairs already cached)` positions are now verified.
+        """
+        seq_len = input_ids.shape[1]
+        start = self.num_verified_pairs
+        num_new = seq_len - 1 - start
+        if num_new < 1 or new_target_hidden.shape[1] < num_new:
+            raise RuntimeError(
+                f"drafter out of step with the target: {num_new} new verified positions, "
+                f"{new_target_hidden.shape[1]} target hidden states"
+            )
+        drafter = self.drafter
+        device = input_ids.device
+        self.cache.crop(start)
+        hidden = drafter.fuse_target_hidden(new_target_hidden[:, :num_new])
+        token_embeds = drafter.embed(input_ids[:, start + 1 : seq_len])
+        position_ids = torch.arange(start, seq_len - 1, device=device)[None]
+        hidden = drafter.step(token_embeds, hidden, position_ids, self.cache, causal_mask(num_new, start, device))
+        self.num_verified_pairs = seq_len - 1
+        hidden = hidden[:, -1:]
+
+        draft_ids, draft_logits = [], []
+        context = input_ids
+        for k in range(num_draft_tokens):
+            token_id, logits = self._choose(hidden, context)
+            draft_ids.append(token_id)
+            if logits is not None:
+                draft_logits.append(logits)
+            if k + 1 == num_draft_tokens:
+                break
+            context = torch.cat([context, token_id], dim=1)
+            position_ids = torch.full((1, 1), seq_len - 1 + k, device=device, dtype=torch.long)
+            hidden = drafter.step(drafter.embed(token_id), hidden, position_ids, self.cache, None)
+        return Draft(
+            token_ids=torch.cat(draft_ids, dim=1),
+            logits=torch.stack(draft_logits, dim=1) if draft_logits else None,
+        )
+
+    def _choose(self, hidden: torch.Tensor, context: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Hidden `[1, 1, H]` -> (draft token id `[1, 1]`, full-vocabulary logits `[1, V]` when sampling)."""
+        logits, shortlist_ids = self.drafter.head_logits(hidden)
+        logits = logits[:, -1].float()  # [1, S]
+        if not self.do_sample and self.logits_processor is None:
+            idx = logits.argmax(dim=-1, keepdim=True)
+            return (idx if shortlist_ids is None else shortlist_ids[idx]), None
+        full = self._to_full_vocab(logits, shortlist_ids)
+        if self.logits_processor is not None:
+            full = self.logits_processor(context, full)
+        if self.do_sample:
+            token_id = torch.multinomial(full.softmax(dim=-1), num_samples=1)
+            return token_id, full
+        return full.argmax(dim=-1, keepdim=True), None
+
+    def _to_full_vocab(self, logits: torch.Tensor, shortlist_ids: torch.Tensor | None) -> torch.Tensor:
+        """Shortlist logits `[1, S]` -> `[1, V]` with -inf outside the shortlist."""
+        if shortlist_ids is None:
+            if logits.shape[-1] != self.vocab_size:  # head rows beyond the tokenizer are still rows
+                raise RuntimeError(f"drafter head has {logits.shape[-1]} rows, target {self.vocab_size}")
+            return logits
+        full = logits.new_full((logits.shape[0], self.vocab_size), float("-inf"))
+        full[:, shortlist_ids] = logits
+        return full

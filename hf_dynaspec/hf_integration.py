@@ -1,0 +1,119 @@
+"""The one module that touches transformers' private generation API.
+
+`model.generate(assistant_model=assistant)` builds its candidate generator in the private
+`GenerationMixin._get_candidate_generator`, from a fixed list with no registry. `install()` wraps that method
+so that a `DynaSpecAssistant` gets our `EagleCandidateGenerator`; every other assistant goes to the original.
+Our generator uses the public-since-5.8 channel `requires_model_outputs` / `model_kwargs_overrides`, through
+which transformers hands over the hidden states of the verification pass that already ran (no extra target
+forward). Install and uninstall are safe to repeat.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+
+import torch
+import transformers
+from packaging import version
+from transformers.generation.candidate_generator import CandidateGenerator
+from transformers.generation.utils import GenerationMixin
+
+from hf_dynaspec.drafting import ChainDraftSession
+
+# The range whose private API this module was written against and tested on.
+TESTED_TRANSFORMERS = (version.Version("5.23.0"), version.Version("5.24.0"))
+MIN_TRANSFORMERS = version.Version("5.8.0")  # `requires_model_outputs` appeared in 5.8
+
+_ORIGINAL = "_dynaspec_original_get_candidate_generator"
+
+
+def check_transformers_version() -> None:
+    found = version.Version(transformers.__version__)
+    if found < MIN_TRANSFORMERS:
+        raise ImportError(
+            f"hf-dynaspec needs transformers >= {MIN_TRANSFORMERS} (found {found}): "
+            "pip install -U 'transformers>=5.23,<5.24'"
+        )
+    low, high = TESTED_TRANSFORMERS
+    if not low <= found < high:
+        warnings.warn(
+            f"hf-dynaspec was tested with transformers >={low},<{high}; found {found}. "
+            "Assisted generation uses a private transformers hook; check outputs with hf_dynaspec.check_exactness.",
+            stacklevel=3,
+        )
+
+
+def install() -> None:
+    """Route `generate(assistant_model=<DynaSpecAssistant>)` to our candidate generator. Idempotent."""
+    if hasattr(GenerationMixin, _ORIGINAL):
+        return
+    check_transformers_version()
+    original = GenerationMixin._get_candidate_generator
+
+    @functools.wraps(original)
+    def _get_candidate_generator(self, *args, **kwargs):
+        from hf_dynaspec.assistant import DynaSpecAssistant
+
+        assistant = kwargs.get("assistant_model")
+        if not isinstance(assistant, DynaSpecAssistant):
+            return original(self, *args, **kwargs)
+        return assistant.make_candidate_generator(
+            target=self,
+            input_ids=kwargs["input_ids"],
+            generation_config=kwargs["generation_config"],
+            logits_processor=kwargs["logits_processor"],
+            model_kwargs=kwargs["model_kwargs"],
+        )
+
+    setattr(GenerationMixin, _ORIGINAL, original)
+    GenerationMixin._get_candidate_generator = _get_candidate_generator
+
+
+def uninstall() -> None:
+    """Restore transformers' own method. Idempotent."""
+    original = GenerationMixin.__dict__.get(_ORIGINAL)
+    if original is None:
+        return
+    GenerationMixin._get_candidate_generator = original
+    delattr(GenerationMixin, _ORIGINAL)
+
+
+def is_installed() -> bool:
+    return hasattr(GenerationMixin, _ORIGINAL)
+
+
+class EagleCandidateGenerator(CandidateGenerator):
+    """transformers' candidate-generator contract, fed with the target's verification outputs.
+
+    The first call returns no candidates so that the target runs the prefill (and returns its hidden
+    states); every later call drafts from the hidden states of the pass that just verified.
+    """
+
+    requires_model_outputs = True
+
+    def __init__(self, assistant, session: ChainDraftSession, num_draft_tokens: int, max_length: int):
+        self.assistant = assistant
+        self.session = session
+        self.num_draft_tokens = num_draft_tokens
+        self.max_length = max_length
+        self.model_kwargs_overrides = {"output_hidden_states": assistant.target_hidden_state_selection()}
+        self._drafted_last_round = 0
+
+    def get_candidates(self, input_ids, model_outputs=None, is_first_iteration=False, **kwargs):
+        if is_first_iteration or model_outputs is None:
+            self._drafted_last_round = 0
+            return input_ids, None
+        # Leave room for the target's own token after the drafts (as transformers' generators do).
+        budget = min(self.num_draft_tokens, self.max_length - input_ids.shape[1] - 1)
+        if budget < 1:
+            self._drafted_last_round = 0
+            return input_ids, None
+        target_hidden = self.assistant.select_target_hidden(model_outputs.hidden_states)
+        draft = self.session.propose(input_ids, target_hidden, budget)
+        self._drafted_last_round = draft.token_ids.shape[1]
+        return torch.cat([input_ids, draft.token_ids], dim=1), draft.logits
+
+    def update_candidate_strategy(self, input_ids, scores, num_matches):
+        if self._drafted_last_round:
+            self.assistant.stats.record(self._drafted_last_round, int(num_matches))

@@ -1,0 +1,48 @@
+"""Acceptance statistics of an assistant, as `assistant.stats` reports them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class DraftStats:
+    """Counts over the verification passes of the last `generate()` call that had drafts to verify.
+
+    tau is the mean number of tokens committed per such pass: accepted drafts plus the target's own token.
+    `acceptance_histogram[n]` counts passes that accepted exactly n drafts.
+    """
+
+    verify_passes: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    acceptance_histogram: list[int] = field(default_factory=list)
+    accepted_per_pass: list[int] = field(default_factory=list)
+
+    def record(self, num_drafted: int, num_accepted: int) -> None:
+        self.verify_passes += 1
+        self.accepted_per_pass.append(num_accepted)
+        self.drafted += num_drafted
+        self.accepted += num_accepted
+        if len(self.acceptance_histogram) <= num_accepted:
+            self.acceptance_histogram.extend([0] * (num_accepted + 1 - len(self.acceptance_histogram)))
+        self.acceptance_histogram[num_accepted] += 1
+
+    @property
+    def tau(self) -> float:
+        """Mean accepted length: tokens committed per verification pass (1.0 means no draft was ever accepted)."""
+        return (self.accepted + self.verify_passes) / self.verify_passes if self.verify_passes else float("nan")
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted else float("nan")
+
+    def as_dict(self) -> dict:
+        return {
+            "tau": self.tau,
+            "acceptance_rate": self.acceptance_rate,
+            "verify_passes": self.verify_passes,
+            "drafted": self.drafted,
+            "accepted": self.accepted,
+            "acceptance_histogram": list(self.acceptance_histogram),
+        }

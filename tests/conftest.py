@@ -1,0 +1,90 @@
+"""Tiny random targets of two families and assistants for them (no network, seconds to build)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
+
+from hf_dynaspec import DynaSpecAssistant
+
+VOCAB = 97  # deliberately not a power of two
+
+
+def tiny_target(family: str, seed: int = 0, vocab_size: int = VOCAB, **overrides):
+    """A random 2-layer causal LM of `family` ('llama' or 'qwen2'), fp32, eval mode."""
+    torch.manual_seed(seed)
+    common = dict(
+        vocab_size=vocab_size,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        tie_word_embeddings=False,
+        eos_token_id=None,
+        bos_token_id=None,
+        pad_token_id=None,
+    )
+    common.update(overrides)
+    config = LlamaConfig(**common) if family == "llama" else Qwen2Config(**common)
+    model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
+    # Sharper logits than the default init, so that greedy choices are not all near-ties.
+    with torch.no_grad():
+        model.get_output_embeddings().weight.mul_(8.0)
+    model.generation_config.eos_token_id = None
+    model.generation_config.pad_token_id = None
+    return model.eval()
+
+
+def random_assistant(target, seed: int = 1, **overrides):
+    """An assistant whose weights are random (not the last-layer init), so drafts are partly wrong."""
+    assistant = DynaSpecAssistant.from_target(target, **overrides)
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        for param in assistant.parameters():
+            param.normal_(0, 0.3)
+    return assistant
+
+
+def plain_generate(model, input_ids, **kwargs):
+    return model.generate(input_ids, attention_mask=torch.ones_like(input_ids), **kwargs)
+
+
+def assisted_generate(model, assistant, input_ids, **kwargs):
+    return model.generate(input_ids, attention_mask=torch.ones_like(input_ids), assistant_model=assistant, **kwargs)
+
+
+@pytest.fixture(params=["llama", "qwen2"])
+def family(request):
+    return request.param
+
+
+def one_layer_target(family: str, seed: int = 0, vocab_size: int = VOCAB):
+    """A 1-layer target whose embedding rows have unit RMS, so that an EAGLE drafter can imitate it."""
+    model = tiny_target(family, seed=seed, vocab_size=vocab_size, num_hidden_layers=1)
+    with torch.no_grad():
+        emb = model.get_input_embeddings().weight
+        emb.div_(emb.pow(2).mean(-1, keepdim=True).sqrt())
+    return model
+
+
+def imitating_assistant(target, noise: float = 0.0, seed: int = 1, **overrides):
+    """An assistant that recomputes `target`'s single layer from the token embedding (fc = [I, 0]).
+
+    It differs from the target only in the positions it sees (it never sees the first prompt token) and by
+    `noise` added to its input fusion, so most drafts are accepted and some are not: the regime where
+    exactness bugs (wrong cache rollback, off-by-one features, EOS/length handling) show.
+    """
+    assistant = DynaSpecAssistant.from_target(target, **overrides)
+    hidden = assistant.config.hidden_size
+    with torch.no_grad():
+        weight = torch.zeros(hidden, 2 * hidden)
+        weight[:, :hidden] = torch.eye(hidden)
+        assistant.drafter.fc.weight.copy_(weight)
+        if noise:
+            generator = torch.Generator().manual_seed(seed)
+            fc = assistant.drafter.fc.weight
+            fc.add_(noise * torch.randn(fc.shape, generator=generator) / hidden**0.5)
+    return assistant

@@ -1,0 +1,324 @@
+"""Save/load round trips, the published EAGLE layouts, and every bad artifact a user can hand us."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from conftest import VOCAB, assisted_generate, plain_generate, random_assistant, tiny_target
+from hf_dynaspec import (
+    ArtifactError,
+    AssistantMismatchError,
+    DynaSpecAssistant,
+    DynaSpecConfig,
+    UnsupportedTargetError,
+)
+
+
+def assert_same_weights(a: DynaSpecAssistant, b: DynaSpecAssistant):
+    sa, sb = a.state_dict(), b.state_dict()
+    assert sa.keys() == sb.keys()
+    for key in sa:
+        assert sa[key].dtype == sb[key].dtype, key
+        assert torch.equal(sa[key], sb[key]), key
+
+
+@pytest.mark.parametrize("kind", ["eagle", "eagle3"])
+def test_save_load_round_trip_is_bit_exact(tmp_path, family, kind):
+    target = tiny_target(family)
+    extra = dict(drafter_kind="eagle3", draft_vocab_size=50, aux_hidden_state_layer_ids=[1, 2, 3]) if kind == "eagle3" else {}
+    assistant = random_assistant(target, **extra)
+    if kind == "eagle3":
+        with torch.no_grad():
+            assistant.drafter.d2t.copy_(torch.arange(50) % 7)
+    assistant.save_pretrained(tmp_path)
+    files = sorted(p.name for p in tmp_path.iterdir())
+    assert "model.safetensors" in files and "config.json" in files
+    assert not any(name.endswith((".bin", ".pt")) for name in files)
+    loaded = DynaSpecAssistant.from_pretrained(tmp_path, target=target)
+    assert_same_weights(assistant, loaded)
+    assert loaded.config.to_dict() == assistant.config.to_dict()
+    input_ids = torch.randint(0, VOCAB, (1, 6))
+    first = assisted_generate(target, assistant, input_ids, max_new_tokens=12)
+    assert torch.equal(assisted_generate(target, loaded, input_ids, max_new_tokens=12), first)
+    assert loaded.stats.as_dict() == assistant.stats.as_dict()
+
+
+def test_target_weights_are_never_saved(tmp_path):
+    target = tiny_target("qwen2")
+    assistant = DynaSpecAssistant.from_target(target)
+    assistant.save_pretrained(tmp_path)
+    from safetensors import safe_open
+
+    with safe_open(str(tmp_path / "model.safetensors"), "pt") as f:
+        keys = set(f.keys())
+    assert keys and all(k.startswith("drafter.") for k in keys)
+    assert not any("embed_tokens" in k or "lm_head" in k or k.endswith("drafter.norm.weight") for k in keys)
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["library_version"] and config["vocab_size"] == VOCAB and config["model_type"] == "dynaspec"
+
+
+def test_config_stamps_version_and_warns_on_unknown_keys():
+    from hf_dynaspec import __version__
+
+    assert DynaSpecConfig().library_version == __version__
+    with pytest.warns(UserWarning, match="unknown keys"):
+        config = DynaSpecConfig.from_dict({"model_type": "dynaspec", "from_the_future": 1})
+    assert config.from_the_future == 1
+    with pytest.raises(ValueError, match="drafter_kind"):
+        DynaSpecConfig(drafter_kind="medusa")
+    with pytest.raises(ValueError, match="aux_hidden_state_layer_ids"):
+        DynaSpecConfig(drafter_kind="eagle3", draft_vocab_size=10, aux_hidden_state_layer_ids=[1])
+
+
+# -- published EAGLE layouts, built locally -------------------------------------------------------------
+
+
+def llama_style_config(target, **extra) -> dict:
+    text = target.config
+    config = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": text.hidden_size,
+        "intermediate_size": text.intermediate_size,
+        "num_attention_heads": text.num_attention_heads,
+        "num_key_value_heads": text.num_key_value_heads,
+        "num_hidden_layers": 1,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 10000.0,
+        "max_position_embeddings": 512,
+        "hidden_act": "silu",
+        "vocab_size": text.vocab_size,
+    }
+    config.update(extra)
+    return config
+
+
+def eagle1_checkpoint(directory, target, bias=True):
+    hidden, inter = target.config.hidden_size, target.config.intermediate_size
+    kv = target.config.num_key_value_heads * hidden // target.config.num_attention_heads
+    generator = torch.Generator().manual_seed(0)
+
+    def rand(*shape):
+        return torch.randn(*shape, generator=generator) * 0.1
+
+    state = {
+        "fc.weight": rand(hidden, 2 * hidden),
+        "layers.0.self_attn.q_proj.weight": rand(hidden, hidden),
+        "layers.0.self_attn.k_proj.weight": rand(kv, hidden),
+        "layers.0.self_attn.v_proj.weight": rand(kv, hidden),
+        "layers.0.self_attn.o_proj.weight": rand(hidden, hidden),
+        "layers.0.post_attention_layernorm.weight": torch.ones(hidden),
+        "layers.0.mlp.gate_proj.weight": rand(inter, hidden),
+        "layers.0.mlp.up_proj.weight": rand(inter, hidden),
+        "layers.0.mlp.down_proj.weight": rand(hidden, inter),
+        "embed_tokens.weight": rand(target.config.vocab_size, hidden),  # some uploads carry it; it is borrowed
+    }
+    if bias:
+        state["fc.bias"] = rand(hidden)
+    directory.mkdir(exist_ok=True)
+    save_file(state, str(directory / "model.safetensors"))
+    (directory / "config.json").write_text(json.dumps(llama_style_config(target, bias=bias)))
+    return state
+
+
+def eagle3_checkpoint(directory, target, draft_vocab=40, vllm_names=False, with_d2t=True, layer_ids=(0, 1, 2)):
+    hidden, inter = target.config.hidden_size, target.config.intermediate_size
+    kv = target.config.num_key_value_heads * hidden // target.config.num_attention_heads
+    generator = torch.Generator().manual_seed(1)
+
+    def rand(*shape):
+        return torch.randn(*shape, generator=generator) * 0.1
+
+    layer = "layers.0." if vllm_names else "midlayer."
+    target_ids = torch.arange(0, 2 * draft_vocab, 2)
+    state = {
+        "fc.weight": rand(hidden, 3 * hidden),
+        layer + "hidden_norm.weight": torch.ones(hidden),
+        layer + "input_layernorm.weight": torch.ones(hidden),
+        layer + "post_attention_layernorm.weight": torch.ones(hidden),
+        layer + "self_attn.q_proj.weight": rand(hidden, 2 * hidden),
+        layer + "self_attn.k_proj.weight": rand(kv, 2 * hidden),
+        layer + "self_attn.v_proj.weight": rand(kv, 2 * hidden),
+        layer + "self_attn.o_proj.weight": rand(hidden, hidden),
+        layer + "mlp.gate_proj.weight": rand(inter, hidden),
+        layer + "mlp.up_proj.weight": rand(inter, hidden),
+        layer + "mlp.down_proj.weight": rand(hidden, inter),
+        "norm.weight": torch.ones(hidden),
+        "lm_head.weight": rand(draft_vocab, hidden),
+    }
+    if with_d2t:
+        state["draft_id_to_target_id" if vllm_names else "d2t"] = target_ids - torch.arange(draft_vocab)
+        t2d = torch.zeros(target.config.vocab_size, dtype=torch.bool)
+        t2d[target_ids] = True
+        state["t2d"] = t2d
+    directory.mkdir(exist_ok=True)
+    save_file(state, str(directory / "model.safetensors"))
+    config = llama_style_config(
+        target, draft_vocab_size=draft_vocab, eagle_config={"eagle_aux_hidden_state_layer_ids": list(layer_ids)}
+    )
+    (directory / "config.json").write_text(json.dumps(config))
+    return state
+
+
+def test_loads_published_eagle1_layout(tmp_path):
+    target = tiny_target("llama")
+    state = eagle1_checkpoint(tmp_path / "eagle", target)
+    assistant = DynaSpecAssistant.from_pretrained(tmp_path / "eagle", target=target)
+    config = assistant.config
+    assert config.drafter_kind == "eagle" and config.fc_bias and not config.use_target_norm
+    loaded = assistant.state_dict()
+    for key, value in state.items():
+        if key != "embed_tokens.weight":
+            assert torch.equal(loaded["drafter." + key], value), key
+    input_ids = torch.randint(0, VOCAB, (1, 5))
+    expected = plain_generate(target, input_ids, max_new_tokens=15)
+    assert torch.equal(assisted_generate(target, assistant, input_ids, max_new_tokens=15), expected)
+    # Re-saved in our own format, it loads back bit-exact.
+    assistant.save_pretrained(tmp_path / "ours")
+    assert_same_weights(assistant, DynaSpecAssistant.from_pretrained(tmp_path / "ours", target=target))
+
+
+@pytest.mark.parametrize("vllm_names", [False, True])
+def test_loads_published_eagle3_layout(tmp_path, vllm_names):
+    target = tiny_target("llama")
+    state = eagle3_checkpoint(tmp_path / "e3", target, vllm_names=vllm_names)
+    assistant = DynaSpecAssistant.from_pretrained(tmp_path / "e3", target=target)
+    assert assistant.config.drafter_kind == "eagle3"
+    # eagle_aux_hidden_state_layer_ids name layer outputs: hidden_states[i + 1].
+    assert assistant.config.aux_hidden_state_layer_ids == [1, 2, 3]
+    assert torch.equal(assistant.drafter.draft_to_target_ids(), torch.arange(0, 80, 2))
+    assert torch.equal(assistant.drafter.lm_head.weight, state["lm_head.weight"])
+    input_ids = torch.randint(0, VOCAB, (1, 5))
+    expected = plain_generate(target, input_ids, max_new_tokens=15)
+    got = assisted_generate(target, assistant, input_ids, max_new_tokens=15, do_sample=False)
+    assert torch.equal(got, expected)
+
+
+def test_eagle3_default_layers_come_from_the_target(tmp_path):
+    target = tiny_target("llama", num_hidden_layers=8)
+    eagle3_checkpoint(tmp_path / "e3", target)
+    config = json.loads((tmp_path / "e3" / "config.json").read_text())
+    del config["eagle_config"]
+    (tmp_path / "e3" / "config.json").write_text(json.dumps(config))
+    assistant = DynaSpecAssistant.from_pretrained(tmp_path / "e3", target=target)
+    assert assistant.config.aux_hidden_state_layer_ids == [2, 4, 5]
+    with pytest.raises(ArtifactError, match="target="):
+        DynaSpecAssistant.from_pretrained(tmp_path / "e3")
+
+
+def test_refuses_eagle3_without_d2t(tmp_path):
+    target = tiny_target("llama")
+    eagle3_checkpoint(tmp_path / "e3", target, with_d2t=False)
+    with pytest.raises(ArtifactError, match="d2t"):
+        DynaSpecAssistant.from_pretrained(tmp_path / "e3", target=target)
+
+
+# -- bad input --------------------------------------------------------------------------------------------
+
+
+def test_refuses_assistant_built_for_another_target(tmp_path):
+    assistant = DynaSpecAssistant.from_target(tiny_target("qwen2"))
+    assistant.save_pretrained(tmp_path)
+    other_vocab = tiny_target("qwen2", vocab_size=VOCAB + 3)
+    with pytest.raises(AssistantMismatchError, match="vocabulary 97 vs the target's 100"):
+        DynaSpecAssistant.from_pretrained(tmp_path, target=other_vocab)
+    other_hidden = tiny_target("qwen2", hidden_size=48)
+    with pytest.raises(AssistantMismatchError, match="hidden size 32 vs the target's 48"):
+        DynaSpecAssistant.from_pretrained(tmp_path, target=other_hidden)
+    other_family = tiny_target("llama")
+    with pytest.raises(AssistantMismatchError, match="family 'qwen2' vs 'llama'"):
+        DynaSpecAssistant.from_pretrained(tmp_path, target=other_family)
+
+
+def test_refuses_an_assistant_attached_to_another_model_object():
+    first, second = tiny_target("llama"), tiny_target("llama")
+    assistant = DynaSpecAssistant.from_target(first)
+    with pytest.raises(AssistantMismatchError, match="attach"):
+        assisted_generate(second, assistant, torch.tensor([[1, 2, 3]]), max_new_tokens=4)
+
+
+def test_refuses_batch_size_above_one_and_padding():
+    target = tiny_target("llama")
+    assistant = DynaSpecAssistant.from_target(target)
+    batch = torch.randint(0, VOCAB, (2, 5))
+    with pytest.raises(ValueError, match="batch size 2"):
+        target.generate(batch, attention_mask=torch.ones_like(batch), assistant_model=assistant, max_new_tokens=3)
+    single = torch.randint(0, VOCAB, (1, 5))
+    mask = torch.tensor([[0, 1, 1, 1, 1]])
+    with pytest.raises(ValueError, match="padded"):
+        target.generate(single, attention_mask=mask, assistant_model=assistant, max_new_tokens=3)
+
+
+def test_refuses_unsupported_target_family():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=VOCAB, n_embd=32, n_layer=1, n_head=2))
+    with pytest.raises(UnsupportedTargetError, match="cannot mirror a 'gpt2' target"):
+        DynaSpecAssistant.from_target(gpt2)
+
+
+def test_missing_and_corrupt_files(tmp_path):
+    target = tiny_target("llama")
+    DynaSpecAssistant.from_target(target).save_pretrained(tmp_path / "ok")
+    with pytest.raises(ArtifactError, match="is a file; pass the directory"):
+        DynaSpecAssistant.from_pretrained(tmp_path / "ok" / "model.safetensors")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ArtifactError, match="no config.json"):
+        DynaSpecAssistant.from_pretrained(empty)
+
+    no_weights = tmp_path / "no_weights"
+    no_weights.mkdir()
+    (no_weights / "config.json").write_text((tmp_path / "ok" / "config.json").read_text())
+    with pytest.raises(ArtifactError, match="incomplete"):
+        DynaSpecAssistant.from_pretrained(no_weights)
+
+    truncated = tmp_path / "truncated"
+    truncated.mkdir()
+    (truncated / "config.json").write_text((tmp_path / "ok" / "config.json").read_text())
+    data = (tmp_path / "ok" / "model.safetensors").read_bytes()
+    (truncated / "model.safetensors").write_bytes(data[: len(data) // 2])
+    with pytest.raises(ArtifactError, match="corrupt"):
+        DynaSpecAssistant.from_pretrained(truncated)
+
+    bad_json = tmp_path / "bad_json"
+    bad_json.mkdir()
+    (bad_json / "config.json").write_text("{not json")
+    with pytest.raises(ArtifactError, match="corrupt"):
+        DynaSpecAssistant.from_pretrained(bad_json)
+
+
+def test_refuses_pickled_checkpoints_without_unpickling(tmp_path, monkeypatch):
+    directory = tmp_path / "pickled"
+    directory.mkdir()
+    target = tiny_target("llama")
+    (directory / "config.json").write_text(json.dumps(llama_style_config(target)))
+    torch.save({"fc.weight": torch.zeros(2, 2)}, directory / "pytorch_model.bin")
+
+    def no_unpickling(*args, **kwargs):
+        raise AssertionError("torch.load was called on an untrusted checkpoint")
+
+    monkeypatch.setattr(torch, "load", no_unpickling)
+    with pytest.raises(ArtifactError, match="never unpickles"):
+        DynaSpecAssistant.from_pretrained(directory, target=target)
+
+
+def test_weights_that_do_not_match_the_config(tmp_path):
+    target = tiny_target("llama")
+    assistant = DynaSpecAssistant.from_target(target)
+    assistant.save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    config["intermediate_size"] = 80
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ArtifactError, match="wrong shape"):
+        DynaSpecAssistant.from_pretrained(tmp_path, target=target)
+
+
+def test_unknown_hub_repo_gives_a_clear_error(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ArtifactError, match="neither a local directory nor a Hub repo"):
+        DynaSpecAssistant.from_pretrained("nobody/no-such-assistant")

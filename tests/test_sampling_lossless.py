@@ -1,0 +1,123 @@
+"""Sampling with the assistant must leave the target's distribution unchanged.
+
+On a target with an 8-token vocabulary the exact distribution of the tokens that go through the
+accept/reject step is computed by enumeration; thousands of assisted samples must fit it (chi-square).
+The same test must reject two deliberately broken samplers, which shows it is strong enough to catch a
+wrong residual distribution or draft logits that are not the ones the draft was sampled from.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+import transformers.generation.utils as generation_utils
+from scipy.stats import chisquare
+
+from conftest import imitating_assistant, one_layer_target
+from hf_dynaspec.drafting import ChainDraftSession
+
+VOCAB = 8
+PROMPT = torch.tensor([[1, 4, 2]])
+NUM_SAMPLES = 1500
+TEMPERATURE = 0.8
+
+
+def sampling_target():
+    return one_layer_target("llama", seed=5, vocab_size=VOCAB)
+
+
+@torch.no_grad()
+def exact_distribution(target) -> torch.Tensor:
+    """P(x2, x3) `[VOCAB, VOCAB]` of the 2nd and 3rd generated tokens (the ones the drafts cover)."""
+    sequences = torch.tensor(list(itertools.product(range(VOCAB), repeat=2)))  # (x1, x2)
+    inputs = torch.cat([PROMPT.expand(len(sequences), -1), sequences], dim=1)
+    logits = target(inputs).logits[:, -3:].float() / TEMPERATURE
+    probs = logits.softmax(-1)  # next-token distributions after prompt, after x1, after x2
+    p1 = probs[:, 0, :]  # same for every row
+    joint = torch.zeros(VOCAB, VOCAB, VOCAB)
+    for row, (x1, x2) in enumerate(sequences.tolist()):
+        joint[x1, x2, :] = p1[row, x1] * probs[row, 1, x2] * probs[row, 2, :]
+    return joint.sum(0)
+
+
+def sampled_counts(target, assistant) -> tuple[torch.Tensor, float]:
+    """Counts of (x2, x3) `[VOCAB, VOCAB]` over NUM_SAMPLES assisted generations, and the acceptance rate."""
+    counts = torch.zeros(VOCAB, VOCAB)
+    drafted = accepted = 0
+    torch.manual_seed(1234)
+    for _ in range(NUM_SAMPLES):
+        out = target.generate(
+            PROMPT,
+            attention_mask=torch.ones_like(PROMPT),
+            assistant_model=assistant,
+            do_sample=True,
+            temperature=TEMPERATURE,
+            top_k=0,
+            top_p=1.0,
+            max_new_tokens=4,
+        )
+        x2, x3 = out[0, PROMPT.shape[1] + 1 : PROMPT.shape[1] + 3].tolist()
+        counts[x2, x3] += 1
+        drafted += assistant.stats.drafted
+        accepted += assistant.stats.accepted
+    return counts, accepted / drafted
+
+
+def fit_p_value(counts: torch.Tensor, probs: torch.Tensor) -> float:
+    """Chi-square goodness of fit, pooling cells expected below 5 samples."""
+    expected = probs.flatten() * counts.sum()
+    observed = counts.flatten()
+    small = expected < 5
+    if small.any():
+        observed = torch.cat([observed[~small], observed[small].sum()[None]])
+        expected = torch.cat([expected[~small], expected[small].sum()[None]])
+    return float(chisquare(observed.numpy(), expected.numpy() * observed.sum().item() / expected.sum().item()).pvalue)
+
+
+@pytest.fixture(scope="module")
+def setup():
+    target = sampling_target()
+    # A drafter that is right often but not always, with a distribution clearly different from the target's.
+    assistant = imitating_assistant(target, noise=1.0, seed=3, num_draft_tokens=2)
+    return target, assistant, exact_distribution(target)
+
+
+def test_sampling_matches_the_target_distribution(setup):
+    target, assistant, probs = setup
+    counts, acceptance_rate = sampled_counts(target, assistant)
+    # The drafts must be doing something: some accepted, some rejected.
+    assert 0.2 < acceptance_rate < 0.95, acceptance_rate
+    assert fit_p_value(counts, probs) > 1e-3
+
+
+def _resample_from_target_on_rejection(candidate_input_ids, candidate_logits, candidate_length, new_logits, **kw):
+    """A broken accept rule: on rejection, sample from p instead of norm(max(0, p - q))."""
+    drafts = candidate_input_ids[:, -candidate_length:]
+    q = candidate_logits.softmax(-1)
+    p = new_logits.softmax(-1)
+    positions = torch.arange(candidate_length)
+    ratio = p[0, positions, drafts[0]] / q[0, positions, drafts[0]]
+    accepted = torch.rand_like(ratio) <= ratio
+    n = int((~accepted).cumsum(-1).lt(1).sum())
+    token = torch.multinomial(p[0, n], 1)[None]
+    return torch.cat([drafts[:, :n], token], dim=1), n
+
+
+def test_fit_rejects_a_wrong_residual(setup, monkeypatch):
+    target, assistant, probs = setup
+    monkeypatch.setattr(generation_utils, "_speculative_sampling", _resample_from_target_on_rejection)
+    assert fit_p_value(sampled_counts(target, assistant)[0], probs) < 1e-3
+
+
+def test_fit_rejects_draft_logits_that_were_not_sampled_from(setup, monkeypatch):
+    target, assistant, probs = setup
+    choose = ChainDraftSession._choose
+
+    def sharpened(self, hidden, context):  # returns logits of another distribution than the sampled one
+        token_id, logits = choose(self, hidden, context)
+        return token_id, None if logits is None else logits * 3.0
+
+    monkeypatch.setattr(ChainDraftSession, "_choose", sharpened)
+    assert fit_p_value(sampled_counts(target, assistant)[0], probs) < 1e-3
