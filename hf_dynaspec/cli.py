@@ -82,10 +82,14 @@ def _print_comparison(result: dict) -> None:
     print(f"target: {result['target']} ({result['dtype']})   assistant: {result['assistant']}")
     print("\n--- plain generate() ---\n" + result["plain"])
     print("\n--- with the assistant ---\n" + result["assisted"])
+    divergence = result["divergence"]
     if result["identical"]:
         exact = "token-identical"
+    elif divergence["near_tie"]:
+        exact = (f"differ at generated token {divergence['position']}, a numerical near-tie "
+                 f"(fp32 logit margin {divergence['margin']:.3f} <= 1.0; see README, Exactness in bf16)")
     else:
-        exact = f"differs (fp32 logit margin {result['near_tie_margin']} at the first divergence)"
+        exact = f"DIFFER at generated token {divergence['position']}, not a near-tie: {divergence}"
     print(f"\noutputs: {exact}")
     print(f"plain:    {result['plain_tokens_per_s']:.2f} tokens/s")
     print(f"assisted: {result['assisted_tokens_per_s']:.2f} tokens/s  ({result['speedup']:.2f}x), "

@@ -52,7 +52,10 @@ class DynaSpecConfig(PretrainedConfig):
         aux_hidden_state_layer_ids: EAGLE-3 only: indices into the target's `hidden_states` tuple that are
             fused by `fc` (entries are hidden states *entering* a layer, `hidden_states[0]` is the embedding).
         draft_vocab_size: EAGLE-3 only: rows of the drafter's own LM head.
-        num_draft_tokens: K, tokens drafted per verification (chain drafting).
+        num_draft_tokens: K, tokens drafted per verification (chain drafting). The default, 2, is the measured
+            optimum on the 2-core AVX2 CPUs this project is tested on, where verifying k tokens costs nearly k
+            one-token steps (benchmarks/draft_length.py, benchmarks/results/draft_length_05b_bf16.json);
+            hardware with cheap multi-token verification (GPUs, AVX-512 BF16 CPUs) wants 4-6.
     """
 
     model_type = "dynaspec"
@@ -80,7 +83,7 @@ class DynaSpecConfig(PretrainedConfig):
         use_target_norm: bool = True,
         aux_hidden_state_layer_ids: list[int] | None = None,
         draft_vocab_size: int | None = None,
-        num_draft_tokens: int = 4,
+        num_draft_tokens: int = 2,
         library_version: str | None = None,
         layer_config: dict[str, Any] | None = None,
         **kwargs,

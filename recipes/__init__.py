@@ -1,0 +1,1 @@
+"""Training recipes: target features for drafter training, and the drafter itself."""
