@@ -22,6 +22,8 @@ from hf_dynaspec.config import DynaSpecConfig
 from hf_dynaspec.drafter import EagleDrafter, TargetParts
 from hf_dynaspec.drafting import ChainDraftSession
 from hf_dynaspec.families import family_classes
+from hf_dynaspec.shortlist.artifact import VocabShortlists
+from hf_dynaspec.shortlist.selector import build_head
 from hf_dynaspec.stats import DraftStats
 
 
@@ -38,6 +40,7 @@ class DynaSpecAssistant(PreTrainedModel):
     def __init__(self, config: DynaSpecConfig):
         super().__init__(config)
         self.drafter = EagleDrafter(config)
+        self.shortlists = VocabShortlists(config)
         self.stats = DraftStats()
         # Plain attribute (not a submodule): the target is never saved nor moved with the assistant.
         self.__dict__["_target"] = None
@@ -111,12 +114,20 @@ class DynaSpecAssistant(PreTrainedModel):
         target: PreTrainedModel | None = None,
         revision: str | None = None,
         dtype: torch.dtype | None = None,
+        shortlist: str | None = None,
+        shortlist_size: int | None = None,
+        max_clusters: int | None = None,
+        fixed_clusters: int | None = None,
+        max_shortlist_size: int | None = None,
+        num_draft_tokens: int | None = None,
         **hub_kwargs,
     ) -> "DynaSpecAssistant":
         """Load an assistant from a local directory or a Hub repo id: our format, EAGLE-1/2 or EAGLE-3.
 
         With `target`, the assistant is checked against it, cast to its dtype/device and attached.
-        Only JSON and safetensors files are read; pickled checkpoints are refused.
+        `shortlist` ("full" | "frspec" | "vocabtrim" | "dynaspec" | "dynaspec-fixed") and the size/budget
+        options override what the artifact's config says. Only JSON and safetensors files are read;
+        pickled checkpoints are refused.
         """
         directory = checkpoints.resolve_artifact_dir(pretrained_model_name_or_path, revision, **hub_kwargs)
         config_dict = checkpoints.read_config_dict(directory)
@@ -132,6 +143,13 @@ class DynaSpecAssistant(PreTrainedModel):
             kwargs["target_name_or_path"] = config_dict.get("_name_or_path") or str(pretrained_model_name_or_path)
             state = checkpoints.eagle_state_dict(state, layout, kwargs)
             config = DynaSpecConfig(**kwargs)
+        overrides = dict(shortlist=shortlist, shortlist_size=shortlist_size, max_clusters=max_clusters,
+                         fixed_clusters=fixed_clusters, max_shortlist_size=max_shortlist_size,
+                         num_draft_tokens=num_draft_tokens)
+        for key, value in overrides.items():
+            if value is not None:
+                setattr(config, key, value)
+        config.validate_drafter()
         assistant = cls(config)
         assistant._load_checked(state, directory)
         if dtype is not None:
@@ -141,6 +159,8 @@ class DynaSpecAssistant(PreTrainedModel):
 
     def _load_checked(self, state: dict[str, torch.Tensor], directory) -> None:
         expected = self.state_dict()
+        # Empty shortlist components (a published EAGLE checkpoint has none) need no stored tensor.
+        state = {**{k: v for k, v in expected.items() if v.numel() == 0}, **state}
         missing = sorted(set(expected) - set(state))
         unexpected = sorted(set(state) - set(expected))
         wrong_shape = sorted(k for k in set(state) & set(expected) if state[k].shape != expected[k].shape)
@@ -217,6 +237,15 @@ class DynaSpecAssistant(PreTrainedModel):
             return torch.cat([hidden_states[i] for i in self.config.aux_hidden_state_layer_ids], dim=-1)
         return hidden_states[-1]
 
+    def runtime_head(self):
+        """The shortlist head drafting scores through (None: EAGLE-3's own reduced head)."""
+        if self.config.drafter_kind == "eagle3":
+            return None
+        head = self.drafter.target.lm_head
+        if getattr(head, "bias", None) is not None:
+            raise ValueError("targets whose LM head has a bias are not supported by the shortlisted head yet")
+        return build_head(self.config.shortlist, head.weight, self.shortlists, self.config)
+
     def make_candidate_generator(self, target, input_ids, generation_config, logits_processor, model_kwargs):
         """Called by transformers' `generate()` (through hf_integration) once per call."""
         if self._target is None:
@@ -244,6 +273,7 @@ class DynaSpecAssistant(PreTrainedModel):
             vocab_size=self.config.vocab_size,
             do_sample=bool(generation_config.do_sample),
             logits_processor=logits_processor,
+            head=self.runtime_head(),
         )
         return hf_integration.EagleCandidateGenerator(
             self, session, num_draft_tokens=self.config.num_draft_tokens, max_length=generation_config.max_length

@@ -20,8 +20,11 @@ _KNOWN_KEYS = {
     "target_hidden_size", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
     "head_dim", "rms_norm_eps", "rope_parameters", "max_position_embeddings", "hidden_act",
     "attention_bias", "fc_bias", "use_target_norm", "aux_hidden_state_layer_ids", "draft_vocab_size",
-    "num_draft_tokens", "library_version", "layer_config",
+    "num_draft_tokens", "library_version", "layer_config", "shortlist", "shortlist_size", "frequency_list_size",
+    "vocabtrim_list_size", "num_clusters", "num_always_ids", "router_hidden_size", "max_clusters",
+    "fixed_clusters", "max_shortlist_size",
 }
+SHORTLIST_STRATEGIES = ("full", "frspec", "vocabtrim", "dynaspec", "dynaspec-fixed")
 
 
 def _current_library_version() -> str:
@@ -52,6 +55,12 @@ class DynaSpecConfig(PretrainedConfig):
         aux_hidden_state_layer_ids: EAGLE-3 only: indices into the target's `hidden_states` tuple that are
             fused by `fc` (entries are hidden states *entering* a layer, `hidden_states[0]` is the embedding).
         draft_vocab_size: EAGLE-3 only: rows of the drafter's own LM head.
+        shortlist: which rows of the LM head the drafter scores: "full" (EAGLE baseline), "frspec" /
+            "vocabtrim" (the first `shortlist_size` ids of a stored frequency ranking), "dynaspec" (router-chosen
+            clusters with the position-aware budget k(t) from `max_clusters`) or "dynaspec-fixed"
+            (`fixed_clusters` at every position). `max_shortlist_size` caps a DynaSpec shortlist.
+        frequency_list_size, vocabtrim_list_size, num_clusters, num_always_ids, router_hidden_size: sizes of the
+            shortlist components stored in the artifact (set by the builders, not by hand).
         num_draft_tokens: K, tokens drafted per verification (chain drafting). The default, 2, is the measured
             optimum on the 2-core AVX2 CPUs this project is tested on, where verifying k tokens costs nearly k
             one-token steps (benchmarks/draft_length.py, benchmarks/results/draft_length_05b_bf16.json);
@@ -86,6 +95,16 @@ class DynaSpecConfig(PretrainedConfig):
         num_draft_tokens: int = 2,
         library_version: str | None = None,
         layer_config: dict[str, Any] | None = None,
+        shortlist: str = "full",
+        shortlist_size: int | None = None,
+        frequency_list_size: int = 0,
+        vocabtrim_list_size: int = 0,
+        num_clusters: int = 0,
+        num_always_ids: int = 0,
+        router_hidden_size: int = 256,
+        max_clusters: int = 16,
+        fixed_clusters: int = 8,
+        max_shortlist_size: int | None = None,
         **kwargs,
     ):
         unknown = sorted(k for k in kwargs if k not in _KNOWN_KEYS and not hasattr(PretrainedConfig(), k))
@@ -119,6 +138,16 @@ class DynaSpecConfig(PretrainedConfig):
         self.num_draft_tokens = num_draft_tokens
         # Extra family-specific layer settings (e.g. Qwen3's q/k norms need nothing, but a family may).
         self.layer_config = dict(layer_config or {})
+        self.shortlist = shortlist
+        self.shortlist_size = shortlist_size
+        self.frequency_list_size = frequency_list_size
+        self.vocabtrim_list_size = vocabtrim_list_size
+        self.num_clusters = num_clusters
+        self.num_always_ids = num_always_ids
+        self.router_hidden_size = router_hidden_size
+        self.max_clusters = max_clusters
+        self.fixed_clusters = fixed_clusters
+        self.max_shortlist_size = max_shortlist_size
         # Stamped at creation; a config loaded from disk keeps the version that wrote it.
         self.library_version = library_version or _current_library_version()
         super().__init__(**kwargs)
@@ -137,6 +166,16 @@ class DynaSpecConfig(PretrainedConfig):
                 f"num_attention_heads ({self.num_attention_heads}) must be a multiple of "
                 f"num_key_value_heads ({self.num_key_value_heads})."
             )
+        if self.shortlist not in SHORTLIST_STRATEGIES:
+            raise ValueError(f"shortlist must be one of {SHORTLIST_STRATEGIES}, got {self.shortlist!r}.")
+        if self.drafter_kind == "eagle3" and self.shortlist != "full":
+            raise ValueError(
+                "An eagle3 drafter has its own static draft vocabulary (d2t); shortlist strategies apply to eagle "
+                f"drafters that borrow the target's head. Use shortlist='full', got {self.shortlist!r}."
+            )
+        for name in ("max_clusters", "fixed_clusters"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"DynaSpecConfig.{name} must be >= 1, got {getattr(self, name)}.")
         if self.drafter_kind == "eagle3":
             if not self.draft_vocab_size:
                 raise ValueError("An eagle3 drafter needs draft_vocab_size (rows of its own LM head).")

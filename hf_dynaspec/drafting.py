@@ -30,8 +30,16 @@ class Draft:
 
 
 class ChainDraftSession:
-    def __init__(self, drafter: EagleDrafter, vocab_size: int, do_sample: bool, logits_processor=None):
+    """Drafting state of one generate() call.
+
+    `head` is the runtime shortlist head (hf_dynaspec.shortlist.selector) an eagle drafter scores through;
+    None uses the drafter's own head (EAGLE-3's reduced vocabulary).
+    """
+
+    def __init__(self, drafter: EagleDrafter, vocab_size: int, do_sample: bool, logits_processor=None, head=None):
         self.drafter = drafter
+        self.head = head
+        self.shortlists_of_last_draft: list[torch.Tensor | None] = []  # ids scored at each draft position
         self.vocab_size = vocab_size
         self.do_sample = do_sample
         self.logits_processor = logits_processor if logits_processor is not None and len(logits_processor) else None
@@ -58,17 +66,19 @@ class ChainDraftSession:
         drafter = self.drafter
         device = input_ids.device
         self.cache.crop(start)
-        hidden = drafter.fuse_target_hidden(new_target_hidden[:, :num_new])
+        hidden_in = drafter.fuse_target_hidden(new_target_hidden[:, :num_new])
         token_embeds = drafter.embed(input_ids[:, start + 1 : seq_len])
         position_ids = torch.arange(start, seq_len - 1, device=device)[None]
-        hidden = drafter.step(token_embeds, hidden, position_ids, self.cache, causal_mask(num_new, start, device))
+        hidden = drafter.step(token_embeds, hidden_in, position_ids, self.cache, causal_mask(num_new, start, device))
         self.num_verified_pairs = seq_len - 1
-        hidden = hidden[:, -1:]
+        # The router reads the inputs of the step whose output it shortlists: E(x_t) and h_{t-1}.
+        hidden, token_embed, hidden_in = hidden[:, -1:], token_embeds[:, -1:], hidden_in[:, -1:]
 
         draft_ids, draft_logits = [], []
+        self.shortlists_of_last_draft = []
         context = input_ids
         for k in range(num_draft_tokens):
-            token_id, logits = self._choose(hidden, context)
+            token_id, logits = self._choose(hidden, context, token_embed, hidden_in, k)
             draft_ids.append(token_id)
             if logits is not None:
                 draft_logits.append(logits)
@@ -76,16 +86,22 @@ class ChainDraftSession:
                 break
             context = torch.cat([context, token_id], dim=1)
             position_ids = torch.full((1, 1), seq_len - 1 + k, device=device, dtype=torch.long)
-            hidden = drafter.step(drafter.embed(token_id), hidden, position_ids, self.cache, None)
+            token_embed, hidden_in = drafter.embed(token_id), hidden
+            hidden = drafter.step(token_embed, hidden_in, position_ids, self.cache, None)
         return Draft(
             token_ids=torch.cat(draft_ids, dim=1),
             logits=torch.stack(draft_logits, dim=1) if draft_logits else None,
         )
 
-    def _choose(self, hidden: torch.Tensor, context: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def _choose(self, hidden, context, token_embed, hidden_in, position) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Hidden `[1, 1, H]` -> (draft token id `[1, 1]`, full-vocabulary logits `[1, V]` when sampling)."""
-        logits, shortlist_ids = self.drafter.head_logits(hidden)
-        logits = logits[:, -1].float()  # [1, S]
+        if self.head is not None:
+            scores = self.head.scores(hidden[:, -1], token_embed[:, -1], hidden_in[:, -1], position)
+            logits, shortlist_ids = scores.logits, scores.token_ids  # [1, S], [S]
+        else:
+            logits, _ = self.drafter.head_logits(hidden)
+            logits, shortlist_ids = logits[:, -1].float(), self.shortlist_ids
+        self.shortlists_of_last_draft.append(shortlist_ids)
         if not self.do_sample and self.logits_processor is None:
             idx = logits.argmax(dim=-1, keepdim=True)
             return (idx if shortlist_ids is None else shortlist_ids[idx]), None

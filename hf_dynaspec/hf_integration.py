@@ -116,4 +116,7 @@ class EagleCandidateGenerator(CandidateGenerator):
 
     def update_candidate_strategy(self, input_ids, scores, num_matches):
         if self._drafted_last_round:
-            self.assistant.stats.record(self._drafted_last_round, int(num_matches))
+            stats = self.assistant.stats
+            stats.record(self._drafted_last_round, int(num_matches))
+            committed = input_ids[0, -(int(num_matches) + 1) :]  # the target's tokens at draft positions 0..n
+            stats.record_shortlists(self.session.shortlists_of_last_draft, committed)

@@ -18,6 +18,11 @@ class DraftStats:
     accepted: int = 0
     acceptance_histogram: list[int] = field(default_factory=list)
     accepted_per_pass: list[int] = field(default_factory=list)
+    shortlist_rows: int = 0  # summed over draft steps that used a shortlist
+    shortlist_steps: int = 0
+    # coverage at draft position j: was the target's own token at j inside the shortlist drafted from?
+    coverage_hits: list[int] = field(default_factory=list)
+    coverage_checked: list[int] = field(default_factory=list)
 
     def record(self, num_drafted: int, num_accepted: int) -> None:
         self.verify_passes += 1
@@ -27,6 +32,33 @@ class DraftStats:
         if len(self.acceptance_histogram) <= num_accepted:
             self.acceptance_histogram.extend([0] * (num_accepted + 1 - len(self.acceptance_histogram)))
         self.acceptance_histogram[num_accepted] += 1
+
+    def record_shortlists(self, shortlist_ids: list, target_tokens) -> None:
+        """`shortlist_ids[j]`: ids scored at draft position j (None = full head); `target_tokens[j]`: target's token."""
+        for position, ids in enumerate(shortlist_ids):
+            if ids is None:
+                continue
+            self.shortlist_rows += len(ids)
+            self.shortlist_steps += 1
+            if position < len(target_tokens):
+                while len(self.coverage_checked) <= position:
+                    self.coverage_checked.append(0)
+                    self.coverage_hits.append(0)
+                self.coverage_checked[position] += 1
+                self.coverage_hits[position] += int(bool((ids == target_tokens[position]).any()))
+
+    @property
+    def avg_shortlist(self) -> float | None:
+        return self.shortlist_rows / self.shortlist_steps if self.shortlist_steps else None
+
+    @property
+    def coverage(self) -> float | None:
+        checked = sum(self.coverage_checked)
+        return sum(self.coverage_hits) / checked if checked else None
+
+    @property
+    def coverage_per_position(self) -> list[float]:
+        return [h / c for h, c in zip(self.coverage_hits, self.coverage_checked)]
 
     @property
     def tau(self) -> float:
@@ -45,4 +77,7 @@ class DraftStats:
             "drafted": self.drafted,
             "accepted": self.accepted,
             "acceptance_histogram": list(self.acceptance_histogram),
+            "avg_shortlist": self.avg_shortlist,
+            "coverage": self.coverage,
+            "coverage_per_position": self.coverage_per_position,
         }

@@ -121,3 +121,24 @@ def test_fit_rejects_draft_logits_that_were_not_sampled_from(setup, monkeypatch)
 
     monkeypatch.setattr(ChainDraftSession, "_choose", sharpened)
     assert fit_p_value(sampled_counts(target, assistant)[0], probs) < 1e-3
+
+
+@pytest.mark.parametrize("strategy", ["frspec", "dynaspec"])
+def test_sampling_through_a_shortlist_matches_the_target_distribution(setup, tmp_path, strategy):
+    """Drafts come from a shortlist (-inf outside it): the residual must still restore the target's distribution."""
+    from hf_dynaspec import DynaSpecAssistant
+    from hf_dynaspec.shortlist import cluster_vocabulary
+
+    target, assistant, probs = setup
+    head = target.get_output_embeddings().weight.detach()
+    assistant.shortlists.set_frequency_list(torch.tensor([3, 5, 6, 2]), kind="frspec")
+    assistant.shortlists.set_clusters(cluster_vocabulary(head, 3, always_ids=[0], seed=0))
+    with torch.no_grad():
+        for p in assistant.shortlists.router.parameters():
+            p.normal_(0, 1.0)
+    assistant.save_pretrained(tmp_path)
+    shortlisted = DynaSpecAssistant.from_pretrained(tmp_path, target=target, shortlist=strategy, max_clusters=1)
+    counts, acceptance_rate = sampled_counts(target, shortlisted)
+    assert 0.1 < acceptance_rate < 0.95, acceptance_rate
+    assert shortlisted.stats.avg_shortlist < VOCAB
+    assert fit_p_value(counts, probs) > 1e-3

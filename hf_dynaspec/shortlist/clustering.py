@@ -1,0 +1,85 @@
+"""Spherical k-means over the target's LM-head rows, stored as a permutation with contiguous clusters.
+
+After clustering, `token_order` lists the clustered token ids cluster by cluster, so cluster c is the row
+range `[offsets[c], offsets[c + 1])` of the permuted head `head[token_order]`: a shortlist made of whole
+clusters is a set of row ranges, which a head kernel reads without per-token gathers. `always_ids` (EOS,
+stop and special tokens) are kept out of the clusters and are in every shortlist.
+
+Legend: V target vocab, D hidden, C clusters, A always-included tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class VocabClusters:
+    token_order: torch.Tensor  # [V - A] int64, clustered token ids, cluster by cluster
+    offsets: torch.Tensor  # [C + 1] int64, cluster c is token_order[offsets[c]:offsets[c + 1]]
+    always_ids: torch.Tensor  # [A] int64, in every shortlist
+
+    @property
+    def num_clusters(self) -> int:
+        return len(self.offsets) - 1
+
+    def cluster_of_token(self, vocab_size: int) -> torch.Tensor:
+        """`[V]` cluster index of every token id (-1 for always-included tokens)."""
+        labels = torch.full((vocab_size,), -1, dtype=torch.long)
+        sizes = self.offsets[1:] - self.offsets[:-1]
+        labels[self.token_order] = torch.repeat_interleave(torch.arange(self.num_clusters), sizes)
+        return labels
+
+    def validate(self, vocab_size: int) -> None:
+        """Every token exactly once, in a cluster or among `always_ids`; offsets increasing."""
+        everything = torch.cat([self.token_order, self.always_ids])
+        if len(everything) != vocab_size or not torch.equal(everything.sort().values, torch.arange(vocab_size)):
+            raise ValueError(
+                f"vocabulary clusters do not partition a vocabulary of {vocab_size} tokens "
+                f"({len(self.token_order)} clustered + {len(self.always_ids)} always-included): built for another "
+                "target? Rebuild them with cluster_vocabulary(target LM head)."
+            )
+        if self.offsets[0] != 0 or self.offsets[-1] != len(self.token_order) or (self.offsets.diff() < 1).any():
+            raise ValueError("cluster offsets must start at 0, end at the clustered count and grow strictly")
+
+
+def cluster_vocabulary(
+    head_weight: torch.Tensor,
+    num_clusters: int,
+    always_ids: list[int] | torch.Tensor = (),
+    seed: int = 0,
+    max_iter: int = 30,
+    sample_size: int | None = 50_000,
+) -> VocabClusters:
+    """Spherical k-means (scikit-learn k-means on L2-normalised rows, centroids renormalised) of `head_weight` [V, D].
+
+    The centroids are fitted on a seeded sample of `sample_size` rows (all rows if None), then every row
+    goes to its most similar centroid (cosine), so the result is reproducible for a given seed.
+    """
+    from sklearn.cluster import KMeans
+
+    vocab_size = head_weight.shape[0]
+    always = torch.as_tensor(list(always_ids) if not torch.is_tensor(always_ids) else always_ids, dtype=torch.long).unique()
+    keep = torch.ones(vocab_size, dtype=torch.bool)
+    keep[always] = False
+    clustered_ids = keep.nonzero().flatten()
+    if num_clusters < 1 or num_clusters > len(clustered_ids):
+        raise ValueError(f"num_clusters must be in [1, {len(clustered_ids)}], got {num_clusters}")
+    rows = torch.nn.functional.normalize(head_weight[clustered_ids].float(), dim=-1)
+    generator = torch.Generator().manual_seed(seed)
+    if sample_size is not None and sample_size < len(rows):
+        fit_rows = rows[torch.randperm(len(rows), generator=generator)[:sample_size]]
+    else:
+        fit_rows = rows
+    kmeans = KMeans(n_clusters=num_clusters, n_init=1, max_iter=max_iter, random_state=seed)
+    kmeans.fit(fit_rows.numpy())
+    centroids = torch.nn.functional.normalize(torch.from_numpy(kmeans.cluster_centers_).float(), dim=-1)
+    labels = torch.cat([(chunk @ centroids.T).argmax(-1) for chunk in rows.split(16384)])
+    # Empty clusters (possible after reassignment to renormalised centroids) are dropped.
+    order = torch.argsort(labels, stable=True)
+    sizes = torch.bincount(labels, minlength=num_clusters)
+    sizes = sizes[sizes > 0]
+    offsets = torch.cat([torch.zeros(1, dtype=torch.long), sizes.cumsum(0)])
+    return VocabClusters(token_order=clustered_ids[order], offsets=offsets, always_ids=always)

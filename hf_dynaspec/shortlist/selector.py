@@ -1,0 +1,129 @@
+"""Runtime shortlists: which LM-head rows the drafter scores at each draft position.
+
+One selector is built per `generate()` call from the assistant's artifact and the target's LM head; it keeps
+contiguous copies of the rows it may need (a static list's rows, or the cluster-permuted head), so that a
+draft step multiplies contiguous blocks and never gathers rows per call.
+
+Legend: H hidden, V target vocab, S shortlist size, C clusters.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from hf_dynaspec.shortlist.budget import clusters_at_position
+
+
+@dataclass
+class HeadScores:
+    logits: torch.Tensor  # [1, S] float32 scores of the shortlisted rows
+    token_ids: torch.Tensor | None  # [S] target ids of those rows; None when S == V (full head, ids = positions)
+
+
+class FullHead:
+    """The EAGLE baseline: every row of the target's head."""
+
+    def __init__(self, head_weight: torch.Tensor):
+        self.weight = head_weight
+
+    def scores(self, hidden: torch.Tensor, token_embed=None, prev_hidden=None, position: int = 0) -> HeadScores:
+        return HeadScores((hidden @ self.weight.T).float(), None)
+
+
+class StaticHead:
+    """FR-Spec / VocabTrim: a fixed list of token ids (plus the always-included ones)."""
+
+    def __init__(self, head_weight: torch.Tensor, token_ids: torch.Tensor):
+        self.token_ids = token_ids
+        self.weight = head_weight[token_ids].contiguous()  # gathered once per generate() call
+
+    def scores(self, hidden: torch.Tensor, token_embed=None, prev_hidden=None, position: int = 0) -> HeadScores:
+        return HeadScores((hidden @ self.weight.T).float(), self.token_ids)
+
+
+class ClusterHead:
+    """DynaSpec: the router picks clusters; their contiguous row blocks of the permuted head are scored.
+
+    `max_clusters` with `position_aware` gives the paper's k(t) budget; without it every position gets
+    `max_clusters` (DynaSpec-fixed). `max_shortlist_size` caps S by dropping the lowest-scored clusters.
+    """
+
+    def __init__(self, head_weight, shortlists, max_clusters: int, position_aware: bool, max_shortlist_size=None):
+        clusters = shortlists.clusters
+        self.router = shortlists.router
+        self.offsets = clusters.offsets.tolist()
+        self.token_order = clusters.token_order
+        self.always_ids = clusters.always_ids
+        self.permuted_weight = head_weight[clusters.token_order].contiguous()
+        self.always_weight = head_weight[clusters.always_ids].contiguous()
+        self.max_clusters = min(max_clusters, clusters.num_clusters)
+        self.position_aware = position_aware
+        self.max_shortlist_size = max_shortlist_size
+
+    def budget(self, position: int) -> int:
+        return clusters_at_position(position, self.max_clusters) if self.position_aware else self.max_clusters
+
+    def choose_clusters(self, token_embed: torch.Tensor, prev_hidden: torch.Tensor, position: int) -> list[int]:
+        scores = self.router(token_embed, prev_hidden)[0]
+        chosen = scores.topk(self.budget(position)).indices.tolist()  # best first
+        if self.max_shortlist_size is not None:
+            kept, size = [], len(self.always_ids)
+            for c in chosen:
+                block = self.offsets[c + 1] - self.offsets[c]
+                if kept and size + block > self.max_shortlist_size:
+                    break
+                kept.append(c)
+                size += block
+            chosen = kept
+        return sorted(chosen)  # in row order: reads the permuted head front to back
+
+    @torch.no_grad()
+    def scores(self, hidden: torch.Tensor, token_embed: torch.Tensor, prev_hidden: torch.Tensor, position: int) -> HeadScores:
+        chosen = self.choose_clusters(token_embed, prev_hidden, position)
+        blocks = [(self.offsets[c], self.offsets[c + 1]) for c in chosen]
+        size = sum(b - a for a, b in blocks) + len(self.always_ids)
+        logits = torch.empty(hidden.shape[0], size, dtype=hidden.dtype, device=hidden.device)
+        ids = torch.empty(size, dtype=torch.long, device=hidden.device)
+        start = 0
+        for a, b in blocks:  # block matmuls into one preallocated output: no gathered weight copy
+            torch.mm(hidden, self.permuted_weight[a:b].T, out=logits[:, start : start + b - a])
+            ids[start : start + b - a] = self.token_order[a:b]
+            start += b - a
+        torch.mm(hidden, self.always_weight.T, out=logits[:, start:])
+        ids[start:] = self.always_ids
+        return HeadScores(logits.float(), ids)
+
+
+def build_head(strategy: str, head_weight: torch.Tensor, shortlists, config):
+    """The runtime head for `strategy` ("full", "frspec", "vocabtrim", "dynaspec", "dynaspec-fixed").
+
+    Inference only: the head weights are detached (training uses the modules, not these heads).
+    """
+    head_weight = head_weight.detach()
+    if strategy == "full":
+        return FullHead(head_weight)
+    if strategy in ("frspec", "vocabtrim"):
+        ranking = shortlists.frequency_ids if strategy == "frspec" else shortlists.vocabtrim_ids
+        if len(ranking) == 0:
+            raise ValueError(
+                f"shortlist={strategy!r} needs a frequency list in the artifact; this one has none. Build it with "
+                f"assistant.shortlists.set_frequency_list(ids, kind={strategy!r}) (see recipes)."
+            )
+        size = config.shortlist_size or len(ranking)
+        ids = ranking[:size]
+        always = shortlists.always_ids
+        if len(always):  # EOS and special tokens are always draftable
+            ids = torch.cat([ids, always[~torch.isin(always, ids)]])
+        return StaticHead(head_weight, ids)
+    if strategy in ("dynaspec", "dynaspec-fixed"):
+        if shortlists.clusters is None:
+            raise ValueError(
+                f"shortlist={strategy!r} needs vocabulary clusters and a router in the artifact; this one has none. "
+                "Build them with assistant.shortlists.set_clusters(cluster_vocabulary(head, C)) and train the router."
+            )
+        position_aware = strategy == "dynaspec"
+        k = config.max_clusters if position_aware else config.fixed_clusters
+        return ClusterHead(head_weight, shortlists, k, position_aware, config.max_shortlist_size)
+    raise ValueError(f"unknown shortlist strategy {strategy!r}")

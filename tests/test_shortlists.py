@@ -1,0 +1,173 @@
+"""Vocabulary shortlists: clustering, budget, router, static lists, and exactness through every strategy."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conftest import VOCAB, assisted_generate, imitating_assistant, one_layer_target, plain_generate, tiny_target
+from hf_dynaspec import ArtifactError, DynaSpecAssistant
+from hf_dynaspec.shortlist import clusters_at_position, cluster_vocabulary, load_token_list
+from hf_dynaspec.shortlist.frequency import export_d2t_t2d, export_token_map, ranking_from_counts
+from hf_dynaspec.shortlist.router import ClusterRouter
+from hf_dynaspec.shortlist.selector import ClusterHead
+
+ALWAYS = [0, 1]  # stand-ins for EOS / special tokens
+STRATEGIES = ["full", "frspec", "vocabtrim", "dynaspec", "dynaspec-fixed"]
+
+
+def add_shortlists(assistant, target, num_clusters=8, seed=0):
+    """Frequency lists and clusters with a random (untrained) router, as the recipes would build them."""
+    generator = torch.Generator().manual_seed(seed)
+    head = target.get_output_embeddings().weight.detach()
+    assistant.shortlists.set_frequency_list(torch.randperm(VOCAB, generator=generator)[:60], kind="frspec")
+    assistant.shortlists.set_frequency_list(torch.randperm(VOCAB, generator=generator)[:40], kind="vocabtrim")
+    assistant.shortlists.set_clusters(cluster_vocabulary(head, num_clusters, always_ids=ALWAYS, seed=seed))
+    assistant.config.max_clusters, assistant.config.fixed_clusters = 4, 2
+    assistant.to(target.dtype)
+    return assistant
+
+
+def test_clustering_is_a_reproducible_partition():
+    head = tiny_target("llama").get_output_embeddings().weight.detach()
+    clusters = cluster_vocabulary(head, 8, always_ids=ALWAYS, seed=3)
+    clusters.validate(VOCAB)
+    assert sorted(torch.cat([clusters.token_order, clusters.always_ids]).tolist()) == list(range(VOCAB))
+    again = cluster_vocabulary(head, 8, always_ids=ALWAYS, seed=3)
+    assert torch.equal(clusters.token_order, again.token_order) and torch.equal(clusters.offsets, again.offsets)
+    labels = clusters.cluster_of_token(VOCAB)
+    assert (labels[ALWAYS] == -1).all() and labels.max() == clusters.num_clusters - 1
+    # Clusters are coherent: rows are closer (cosine) to their own cluster's mean direction than to others'.
+    rows = torch.nn.functional.normalize(head, dim=-1)
+    means = torch.stack([rows[labels == c].mean(0) for c in range(clusters.num_clusters)])
+    kept = labels >= 0
+    assert ((rows[kept] @ means.T).argmax(-1) == labels[kept]).float().mean() > 0.9
+    with pytest.raises(ValueError, match="another target"):
+        clusters.validate(VOCAB + 1)
+
+
+def test_permuted_head_with_all_clusters_equals_the_full_head():
+    target = tiny_target("qwen2")
+    assistant = add_shortlists(DynaSpecAssistant.from_target(target), target)
+    head = target.get_output_embeddings().weight.detach()
+    cluster_head = ClusterHead(head, assistant.shortlists, max_clusters=8, position_aware=False)
+    hidden = torch.randn(1, 32)
+    scores = cluster_head.scores(hidden, torch.randn(1, 32), torch.randn(1, 32), position=0)
+    assert len(scores.token_ids) == VOCAB
+    full = (hidden @ head.T).float()
+    torch.testing.assert_close(scores.logits[0], full[0, scores.token_ids])
+
+
+def test_position_aware_budget_matches_the_formula():
+    assert [clusters_at_position(t, 16) for t in range(8)] == [16, 16, 2, 2, 1, 1, 1, 1]
+    assert [clusters_at_position(t, 64) for t in range(6)] == [64, 64, 10, 8, 6, 5]
+    for k_max in (1, 7, 33):
+        for t in range(2, 10):
+            assert clusters_at_position(t, k_max) == max(1, k_max // ((t + 1) * 2))
+
+
+def test_shortlist_size_cap_keeps_the_best_clusters():
+    target = tiny_target("llama")
+    assistant = add_shortlists(DynaSpecAssistant.from_target(target), target)
+    head = target.get_output_embeddings().weight.detach()
+    capped = ClusterHead(head, assistant.shortlists, max_clusters=8, position_aware=False, max_shortlist_size=30)
+    e, h = torch.randn(1, 32), torch.randn(1, 32)
+    chosen = capped.choose_clusters(e, h, 0)
+    offsets = assistant.shortlists.cluster_offsets
+    size = sum(int(offsets[c + 1] - offsets[c]) for c in chosen) + len(ALWAYS)
+    best = int(assistant.shortlists.router(e, h).argmax())
+    assert best in chosen and (size <= 30 or len(chosen) == 1)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_greedy_identical_with_every_strategy(family, strategy, tmp_path):
+    target = one_layer_target(family)
+    assistant = add_shortlists(imitating_assistant(target, noise=0.15, num_draft_tokens=3), target)
+    assistant.save_pretrained(tmp_path)
+    assistant = DynaSpecAssistant.from_pretrained(tmp_path, target=target, shortlist=strategy)
+    for seed in range(3):
+        input_ids = torch.randint(0, VOCAB, (1, 7), generator=torch.Generator().manual_seed(seed))
+        expected = plain_generate(target, input_ids, max_new_tokens=20)
+        assert torch.equal(assisted_generate(target, assistant, input_ids, max_new_tokens=20), expected)
+        stats = assistant.stats
+        if strategy == "full":
+            assert stats.avg_shortlist is None
+        else:
+            assert 0 < stats.avg_shortlist < VOCAB and 0 <= stats.coverage <= 1
+            assert len(stats.coverage_per_position) >= 1
+
+
+def test_position_aware_budget_shrinks_the_shortlist_with_depth():
+    target = one_layer_target("llama")
+    assistant = add_shortlists(imitating_assistant(target, num_draft_tokens=4), target)
+    assistant.config.shortlist = "dynaspec"
+    session_head = assistant.runtime_head()
+    e, h = torch.randn(1, 32), torch.randn(1, 32)
+    sizes = [len(session_head.scores(torch.randn(1, 32), e, h, t).token_ids) for t in range(4)]
+    assert sizes[0] == sizes[1] > sizes[2] >= sizes[3] > len(ALWAYS)
+
+
+def test_shortlists_and_router_round_trip(tmp_path):
+    target = tiny_target("llama")
+    assistant = add_shortlists(DynaSpecAssistant.from_target(target), target)
+    with torch.no_grad():
+        for p in assistant.shortlists.router.parameters():
+            p.normal_()
+    assistant.save_pretrained(tmp_path)
+    loaded = DynaSpecAssistant.from_pretrained(tmp_path, target=target)
+    for key, value in assistant.state_dict().items():
+        assert torch.equal(loaded.state_dict()[key], value), key
+    assert loaded.config.num_clusters == assistant.config.num_clusters > 0
+
+
+def test_router_for_another_hidden_size_is_refused(tmp_path):
+    target = tiny_target("llama")
+    assistant = add_shortlists(DynaSpecAssistant.from_target(target), target)
+    assistant.shortlists.router = ClusterRouter(48, 48, assistant.config.num_clusters)
+    assistant.save_pretrained(tmp_path)
+    with pytest.raises(ArtifactError, match="wrong shape.*router"):
+        DynaSpecAssistant.from_pretrained(tmp_path, target=target)
+
+
+def test_missing_components_give_clear_errors():
+    target = tiny_target("llama")
+    with pytest.raises(ValueError, match="needs vocabulary clusters"):
+        assisted_generate(target, DynaSpecAssistant.from_target(target, shortlist="dynaspec"), torch.tensor([[3, 4]]), max_new_tokens=3)
+    with pytest.raises(ValueError, match="needs a frequency list"):
+        assisted_generate(target, DynaSpecAssistant.from_target(target, shortlist="frspec"), torch.tensor([[3, 4]]), max_new_tokens=3)
+    with pytest.raises(ValueError, match="another vocabulary"):
+        DynaSpecAssistant.from_target(target).shortlists.set_frequency_list(torch.tensor([5, VOCAB + 2]))
+    with pytest.raises(ValueError, match="shortlist must be one of"):
+        DynaSpecAssistant.from_target(target, shortlist="topk")
+
+
+def test_frspec_token_list_import_and_export(tmp_path):
+    ids = torch.tensor([5, 3, 9, 1])
+    export_token_map(ids, tmp_path / "freq_4.pt")
+    assert torch.equal(load_token_list(tmp_path / "freq_4.pt", VOCAB), ids)
+    torch.save([7, 2, 4], tmp_path / "list.pt")  # FR-Spec's own files are plain lists
+    assert load_token_list(tmp_path / "list.pt").tolist() == [7, 2, 4]
+    maps = export_d2t_t2d(ids, VOCAB)
+    assert torch.equal(torch.arange(4) + maps["d2t"], ids.sort().values) and maps["t2d"].sum() == 4
+
+
+class Payload:  # anything a restricted unpickler must refuse
+    def __reduce__(self):
+        return (print, ("unpickled!",))
+
+
+def test_frspec_import_refuses_non_tensor_pickles(tmp_path):
+    torch.save(Payload(), tmp_path / "evil.pt")
+    with pytest.raises(ValueError, match="cannot load safely|not a token list"):
+        load_token_list(tmp_path / "evil.pt")
+    torch.save({"ids": torch.tensor([1, 2])}, tmp_path / "dict.pt")
+    with pytest.raises(ValueError, match="flat list"):
+        load_token_list(tmp_path / "dict.pt")
+    torch.save(torch.tensor([1.5, 2.0]), tmp_path / "float.pt")
+    with pytest.raises(ValueError, match="flat list"):
+        load_token_list(tmp_path / "float.pt")
+
+
+def test_ranking_from_counts():
+    counts = torch.tensor([0, 5, 2, 5, 1])
+    assert ranking_from_counts(counts).tolist() == [1, 3, 2, 4]
