@@ -39,6 +39,13 @@ def build_parser() -> argparse.ArgumentParser:
     chat.add_argument("--chat", dest="chat", action="store_true", default=None, help="apply the chat template")
     chat.add_argument("--no-chat", dest="chat", action="store_false")
 
+    export = commands.add_parser(
+        "export-shortlist", help="write a static shortlist for vLLM/SGLang: SGLang token map + EAGLE-3 d2t/t2d")
+    export.add_argument("--assistant", required=True, help="assistant directory holding a frequency list")
+    export.add_argument("--ranking", choices=["frspec", "vocabtrim"], default="frspec")
+    export.add_argument("--size", type=int, required=True, help="number of tokens to keep (EOS/special added)")
+    export.add_argument("--out", required=True)
+
     demo = commands.add_parser("demo", help=f"plain vs assisted on {DEMO_TARGET} with a fixed prompt")
     _add_generation_args(demo, DEMO_TARGET)
     demo.add_argument("--prompt", default=DEMO_PROMPT)
@@ -58,6 +65,33 @@ def _models(args) -> int:
     except zoo.ZooError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    return 0
+
+
+def _export_shortlist(args) -> int:
+    from pathlib import Path
+
+    import torch
+    from safetensors.torch import save_file
+
+    from hf_dynaspec import DynaSpecAssistant
+    from hf_dynaspec.shortlist.frequency import export_d2t_t2d, export_token_map
+
+    assistant = DynaSpecAssistant.from_pretrained(args.assistant)
+    shortlists = assistant.shortlists
+    ranking = shortlists.frequency_ids if args.ranking == "frspec" else shortlists.vocabtrim_ids
+    if len(ranking) == 0:
+        print(f"error: {args.assistant} has no {args.ranking} ranking", file=sys.stderr)
+        return 2
+    ids = ranking[: args.size]
+    always = shortlists.always_ids
+    ids = torch.cat([ids, always[~torch.isin(always, ids)]])
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    export_token_map(ids, out / f"token_map_{len(ids)}.pt")
+    save_file(export_d2t_t2d(ids, assistant.config.vocab_size), str(out / "d2t_t2d.safetensors"))
+    print(f"{len(ids)} tokens -> {out}/token_map_{len(ids)}.pt (SGLang --speculative-token-map), "
+          f"{out}/d2t_t2d.safetensors (EAGLE-3 d2t/t2d)")
     return 0
 
 
@@ -100,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "models":
         return _models(args)
+    if args.command == "export-shortlist":
+        return _export_shortlist(args)
     result = _generate(args, getattr(args, "chat", None))
     _print_comparison(result)
     return 0

@@ -49,9 +49,11 @@ def main(argv=None) -> None:
     parser.add_argument("--max-length", type=int, default=512, help="truncate conversations to this many tokens")
     parser.add_argument("--tokens-per-batch", type=int, default=4096)
     parser.add_argument("--sequences-per-shard", type=int, default=256)
+    parser.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
     args = parser.parse_args(argv)
 
-    model, tokenizer = load_target(args.target, "bf16")
+    # fp32: on CPUs without native bf16 matmuls (AVX2) a bf16 prefill is ~6x slower (benchmarks/results).
+    model, tokenizer = load_target(args.target, args.dtype)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "meta.json").write_text(json.dumps({"target": args.target, "max_length": args.max_length}))
     pairs = conversations()

@@ -1,0 +1,132 @@
+"""Build an assistant's shortlist components for a target: FR-Spec list, vocabulary clusters, router.
+
+    python -m recipes.build_shortlists --target qwen2.5-coder-0.5b-instruct --out assistants/qwen05-shortlists \
+        --clusters 256 --router-tokens 12000
+
+- FR-Spec ranking: token counts over the training responses in ../shared/data/train (chat-formatted).
+- Always-included ids: the tokenizer's special tokens and the generation config's EOS ids.
+- Clusters: spherical k-means over the target's LM-head rows (scikit-learn), C = --clusters.
+- Router: trained on (E(x_t), f_{t-1}) -> cluster of the target's next token, with f the target's own
+  last hidden state, which is exactly the drafter's input at the first draft position; top-k recall on a
+  held-out tenth is printed and stored in `router_metrics.json`. (Training on the drafter's own hidden
+  states for deeper positions comes with the drafter-training recipe.)
+The drafter is taken from --assistant, or a fresh untrained one is created.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import time
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from hf_dynaspec import DynaSpecAssistant
+from hf_dynaspec.runner import load_target
+from hf_dynaspec.shortlist import ClusterRouter, cluster_vocabulary, ranking_from_counts
+from hf_dynaspec.shortlist.frequency import count_tokens
+from recipes.conversations import conversations, tokenize
+
+
+def always_included_ids(tokenizer, model) -> list[int]:
+    eos = model.generation_config.eos_token_id
+    eos = [eos] if isinstance(eos, int) else list(eos or [])
+    return sorted(set(tokenizer.all_special_ids) | set(eos))
+
+
+@torch.no_grad()
+def router_examples(model, tokenizer, cluster_of_token, num_tokens, max_length=512):
+    """(E(x_t) [N, D], f_{t-1} [N, D], cluster of the target's greedy next token [N])."""
+    embeds, feats, labels, total = [], [], [], 0
+    progress = tqdm(total=num_tokens, unit="tok", desc="router data")
+    for prompt, response in conversations():
+        ids, _ = tokenize(tokenizer, prompt, response, max_length)
+        ids = torch.tensor(ids)[None]
+        out = model(input_ids=ids, output_hidden_states=-1)
+        hidden = out.hidden_states[-1][0].float()  # [T, D]; f_t predicts x_{t+1}
+        next_ids = out.logits[0].argmax(-1)  # the target's own next token after position t
+        # position t >= 1: inputs E(x_t), f_{t-1}; label: cluster of the target's token after x_t.
+        embeds.append(model.get_input_embeddings()(ids[0, 1:]).float())
+        feats.append(hidden[:-1])
+        labels.append(cluster_of_token[next_ids[1:]])
+        total += ids.shape[1] - 1
+        progress.update(ids.shape[1] - 1)
+        if total >= num_tokens:
+            break
+    progress.close()
+    return torch.cat(embeds), torch.cat(feats), torch.cat(labels)
+
+
+def train_router(router, embeds, feats, labels, epochs=20, lr=2e-3, batch=512, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    order = torch.randperm(len(labels), generator=generator)
+    held_out, train = order[: len(order) // 10], order[len(order) // 10 :]
+    optimizer = torch.optim.AdamW(router.parameters(), lr=lr, weight_decay=0.01)
+    router.float().train()
+    for _ in tqdm(range(epochs), desc="router epochs"):
+        for chunk in train[torch.randperm(len(train), generator=generator)].split(batch):
+            loss = ClusterRouter.loss(router(embeds[chunk], feats[chunk]), labels[chunk])
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    router.eval()
+    with torch.no_grad():
+        scores = router(embeds[held_out], feats[held_out])
+        metrics = {f"top{k}_recall": ClusterRouter.top_k_recall(scores, labels[held_out], k) for k in (1, 4, 8, 16, 32)}
+        metrics["held_out_loss"] = ClusterRouter.loss(scores, labels[held_out]).item()
+    metrics.update(train_examples=len(train), held_out_examples=len(held_out))
+    return metrics
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--target", required=True)
+    parser.add_argument("--assistant", default=None, help="existing assistant to add shortlists to")
+    parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--clusters", type=int, default=256)
+    parser.add_argument("--router-tokens", type=int, default=12000)
+    parser.add_argument("--router-hidden", type=int, default=256)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+
+    model, tokenizer = load_target(args.target, "fp32")
+    assistant = (DynaSpecAssistant.from_pretrained(args.assistant, target=model) if args.assistant
+                 else DynaSpecAssistant.from_target(model))
+    vocab = assistant.config.vocab_size
+    metrics = {}
+
+    start = time.perf_counter()
+    responses = (tokenize(tokenizer, p, r, 1024) for p, r in conversations())
+    counts = count_tokens((ids[begin:] for ids, begin in responses), vocab)
+    ranking = ranking_from_counts(counts)
+    assistant.shortlists.set_frequency_list(ranking, kind="frspec")
+    metrics["frspec"] = {"ranked_tokens": len(ranking), "counted_tokens": int(counts.sum()),
+                         "seconds": time.perf_counter() - start}
+
+    start = time.perf_counter()
+    head = model.get_output_embeddings().weight.detach()
+    clusters = cluster_vocabulary(head, args.clusters, always_ids=always_included_ids(tokenizer, model), seed=args.seed)
+    assistant.shortlists.set_clusters(clusters, router_hidden_size=args.router_hidden)
+    sizes = clusters.offsets.diff().float()
+    metrics["clusters"] = {"num_clusters": clusters.num_clusters, "always_ids": len(clusters.always_ids),
+                           "size_min": sizes.min().item(), "size_median": sizes.median().item(),
+                           "size_max": sizes.max().item(), "seconds": time.perf_counter() - start}
+
+    start = time.perf_counter()
+    data = router_examples(model, tokenizer, clusters.cluster_of_token(vocab), args.router_tokens)
+    metrics["router"] = train_router(assistant.shortlists.router, *data, seed=args.seed)
+    metrics["router"]["seconds"] = time.perf_counter() - start
+    print(json.dumps(metrics, indent=2))
+
+    assistant.shortlists.router.to(assistant.dtype)
+    args.out.mkdir(parents=True, exist_ok=True)
+    assistant.save_pretrained(args.out)
+    (args.out / "shortlist_metrics.json").write_text(json.dumps({"command": vars(args) | {"out": str(args.out)},
+                                                                  **metrics}, indent=2, default=str))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,43 @@
+"""The command line: export of a static shortlist for serving engines, and argument errors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from conftest import VOCAB, tiny_target
+from hf_dynaspec import DynaSpecAssistant
+from hf_dynaspec.cli import main
+from hf_dynaspec.shortlist import cluster_vocabulary, load_token_list
+
+
+def test_export_shortlist_writes_sglang_map_and_d2t(tmp_path):
+    target = tiny_target("llama")
+    assistant = DynaSpecAssistant.from_target(target)
+    ranking = torch.randperm(VOCAB, generator=torch.Generator().manual_seed(0))
+    assistant.shortlists.set_frequency_list(ranking, kind="frspec")
+    assistant.shortlists.set_clusters(cluster_vocabulary(target.lm_head.weight.detach(), 4, always_ids=[int(ranking[-1])]))
+    assistant.save_pretrained(tmp_path / "a")
+    assert main(["export-shortlist", "--assistant", str(tmp_path / "a"), "--size", "10", "--out", str(tmp_path / "x")]) == 0
+    ids = load_token_list(tmp_path / "x" / "token_map_11.pt", VOCAB)
+    assert ids[:10].tolist() == ranking[:10].tolist() and int(ids[10]) == int(ranking[-1])  # EOS-like id added
+    maps = load_file(str(tmp_path / "x" / "d2t_t2d.safetensors"))
+    assert torch.equal(torch.arange(11) + maps["d2t"], ids.sort().values)
+    assert maps["t2d"].sum() == 11 and maps["t2d"][ids].all()
+
+
+def test_export_shortlist_without_ranking_fails_clearly(tmp_path, capsys):
+    DynaSpecAssistant.from_target(tiny_target("llama")).save_pretrained(tmp_path / "a")
+    assert main(["export-shortlist", "--assistant", str(tmp_path / "a"), "--size", "10", "--out", str(tmp_path / "x")]) == 2
+    assert "has no frspec ranking" in capsys.readouterr().err
+
+
+def test_unknown_zoo_model_fails_clearly(capsys):
+    assert main(["models", "fetch", "no-such-model"]) == 2
+    assert "Unknown zoo model" in capsys.readouterr().err
+
+
+def test_generate_requires_a_prompt():
+    with pytest.raises(SystemExit):
+        main(["generate", "--target", "x"])
