@@ -1,7 +1,7 @@
 """Shortlist coverage and size per strategy on the eval split, from the target's own greedy outputs.
 
     python benchmarks/shortlist_coverage.py --target qwen2.5-coder-0.5b-instruct \
-        --assistant outputs/qwen05-shortlists-c256 --limit-per-category 1 --max-new-tokens 48 \
+        --assistant outputs/qwen05-shortlists-c256 --limit-per-category 1 --max-new-tokens 32 \
         --strategies frspec:8192,frspec:16384,frspec:32768,dynaspec-fixed:16,dynaspec-fixed:32,dynaspec:32,dynaspec:64 \
         --json benchmarks/results/shortlist_coverage_05b.json
 
@@ -47,7 +47,7 @@ def main():
     parser.add_argument("--assistant", required=True)
     parser.add_argument("--strategies", default="frspec:32768,dynaspec-fixed:32,dynaspec:64")
     parser.add_argument("--limit-per-category", type=int, default=1)
-    parser.add_argument("--max-new-tokens", type=int, default=48)
+    parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--positions", type=int, default=4, help="draft positions to report")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
@@ -80,11 +80,14 @@ def main():
             target_token = out[0, t + 1]
             checked[category] += 1
             for spec, head in heads.items():
+                position_aware = getattr(head, "position_aware", False)
                 for position in range(args.positions):
-                    scores = head.scores(hidden[t : t + 1], token_embed, prev_hidden, position)
-                    ids_ = scores.token_ids
-                    rows[spec][position] += len(ids_) if ids_ is not None else head_weight.shape[0]
-                    hits[spec][category][position] += float(ids_ is None or bool((ids_ == target_token).any()))
+                    if position == 0 or position_aware:  # static and fixed shortlists do not change with depth
+                        shortlist = (head.shortlist_ids(token_embed, prev_hidden, position)
+                                     if hasattr(head, "shortlist_ids") else head.token_ids)
+                        covered = bool((shortlist == target_token).any())
+                    rows[spec][position] += len(shortlist)
+                    hits[spec][category][position] += float(covered)
     total = sum(checked.values())
     result = {"target": args.target, "assistant": args.assistant, "positions_checked": total,
               "prompts_per_category": args.limit_per_category, "max_new_tokens": args.max_new_tokens, "strategies": {}}

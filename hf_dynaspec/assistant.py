@@ -279,6 +279,28 @@ class DynaSpecAssistant(PreTrainedModel):
             self, session, num_draft_tokens=self.config.num_draft_tokens, max_length=generation_config.max_length
         )
 
+    def push_to_hub(
+        self,
+        repo_id: str,
+        *,
+        private: bool | None = None,
+        token: str | None = None,
+        revision: str | None = None,
+        commit_message: str = "Upload hf-dynaspec assistant",
+    ):
+        """Upload the whole artifact (config.json + model.safetensors, never the target) to a Hub repo."""
+        import tempfile
+
+        from huggingface_hub import HfApi
+
+        api = HfApi(token=token)
+        api.create_repo(repo_id, private=private, exist_ok=True)
+        with tempfile.TemporaryDirectory() as folder:
+            self.save_pretrained(folder)
+            return api.upload_folder(
+                repo_id=repo_id, folder_path=folder, revision=revision, commit_message=commit_message
+            )
+
     def forward(self, *args, **kwargs):
         raise TypeError(
             "DynaSpecAssistant is not called directly: pass it to model.generate(..., assistant_model=assistant)."

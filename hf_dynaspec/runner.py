@@ -40,7 +40,8 @@ def load_assistant(assistant: str | None, target, target_name: str) -> tuple[Dyn
     if assistant is None:
         shipped = shipped_assistant_dir(target_name)
         if shipped is None:
-            return DynaSpecAssistant.from_target(target), "untrained (no trained assistant ships for this target yet)"
+            fresh = DynaSpecAssistant.from_target(target, target_name_or_path=target_name)
+            return fresh, "untrained (no trained assistant ships for this target yet)"
         assistant = str(shipped)
     return DynaSpecAssistant.from_pretrained(assistant, target=target), assistant
 

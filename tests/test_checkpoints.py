@@ -322,3 +322,30 @@ def test_unknown_hub_repo_gives_a_clear_error(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(ArtifactError, match="neither a local directory nor a Hub repo"):
         DynaSpecAssistant.from_pretrained("nobody/no-such-assistant")
+
+
+def test_push_to_hub_uploads_the_artifact_only(tmp_path, monkeypatch):
+    import huggingface_hub
+
+    uploaded = {}
+
+    from pathlib import Path
+
+    from safetensors import safe_open
+
+    def fake_upload_folder(self, *, repo_id, folder_path, **kwargs):
+        uploaded["repo_id"] = repo_id
+        uploaded["files"] = sorted(p.name for p in Path(folder_path).iterdir())
+        with safe_open(str(Path(folder_path) / "model.safetensors"), "pt") as f:
+            uploaded["keys"] = list(f.keys())
+        return None
+
+    monkeypatch.setattr(huggingface_hub.HfApi, "create_repo", lambda self, *a, **k: huggingface_hub.RepoUrl(
+        "https://huggingface.co/me/assistant"))
+    monkeypatch.setattr(huggingface_hub.HfApi, "upload_folder", fake_upload_folder)
+    assistant = DynaSpecAssistant.from_target(tiny_target("qwen2"))
+    assistant.push_to_hub("me/assistant", token="not-a-real-token")
+    assert uploaded["repo_id"] == "me/assistant"
+    assert "config.json" in uploaded["files"] and "model.safetensors" in uploaded["files"]
+    assert not any(name.endswith((".bin", ".pt", ".pkl")) for name in uploaded["files"])
+    assert all(k.startswith(("drafter.", "shortlists.")) for k in uploaded["keys"])

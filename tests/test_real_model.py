@@ -55,22 +55,21 @@ def generate(model, ids, **kwargs):
     return model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=32, **kwargs)[0, ids.shape[1]:]
 
 
-def test_fp32_greedy_identical(model_dir):
-    model, tokenizer = load(model_dir, torch.float32)
+def plain_and_assisted(model_dir, dtype):
+    """(prompt ids, plain greedy tokens, assisted greedy tokens) for each prompt."""
+    model, tokenizer = load(model_dir, dtype)
     assistant = assistant_for(model)
     for text in PROMPTS:
         ids = prompt_ids(tokenizer, text)
-        plain = generate(model, ids)
-        assisted = generate(model, ids, assistant_model=assistant)
-        assert torch.equal(plain, assisted), (text, tokenizer.decode(plain), tokenizer.decode(assisted))
+        yield model, ids, generate(model, ids), generate(model, ids, assistant_model=assistant)
+
+
+def test_fp32_greedy_identical(model_dir):
+    for _, ids, plain, assisted in plain_and_assisted(model_dir, torch.float32):
+        assert torch.equal(plain, assisted), (ids, plain, assisted)
 
 
 def test_bf16_divergences_are_near_ties(model_dir):
-    model, tokenizer = load(model_dir, torch.bfloat16)
-    assistant = assistant_for(model)
-    for text in PROMPTS:
-        ids = prompt_ids(tokenizer, text)
-        plain = generate(model, ids)
-        assisted = generate(model, ids, assistant_model=assistant)
+    for model, ids, plain, assisted in plain_and_assisted(model_dir, torch.bfloat16):
         divergence = check_exactness(model, ids, plain, assisted)
-        assert divergence is None or divergence.near_tie, (text, divergence)
+        assert divergence is None or divergence.near_tie, (ids, divergence)

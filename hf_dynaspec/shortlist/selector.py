@@ -80,6 +80,13 @@ class ClusterHead:
         return sorted(chosen)  # in row order: reads the permuted head front to back
 
     @torch.no_grad()
+    def shortlist_ids(self, token_embed: torch.Tensor, prev_hidden: torch.Tensor, position: int) -> torch.Tensor:
+        """Target ids `[S]` of the shortlist at `position`, without scoring it (for coverage measurements)."""
+        chosen = self.choose_clusters(token_embed, prev_hidden, position)
+        blocks = [self.token_order[self.offsets[c] : self.offsets[c + 1]] for c in chosen]
+        return torch.cat(blocks + [self.always_ids])
+
+    @torch.no_grad()
     def scores(self, hidden: torch.Tensor, token_embed: torch.Tensor, prev_hidden: torch.Tensor, position: int) -> HeadScores:
         chosen = self.choose_clusters(token_embed, prev_hidden, position)
         blocks = [(self.offsets[c], self.offsets[c + 1]) for c in chosen]
