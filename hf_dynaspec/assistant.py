@@ -42,6 +42,8 @@ class DynaSpecAssistant(PreTrainedModel):
         self.drafter = EagleDrafter(config)
         self.shortlists = VocabShortlists(config)
         self.stats = DraftStats()
+        # Runtime option, never saved: keep every drafted token id in `stats` (to build a VocabTrim list).
+        self.collect_draft_tokens = False
         # Plain attribute (not a submodule): the target is never saved nor moved with the assistant.
         self.__dict__["_target"] = None
         self.post_init()

@@ -112,6 +112,8 @@ class EagleCandidateGenerator(CandidateGenerator):
         target_hidden = self.assistant.select_target_hidden(model_outputs.hidden_states)
         draft = self.session.propose(input_ids, target_hidden, budget)
         self._drafted_last_round = draft.token_ids.shape[1]
+        if self.assistant.collect_draft_tokens:
+            self.assistant.stats.draft_token_ids.append(draft.token_ids[0])
         return torch.cat([input_ids, draft.token_ids], dim=1), draft.logits
 
     def update_candidate_strategy(self, input_ids, scores, num_matches):

@@ -23,6 +23,8 @@ class DraftStats:
     # coverage at draft position j: was the target's own token at j inside the shortlist drafted from?
     coverage_hits: list[int] = field(default_factory=list)
     coverage_checked: list[int] = field(default_factory=list)
+    # The drafted token ids of every pass, kept only when `assistant.collect_draft_tokens` is set (VocabTrim).
+    draft_token_ids: list = field(default_factory=list)
 
     def record(self, num_drafted: int, num_accepted: int) -> None:
         self.verify_passes += 1

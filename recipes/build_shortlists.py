@@ -60,6 +60,23 @@ def router_examples(model, tokenizer, cluster_of_token, num_tokens, max_length=5
     return torch.cat(embeds), torch.cat(feats), torch.cat(labels)
 
 
+@torch.no_grad()
+def vocabtrim_ranking(assistant, model, tokenizer, num_prompts: int, max_new_tokens: int) -> torch.Tensor:
+    """VocabTrim: token ids ranked by how often the drafter itself drafts them on training prompts (greedy)."""
+    from hf_dynaspec.runner import encode_prompt
+    from hf_dynaspec.shortlist.frequency import count_tokens
+
+    assistant.collect_draft_tokens = True
+    drafted = []
+    for prompt, _ in tqdm(itertools.islice(conversations(), num_prompts), total=num_prompts, desc="vocabtrim"):
+        ids = encode_prompt(tokenizer, prompt, chat=True)
+        model.generate(ids, attention_mask=torch.ones_like(ids), assistant_model=assistant, do_sample=False,
+                       max_new_tokens=max_new_tokens)
+        drafted.extend(t.tolist() for t in assistant.stats.draft_token_ids)
+    assistant.collect_draft_tokens = False
+    return ranking_from_counts(count_tokens(drafted, assistant.config.vocab_size))
+
+
 def train_router(router, embeds, feats, labels, epochs=20, lr=2e-3, batch=512, seed=0):
     generator = torch.Generator().manual_seed(seed)
     order = torch.randperm(len(labels), generator=generator)
@@ -89,6 +106,9 @@ def main(argv=None):
     parser.add_argument("--clusters", type=int, default=256)
     parser.add_argument("--router-tokens", type=int, default=12000)
     parser.add_argument("--router-hidden", type=int, default=256)
+    parser.add_argument("--vocabtrim-prompts", type=int, default=0,
+                        help="training prompts to draft on for the VocabTrim list (0: skip; needs a trained drafter)")
+    parser.add_argument("--vocabtrim-new-tokens", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
 
@@ -105,6 +125,12 @@ def main(argv=None):
     assistant.shortlists.set_frequency_list(ranking, kind="frspec")
     metrics["frspec"] = {"ranked_tokens": len(ranking), "counted_tokens": int(counts.sum()),
                          "seconds": time.perf_counter() - start}
+
+    if args.vocabtrim_prompts:
+        start = time.perf_counter()
+        ranking = vocabtrim_ranking(assistant, model, tokenizer, args.vocabtrim_prompts, args.vocabtrim_new_tokens)
+        assistant.shortlists.set_frequency_list(ranking, kind="vocabtrim")
+        metrics["vocabtrim"] = {"ranked_tokens": len(ranking), "seconds": time.perf_counter() - start}
 
     start = time.perf_counter()
     head = model.get_output_embeddings().weight.detach()
