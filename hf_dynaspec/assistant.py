@@ -246,7 +246,17 @@ class DynaSpecAssistant(PreTrainedModel):
         head = self.drafter.target.lm_head
         if getattr(head, "bias", None) is not None:
             raise ValueError("targets whose LM head has a bias are not supported by the shortlisted head yet")
-        return build_head(self.config.shortlist, head.weight, self.shortlists, self.config)
+        config = self.config
+        # Building a head copies rows (the whole permuted head for DynaSpec): reuse it across generate() calls
+        # while nothing it depends on has changed.
+        key = (config.shortlist, config.shortlist_size, config.max_clusters, config.fixed_clusters,
+               config.max_shortlist_size, head.weight.data_ptr(), head.weight._version,
+               tuple((t.data_ptr(), t._version) for t in self.shortlists.state_dict().values()))
+        cached = self.__dict__.get("_runtime_head")
+        if cached is None or cached[0] != key:
+            cached = (key, build_head(config.shortlist, head.weight, self.shortlists, config))
+            self.__dict__["_runtime_head"] = cached
+        return cached[1]
 
     def make_candidate_generator(self, target, input_ids, generation_config, logits_processor, model_kwargs):
         """Called by transformers' `generate()` (through hf_integration) once per call."""

@@ -73,3 +73,15 @@ def test_bf16_divergences_are_near_ties(model_dir):
     for model, ids, plain, assisted in plain_and_assisted(model_dir, torch.bfloat16):
         divergence = check_exactness(model, ids, plain, assisted)
         assert divergence is None or divergence.near_tie, (ids, divergence)
+
+
+def test_stop_strings_are_honoured(model_dir):
+    model, tokenizer = load(model_dir, torch.float32)
+    assistant = assistant_for(model)
+    ids = prompt_ids(tokenizer, PROMPTS[0])
+    options = dict(stop_strings=["(", "\n\n"], tokenizer=tokenizer)
+    plain = generate(model, ids, **options)
+    assisted = generate(model, ids, assistant_model=assistant, **options)
+    assert torch.equal(plain, assisted)
+    text = tokenizer.decode(plain)
+    assert len(plain) < 32 and (text.endswith("(") or text.endswith("\n\n")), text

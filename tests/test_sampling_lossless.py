@@ -115,8 +115,8 @@ def test_fit_rejects_draft_logits_that_were_not_sampled_from(setup, monkeypatch)
     target, assistant, probs = setup
     choose = ChainDraftSession._choose
 
-    def sharpened(self, hidden, context):  # returns logits of another distribution than the sampled one
-        token_id, logits = choose(self, hidden, context)
+    def sharpened(self, *args):  # returns logits of another distribution than the sampled one
+        token_id, logits = choose(self, *args)
         return token_id, None if logits is None else logits * 3.0
 
     monkeypatch.setattr(ChainDraftSession, "_choose", sharpened)

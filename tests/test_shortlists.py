@@ -171,3 +171,16 @@ def test_frspec_import_refuses_non_tensor_pickles(tmp_path):
 def test_ranking_from_counts():
     counts = torch.tensor([0, 5, 2, 5, 1])
     assert ranking_from_counts(counts).tolist() == [1, 3, 2, 4]
+
+
+def test_runtime_head_is_reused_until_something_it_depends_on_changes():
+    target = tiny_target("llama")
+    assistant = add_shortlists(DynaSpecAssistant.from_target(target, shortlist="dynaspec"), target)
+    first = assistant.runtime_head()
+    assert assistant.runtime_head() is first
+    with torch.no_grad():
+        assistant.shortlists.router.out.weight.normal_()
+    second = assistant.runtime_head()
+    assert second is not first
+    assistant.config.max_clusters = 2
+    assert assistant.runtime_head() is not second and assistant.runtime_head().max_clusters == 2
