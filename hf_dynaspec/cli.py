@@ -46,6 +46,16 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--size", type=int, required=True, help="number of tokens to keep (EOS/special added)")
     export.add_argument("--out", required=True)
 
+    bench_head = commands.add_parser("bench-head", help="time the full LM head against shortlisted paths")
+    bench_head.add_argument("--hidden", type=int, required=True)
+    bench_head.add_argument("--vocab", type=int, required=True)
+    bench_head.add_argument("--shortlist", type=int, required=True, help="about this many rows, in whole clusters")
+    bench_head.add_argument("--dtype", choices=["bf16", "fp32"], default="bf16")
+    bench_head.add_argument("--batch", type=int, default=1)
+    bench_head.add_argument("--clusters", type=int, default=256)
+    bench_head.add_argument("--repeats", type=int, default=30)
+    bench_head.add_argument("--json", default=None)
+
     demo = commands.add_parser("demo", help=f"plain vs assisted on {DEMO_TARGET} with a fixed prompt")
     _add_generation_args(demo, DEMO_TARGET)
     demo.add_argument("--prompt", default=DEMO_PROMPT)
@@ -136,6 +146,13 @@ def main(argv: list[str] | None = None) -> int:
         return _models(args)
     if args.command == "export-shortlist":
         return _export_shortlist(args)
+    if args.command == "bench-head":
+        from hf_dynaspec.kernels import bench
+
+        result = bench.run(args.hidden, args.vocab, args.shortlist, args.dtype, args.batch, args.clusters, args.repeats)
+        bench.write(result, args.json)
+        print(json.dumps({k: result[k] for k in ("full_ms", "shortlist_ms", "ratio", "path", "shortlist_rows", "blocks")}))
+        return 0
     result = _generate(args, getattr(args, "chat", None))
     _print_comparison(result)
     return 0

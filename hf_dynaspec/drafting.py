@@ -84,7 +84,8 @@ class ChainDraftSession:
                 draft_logits.append(logits)
             if k + 1 == num_draft_tokens:
                 break
-            context = torch.cat([context, token_id], dim=1)
+            if self.logits_processor is not None:  # only processors read the drafted context
+                context = torch.cat([context, token_id], dim=1)
             position_ids = torch.full((1, 1), seq_len - 1 + k, device=device, dtype=torch.long)
             token_embed, hidden_in = drafter.embed(token_id), hidden
             hidden = drafter.step(token_embed, hidden_in, position_ids, self.cache, None)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
+from hf_dynaspec.kernels.cpu import shortlist_head_blocks
 from hf_dynaspec.shortlist.budget import clusters_at_position
 
 
@@ -54,10 +55,11 @@ class ClusterHead:
         clusters = shortlists.clusters
         self.router = shortlists.router
         self.offsets = clusters.offsets.tolist()
-        self.token_order = clusters.token_order
         self.always_ids = clusters.always_ids
-        self.permuted_weight = head_weight[clusters.token_order].contiguous()
-        self.always_weight = head_weight[clusters.always_ids].contiguous()
+        # Clustered rows cluster by cluster, then the always-included rows as one final block.
+        self.token_order = torch.cat([clusters.token_order, clusters.always_ids])
+        self.num_clustered = len(clusters.token_order)
+        self.permuted_weight = head_weight[self.token_order].contiguous()
         self.max_clusters = min(max_clusters, clusters.num_clusters)
         self.position_aware = position_aware
         self.max_shortlist_size = max_shortlist_size
@@ -89,18 +91,11 @@ class ClusterHead:
     @torch.no_grad()
     def scores(self, hidden: torch.Tensor, token_embed: torch.Tensor, prev_hidden: torch.Tensor, position: int) -> HeadScores:
         chosen = self.choose_clusters(token_embed, prev_hidden, position)
-        blocks = [(self.offsets[c], self.offsets[c + 1]) for c in chosen]
-        size = sum(b - a for a, b in blocks) + len(self.always_ids)
-        logits = torch.empty(hidden.shape[0], size, dtype=hidden.dtype, device=hidden.device)
-        ids = torch.empty(size, dtype=torch.long, device=hidden.device)
-        start = 0
-        for a, b in blocks:  # block matmuls into one preallocated output: no gathered weight copy
-            torch.mm(hidden, self.permuted_weight[a:b].T, out=logits[:, start : start + b - a])
-            ids[start : start + b - a] = self.token_order[a:b]
-            start += b - a
-        torch.mm(hidden, self.always_weight.T, out=logits[:, start:])
-        ids[start:] = self.always_ids
-        return HeadScores(logits.float(), ids)
+        # The always-included rows are the last block of the permuted head (see __init__).
+        starts = [self.offsets[c] for c in chosen] + [self.num_clustered]
+        ends = [self.offsets[c + 1] for c in chosen] + [self.num_clustered + len(self.always_ids)]
+        logits, ids = shortlist_head_blocks(hidden, self.permuted_weight, starts, ends, self.token_order)
+        return HeadScores(logits, ids)
 
 
 def build_head(strategy: str, head_weight: torch.Tensor, shortlists, config):

@@ -1,0 +1,84 @@
+"""`hf-dynaspec bench-head`: the full LM head against shortlisted paths, interleaved in one process.
+
+The shortlist is made of whole clusters with a skewed (log-normal) size distribution, as spherical k-means
+produces on real heads, added in random order until about S rows. Each path includes the argmax.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from hf_dynaspec.kernels.cpu import shortlist_head_blocks
+from hf_dynaspec.kernels.reference import shortlist_head_reference
+
+DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+CSV_PATH = Path(__file__).resolve().parent.parent.parent / "benchmarks" / "results" / "bench_head.csv"
+
+
+def cluster_blocks(vocab: int, num_clusters: int, shortlist: int, seed: int = 0) -> tuple[list[int], list[int]]:
+    """Row blocks `[start, end)` of whole clusters totalling about `shortlist` rows."""
+    generator = torch.Generator().manual_seed(seed)
+    weights = torch.exp(torch.randn(num_clusters, generator=generator))  # log-normal cluster sizes
+    sizes = (weights / weights.sum() * vocab).floor().long().clamp(min=1)
+    sizes[-1] += vocab - sizes.sum()
+    offsets = [0] + sizes.cumsum(0).tolist()
+    starts, ends, total = [], [], 0
+    for c in torch.randperm(num_clusters, generator=generator).tolist():
+        if total >= shortlist:
+            break
+        if total and total + offsets[c + 1] - offsets[c] > 1.1 * shortlist:
+            continue  # a cluster that would overshoot "about S" by more than 10%
+        starts.append(offsets[c])
+        ends.append(offsets[c + 1])
+        total += offsets[c + 1] - offsets[c]
+    order = sorted(range(len(starts)), key=starts.__getitem__)
+    return [starts[i] for i in order], [ends[i] for i in order]
+
+
+def run(hidden_size: int, vocab: int, shortlist: int, dtype: str, batch: int, clusters: int, repeats: int = 30) -> dict:
+    torch.manual_seed(0)
+    weight = torch.randn(vocab, hidden_size).to(DTYPES[dtype])
+    token_order = torch.randperm(vocab)
+    hidden = torch.randn(batch, hidden_size).to(DTYPES[dtype])
+    starts, ends = cluster_blocks(vocab, clusters, shortlist)
+    paths = {
+        "full": lambda: (hidden @ weight.T).argmax(-1),
+        "reference": lambda: shortlist_head_reference(hidden, weight, starts, ends, token_order)[0].argmax(-1),
+        "cpu_blocks": lambda: shortlist_head_blocks(hidden, weight, starts, ends, token_order)[0].argmax(-1),
+    }
+    times = {name: [] for name in paths}
+    with torch.no_grad():
+        for fn in paths.values():  # warm-up
+            fn()
+        for _ in range(repeats):
+            for name, fn in paths.items():  # interleaved
+                start = time.perf_counter()
+                fn()
+                times[name].append((time.perf_counter() - start) * 1000)
+    median = {name: statistics.median(values) for name, values in times.items()}
+    best = min(("reference", "cpu_blocks"), key=median.get)
+    return {
+        "full_ms": median["full"], "shortlist_ms": median[best], "ratio": median[best] / median["full"], "path": best,
+        "paths_ms": median, "hidden": hidden_size, "vocab": vocab, "shortlist_rows": sum(e - s for s, e in zip(starts, ends)),
+        "blocks": len(starts), "clusters": clusters, "dtype": dtype, "batch": batch, "repeats": repeats,
+        "threads": torch.get_num_threads(),
+    }
+
+
+def write(result: dict, json_path: str | None) -> None:
+    if json_path:
+        Path(json_path).write_text(json.dumps(result, indent=2))
+    CSV_PATH.parent.mkdir(parents=True, exist_ok=True)
+    row = {k: v for k, v in result.items() if k != "paths_ms"} | {f"{k}_ms": v for k, v in result["paths_ms"].items()}
+    new = not CSV_PATH.exists()
+    with CSV_PATH.open("a", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(row))
+        if new:
+            writer.writeheader()
+        writer.writerow(row)
