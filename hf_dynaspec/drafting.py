@@ -69,16 +69,18 @@ class ChainDraftSession:
         hidden_in = drafter.fuse_target_hidden(new_target_hidden[:, :num_new])
         token_embeds = drafter.embed(input_ids[:, start + 1 : seq_len])
         position_ids = torch.arange(start, seq_len - 1, device=device)[None]
+        # The router reads the inputs of the step whose output it shortlists (E(x_t), h_{t-1}): it is started
+        # before the drafter's layer so that on CUDA the two overlap.
+        plan = self._plan(token_embeds[:, -1], hidden_in[:, -1], 0)
         hidden = drafter.step(token_embeds, hidden_in, position_ids, self.cache, causal_mask(num_new, start, device))
         self.num_verified_pairs = seq_len - 1
-        # The router reads the inputs of the step whose output it shortlists: E(x_t) and h_{t-1}.
-        hidden, token_embed, hidden_in = hidden[:, -1:], token_embeds[:, -1:], hidden_in[:, -1:]
+        hidden = hidden[:, -1:]
 
         draft_ids, draft_logits = [], []
         self.shortlists_of_last_draft = []
         context = input_ids
         for k in range(num_draft_tokens):
-            token_id, logits = self._choose(hidden, context, token_embed, hidden_in, k)
+            token_id, logits = self._choose(hidden, context, plan)
             draft_ids.append(token_id)
             if logits is not None:
                 draft_logits.append(logits)
@@ -87,17 +89,21 @@ class ChainDraftSession:
             if self.logits_processor is not None:  # only processors read the drafted context
                 context = torch.cat([context, token_id], dim=1)
             position_ids = torch.full((1, 1), seq_len - 1 + k, device=device, dtype=torch.long)
-            token_embed, hidden_in = drafter.embed(token_id), hidden
-            hidden = drafter.step(token_embed, hidden_in, position_ids, self.cache, None)
+            token_embed = drafter.embed(token_id)
+            plan = self._plan(token_embed[:, -1], hidden[:, -1], k + 1)
+            hidden = drafter.step(token_embed, hidden, position_ids, self.cache, None)
         return Draft(
             token_ids=torch.cat(draft_ids, dim=1),
             logits=torch.stack(draft_logits, dim=1) if draft_logits else None,
         )
 
-    def _choose(self, hidden, context, token_embed, hidden_in, position) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def _plan(self, token_embed: torch.Tensor, hidden_in: torch.Tensor, position: int):
+        return self.head.plan(token_embed, hidden_in, position) if self.head is not None else None
+
+    def _choose(self, hidden, context, plan) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Hidden `[1, 1, H]` -> (draft token id `[1, 1]`, full-vocabulary logits `[1, V]` when sampling)."""
         if self.head is not None:
-            scores = self.head.scores(hidden[:, -1], token_embed[:, -1], hidden_in[:, -1], position)
+            scores = self.head.scores(hidden[:, -1], plan)
             logits, shortlist_ids = scores.logits, scores.token_ids  # [1, S], [S]
         else:
             logits, _ = self.drafter.head_logits(hidden)

@@ -19,7 +19,7 @@ STRATEGIES = ["full", "frspec", "vocabtrim", "dynaspec", "dynaspec-fixed"]
 def add_shortlists(assistant, target, num_clusters=8, seed=0):
     """Frequency lists and clusters with a random (untrained) router, as the recipes would build them."""
     generator = torch.Generator().manual_seed(seed)
-    head = target.get_output_embeddings().weight.detach()
+    head = target.get_output_embeddings().weight.detach().cpu()  # scikit-learn clusters on the CPU
     assistant.shortlists.set_frequency_list(torch.randperm(VOCAB, generator=generator)[:60], kind="frspec")
     assistant.shortlists.set_frequency_list(torch.randperm(VOCAB, generator=generator)[:40], kind="vocabtrim")
     assistant.shortlists.set_clusters(cluster_vocabulary(head, num_clusters, always_ids=ALWAYS, seed=seed))
@@ -52,7 +52,7 @@ def test_permuted_head_with_all_clusters_equals_the_full_head():
     head = target.get_output_embeddings().weight.detach()
     cluster_head = ClusterHead(head, assistant.shortlists, max_clusters=8, position_aware=False)
     hidden = torch.randn(1, 32)
-    scores = cluster_head.scores(hidden, torch.randn(1, 32), torch.randn(1, 32), position=0)
+    scores = cluster_head.scores(hidden, cluster_head.plan(torch.randn(1, 32), torch.randn(1, 32), 0))
     assert len(scores.token_ids) == VOCAB
     full = (hidden @ head.T).float()
     torch.testing.assert_close(scores.logits[0], full[0, scores.token_ids])
@@ -103,7 +103,7 @@ def test_position_aware_budget_shrinks_the_shortlist_with_depth():
     assistant.config.shortlist = "dynaspec"
     session_head = assistant.runtime_head()
     e, h = torch.randn(1, 32), torch.randn(1, 32)
-    sizes = [len(session_head.scores(torch.randn(1, 32), e, h, t).token_ids) for t in range(4)]
+    sizes = [len(session_head.scores(torch.randn(1, 32), session_head.plan(e, h, t)).token_ids) for t in range(4)]
     assert sizes[0] == sizes[1] > sizes[2] >= sizes[3] > len(ALWAYS)
 
 
@@ -184,3 +184,32 @@ def test_runtime_head_is_reused_until_something_it_depends_on_changes():
     assert second is not first
     assistant.config.max_clusters = 2
     assert assistant.runtime_head() is not second and assistant.runtime_head().max_clusters == 2
+
+
+def test_planned_scores_equal_sequential_choice():
+    # On CPU the router runs inline; the plan/scores split must give exactly the clusters chosen directly.
+    target = tiny_target("qwen2")
+    assistant = add_shortlists(DynaSpecAssistant.from_target(target, shortlist="dynaspec"), target)
+    head = assistant.runtime_head()
+    e, h, hidden = torch.randn(1, 32), torch.randn(1, 32), torch.randn(1, 32)
+    for position in range(4):
+        planned = head.scores(hidden, head.plan(e, h, position))
+        direct = torch.cat([head.token_order[head.offsets[c] : head.offsets[c + 1]]
+                            for c in head.choose_clusters(e, h, position)] + [head.always_ids])
+        assert torch.equal(planned.token_ids, direct)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (runs wherever one exists)")
+def test_side_stream_router_equals_sequential_on_cuda():
+    target = tiny_target("qwen2").cuda()
+    assistant = add_shortlists(DynaSpecAssistant.from_target(target, shortlist="dynaspec"), target)
+    head = assistant.runtime_head()
+    assert head.side_stream.stream is not None
+    e, h, hidden = (torch.randn(1, 32, device="cuda") for _ in range(3))
+    for position in range(4):
+        plan = head.plan(e, h, position)
+        torch.cuda._sleep(1_000_000)  # keep the main stream busy while the router runs on the side stream
+        overlapped = head.scores(hidden, plan)
+        sequential_ids = torch.cat([head.token_order[head.offsets[c] : head.offsets[c + 1]]
+                                    for c in head.choose_clusters(e, h, position)] + [head.always_ids])
+        assert torch.equal(overlapped.token_ids, sequential_ids)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from hf_dynaspec.kernels.cpu import shortlist_head_blocks
+from hf_dynaspec.kernels.overlap import Pending, SideStream
 from hf_dynaspec.shortlist.budget import clusters_at_position
 
 
@@ -29,7 +30,10 @@ class FullHead:
     def __init__(self, head_weight: torch.Tensor):
         self.weight = head_weight
 
-    def scores(self, hidden: torch.Tensor, token_embed=None, prev_hidden=None, position: int = 0) -> HeadScores:
+    def plan(self, token_embed=None, prev_hidden=None, position: int = 0):
+        return None
+
+    def scores(self, hidden: torch.Tensor, plan=None) -> HeadScores:
         return HeadScores((hidden @ self.weight.T).float(), None)
 
 
@@ -40,7 +44,10 @@ class StaticHead:
         self.token_ids = token_ids
         self.weight = head_weight[token_ids].contiguous()  # gathered once per generate() call
 
-    def scores(self, hidden: torch.Tensor, token_embed=None, prev_hidden=None, position: int = 0) -> HeadScores:
+    def plan(self, token_embed=None, prev_hidden=None, position: int = 0):
+        return None
+
+    def scores(self, hidden: torch.Tensor, plan=None) -> HeadScores:
         return HeadScores((hidden @ self.weight.T).float(), self.token_ids)
 
 
@@ -63,13 +70,20 @@ class ClusterHead:
         self.max_clusters = min(max_clusters, clusters.num_clusters)
         self.position_aware = position_aware
         self.max_shortlist_size = max_shortlist_size
+        self.side_stream = SideStream(head_weight.device)
 
     def budget(self, position: int) -> int:
         return clusters_at_position(position, self.max_clusters) if self.position_aware else self.max_clusters
 
+    def plan(self, token_embed: torch.Tensor, prev_hidden: torch.Tensor, position: int) -> tuple[Pending, int]:
+        """Start the router on this step's inputs `[1, D]`, `[1, H]` (before the drafter's layer runs)."""
+        return self.side_stream.launch(self.router, token_embed, prev_hidden), position
+
     def choose_clusters(self, token_embed: torch.Tensor, prev_hidden: torch.Tensor, position: int) -> list[int]:
-        scores = self.router(token_embed, prev_hidden)[0]
-        chosen = scores.topk(self.budget(position)).indices.tolist()  # best first
+        return self._clusters_from(self.router(token_embed, prev_hidden), position)
+
+    def _clusters_from(self, cluster_scores: torch.Tensor, position: int) -> list[int]:
+        chosen = cluster_scores[0].topk(self.budget(position)).indices.tolist()  # best first
         if self.max_shortlist_size is not None:
             kept, size = [], len(self.always_ids)
             for c in chosen:
@@ -89,8 +103,10 @@ class ClusterHead:
         return torch.cat(blocks + [self.always_ids])
 
     @torch.no_grad()
-    def scores(self, hidden: torch.Tensor, token_embed: torch.Tensor, prev_hidden: torch.Tensor, position: int) -> HeadScores:
-        chosen = self.choose_clusters(token_embed, prev_hidden, position)
+    def scores(self, hidden: torch.Tensor, plan: tuple[Pending, int]) -> HeadScores:
+        """Hidden `[1, H]` and the router plan of this step -> scores of the chosen clusters' rows."""
+        pending, position = plan
+        chosen = self._clusters_from(pending.result(), position)
         # The always-included rows are the last block of the permuted head (see __init__).
         starts = [self.offsets[c] for c in chosen] + [self.num_clustered]
         ends = [self.offsets[c + 1] for c in chosen] + [self.num_clustered + len(self.always_ids)]

@@ -1,0 +1,45 @@
+"""Run the DynaSpec router concurrently with the drafter's decoder layer.
+
+The router reads only the step's inputs (E(x_t), h_{t-1}), so on CUDA it can run on a side stream while the
+main stream computes the layer; the head waits on an event before using its result, which makes the draft
+step cost T_embed + max(T_layer, T_router) + T_head(S). On CPU (and any other device) the router runs inline.
+All stream handling of the project lives here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class Pending:
+    """A value computed on a side stream; `result()` makes the current stream wait for it."""
+
+    value: torch.Tensor
+    event: "torch.cuda.Event | None" = None
+
+    def result(self) -> torch.Tensor:
+        if self.event is not None:
+            torch.cuda.current_stream(self.value.device).wait_event(self.event)
+            self.event = None
+        return self.value
+
+
+class SideStream:
+    def __init__(self, device: torch.device):
+        self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+
+    def launch(self, fn: Callable[..., torch.Tensor], *args: torch.Tensor) -> Pending:
+        if self.stream is None:
+            return Pending(fn(*args))
+        main = torch.cuda.current_stream(self.stream.device)
+        self.stream.wait_stream(main)  # the inputs were produced on the main stream
+        with torch.cuda.stream(self.stream):
+            value = fn(*args)
+            event = torch.cuda.Event()
+            event.record(self.stream)
+        value.record_stream(main)  # freed only after the main stream is done with it
+        return Pending(value, event)
