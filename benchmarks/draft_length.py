@@ -37,7 +37,8 @@ def verify_ms(model, prefix, k):
 
 @torch.no_grad()
 def draft_ms_per_token(assistant, prefix, k):
-    session = ChainDraftSession(assistant.drafter, assistant.config.vocab_size, do_sample=False)
+    session = ChainDraftSession(assistant.drafter, assistant.config.vocab_size, do_sample=False,
+                                head=assistant.runtime_head())
     hidden = torch.randn(1, prefix.shape[1] - 1, assistant.config.target_hidden_size, dtype=assistant.dtype)
     session.propose(prefix, hidden, 1)  # drafter prefill, not timed
     extended = torch.cat([prefix, prefix[:, -1:]], dim=1)

@@ -81,21 +81,16 @@ def _models(args) -> int:
 def _export_shortlist(args) -> int:
     from pathlib import Path
 
-    import torch
     from safetensors.torch import save_file
 
     from hf_dynaspec import DynaSpecAssistant
     from hf_dynaspec.shortlist.frequency import export_d2t_t2d, export_token_map
 
     assistant = DynaSpecAssistant.from_pretrained(args.assistant)
-    shortlists = assistant.shortlists
-    ranking = shortlists.frequency_ids if args.ranking == "frspec" else shortlists.vocabtrim_ids
-    if len(ranking) == 0:
+    ids = assistant.shortlists.static_list(args.ranking, args.size)
+    if ids is None:
         print(f"error: {args.assistant} has no {args.ranking} ranking", file=sys.stderr)
         return 2
-    ids = ranking[: args.size]
-    always = shortlists.always_ids
-    ids = torch.cat([ids, always[~torch.isin(always, ids)]])
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     export_token_map(ids, out / f"token_map_{len(ids)}.pt")

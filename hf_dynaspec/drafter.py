@@ -127,11 +127,11 @@ class EagleDrafter(nn.Module):
         return hidden + layer.mlp(layer.post_attention_layernorm(hidden))
 
     # -- output head -------------------------------------------------------------------------------------
-    def head_logits(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Hidden `[B, T, H]` -> (logits `[B, T, S]`, shortlist_ids `[S]` target ids, or None when S == V)."""
-        if self.config.drafter_kind == "eagle":
-            return self.target.lm_head(hidden), None
-        return self.lm_head(self.norm(hidden)), self.draft_to_target_ids()
+    def draft_vocab_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """EAGLE-3's own head: hidden `[B, T, H]` -> logits `[B, T, S]` over its draft vocabulary (rows map to
+        target ids through `draft_to_target_ids`). EAGLE-1/2 drafters score the target's head through a
+        runtime shortlist head instead (hf_dynaspec.shortlist.selector)."""
+        return self.lm_head(self.norm(hidden))
 
     def draft_to_target_ids(self) -> torch.Tensor:
         """EAGLE-3 map: target id of each draft-vocabulary row, `[S]`."""

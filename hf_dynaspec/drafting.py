@@ -37,6 +37,8 @@ class ChainDraftSession:
     """
 
     def __init__(self, drafter: EagleDrafter, vocab_size: int, do_sample: bool, logits_processor=None, head=None):
+        if head is None and drafter.config.drafter_kind == "eagle":
+            raise ValueError("an eagle drafter scores the target's head through a runtime head: pass head=")
         self.drafter = drafter
         self.head = head
         self.shortlists_of_last_draft: list[torch.Tensor | None] = []  # ids scored at each draft position
@@ -106,8 +108,8 @@ class ChainDraftSession:
             scores = self.head.scores(hidden[:, -1], plan)
             logits, shortlist_ids = scores.logits, scores.token_ids  # [1, S], [S]
         else:
-            logits, _ = self.drafter.head_logits(hidden)
-            logits, shortlist_ids = logits[:, -1].float(), self.shortlist_ids
+            logits = self.drafter.draft_vocab_logits(hidden)[:, -1].float()
+            shortlist_ids = self.shortlist_ids
         self.shortlists_of_last_draft.append(shortlist_ids)
         if not self.do_sample and self.logits_processor is None:
             idx = logits.argmax(dim=-1, keepdim=True)

@@ -21,7 +21,7 @@ def test_incremental_drafts_equal_drafts_from_scratch(family, kind):
     features = assistant.select_target_hidden(hidden_states)  # [1, 30, D or 3D]
 
     def session():
-        return ChainDraftSession(assistant.drafter, vocab_size=VOCAB, do_sample=True)
+        return ChainDraftSession(assistant.drafter, vocab_size=VOCAB, do_sample=True, head=assistant.runtime_head())
 
     # Incremental: verified lengths grow 8 -> 9 -> 13 -> 20, drafting 4 speculative tokens in between,
     # as during generation (the speculative cache entries must be dropped each round).

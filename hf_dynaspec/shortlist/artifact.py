@@ -58,6 +58,15 @@ class VocabShortlists(nn.Module):
             self.config.target_hidden_size, self.config.hidden_size, clusters.num_clusters, self.config.router_hidden_size
         ).to(device)
 
+    def static_list(self, kind: str, size: int | None = None) -> torch.Tensor | None:
+        """The first `size` ids of the `kind` ("frspec" | "vocabtrim") ranking plus the always-included ids
+        (EOS and special tokens are always draftable); None when the artifact stores no such ranking."""
+        ranking = self.frequency_ids if kind == "frspec" else self.vocabtrim_ids
+        if len(ranking) == 0:
+            return None
+        ids = ranking[:size] if size else ranking
+        return torch.cat([ids, self.always_ids[~torch.isin(self.always_ids, ids)]])
+
     @property
     def clusters(self) -> VocabClusters | None:
         if not self.config.num_clusters:

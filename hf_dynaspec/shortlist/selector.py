@@ -42,7 +42,7 @@ class StaticHead:
 
     def __init__(self, head_weight: torch.Tensor, token_ids: torch.Tensor):
         self.token_ids = token_ids
-        self.weight = head_weight[token_ids].contiguous()  # gathered once per generate() call
+        self.weight = head_weight[token_ids].contiguous()  # gathered once, when the head is built
 
     def plan(self, token_embed=None, prev_hidden=None, position: int = 0):
         return None
@@ -123,17 +123,12 @@ def build_head(strategy: str, head_weight: torch.Tensor, shortlists, config):
     if strategy == "full":
         return FullHead(head_weight)
     if strategy in ("frspec", "vocabtrim"):
-        ranking = shortlists.frequency_ids if strategy == "frspec" else shortlists.vocabtrim_ids
-        if len(ranking) == 0:
+        ids = shortlists.static_list(strategy, config.shortlist_size)
+        if ids is None:
             raise ValueError(
                 f"shortlist={strategy!r} needs a frequency list in the artifact; this one has none. Build it with "
                 f"assistant.shortlists.set_frequency_list(ids, kind={strategy!r}) (see recipes)."
             )
-        size = config.shortlist_size or len(ranking)
-        ids = ranking[:size]
-        always = shortlists.always_ids
-        if len(always):  # EOS and special tokens are always draftable
-            ids = torch.cat([ids, always[~torch.isin(always, ids)]])
         return StaticHead(head_weight, ids)
     if strategy in ("dynaspec", "dynaspec-fixed"):
         if shortlists.clusters is None:
