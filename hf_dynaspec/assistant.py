@@ -11,13 +11,15 @@ the drafter's own; the target's embedding, final norm and LM head are borrowed a
 
 from __future__ import annotations
 
+import json
 import os
+from pathlib import Path
 
 import torch
 import torch.nn as nn
 from transformers import PreTrainedModel
 
-from hf_dynaspec import checkpoints, hf_integration
+from hf_dynaspec import checkpoints, hf_integration, model_card
 from hf_dynaspec.config import DynaSpecConfig
 from hf_dynaspec.drafter import EagleDrafter, TargetParts
 from hf_dynaspec.drafting import ChainDraftSession
@@ -44,6 +46,8 @@ class DynaSpecAssistant(PreTrainedModel):
         self.stats = DraftStats()
         # Runtime option, never saved: keep every drafted token id in `stats` (to build a VocabTrim list).
         self.collect_draft_tokens = False
+        # How the artifact was made and what it measured (card.json): the model card is rendered from it.
+        self.card_data: dict = {}
         # Plain attribute (not a submodule): the target is never saved nor moved with the assistant.
         self.__dict__["_target"] = None
         self.post_init()
@@ -154,6 +158,7 @@ class DynaSpecAssistant(PreTrainedModel):
         config.validate_drafter()
         assistant = cls(config)
         assistant._load_checked(state, directory)
+        assistant.card_data = model_card.read_card_data(directory)
         if dtype is not None:
             assistant.to(dtype)
         assistant.eval()
@@ -291,6 +296,14 @@ class DynaSpecAssistant(PreTrainedModel):
             self, session, num_draft_tokens=self.config.num_draft_tokens, max_length=generation_config.max_length
         )
 
+    def save_pretrained(self, save_directory: str | os.PathLike, *args, **kwargs) -> None:
+        """Save config.json + model.safetensors (transformers), card.json and a generated README.md model card."""
+        super().save_pretrained(save_directory, *args, **kwargs)
+        directory = Path(save_directory)
+        if self.card_data:
+            (directory / model_card.CARD_DATA_NAME).write_text(json.dumps(self.card_data, indent=2) + "\n")
+        (directory / "README.md").write_text(model_card.render_model_card(self.config, self.card_data))
+
     def push_to_hub(
         self,
         repo_id: str,
@@ -299,13 +312,15 @@ class DynaSpecAssistant(PreTrainedModel):
         token: str | None = None,
         revision: str | None = None,
         commit_message: str = "Upload hf-dynaspec assistant",
+        endpoint: str | None = None,
     ):
-        """Upload the whole artifact (config.json + model.safetensors, never the target) to a Hub repo."""
+        """Upload the whole artifact (config, weights incl. clusters/router/frequency lists, card.json and the
+        model card; never the target) to a Hub repo. `endpoint`: another Hub server (default: HF_ENDPOINT)."""
         import tempfile
 
         from huggingface_hub import HfApi
 
-        api = HfApi(token=token)
+        api = HfApi(token=token, endpoint=endpoint)
         api.create_repo(repo_id, private=private, exist_ok=True)
         with tempfile.TemporaryDirectory() as folder:
             self.save_pretrained(folder)

@@ -1,4 +1,4 @@
-"""`hf-dynaspec`: models fetch | models list | generate | demo."""
+"""`hf-dynaspec`: models fetch | models list | generate | demo | bench | bench-head | export-shortlist."""
 
 from __future__ import annotations
 
@@ -55,6 +55,16 @@ def build_parser() -> argparse.ArgumentParser:
     bench_head.add_argument("--clusters", type=int, default=256)
     bench_head.add_argument("--repeats", type=int, default=30)
     bench_head.add_argument("--json", default=None)
+
+    push = commands.add_parser("push", help="check an assistant artifact loads, then upload it to the Hub")
+    push.add_argument("artifact", help="assistant directory")
+    push.add_argument("repo_id")
+    push.add_argument("--private", action="store_true")
+    push.add_argument("--endpoint", default=None, help="Hub server (default: HF_ENDPOINT or huggingface.co)")
+
+    from hf_dynaspec.bench.command import add_parser as add_bench_parser
+
+    add_bench_parser(commands)
 
     demo = commands.add_parser("demo", help=f"plain vs assisted on {DEMO_TARGET} with a fixed prompt")
     _add_generation_args(demo, DEMO_TARGET)
@@ -141,6 +151,21 @@ def main(argv: list[str] | None = None) -> int:
         return _models(args)
     if args.command == "export-shortlist":
         return _export_shortlist(args)
+    if args.command == "push":
+        from hf_dynaspec.assistant import DynaSpecAssistant
+
+        assistant = DynaSpecAssistant.from_pretrained(args.artifact)
+        print(assistant.push_to_hub(args.repo_id, private=args.private or None, endpoint=args.endpoint))
+        return 0
+    if args.command == "bench":
+        from hf_dynaspec.bench.command import run as run_bench
+
+        try:
+            run_bench(args)
+        except (ValueError, FileNotFoundError) as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        return 0
     if args.command == "bench-head":
         from hf_dynaspec.kernels import bench
 

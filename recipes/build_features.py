@@ -4,8 +4,11 @@
         --max-tokens 1000000
 
 Each shard `shard_00000.safetensors` holds, for a few hundred sequences concatenated:
-`input_ids` [N] int32, `hidden` [N, D] bf16 (the target's post-norm last hidden state), `response_mask` [N]
-bool (True on response tokens), `offsets` [S + 1] int64 (sequence boundaries). A finished shard is never
+`input_ids` [N] int32, `hidden` [N, D] bf16 (the target's post-norm last hidden state), `topk_ids` [N, k]
+int32 and `topk_logp` [N, k] fp32 (the target's k most likely next tokens after each position and their
+log-probabilities under the full-vocabulary softmax), `response_mask` [N] bool (True on response tokens),
+`offsets` [S + 1] int64 (sequence boundaries). Caching the top-k instead of the full distribution is what
+makes the drafter's loss affordable: training never needs the target, and its head only over a few rows. A finished shard is never
 rewritten, so an interrupted run resumes at the next one.
 """
 
@@ -29,8 +32,23 @@ def shard_path(out: Path, index: int) -> Path:
 
 
 @torch.no_grad()
+def next_token_topk(model, hidden: torch.Tensor, k: int, rows_per_chunk: int = 1024) -> tuple[torch.Tensor, torch.Tensor]:
+    """The target's top-k next tokens `[N, k]` (int32) and their full-softmax log-probs `[N, k]` (fp32).
+
+    `hidden` is `[N, D]`; the head runs in chunks so that `[N, V]` logits never exist at once.
+    """
+    ids, logps = [], []
+    for chunk in hidden.split(rows_per_chunk):
+        logp = model.lm_head(chunk.to(model.lm_head.weight.dtype)).float().log_softmax(-1)
+        top = logp.topk(k, dim=-1)
+        ids.append(top.indices.to(torch.int32))
+        logps.append(top.values)
+    return torch.cat(ids), torch.cat(logps)
+
+
+@torch.no_grad()
 def target_hidden(model, sequences: list[list[int]]) -> list[torch.Tensor]:
-    """Post-norm last hidden states `[T_i, D]` of each sequence (one right-padded batch)."""
+    """Post-norm last hidden states `[T_i, D]` (model dtype) of each sequence (one right-padded batch)."""
     length = max(len(s) for s in sequences)
     ids = torch.zeros(len(sequences), length, dtype=torch.long)
     mask = torch.zeros(len(sequences), length, dtype=torch.long)
@@ -38,7 +56,38 @@ def target_hidden(model, sequences: list[list[int]]) -> list[torch.Tensor]:
         ids[row, : len(seq)] = torch.tensor(seq)
         mask[row, : len(seq)] = 1
     hidden = model.model(input_ids=ids, attention_mask=mask).last_hidden_state
-    return [hidden[row, : len(seq)].to(torch.bfloat16).clone() for row, seq in enumerate(sequences)]
+    return [hidden[row, : len(seq)].clone() for row, seq in enumerate(sequences)]
+
+
+def shard_tensors(model, tokenized: list[tuple[list[int], int]], topk: int, tokens_per_batch: int,
+                  on_tokens=lambda n: None) -> dict[str, torch.Tensor]:
+    """The tensors of one shard (see the module docstring) for (ids, response start) pairs.
+
+    Sequences run in length-sorted, right-padded batches of at most `tokens_per_batch` padded tokens.
+    """
+    order = sorted(range(len(tokenized)), key=lambda i: len(tokenized[i][0]))
+    hidden: dict[int, torch.Tensor] = {}
+    top: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+    batch: list[int] = []
+    for i in order + [None]:
+        longest = max([len(tokenized[j][0]) for j in batch] + ([len(tokenized[i][0])] if i is not None else [0]))
+        if batch and (i is None or longest * (len(batch) + 1) > tokens_per_batch):
+            for j, h in zip(batch, target_hidden(model, [tokenized[j][0] for j in batch])):
+                top[j] = next_token_topk(model, h, topk)
+                hidden[j] = h.to(torch.bfloat16)
+            on_tokens(sum(len(tokenized[j][0]) for j in batch))
+            batch = []
+        if i is not None:
+            batch.append(i)
+    every = range(len(tokenized))
+    return {
+        "input_ids": torch.cat([torch.tensor(t, dtype=torch.int32) for t, _ in tokenized]),
+        "hidden": torch.cat([hidden[i] for i in every]),
+        "topk_ids": torch.cat([top[i][0] for i in every]),
+        "topk_logp": torch.cat([top[i][1] for i in every]),
+        "response_mask": torch.cat([torch.arange(len(t)) >= start for t, start in tokenized]),
+        "offsets": torch.tensor([0] + list(itertools.accumulate(len(t) for t, _ in tokenized)), dtype=torch.int64),
+    }
 
 
 def main(argv=None) -> None:
@@ -50,12 +99,14 @@ def main(argv=None) -> None:
     parser.add_argument("--tokens-per-batch", type=int, default=4096)
     parser.add_argument("--sequences-per-shard", type=int, default=256)
     parser.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
+    parser.add_argument("--topk", type=int, default=16, help="next-token candidates kept per position")
     args = parser.parse_args(argv)
 
     # fp32: on CPUs without native bf16 matmuls (AVX2) a bf16 prefill is ~6x slower (benchmarks/results).
     model, tokenizer = load_target(args.target, args.dtype)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "meta.json").write_text(json.dumps({"target": args.target, "max_length": args.max_length}))
+    (args.out / "meta.json").write_text(
+        json.dumps({"target": args.target, "max_length": args.max_length, "dtype": args.dtype, "topk": args.topk}))
     pairs = conversations()
     shard_index, total_tokens = 0, 0
     progress = tqdm(total=args.max_tokens, unit="tok", desc="target features")
@@ -71,29 +122,9 @@ def main(argv=None) -> None:
             progress.update(tokens_in_shard)
             shard_index += 1
             continue
-        order = sorted(range(len(tokenized)), key=lambda i: len(tokenized[i][0]))
-        hidden: dict[int, torch.Tensor] = {}
-        batch: list[int] = []
-        for i in order + [None]:
-            longest = max([len(tokenized[j][0]) for j in batch] + ([len(tokenized[i][0])] if i is not None else [0]))
-            if batch and (i is None or longest * (len(batch) + 1) > args.tokens_per_batch):
-                for j, h in zip(batch, target_hidden(model, [tokenized[j][0] for j in batch])):
-                    hidden[j] = h
-                progress.update(sum(len(tokenized[j][0]) for j in batch))
-                batch = []
-            if i is not None:
-                batch.append(i)
-        ids = torch.cat([torch.tensor(t, dtype=torch.int32) for t, _ in tokenized])
-        response_mask = torch.cat(
-            [torch.arange(len(t)) >= start for t, start in tokenized]
-        )
-        offsets = torch.tensor([0] + list(itertools.accumulate(len(t) for t, _ in tokenized)), dtype=torch.int64)
+        tensors = shard_tensors(model, tokenized, args.topk, args.tokens_per_batch, progress.update)
         tmp = path.with_suffix(".tmp")
-        save_file(
-            {"input_ids": ids, "hidden": torch.cat([hidden[i] for i in range(len(tokenized))]),
-             "response_mask": response_mask, "offsets": offsets},
-            str(tmp),
-        )
+        save_file(tensors, str(tmp))
         tmp.rename(path)
         total_tokens += tokens_in_shard
         shard_index += 1

@@ -4,12 +4,16 @@
         --clusters 256 --router-tokens 12000
 
 - FR-Spec ranking: token counts over the training responses in ../shared/data/train (chat-formatted).
-- Always-included ids: the tokenizer's special tokens and the generation config's EOS ids.
+- Always-included ids: the tokenizer's special tokens and the generation config's EOS ids, plus with
+  `--core-frequent N` the N most frequent tokens of the FR-Spec ranking: a small frequent core that every
+  DynaSpec shortlist scores, so that the router's clusters only have to cover the long tail.
 - Clusters: spherical k-means over the target's LM-head rows (scikit-learn), C = --clusters.
-- Router: trained on (E(x_t), f_{t-1}) -> cluster of the target's next token, with f the target's own
-  last hidden state, which is exactly the drafter's input at the first draft position; top-k recall on a
-  held-out tenth is printed and stored in `router_metrics.json`. (Training on the drafter's own hidden
-  states for deeper positions comes with the drafter-training recipe.)
+- Router: trained on (E(x_t), h_{t-1}) -> cluster of the target's next token. At the first draft position
+  h is the target's own last hidden state f; deeper, it is the drafter's prediction. With `--features`
+  (shards of recipes/build_features.py) both kinds of examples come from the cache without running the
+  target: (E(x_{t+1}), f_t) and, through one pass of the drafter, (E(x_{t+2}), p_{t+1}); without it, the
+  target runs over `--router-tokens` tokens of conversations (first-position examples only). Top-k recall
+  on a held-out tenth is printed and stored in `shortlist_metrics.json`.
 The drafter is taken from --assistant, or a fresh untrained one is created.
 """
 
@@ -61,6 +65,37 @@ def router_examples(model, tokenizer, cluster_of_token, num_tokens, max_length=5
 
 
 @torch.no_grad()
+def router_examples_from_features(features: Path, drafter, cluster_of_token, num_tokens: int):
+    """Router examples from cached shards: first-position ones on target features, second-position ones on
+    the drafter's own predictions (half each). Returns (E [N, D], h [N, D], cluster [N])."""
+    from recipes.train_drafter import collate, draft_pass, load_sequences
+
+    embeds, feats, labels, total = [], [], [], 0
+    progress = tqdm(total=num_tokens, unit="tok", desc="router data (cached features)")
+    for shard in sorted(features.glob("shard_*.safetensors")):
+        for sequence in load_sequences(shard):
+            batch = collate([sequence], "cpu")
+            ids, hidden, top = batch.input_ids[0], batch.hidden, batch.topk_ids[0, :, 0]
+            token_embeds = drafter.embed(ids[1:])[None].float()
+            predicted = draft_pass(drafter, token_embeds.to(drafter.fc.weight.dtype), hidden[:, :-1].to(drafter.fc.weight.dtype)).float()
+            # position 0: (E(x_{t+1}), f_t) -> target's token after x_{t+1}
+            embeds.append(token_embeds[0])
+            feats.append(hidden[0, :-1])
+            labels.append(cluster_of_token[top[1:]])
+            # position 1: (E(x_{t+2}), p_{t+1}) -> target's token after x_{t+2}
+            embeds.append(token_embeds[0, 1:])
+            feats.append(predicted[0, :-1])
+            labels.append(cluster_of_token[top[2:]])
+            total += 2 * len(ids) - 3
+            progress.update(2 * len(ids) - 3)
+            if total >= num_tokens:
+                progress.close()
+                return torch.cat(embeds), torch.cat(feats), torch.cat(labels)
+    progress.close()
+    return torch.cat(embeds), torch.cat(feats), torch.cat(labels)
+
+
+@torch.no_grad()
 def vocabtrim_ranking(assistant, model, tokenizer, num_prompts: int, max_new_tokens: int) -> torch.Tensor:
     """VocabTrim: token ids ranked by how often the drafter itself drafts them on training prompts (greedy)."""
     from hf_dynaspec.runner import encode_prompt
@@ -104,7 +139,11 @@ def main(argv=None):
     parser.add_argument("--assistant", default=None, help="existing assistant to add shortlists to")
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--clusters", type=int, default=256)
+    parser.add_argument("--core-frequent", type=int, default=0,
+                        help="the N most frequent tokens are kept out of the clusters and always scored")
     parser.add_argument("--router-tokens", type=int, default=12000)
+    parser.add_argument("--features", type=Path, default=None,
+                        help="cached target features (recipes.build_features) to train the router from")
     parser.add_argument("--router-hidden", type=int, default=256)
     parser.add_argument("--vocabtrim-prompts", type=int, default=0,
                         help="training prompts to draft on for the VocabTrim list (0: skip; needs a trained drafter)")
@@ -121,7 +160,7 @@ def main(argv=None):
     start = time.perf_counter()
     responses = (tokenize(tokenizer, p, r, 1024) for p, r in conversations())
     counts = count_tokens((ids[begin:] for ids, begin in responses), vocab)
-    ranking = ranking_from_counts(counts)
+    ranking = frspec_ranking = ranking_from_counts(counts)
     assistant.shortlists.set_frequency_list(ranking, kind="frspec")
     metrics["frspec"] = {"ranked_tokens": len(ranking), "counted_tokens": int(counts.sum()),
                          "seconds": time.perf_counter() - start}
@@ -134,7 +173,8 @@ def main(argv=None):
 
     start = time.perf_counter()
     head = model.get_output_embeddings().weight.detach()
-    clusters = cluster_vocabulary(head, args.clusters, always_ids=always_included_ids(tokenizer, model), seed=args.seed)
+    always = sorted(set(always_included_ids(tokenizer, model)) | set(frspec_ranking[: args.core_frequent].tolist()))
+    clusters = cluster_vocabulary(head, args.clusters, always_ids=always, seed=args.seed)
     assistant.shortlists.set_clusters(clusters, router_hidden_size=args.router_hidden)
     sizes = clusters.offsets.diff().float()
     metrics["clusters"] = {"num_clusters": clusters.num_clusters, "always_ids": len(clusters.always_ids),
@@ -142,7 +182,11 @@ def main(argv=None):
                            "size_max": sizes.max().item(), "seconds": time.perf_counter() - start}
 
     start = time.perf_counter()
-    data = router_examples(model, tokenizer, clusters.cluster_of_token(vocab), args.router_tokens)
+    if args.features is not None:
+        data = router_examples_from_features(args.features, assistant.drafter, clusters.cluster_of_token(vocab),
+                                             args.router_tokens)
+    else:
+        data = router_examples(model, tokenizer, clusters.cluster_of_token(vocab), args.router_tokens)
     metrics["router"] = train_router(assistant.shortlists.router, *data, seed=args.seed)
     metrics["router"]["seconds"] = time.perf_counter() - start
     print(json.dumps(metrics, indent=2))

@@ -1,145 +1,299 @@
-"""Train an EAGLE drafter for a target, online (target features computed per batch), with accelerate.
+"""Train an EAGLE drafter from cached target features (recipes/build_features.py), with accelerate.
 
-    python -m recipes.train_drafter --target qwen2.5-coder-0.5b-instruct --out outputs/drafter-05b \
-        --max-tokens 200000 --tokens-per-batch 2048
+    python -m recipes.train_drafter --target qwen2.5-coder-0.5b-instruct \
+        --features outputs/features/qwen05 --out outputs/drafter-05b --epochs 2
 
 Objective (EAGLE-1): at every pair (E(x_{t+1}), f_t) the drafter predicts f_{t+1}: smooth-L1 to the target's
-feature plus `--cls-weight` x cross-entropy between the target's next-token distribution (softmax of its
-logits at t+1) and the drafter's, through the frozen LM head; inputs get uniform noise as in EAGLE. Loss
-positions are the response tokens. The full-vocabulary head is used in the loss (the top-k / sampled-row
-loss of the recipes issue is not implemented yet).
+feature plus `--cls-weight` x cross-entropy between the target's next-token distribution after x_{t+1} and the
+drafter's, through the frozen LM head; inputs get uniform noise as in EAGLE. With `--unroll 2` the drafter
+also takes one step on its own predictions (EAGLE-3's training-time test, simplified to whole sequences),
+which is what it does from the second draft position on.
 
-Runs with `accelerate launch` unchanged on GPUs; on CPU it trains in fp32 (bf16 matmuls are ~6x slower on
-AVX2 CPUs, benchmarks/results/step_costs_05b.json). Checkpoints (`checkpoint/`, accelerate state + position
-in the data stream) are written every `--checkpoint-every` steps and resumed automatically.
+Sampled-row loss: the shards keep the target's top-k next tokens, so the loss needs the head only over the
+union of the batch's top-k ids plus `--negatives` uniformly sampled rows (a few thousand rows instead of
+151,936). The target's distribution is the top-k renormalised. Validation always uses the full head:
+top-1 agreement of the drafter's full-vocabulary argmax with the target's, at draft position 1 and (on its
+own features) position 2.
+
+Runs with `accelerate launch` unchanged on GPUs (bf16 autocast there); on CPU it trains in fp32, because on
+AVX2 CPUs bf16 matmuls are ~6x slower than fp32 (benchmarks/results/step_costs_05b.json). Checkpoints
+(`checkpoint/`: accelerate state + position in the data) are written every `--checkpoint-every` steps and
+resumed automatically; `assistant/` always holds the latest weights as a loadable artifact.
 """
 
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
+import math
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from accelerate import Accelerator
+from safetensors.torch import load_file
 from tqdm.auto import tqdm
+from transformers import get_cosine_schedule_with_warmup
 
 from hf_dynaspec import DynaSpecAssistant
 from hf_dynaspec.drafter import causal_mask
 from hf_dynaspec.runner import load_target
-from recipes.conversations import conversations, tokenize
 
 
-def batches(tokenizer, max_length: int, tokens_per_batch: int, skip: int = 0):
-    """Lists of (ids, response_start), about `tokens_per_batch` padded tokens each; the first `skip` dropped."""
-    stream = (tokenize(tokenizer, p, r, max_length) for p, r in conversations())
-    batch, longest = [], 0
-    for index, item in enumerate(stream):
-        if index < skip:
-            continue
-        longest = max(longest, len(item[0]))
-        batch.append(item)
-        if longest * len(batch) >= tokens_per_batch:
-            yield batch
-            batch, longest = [], 0
+# -- data ------------------------------------------------------------------------------------------------
+@dataclass
+class Sequence:
+    """One cached conversation: ids `[T]`, target features `[T, D]`, target top-k `[T, k]` (ids, log-probs)."""
+
+    input_ids: torch.Tensor
+    hidden: torch.Tensor
+    topk_ids: torch.Tensor
+    topk_logp: torch.Tensor
 
 
-def pad(batch):
-    """Right-padded `ids`, `attention_mask` and `loss_mask` (response tokens), each `[B, T]`."""
-    length = max(len(ids) for ids, _ in batch)
-    ids = torch.zeros(len(batch), length, dtype=torch.long)
-    attention_mask = torch.zeros(len(batch), length, dtype=torch.long)
-    loss_mask = torch.zeros(len(batch), length, dtype=torch.bool)
-    for row, (seq, start) in enumerate(batch):
-        ids[row, : len(seq)] = torch.tensor(seq)
-        attention_mask[row, : len(seq)] = 1
-        loss_mask[row, start : len(seq)] = True
-    return ids, attention_mask, loss_mask
+def load_sequences(shard: Path) -> list[Sequence]:
+    tensors = load_file(str(shard))
+    offsets = tensors["offsets"].tolist()
+    return [
+        Sequence(*(tensors[name][start:end] for name in ("input_ids", "hidden", "topk_ids", "topk_logp")))
+        for start, end in zip(offsets[:-1], offsets[1:])
+        if end - start >= 3
+    ]
 
 
-def drafter_loss(assistant, target, ids, attention_mask, loss_mask, noise: float, cls_weight: float):
-    """EAGLE loss over a right-padded batch `[B, T]`; returns (loss, metrics)."""
-    with torch.no_grad():
-        out = target(input_ids=ids, attention_mask=attention_mask, output_hidden_states=-1)
-        features = out.hidden_states[-1]  # [B, T, D] post-norm
-        target_logp = out.logits.float().log_softmax(-1)  # [B, T, V]
-    drafter = assistant.drafter
+def feature_shards(features: Path) -> list[Path]:
+    shards = sorted(features.glob("shard_*.safetensors"))
+    if len(shards) < 2:
+        raise SystemExit(f"{features}: need at least 2 finished shards (the first is held out for validation)")
+    return shards
+
+
+def make_batches(sequences: list[Sequence], tokens_per_batch: int, seed: int) -> list[list[Sequence]]:
+    """Shuffled batches of similar-length sequences with about `tokens_per_batch` padded tokens each."""
+    generator = torch.Generator().manual_seed(seed)
+    order = torch.randperm(len(sequences), generator=generator).tolist()
+    batches: list[list[Sequence]] = []
+    # Sort within windows of 64 so that padding stays small but batches still mix sources.
+    for window_start in range(0, len(order), 64):
+        window = sorted(order[window_start : window_start + 64], key=lambda i: len(sequences[i].input_ids))
+        batch: list[Sequence] = []
+        for i in window:
+            longest = max([len(s.input_ids) for s in batch] + [len(sequences[i].input_ids)])
+            if batch and longest * (len(batch) + 1) > tokens_per_batch:
+                batches.append(batch)
+                batch = []
+            batch.append(sequences[i])
+        if batch:
+            batches.append(batch)
+    shuffle = torch.randperm(len(batches), generator=generator).tolist()
+    return [batches[i] for i in shuffle]
+
+
+@dataclass
+class Batch:
+    input_ids: torch.Tensor  # [B, T] long, right-padded
+    hidden: torch.Tensor  # [B, T, D] float32
+    topk_ids: torch.Tensor  # [B, T, k] long
+    topk_logp: torch.Tensor  # [B, T, k] float32
+    valid: torch.Tensor  # [B, T] bool, False on padding
+
+
+def collate(batch: list[Sequence], device) -> Batch:
+    length = max(len(s.input_ids) for s in batch)
+    size, dim, k = len(batch), batch[0].hidden.shape[-1], batch[0].topk_ids.shape[-1]
+    out = Batch(
+        torch.zeros(size, length, dtype=torch.long),
+        torch.zeros(size, length, dim),
+        torch.zeros(size, length, k, dtype=torch.long),
+        torch.full((size, length, k), -math.inf),
+        torch.zeros(size, length, dtype=torch.bool),
+    )
+    for row, s in enumerate(batch):
+        n = len(s.input_ids)
+        out.input_ids[row, :n] = s.input_ids.long()
+        out.hidden[row, :n] = s.hidden.float()
+        out.topk_ids[row, :n] = s.topk_ids.long()
+        out.topk_logp[row, :n] = s.topk_logp.float()
+        out.valid[row, :n] = True
+    return Batch(*(getattr(out, f).to(device) for f in ("input_ids", "hidden", "topk_ids", "topk_logp", "valid")))
+
+
+# -- objective -------------------------------------------------------------------------------------------
+def draft_pass(drafter, token_embeds: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
+    """One drafter pass over whole sequences: pairs (E(x_{t+1}), f_t) `[B, T-1, ...]` -> predicted f_{t+1}."""
+    length = features.shape[1]
+    positions = torch.arange(length, device=features.device)[None]
+    return drafter.step(token_embeds, features, positions, None, causal_mask(length, 0, features.device))
+
+
+def sampled_rows(topk_ids: torch.Tensor, mask: torch.Tensor, negatives: int, vocab: int, generator) -> torch.Tensor:
+    """The head rows a loss needs: the union of the target's top-k at the loss positions plus random rows."""
+    wanted = topk_ids[mask].flatten()
+    if negatives:
+        random_rows = torch.randint(0, vocab, (negatives,), generator=generator).to(wanted.device)
+        wanted = torch.cat([wanted, random_rows])
+    return wanted.unique()
+
+
+def classification_loss(predicted: torch.Tensor, head_weight: torch.Tensor, rows: torch.Tensor | None,
+                        topk_ids: torch.Tensor, topk_logp: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Cross-entropy of the target's top-k (renormalised) under the drafter's softmax over `rows`.
+
+    predicted `[N, D]` (normed drafter output), topk `[N, k]`; `rows` None means the full head.
+    Returns (loss, top-1 agreement within the rows scored).
+    """
+    weight = head_weight if rows is None else head_weight[rows]
+    logp = (predicted @ weight.T).float().log_softmax(-1)  # [N, R]
+    columns = topk_ids if rows is None else torch.searchsorted(rows, topk_ids)
+    teacher = topk_logp.softmax(-1)  # renormalised over the top-k
+    loss = -(teacher * logp.gather(-1, columns)).sum(-1).mean()
+    agree = (logp.argmax(-1) == columns[:, 0]).float().mean()
+    return loss, agree
+
+
+def drafter_loss(drafter, batch: Batch, *, noise: float, cls_weight: float, unroll: int, negatives: int,
+                 generator) -> tuple[torch.Tensor, dict]:
+    """EAGLE loss over a batch (all valid positions; see the module docstring). Returns (loss, metrics)."""
+    features = batch.hidden
+    mask = batch.valid[:, 1:] & batch.valid[:, :-1]  # pair t: inputs f_t and x_{t+1}, labels at t+1
+    embeds = drafter.embed(batch.input_ids[:, 1:])
     inputs = features[:, :-1]
-    inputs = inputs + (torch.rand_like(inputs) * 2 - 1) * noise * inputs.abs().mean()
-    embeds = drafter.embed(ids[:, 1:])
-    positions = torch.arange(ids.shape[1] - 1)[None]
-    predicted = drafter.step(embeds, inputs, positions, None, causal_mask(ids.shape[1] - 1, 0, ids.device))
-    mask = loss_mask[:, 1:]  # pair t predicts f_{t+1} and the token after x_{t+1}
-    regression = F.smooth_l1_loss(predicted[mask], features[:, 1:][mask])
-    logits = drafter.target.lm_head(predicted[mask]).float()
-    p = target_logp[:, 1:][mask].exp()
-    classification = -(p * logits.log_softmax(-1)).sum(-1).mean()
-    entropy = -(p * target_logp[:, 1:][mask]).sum(-1).mean()  # the floor of `classification`
-    agree = (logits.argmax(-1) == p.argmax(-1)).float().mean()
-    return regression + cls_weight * classification, {
-        "reg": regression.item(), "cls": classification.item(), "top1": agree.item(), "kl": (classification - entropy).item(),
-        "tokens": int(mask.sum())}
+    if noise:
+        inputs = inputs + (torch.rand(inputs.shape, generator=generator).to(inputs) * 2 - 1) * noise * inputs.abs().mean()
+    head = drafter.target.lm_head.weight
+    rows = sampled_rows(batch.topk_ids[:, 1:], mask, negatives, head.shape[0], generator) if negatives >= 0 else None
+    total, metrics = 0.0, {"batch_tokens": int(mask.sum())}
+    predicted = draft_pass(drafter, embeds, inputs)
+    for depth in range(1, unroll + 1):
+        if depth > 1:
+            # Step `depth` consumes the previous step's own predictions: pair t now holds (E(x_{t+d}), p_{t+d-1}).
+            embeds, predicted, mask = embeds[:, 1:], draft_pass(drafter, embeds[:, 1:], predicted[:, :-1]), mask[:, 1:] & mask[:, :-1]
+        target = features[:, depth:]
+        regression = F.smooth_l1_loss(predicted[mask], target[mask])
+        cls, agree = classification_loss(predicted[mask], head, rows, batch.topk_ids[:, depth:][mask],
+                                         batch.topk_logp[:, depth:][mask])
+        total = total + regression + cls_weight * cls
+        metrics.update({f"reg{depth}": regression.item(), f"cls{depth}": cls.item(), f"top1_{depth}": agree.item()})
+    metrics["rows"] = head.shape[0] if rows is None else len(rows)
+    return total / unroll, metrics
 
 
+@torch.no_grad()
+def validate(drafter, batches: list[Batch]) -> dict:
+    """Full-vocabulary top-1 agreement with the target at draft positions 1 and 2 (no noise)."""
+    hits, counts = [0, 0], [0, 0]
+    head = drafter.target.lm_head.weight
+    for batch in batches:
+        mask = batch.valid[:, 1:] & batch.valid[:, :-1]
+        embeds = drafter.embed(batch.input_ids[:, 1:])
+        first = draft_pass(drafter, embeds, batch.hidden[:, :-1])
+        second = draft_pass(drafter, embeds[:, 1:], first[:, :-1])
+        for depth, (predicted, m) in enumerate([(first, mask), (second, mask[:, 1:] & mask[:, :-1])]):
+            top = torch.cat([(rows @ head.T).argmax(-1) for rows in predicted[m].split(512)])  # [N, V] in chunks
+            hits[depth] += int((top == batch.topk_ids[:, depth + 1:][m][:, 0]).sum())
+            counts[depth] += int(m.sum())
+    return {"val_top1_1": hits[0] / max(counts[0], 1), "val_top1_2": hits[1] / max(counts[1], 1)}
+
+
+# -- loop ------------------------------------------------------------------------------------------------
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--target", required=True)
+    parser.add_argument("--features", required=True, type=Path, help="output of recipes.build_features")
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--init", default=None, help="assistant to start from (default: fresh from the target)")
-    parser.add_argument("--max-tokens", type=int, default=200_000)
-    parser.add_argument("--max-length", type=int, default=384)
-    parser.add_argument("--tokens-per-batch", type=int, default=2048)
+    parser.add_argument("--epochs", type=float, default=1.0)
+    parser.add_argument("--tokens-per-batch", type=int, default=4096)
     parser.add_argument("--lr", type=float, default=3e-4)
+    parser.add_argument("--warmup-steps", type=int, default=20)
     parser.add_argument("--noise", type=float, default=0.1)
-    parser.add_argument("--cls-weight", type=float, default=0.1)
-    parser.add_argument("--checkpoint-every", type=int, default=10)
+    parser.add_argument("--cls-weight", type=float, default=1.0)
+    parser.add_argument("--unroll", type=int, default=1, help="drafter steps per position (2 = training-time test)")
+    parser.add_argument("--negatives", type=int, default=4096,
+                        help="random head rows per batch in the sampled loss; -1 = full-vocabulary loss")
+    parser.add_argument("--checkpoint-every", type=int, default=25)
+    parser.add_argument("--validate-every", type=int, default=50)
+    parser.add_argument("--val-tokens", type=int, default=2000, help="held-out tokens (from the first shard)")
+    parser.add_argument("--max-steps", type=int, default=None, help="stop after this many steps (for trials)")
+    parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
 
-    accelerator = Accelerator(cpu=not torch.cuda.is_available())
-    dtype = "fp32" if accelerator.device.type == "cpu" else "bf16"
-    target, tokenizer = load_target(args.target, dtype)
+    accelerator = Accelerator(cpu=not torch.cuda.is_available(),
+                              mixed_precision="no" if not torch.cuda.is_available() else "bf16")
+    target, _ = load_target(args.target, "fp32")
     target.requires_grad_(False)
     assistant = (DynaSpecAssistant.from_pretrained(args.init, target=target) if args.init
                  else DynaSpecAssistant.from_target(target, target_name_or_path=args.target))
-    optimizer = torch.optim.AdamW(assistant.drafter.parameters(), lr=args.lr, weight_decay=0.0)
-    assistant, optimizer = accelerator.prepare(assistant, optimizer)
-    checkpoint = args.out / "checkpoint"
+    shards = feature_shards(args.features)
+    held_out, val_tokens = [], 0
+    for sequence in load_sequences(shards[0]):  # the full-head validation is costly: keep it to --val-tokens
+        if val_tokens >= args.val_tokens:
+            break
+        held_out.append(sequence)
+        val_tokens += len(sequence.input_ids)
+    val_batches = [collate(b, accelerator.device) for b in make_batches(held_out, args.tokens_per_batch, 0)]
+    train_sequences = [s for shard in shards[1:] for s in load_sequences(shard)]
+    tokens_per_epoch = sum(len(s.input_ids) - 1 for s in train_sequences)
+    # Each process takes every num_processes-th batch of the same shuffled epoch.
+    steps_per_epoch = len(make_batches(train_sequences, args.tokens_per_batch, args.seed)) // accelerator.num_processes
+    total_steps = args.max_steps or math.ceil(steps_per_epoch * args.epochs)
+
+    optimizer = torch.optim.AdamW(assistant.drafter.parameters(), lr=args.lr, weight_decay=0.0, betas=(0.9, 0.95))
+    scheduler = get_cosine_schedule_with_warmup(optimizer, args.warmup_steps, total_steps)
+    assistant, optimizer, scheduler = accelerator.prepare(assistant, optimizer, scheduler)
+    drafter = accelerator.unwrap_model(assistant).drafter
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    checkpoint, log = args.out / "checkpoint", args.out / "train_log.jsonl"
     progress_file = checkpoint / "progress.json"
-    done = {"step": 0, "sequences": 0, "tokens": 0}
+    done = {"step": 0, "tokens": 0, "seconds": 0.0}
     if progress_file.exists():
         accelerator.load_state(str(checkpoint))
         done = json.loads(progress_file.read_text())
         accelerator.print(f"resuming at step {done['step']} ({done['tokens']} tokens)")
-    bar = tqdm(total=args.max_tokens, initial=done["tokens"], unit="tok", desc="drafter")
-    log = (args.out / "train_log.jsonl")
-    args.out.mkdir(parents=True, exist_ok=True)
-    start = time.perf_counter()
-    for batch in batches(tokenizer, args.max_length, args.tokens_per_batch, skip=done["sequences"]):
-        if done["tokens"] >= args.max_tokens:
-            break
-        ids, attention_mask, loss_mask = pad(batch)
-        loss, metrics = drafter_loss(assistant, target, ids, attention_mask, loss_mask, args.noise, args.cls_weight)
+    accelerator.print(f"{len(train_sequences)} sequences, {tokens_per_epoch} tokens per epoch, {total_steps} steps; "
+                      f"validation: {sum(int(b.valid.sum()) for b in val_batches)} tokens")
+
+    def save():
+        accelerator.save_state(str(checkpoint))
+        progress_file.write_text(json.dumps(done))
+        accelerator.unwrap_model(assistant).save_pretrained(args.out / "assistant")
+
+    bar = tqdm(total=total_steps, initial=done["step"], unit="step", desc="drafter")
+    generator = torch.Generator().manual_seed(args.seed + done["step"])
+    start, seconds_before = time.perf_counter(), done["seconds"]
+    epoch_batches: dict[int, list[list[Sequence]]] = {}
+    while done["step"] < total_steps:
+        epoch, index = divmod(done["step"], steps_per_epoch)
+        if epoch not in epoch_batches:
+            epoch_batches = {epoch: make_batches(train_sequences, args.tokens_per_batch, args.seed + epoch)}
+        own_index = index * accelerator.num_processes + accelerator.process_index
+        batch = collate(epoch_batches[epoch][own_index], accelerator.device)
+        loss, metrics = drafter_loss(drafter, batch, noise=args.noise, cls_weight=args.cls_weight, unroll=args.unroll,
+                                     negatives=args.negatives, generator=generator)
         optimizer.zero_grad()
         accelerator.backward(loss)
         accelerator.clip_grad_norm_(assistant.parameters(), 0.5)
         optimizer.step()
+        scheduler.step()
         done["step"] += 1
-        done["sequences"] += len(batch)
-        done["tokens"] += metrics["tokens"]
-        bar.update(metrics["tokens"])
-        bar.set_postfix(loss=f"{loss.item():.3f}", top1=f"{metrics['top1']:.2f}")
-        with log.open("a") as f:
-            f.write(json.dumps({**done, **metrics, "loss": loss.item(), "seconds": time.perf_counter() - start}) + "\n")
+        done["tokens"] += metrics["batch_tokens"]
+        done["seconds"] = seconds_before + time.perf_counter() - start
+        record = {**done, **metrics, "loss": loss.item(), "lr": scheduler.get_last_lr()[0]}
+        if done["step"] % args.validate_every == 0 or done["step"] == total_steps:
+            record.update(validate(drafter, val_batches))
+            accelerator.print(json.dumps({k: record[k] for k in ("step", "tokens", "val_top1_1", "val_top1_2")}))
+        bar.update(1)
+        bar.set_postfix(loss=f"{loss.item():.3f}", top1=f"{metrics['top1_1']:.2f}",
+                        tok_s=f"{done['tokens'] / max(done['seconds'], 1e-9):.0f}")
+        if accelerator.is_main_process:
+            with log.open("a") as f:
+                f.write(json.dumps(record) + "\n")
         if done["step"] % args.checkpoint_every == 0:
-            accelerator.save_state(str(checkpoint))
-            progress_file.write_text(json.dumps(done))
-            accelerator.unwrap_model(assistant).save_pretrained(args.out / "assistant")
-    accelerator.save_state(str(checkpoint))
-    progress_file.write_text(json.dumps(done))
-    accelerator.unwrap_model(assistant).save_pretrained(args.out / "assistant")
+            save()
+    save()
     bar.close()
 
 

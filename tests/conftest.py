@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
-import pytest
-import torch
+import os
+
+# The Triton kernel tests run under Triton's CPU interpreter, which must be chosen before anything imports
+# Triton (transformers does, on import). On a GPU machine set HF_DYNASPEC_TRITON_GPU=1 to test the real kernel.
+if os.environ.get("HF_DYNASPEC_TRITON_GPU") != "1":
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
 from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
 
-from hf_dynaspec import DynaSpecAssistant
+from hf_dynaspec import DynaSpecAssistant  # noqa: E402
 
 VOCAB = 97  # deliberately not a power of two
 

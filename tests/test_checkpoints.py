@@ -324,28 +324,50 @@ def test_unknown_hub_repo_gives_a_clear_error(monkeypatch):
         DynaSpecAssistant.from_pretrained("nobody/no-such-assistant")
 
 
-def test_push_to_hub_uploads_the_artifact_only(tmp_path, monkeypatch):
-    import huggingface_hub
+def test_push_to_hub_uploads_the_whole_artifact_over_http(tmp_path):
+    """The real huggingface_hub upload code runs against a local HTTP stand-in of the Hub (no network here)."""
+    from hub_server import FakeHub
 
-    uploaded = {}
+    target = tiny_target("qwen2")
+    assistant = DynaSpecAssistant.from_target(target)
+    assistant.card_data = {"training": {"tokens": 1234}, "results": {"methods": {"eagle": {"tau": 2.5, "exact": True}}}}
+    with FakeHub() as hub:
+        assistant.push_to_hub("me/assistant", token="hf_not_a_real_token", endpoint=hub.endpoint)
+    files = hub.repos["me/assistant"]
+    assert sorted(files) == ["README.md", "card.json", "config.json", "model.safetensors"]
+    (tmp_path / "pulled").mkdir()
+    for name, content in files.items():
+        (tmp_path / "pulled" / name).write_bytes(content)
+    pulled = DynaSpecAssistant.from_pretrained(tmp_path / "pulled", target=target)
+    for (name, a), (_, b) in zip(assistant.state_dict().items(), pulled.state_dict().items()):
+        assert torch.equal(a, b), name
+    assert pulled.card_data == assistant.card_data
+    card = files["README.md"].decode()
+    assert card.startswith("---\n") and "library_name: hf-dynaspec" in card and "| eagle | 2.50 |" in card
 
-    from pathlib import Path
 
-    from safetensors import safe_open
+def test_model_card_says_what_is_and_is_not_recorded(tmp_path):
+    assistant = DynaSpecAssistant.from_target(tiny_target("llama"))
+    assistant.save_pretrained(tmp_path / "bare")
+    card = (tmp_path / "bare" / "README.md").read_text()
+    assert "No measurements were recorded" in card and "No training record" in card
+    assert not (tmp_path / "bare" / "card.json").exists()
+    assistant.card_data = {"training": {"command": "python -m recipes.train_drafter ..."},
+                           "results": {"n_prompts": 7, "methods": {"vanilla": {"tau": None, "speedup": 1.0, "exact": True},
+                                                                   "dynaspec": {"tau": 2.61, "avg_shortlist": 30123.4,
+                                                                                "speedup": 1.31, "exact": True}}}}
+    assistant.save_pretrained(tmp_path / "trained")
+    card = (tmp_path / "trained" / "README.md").read_text()
+    assert "| dynaspec | 2.61 | 30,123 | 1.31x | yes |" in card and "python -m recipes.train_drafter" in card
+    assert "on 7 prompts" in card
 
-    def fake_upload_folder(self, *, repo_id, folder_path, **kwargs):
-        uploaded["repo_id"] = repo_id
-        uploaded["files"] = sorted(p.name for p in Path(folder_path).iterdir())
-        with safe_open(str(Path(folder_path) / "model.safetensors"), "pt") as f:
-            uploaded["keys"] = list(f.keys())
-        return None
+def test_push_command_uploads_a_saved_artifact(tmp_path, capsys):
+    from hub_server import FakeHub
 
-    monkeypatch.setattr(huggingface_hub.HfApi, "create_repo", lambda self, *a, **k: huggingface_hub.RepoUrl(
-        "https://huggingface.co/me/assistant"))
-    monkeypatch.setattr(huggingface_hub.HfApi, "upload_folder", fake_upload_folder)
-    assistant = DynaSpecAssistant.from_target(tiny_target("qwen2"))
-    assistant.push_to_hub("me/assistant", token="not-a-real-token")
-    assert uploaded["repo_id"] == "me/assistant"
-    assert "config.json" in uploaded["files"] and "model.safetensors" in uploaded["files"]
-    assert not any(name.endswith((".bin", ".pt", ".pkl")) for name in uploaded["files"])
-    assert all(k.startswith(("drafter.", "shortlists.")) for k in uploaded["keys"])
+    from hf_dynaspec.cli import main
+
+    DynaSpecAssistant.from_target(tiny_target("llama")).save_pretrained(tmp_path / "artifact")
+    with FakeHub() as hub:
+        assert main(["push", str(tmp_path / "artifact"), "team/tiny-assistant", "--endpoint", hub.endpoint]) == 0
+    assert {"config.json", "model.safetensors", "README.md"} <= set(hub.repos["team/tiny-assistant"])
+    assert hub.repos["team/tiny-assistant"]["config.json"] == (tmp_path / "artifact" / "config.json").read_bytes()

@@ -29,3 +29,24 @@ def test_block_path_matches_reference(dtype, batch, blocks):
     assert torch.equal(ids, expected_ids) and scores.dtype == torch.float32
     torch.testing.assert_close(scores, expected_scores, **TOLERANCE[dtype])
     assert torch.equal(scores.argmax(-1), expected_scores.argmax(-1)) or dtype == torch.bfloat16
+
+
+def test_bench_head_blocks_are_whole_clusters_totalling_about_s(tmp_path, monkeypatch):
+    from hf_dynaspec.kernels import bench
+
+    starts, ends = bench.cluster_blocks(vocab=5003, num_clusters=40, shortlist=600)
+    total = sum(b - a for a, b in zip(starts, ends))
+    assert 600 <= total <= 1.1 * 600 or len(starts) == 40
+    assert starts == sorted(starts) and all(b > a for a, b in zip(starts, ends))
+    assert all(b <= a2 for b, a2 in zip(ends, starts[1:]))  # disjoint
+    monkeypatch.setattr(bench, "CSV_PATH", tmp_path / "bench_head.csv")
+    result = bench.run(16, 5003, 600, "fp32", 3, 40, repeats=3, compiled=False)
+    assert result["path"] in ("reference", "cpu_blocks") and result["shortlist_rows"] == total
+    assert result["ratio"] == result["paths_ms"][result["path"]] / result["full_ms"]
+    bench.write(result, str(tmp_path / "out.json"))
+    bench.write(result, None)
+    lines = (tmp_path / "bench_head.csv").read_text().splitlines()
+    assert len(lines) == 3 and "shortlist_ms" in lines[0]  # one header, then a row per run
+    import json
+
+    assert json.loads((tmp_path / "out.json").read_text())["ratio"] == result["ratio"]

@@ -6,6 +6,8 @@ not cached these tests are deselected by the marker, never silently passed.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -85,3 +87,31 @@ def test_stop_strings_are_honoured(model_dir):
     assert torch.equal(plain, assisted)
     text = tokenizer.decode(plain)
     assert len(plain) < 32 and (text.endswith("(") or text.endswith("\n\n")), text
+
+
+def test_bench_command_on_the_dev_split(model_dir, tmp_path):
+    """`hf-dynaspec bench` end to end: zoo target, shipped (or fresh) assistant, both prompt formats, fp32."""
+    import json
+
+    from hf_dynaspec.bench.command import run
+    from hf_dynaspec.cli import build_parser
+    from hf_dynaspec.runner import shipped_assistant_dir
+
+    eval_dir = Path(__file__).resolve().parents[2] / "shared" / "data" / "eval"
+    spec = tmp_path / "spec.jsonl"
+    spec.write_text((eval_dir / "spec_bench_dev.jsonl").read_text().splitlines()[0] + "\n")
+    assistant = shipped_assistant_dir(NAME)
+    if assistant is None:  # no trained assistant ships yet: benchmark a fresh one
+        assistant = tmp_path / "fresh"
+        DynaSpecAssistant.from_target(load(model_dir, torch.float32)[0]).save_pretrained(assistant)
+    args = build_parser().parse_args([
+        "bench", "--target", NAME, "--assistant", str(assistant), "--methods", "vanilla,eagle,prompt-lookup",
+        "--prompts", f"{spec},{eval_dir / 'humaneval_dev.jsonl'}", "--limit-per-category", "1",
+        "--max-new-tokens", "12", "--dtype", "fp32", "--json", str(tmp_path / "out.json")])
+    run(args)
+    report = json.loads((tmp_path / "out.json").read_text())
+    assert report["n_prompts"] == 2 and report["dtype"] == "fp32"
+    for key, method in report["methods"].items():
+        assert method["exact"] and method["n_mismatch"] == 0, (key, method["divergences"])
+        assert set(method["per_category"]) == {"code", "mt_bench"}  # the first dev row is MT-Bench "writing"
+    assert report["methods"]["eagle"]["tau"] >= 1.0

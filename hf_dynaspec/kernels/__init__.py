@@ -1,14 +1,18 @@
-"""Kernels for the shortlisted LM head (Triton on GPU, a CPU fast path).
+"""Kernels for the shortlisted LM head: a Triton kernel on GPU, block matmuls on CPU, a torch reference.
 
 Triton is optional: this is the one place that decides whether it can be used, so that the package imports
-and the CPU suite passes without it. The kernels themselves land with the kernels issue; the pure-torch
-block-range head in `hf_dynaspec/shortlist/selector.py` (`ClusterHead`) is what runs until then.
+and the CPU suite passes without it. `shortlist_head` dispatches: CUDA tensors with Triton installed go to
+`triton_head.shortlist_head_triton`; everything else to `cpu.shortlist_head_blocks` (measured on CPU against
+the gather reference and torch.compile in docs/kernels.md). `reference.shortlist_head_reference` is the
+ground truth of the tests.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
+
+import torch
 
 
 def triton_available() -> bool:
@@ -17,6 +21,17 @@ def triton_available() -> bool:
         return False
     if os.environ.get("TRITON_INTERPRET") == "1":
         return True
-    import torch
-
     return torch.cuda.is_available()
+
+
+def shortlist_head(hidden: torch.Tensor, permuted_weight: torch.Tensor, block_starts: list[int],
+                   block_ends: list[int], token_order: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Scores `[B, S]` (float32) and target ids `[S]` of the selected row blocks of a permuted head `[V, D]`."""
+    if permuted_weight.is_cuda and triton_available():
+        from hf_dynaspec.kernels.triton_head import shortlist_head_triton
+
+        out = shortlist_head_triton(hidden, permuted_weight, block_starts, block_ends, token_order)
+        return out.scores, out.token_ids
+    from hf_dynaspec.kernels.cpu import shortlist_head_blocks
+
+    return shortlist_head_blocks(hidden, permuted_weight, block_starts, block_ends, token_order)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 
+from hf_dynaspec.kernels import triton_available
 from hf_dynaspec.kernels.cpu import shortlist_head_blocks
 from hf_dynaspec.kernels.reference import shortlist_head_reference
 
@@ -41,33 +42,60 @@ def cluster_blocks(vocab: int, num_clusters: int, shortlist: int, seed: int = 0)
     return [starts[i] for i in order], [ends[i] for i in order]
 
 
-def run(hidden_size: int, vocab: int, shortlist: int, dtype: str, batch: int, clusters: int, repeats: int = 30) -> dict:
+def _compiled_gather_head():
+    """torch.compile (dynamic shapes) of gather + matmul + argmax: the compiler's answer to the same problem."""
+
+    def gather_head(hidden, weight, rows):
+        return (hidden @ weight.index_select(0, rows).T).argmax(-1)
+
+    return torch.compile(gather_head, dynamic=True)
+
+
+def run(hidden_size: int, vocab: int, shortlist: int, dtype: str, batch: int, clusters: int, repeats: int = 30,
+        compiled: bool = True) -> dict:
+    """Median milliseconds of each path over `repeats` interleaved rounds; `path` is the fastest shortlisted one.
+
+    On CUDA with Triton the Triton kernel is one of the paths; `compiled` adds torch.compile's version.
+    """
     torch.manual_seed(0)
-    weight = torch.randn(vocab, hidden_size).to(DTYPES[dtype])
-    token_order = torch.randperm(vocab)
-    hidden = torch.randn(batch, hidden_size).to(DTYPES[dtype])
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    weight = torch.randn(vocab, hidden_size).to(DTYPES[dtype]).to(device)
+    token_order = torch.randperm(vocab).to(device)
+    hidden = torch.randn(batch, hidden_size).to(DTYPES[dtype]).to(device)
     starts, ends = cluster_blocks(vocab, clusters, shortlist)
+    rows = torch.cat([torch.arange(a, b) for a, b in zip(starts, ends)]).to(device)
     paths = {
         "full": lambda: (hidden @ weight.T).argmax(-1),
         "reference": lambda: shortlist_head_reference(hidden, weight, starts, ends, token_order)[0].argmax(-1),
         "cpu_blocks": lambda: shortlist_head_blocks(hidden, weight, starts, ends, token_order)[0].argmax(-1),
     }
+    if compiled:
+        gather_head = _compiled_gather_head()
+        paths["compiled_gather"] = lambda: gather_head(hidden, weight, rows)
+    if device == "cuda" and triton_available():
+        from hf_dynaspec.kernels.triton_head import shortlist_head_triton
+
+        paths["triton"] = lambda: shortlist_head_triton(hidden, weight, starts, ends, token_order).argmax
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     times = {name: [] for name in paths}
     with torch.no_grad():
-        for fn in paths.values():  # warm-up
+        for fn in paths.values():  # warm-up (and compilation)
+            fn()
             fn()
         for _ in range(repeats):
             for name, fn in paths.items():  # interleaved
+                sync()
                 start = time.perf_counter()
                 fn()
+                sync()
                 times[name].append((time.perf_counter() - start) * 1000)
     median = {name: statistics.median(values) for name, values in times.items()}
-    best = min(("reference", "cpu_blocks"), key=median.get)
+    best = min((name for name in paths if name != "full"), key=median.get)
     return {
         "full_ms": median["full"], "shortlist_ms": median[best], "ratio": median[best] / median["full"], "path": best,
         "paths_ms": median, "hidden": hidden_size, "vocab": vocab, "shortlist_rows": sum(e - s for s, e in zip(starts, ends)),
         "blocks": len(starts), "clusters": clusters, "dtype": dtype, "batch": batch, "repeats": repeats,
-        "threads": torch.get_num_threads(),
+        "threads": torch.get_num_threads(), "device": device,
     }
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from hf_dynaspec.kernels.cpu import shortlist_head_blocks
+from hf_dynaspec.kernels import shortlist_head
 from hf_dynaspec.kernels.overlap import Pending, SideStream
 from hf_dynaspec.shortlist.budget import clusters_at_position
 
@@ -110,7 +110,7 @@ class ClusterHead:
         # The always-included rows are the last block of the permuted head (see __init__).
         starts = [self.offsets[c] for c in chosen] + [self.num_clustered]
         ends = [self.offsets[c + 1] for c in chosen] + [self.num_clustered + len(self.always_ids)]
-        logits, ids = shortlist_head_blocks(hidden, self.permuted_weight, starts, ends, self.token_order)
+        logits, ids = shortlist_head(hidden, self.permuted_weight, starts, ends, self.token_order)
         return HeadScores(logits, ids)
 
 

@@ -1,0 +1,72 @@
+"""`hf-dynaspec bench`: load the target, the assistant and the prompts, run the harness, write the results."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def add_parser(commands) -> None:
+    from hf_dynaspec.bench.methods import METHOD_HELP
+
+    bench = commands.add_parser(
+        "bench", help="tau, speed and exactness of decoding methods side by side on benchmark prompts",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="methods:\n" + "\n".join(f"  {name:20s} {text}" for name, text in METHOD_HELP.items()))
+    bench.add_argument("--target", required=True, help="zoo name, local directory or Hub id")
+    bench.add_argument("--assistant", default=None,
+                       help="assistant directory or Hub id (default: the one shipped for the target)")
+    bench.add_argument("--draft-model", default=None, help="draft model for the hf-assisted method")
+    bench.add_argument("--methods", required=True, help="comma-separated, e.g. vanilla,eagle,frspec:32768,dynaspec")
+    bench.add_argument("--prompts", required=True, help="Spec-Bench or HumanEval .jsonl files, comma-separated")
+    bench.add_argument("--limit-per-category", type=int, default=None)
+    bench.add_argument("--max-new-tokens", type=int, default=128)
+    bench.add_argument("--num-draft-tokens", type=int, default=None, help="override the assistant's draft length")
+    bench.add_argument("--dtype", choices=["bf16", "fp32"], default="bf16")
+    bench.add_argument("--cpu-verify", action="store_true",
+                       help="fp32 shadow weights for 2..16-token forwards of a bf16 target on CPU (hf_dynaspec.cpu_verify); "
+                            "applies to every method, vanilla included")
+    bench.add_argument("--json", default=None, metavar="OUT")
+    bench.add_argument("--plots", default=None, metavar="DIR")
+
+
+def run(args) -> dict:
+    from hf_dynaspec.assistant import DynaSpecAssistant
+    from hf_dynaspec.bench.harness import run_benchmark
+    from hf_dynaspec.bench.methods import build_methods
+    from hf_dynaspec.bench.prompts import encode_prompts, load_prompts
+    from hf_dynaspec.bench.report import markdown_table, write_plots
+    from hf_dynaspec.runner import load_target, shipped_assistant_dir
+
+    keys = [k.strip() for k in args.methods.split(",") if k.strip()]
+    prompts = load_prompts(args.prompts.split(","), args.limit_per_category)
+    target, tokenizer = load_target(args.target, args.dtype)
+    assistant_path = args.assistant or shipped_assistant_dir(args.target)
+
+    def assistant_factory(**overrides):
+        if assistant_path is None:
+            raise ValueError(f"no assistant ships for {args.target}: pass --assistant PATH")
+        return DynaSpecAssistant.from_pretrained(str(assistant_path), target=target,
+                                                 num_draft_tokens=args.num_draft_tokens, **overrides)
+
+    draft_model = load_target(args.draft_model, args.dtype)[0] if args.draft_model else None
+    if args.cpu_verify:
+        from hf_dynaspec import cpu_verify
+
+        cpu_verify.enable(target)
+    methods = build_methods(keys, assistant_factory=assistant_factory, draft_model=draft_model)
+    report = run_benchmark(target, methods, encode_prompts(tokenizer, prompts), max_new_tokens=args.max_new_tokens,
+                           dtype=args.dtype, target_name=args.target)
+    report["assistant"] = str(assistant_path) if assistant_path else None
+    report["draft_model"] = args.draft_model
+    report["cpu_verify"] = bool(args.cpu_verify)
+    report["command"] = "hf-dynaspec " + " ".join(sys.argv[1:]) if sys.argv[0].endswith("hf-dynaspec") else None
+    print(markdown_table(report))
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+    if args.plots:
+        write_plots(report, Path(args.plots), vocab_size=target.get_output_embeddings().weight.shape[0])
+    return report

@@ -1,0 +1,145 @@
+"""Run decoding methods side by side on the same prompts, interleaved, and aggregate what users compare.
+
+For every prompt, all methods run one after another, the starting method rotating from prompt to prompt,
+so that slow drifts of a shared machine hit every method equally. Per (prompt, method) we record the
+generated ids, end-to-end seconds, the time to the end of the target's first forward (prefill; decode-only
+speed excludes it) and the number of target forward passes (a forward hook on the target).
+
+tau = generated tokens / target forward passes, for every method alike: the prefill pass counts as a pass
+that committed one token, which is what it costs (our EAGLE drafter needs that pass's hidden states before
+it can draft). Exactness: each output is compared to vanilla's on the same prompt with
+`hf_dynaspec.exactness.check_exactness` (near-tie when the fp32 logits of the two tokens at the first
+divergence are within 1.0); in fp32 runs only token-identical outputs count as exact.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import torch
+from tqdm.auto import tqdm
+
+from hf_dynaspec.bench.methods import Method
+from hf_dynaspec.bench.prompts import EncodedPrompt
+from hf_dynaspec.exactness import check_exactness
+
+
+@dataclass
+class Run:
+    new_ids: torch.Tensor  # [N]
+    seconds: float
+    prefill_seconds: float  # until the target's first forward returned
+    target_passes: int
+    stats: dict
+
+    @property
+    def tokens_per_s(self) -> float:
+        return len(self.new_ids) / self.seconds
+
+    @property
+    def decode_tokens_per_s(self) -> float:
+        """Tokens after the first, per second after the first target forward."""
+        decode = self.seconds - self.prefill_seconds
+        return (len(self.new_ids) - 1) / decode if decode > 0 and len(self.new_ids) > 1 else float("nan")
+
+
+def timed_run(target, method: Method, input_ids: torch.Tensor, max_new_tokens: int) -> Run:
+    """Greedy generate with `method`, timed, counting the target's forward passes."""
+    forward_ends: list[float] = []
+    handle = target.register_forward_hook(lambda *_: forward_ends.append(time.perf_counter()))
+    start = time.perf_counter()
+    try:
+        out = target.generate(input_ids, attention_mask=torch.ones_like(input_ids), do_sample=False,
+                              max_new_tokens=max_new_tokens, **method.generate_kwargs)
+    finally:
+        end = time.perf_counter()
+        handle.remove()
+    first = forward_ends[0] - start if forward_ends else 0.0
+    return Run(out[0, input_ids.shape[1]:].cpu(), end - start, first, len(forward_ends), method.stats())
+
+
+def interleaved_order(prompt_index: int, num_methods: int) -> list[int]:
+    """Method indices for one prompt: a rotation that starts one method later on each prompt."""
+    return [(prompt_index + offset) % num_methods for offset in range(num_methods)]
+
+
+def geometric_mean(values: list[float]) -> float | None:
+    values = [v for v in values if v > 0 and math.isfinite(v)]
+    return math.exp(sum(map(math.log, values)) / len(values)) if values else None
+
+
+def run_benchmark(target, methods: list[Method], prompts: list[EncodedPrompt], *, max_new_tokens: int,
+                  dtype: str, target_name: str, progress: bool = True,
+                  on_run=None) -> dict:
+    """Measure every method on every prompt (interleaved) and return the JSON-ready report.
+
+    `methods` must contain `vanilla` (the reference of speedups and exactness). `on_run(prompt, method, run)`
+    is called after each measurement (tests use it to observe the order).
+    """
+    keys = [m.key for m in methods]
+    if "vanilla" not in keys:
+        raise ValueError("the methods must include 'vanilla': speedups and exactness are measured against it")
+    warmup_ids = prompts[0].input_ids[:, :8]
+    for method in methods:  # first calls allocate caches and build heads: keep them out of the numbers
+        timed_run(target, method, warmup_ids, 2)
+    runs: dict[str, list[Run]] = {key: [] for key in keys}
+    bar = tqdm(total=len(prompts) * len(methods), desc="bench", unit="run", disable=not progress)
+    for index, prompt in enumerate(prompts):
+        for m in interleaved_order(index, len(methods)):
+            run = timed_run(target, methods[m], prompt.input_ids, max_new_tokens)
+            runs[methods[m].key].append(run)
+            if on_run is not None:
+                on_run(prompt, methods[m], run)
+            bar.set_postfix(method=methods[m].key, tok_s=f"{run.tokens_per_s:.1f}")
+            bar.update(1)
+    bar.close()
+    return {
+        "target": target_name,
+        "dtype": dtype,
+        "device": str(target.device),
+        "n_prompts": len(prompts),
+        "max_new_tokens": max_new_tokens,
+        "methods": {key: _aggregate(key, runs[key], runs["vanilla"], prompts, target, dtype) for key in keys},
+    }
+
+
+def _summary(key: str, runs: list[Run], vanilla: list[Run]) -> dict:
+    tokens = sum(len(r.new_ids) for r in runs)
+    passes = sum(r.target_passes for r in runs)
+    drafted = [r.stats.get("drafted", 0) for r in runs]
+
+    def weighted(name: str) -> float | None:
+        pairs = [(r.stats.get(name), w) for r, w in zip(runs, drafted) if r.stats.get(name) is not None and w]
+        return sum(v * w for v, w in pairs) / sum(w for _, w in pairs) if pairs else None
+
+    return {
+        "tau": None if key == "vanilla" else tokens / passes,
+        "avg_shortlist": weighted("avg_shortlist"),
+        "coverage": weighted("coverage"),
+        "tokens_per_s": tokens / sum(r.seconds for r in runs),
+        "decode_tokens_per_s": sum(len(r.new_ids) - 1 for r in runs) / sum(r.seconds - r.prefill_seconds for r in runs),
+        "speedup": geometric_mean([r.tokens_per_s / v.tokens_per_s for r, v in zip(runs, vanilla)]),
+        "decode_speedup": geometric_mean([r.decode_tokens_per_s / v.decode_tokens_per_s for r, v in zip(runs, vanilla)]),
+    }
+
+
+def _aggregate(key: str, runs: list[Run], vanilla: list[Run], prompts: list[EncodedPrompt], target, dtype: str) -> dict:
+    divergences = []
+    for prompt, run, reference in zip(prompts, runs, vanilla):
+        if run is reference:
+            continue
+        found = check_exactness(target, prompt.input_ids, reference.new_ids, run.new_ids)
+        if found is not None:
+            divergences.append({"prompt_id": prompt.prompt_id, "category": prompt.category, **found.as_dict()})
+    exact = not divergences if dtype == "fp32" else all(d["near_tie"] for d in divergences)
+    categories = sorted({p.category for p in prompts})
+    per_category = {}
+    for category in categories:
+        chosen = [i for i, p in enumerate(prompts) if p.category == category]
+        summary = _summary(key, [runs[i] for i in chosen], [vanilla[i] for i in chosen])
+        per_category[category] = {name: summary[name] for name in ("tau", "avg_shortlist", "speedup", "decode_speedup")}
+        per_category[category]["n_prompts"] = len(chosen)
+    return {**_summary(key, runs, vanilla), "exact": exact, "n_mismatch": len(divergences),
+            "divergences": divergences, "per_category": per_category}

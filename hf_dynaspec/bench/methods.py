@@ -1,0 +1,97 @@
+"""Decoding methods the benchmark compares, each named by a string `name[:arg]` (e.g. `frspec:32768`).
+
+Every method is greedy `model.generate()` with different keyword arguments: transformers' own assisted
+generation (`hf-assisted`, a separate draft model) and prompt lookup, or a DynaSpecAssistant configured with
+one shortlist strategy. DynaSpec methods each get their own assistant object (sharing nothing mutable), so
+that switching between methods never rebuilds a head.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from hf_dynaspec.assistant import DynaSpecAssistant
+
+# name -> (what the argument means, default argument or None when required / not taken)
+METHOD_HELP = {
+    "vanilla": "plain greedy generate()",
+    "hf-assisted": "transformers' assisted generation with --draft-model",
+    "prompt-lookup[:N]": "transformers' prompt lookup decoding, N tokens per lookup (default 10)",
+    "eagle": "the assistant with its full-vocabulary head",
+    "frspec:SIZE": "the assistant with FR-Spec's SIZE most frequent tokens",
+    "vocabtrim:SIZE": "the assistant with VocabTrim's SIZE most drafted tokens",
+    "dynaspec-fixed:K": "DynaSpec with K clusters at every draft position",
+    "dynaspec[:KMAX]": "DynaSpec with the position-aware budget (KMAX clusters at position 0)",
+}
+
+
+@dataclass
+class Method:
+    key: str  # exactly as the user wrote it
+    generate_kwargs: dict = field(default_factory=dict)
+    assistant: DynaSpecAssistant | None = None
+
+    def stats(self) -> dict:
+        """The assistant's statistics of the last generate() call ({} for methods without our assistant)."""
+        return self.assistant.stats.as_dict() if self.assistant is not None else {}
+
+
+def parse_method(key: str) -> tuple[str, str | None]:
+    name, _, arg = key.partition(":")
+    return name.strip(), (arg.strip() or None)
+
+
+def _positive_int(key: str, arg: str | None, default: int | None = None) -> int:
+    if arg is None:
+        if default is None:
+            raise ValueError(f"method {key!r} needs an argument, e.g. {key.split(':')[0]}:16384")
+        return default
+    try:
+        value = int(arg)
+    except ValueError:
+        raise ValueError(f"method {key!r}: the argument must be a positive integer") from None
+    if value <= 0:
+        raise ValueError(f"method {key!r}: the argument must be a positive integer")
+    return value
+
+
+def build_methods(
+    keys: list[str],
+    *,
+    assistant_factory: Callable[..., DynaSpecAssistant] | None = None,
+    draft_model=None,
+) -> list[Method]:
+    """Methods for `keys`. `assistant_factory(**overrides)` loads a fresh assistant attached to the target
+    (overrides as in `DynaSpecAssistant.from_pretrained`); `draft_model` serves `hf-assisted`."""
+    if len(set(keys)) != len(keys):
+        raise ValueError(f"a method is listed twice in {keys}")
+    methods = []
+    for key in keys:
+        name, arg = parse_method(key)
+        if name == "vanilla":
+            methods.append(Method(key))
+        elif name == "hf-assisted":
+            if draft_model is None:
+                raise ValueError("method 'hf-assisted' needs a draft model: pass --draft-model NAME_OR_PATH")
+            methods.append(Method(key, {"assistant_model": draft_model}))
+        elif name == "prompt-lookup":
+            methods.append(Method(key, {"prompt_lookup_num_tokens": _positive_int(key, arg, 10)}))
+        elif name in ("eagle", "frspec", "vocabtrim", "dynaspec-fixed", "dynaspec"):
+            if assistant_factory is None:
+                raise ValueError(f"method {key!r} needs an assistant: pass --assistant PATH")
+            overrides = {
+                "eagle": lambda: {"shortlist": "full"},
+                "frspec": lambda: {"shortlist": "frspec", "shortlist_size": _positive_int(key, arg)},
+                "vocabtrim": lambda: {"shortlist": "vocabtrim", "shortlist_size": _positive_int(key, arg)},
+                "dynaspec-fixed": lambda: {"shortlist": "dynaspec-fixed", "fixed_clusters": _positive_int(key, arg)},
+                "dynaspec": lambda: {"shortlist": "dynaspec", **({"max_clusters": _positive_int(key, arg)} if arg else {})},
+            }[name]()
+            if name == "eagle" and arg is not None:
+                raise ValueError(f"method {key!r}: 'eagle' takes no argument")
+            assistant = assistant_factory(**overrides)
+            methods.append(Method(key, {"assistant_model": assistant}, assistant))
+        else:
+            known = ", ".join(METHOD_HELP)
+            raise ValueError(f"unknown method {key!r}; known methods: {known}")
+    return methods

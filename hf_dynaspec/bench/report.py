@@ -1,0 +1,86 @@
+"""Human-readable views of a benchmark report: a markdown table and the papers' two figures."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def _fmt(value, digits: int = 2) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}"
+    return f"{value:,}"
+
+
+def markdown_table(report: dict) -> str:
+    """One row per method, then tau / speedup per category."""
+    methods = report["methods"]
+    lines = [
+        f"{report['target']} ({report['dtype']}, {report['device']}), {report['n_prompts']} prompts, "
+        f"{report['max_new_tokens']} new tokens",
+        "",
+        "| method | tau | avg shortlist | coverage | tok/s | speedup | decode speedup | exact (mismatches) |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for key, m in methods.items():
+        lines.append(
+            f"| {key} | {_fmt(m['tau'])} | {_fmt(m['avg_shortlist'], 0)} | {_fmt(m['coverage'], 3)} | "
+            f"{_fmt(m['tokens_per_s'])} | {_fmt(m['speedup'])} | {_fmt(m['decode_speedup'])} | "
+            f"{'yes' if m['exact'] else 'NO'} ({m['n_mismatch']}) |"
+        )
+    categories = list(next(iter(methods.values()))["per_category"])
+    lines += ["", "tau / speedup per category:", "",
+              "| method | " + " | ".join(categories) + " |", "| --- |" + " ---: |" * len(categories)]
+    for key, m in methods.items():
+        cells = [f"{_fmt(m['per_category'][c]['tau'])} / {_fmt(m['per_category'][c]['speedup'])}" for c in categories]
+        lines.append(f"| {key} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def write_plots(report: dict, directory: Path, vocab_size: int | None = None) -> list[Path]:
+    """`tau_vs_shortlist.png` (tau against average shortlist size per strategy; full-vocabulary methods at
+    `vocab_size`) and `speedup_per_category.png`. Returns the files written."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    directory.mkdir(parents=True, exist_ok=True)
+    methods = report["methods"]
+    written = []
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for key, m in methods.items():
+        if m["tau"] is None:
+            continue
+        size = m["avg_shortlist"] if m["avg_shortlist"] is not None else (vocab_size if key == "eagle" else None)
+        if size is None:
+            continue
+        ax.scatter(size, m["tau"], label=key)
+        ax.annotate(key, (size, m["tau"]), textcoords="offset points", xytext=(4, 4), fontsize=8)
+    ax.set_xlabel("average shortlist size (rows scored per draft token)")
+    ax.set_ylabel("tau (tokens per target pass)")
+    ax.set_title(f"{report['target']}: tau vs shortlist size")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    written.append(directory / "tau_vs_shortlist.png")
+    fig.savefig(written[-1], dpi=120)
+    plt.close(fig)
+
+    categories = list(next(iter(methods.values()))["per_category"])
+    shown = [k for k in methods if k != "vanilla"]
+    fig, ax = plt.subplots(figsize=(max(6, len(categories) * 1.2), 4))
+    width = 0.8 / max(len(shown), 1)
+    for i, key in enumerate(shown):
+        values = [methods[key]["per_category"][c]["speedup"] or 0.0 for c in categories]
+        ax.bar([c + i * width for c in range(len(categories))], values, width=width, label=key)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xticks([c + width * (len(shown) - 1) / 2 for c in range(len(categories))], categories, rotation=30)
+    ax.set_ylabel("speedup over vanilla (geometric mean)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    written.append(directory / "speedup_per_category.png")
+    fig.savefig(written[-1], dpi=120)
+    plt.close(fig)
+    return written

@@ -1,0 +1,78 @@
+"""Package a trained assistant for shipping: bf16 weights, how it was made and what it measured (model card).
+
+    python -m recipes.package_assistant --assistant outputs/assistant-05b --out assistants/qwen2.5-coder-0.5b-instruct \
+        --train-dir outputs/drafter-05b --features outputs/features/qwen05 --bench benchmarks/results/bench_05b.json
+
+`card.json` gets `training` (data, tokens, steps, wall time, command lines: read from the recipes' own logs)
+and `results` (an `hf-dynaspec bench` report); README.md is rendered from it by `save_pretrained`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+
+from hf_dynaspec import DynaSpecAssistant
+
+
+def feature_summary(features: Path) -> dict:
+    shards = sorted(features.glob("shard_*.safetensors"))
+    tokens = sequences = 0
+    for shard in shards:
+        with safe_open(str(shard), "pt") as f:
+            tokens += f.get_slice("input_ids").get_shape()[0]
+            sequences += f.get_slice("offsets").get_shape()[0] - 1
+    meta = json.loads((features / "meta.json").read_text()) if (features / "meta.json").is_file() else {}
+    return {"shards": len(shards), "sequences": sequences, "tokens": tokens, **meta}
+
+
+def training_summary(train_dir: Path) -> dict:
+    lines = [json.loads(line) for line in (train_dir / "train_log.jsonl").read_text().splitlines() if line.strip()]
+    last = lines[-1]
+    validated = [line for line in lines if "val_top1_1" in line]
+    summary = {"steps": last["step"], "trained_tokens": last["tokens"], "train_seconds": round(last["seconds"])}
+    if validated:
+        summary.update(val_top1_pos1=validated[-1]["val_top1_1"], val_top1_pos2=validated[-1]["val_top1_2"])
+    return summary
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--assistant", required=True, type=Path, help="assistant with drafter and shortlists")
+    parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--train-dir", type=Path, default=None, help="recipes.train_drafter --out directory")
+    parser.add_argument("--features", type=Path, default=None, help="recipes.build_features --out directory")
+    parser.add_argument("--bench", type=Path, default=None, help="an `hf-dynaspec bench --json` report")
+    parser.add_argument("--commands", type=Path, default=None, help="text file with the command lines used")
+    parser.add_argument("--dtype", choices=["bf16", "fp32"], default="bf16")
+    args = parser.parse_args(argv)
+
+    assistant = DynaSpecAssistant.from_pretrained(args.assistant)
+    training = dict(assistant.card_data.get("training", {}))
+    training["data"] = ("teacher forcing on ../shared/data/train conversations (GPTeacher codegen + roleplay, GSM8K), "
+                        "chat template, target features cached by recipes.build_features")
+    if args.features:
+        training["features"] = feature_summary(args.features)
+    if args.train_dir:
+        training.update(training_summary(args.train_dir))
+    if args.commands:
+        training["commands"] = args.commands.read_text().strip()
+    metrics = args.assistant / "shortlist_metrics.json"
+    if metrics.is_file():
+        training["shortlists"] = {k: v for k, v in json.loads(metrics.read_text()).items() if k != "command"}
+    assistant.card_data = {**assistant.card_data, "training": training}
+    if args.bench:
+        assistant.card_data["results"] = json.loads(args.bench.read_text())
+    if args.dtype == "bf16":
+        assistant.to(torch.bfloat16)  # integer buffers (cluster order, ids) keep their dtype
+    assistant.save_pretrained(args.out)
+    size = sum(p.stat().st_size for p in args.out.iterdir())
+    print(f"{args.out}: {size / 1e6:.1f} MB")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,153 @@
+"""The benchmark harness on tiny random models: schema, pass counting, exactness detection, aggregation, order."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from conftest import VOCAB, imitating_assistant, one_layer_target
+from hf_dynaspec.bench import EncodedPrompt, Method, build_methods, load_prompts, run_benchmark
+from hf_dynaspec.bench.harness import interleaved_order
+from hf_dynaspec.bench.report import markdown_table, write_plots
+
+SHARED_EVAL = __import__("pathlib").Path(__file__).resolve().parents[2] / "shared" / "data" / "eval"
+
+
+def _prompts(n=4):
+    generator = torch.Generator().manual_seed(3)
+    return [EncodedPrompt(f"p{i}", "math" if i % 2 else "code", torch.randint(0, VOCAB, (1, 5 + i), generator=generator))
+            for i in range(n)]
+
+
+@pytest.fixture(scope="module")
+def target():
+    return one_layer_target("llama", seed=2)
+
+
+@pytest.fixture(scope="module")
+def report_and_runs(target):
+    assistant = imitating_assistant(target, noise=0.3, num_draft_tokens=3)
+    methods = build_methods(["vanilla", "eagle", "prompt-lookup:3"], assistant_factory=lambda **o: assistant)
+    runs = []
+    report = run_benchmark(target, methods, _prompts(), max_new_tokens=12, dtype="fp32", target_name="tiny",
+                           progress=False, on_run=lambda prompt, method, run: runs.append((prompt, method, run)))
+    return report, runs
+
+
+def test_report_schema_and_pass_counting(report_and_runs):
+    report, runs = report_and_runs
+    assert {k: report[k] for k in ("target", "dtype", "device", "n_prompts", "max_new_tokens")} == {
+        "target": "tiny", "dtype": "fp32", "device": "cpu", "n_prompts": 4, "max_new_tokens": 12}
+    assert list(report["methods"]) == ["vanilla", "eagle", "prompt-lookup:3"]
+    for key, m in report["methods"].items():
+        assert set(m) >= {"tau", "avg_shortlist", "coverage", "tokens_per_s", "speedup", "exact", "n_mismatch",
+                          "per_category", "divergences", "decode_speedup"}
+        assert m["exact"] is True and m["n_mismatch"] == 0 and m["divergences"] == []
+        assert set(m["per_category"]) == {"code", "math"}
+    json.dumps(report)  # JSON-ready as returned
+    assert report["methods"]["vanilla"]["tau"] is None
+    for _, method, run in runs:
+        if method.key == "vanilla":  # one forward per token: the hook counts every target pass
+            assert run.target_passes == len(run.new_ids) == 12
+        if method.key == "eagle":  # every pass commits its own token plus the drafts it accepted
+            assert len(run.new_ids) == run.target_passes + run.stats["accepted"]
+            assert run.target_passes > run.stats["verify_passes"]  # the prefill pass has nothing to verify
+    eagle_runs = [run for _, method, run in runs if method.key == "eagle"]
+    expected_tau = sum(len(r.new_ids) for r in eagle_runs) / sum(r.target_passes for r in eagle_runs)
+    assert report["methods"]["eagle"]["tau"] == pytest.approx(expected_tau) and expected_tau > 1.5
+
+
+def test_speedup_is_the_per_category_geometric_mean_of_same_prompt_ratios(report_and_runs):
+    report, runs = report_and_runs
+    by_key = {}
+    for prompt, method, run in runs:
+        by_key.setdefault(method.key, {})[prompt.prompt_id] = (prompt.category, run.tokens_per_s)
+    for category in ("code", "math"):
+        ratios = [by_key["eagle"][pid][1] / by_key["vanilla"][pid][1]
+                  for pid, (cat, _) in by_key["vanilla"].items() if cat == category]
+        expected = math.exp(sum(map(math.log, ratios)) / len(ratios))
+        cell = report["methods"]["eagle"]["per_category"][category]
+        assert cell["speedup"] == pytest.approx(expected) and cell["n_prompts"] == 2
+    assert report["methods"]["vanilla"]["speedup"] == pytest.approx(1.0)
+
+
+def test_methods_run_interleaved_with_a_rotating_start(report_and_runs):
+    _, runs = report_and_runs
+    keys = ["vanilla", "eagle", "prompt-lookup:3"]
+    observed = [method.key for _, method, _ in runs]
+    expected = [keys[m] for i in range(4) for m in interleaved_order(i, 3)]
+    assert observed == expected
+    assert [observed[3 * i] for i in range(3)] == keys  # each method leads once
+
+
+def test_a_method_that_changes_the_output_is_reported_not_exact(target):
+    prompts = _prompts(2)
+    first_tokens = [int(target.generate(p.input_ids, max_new_tokens=1, do_sample=False)[0, -1]) for p in prompts]
+    broken = Method("broken", {"suppress_tokens": first_tokens})
+    report = run_benchmark(target, [Method("vanilla"), broken], prompts, max_new_tokens=6, dtype="fp32",
+                           target_name="tiny", progress=False)
+    result = report["methods"]["broken"]
+    assert result["exact"] is False and result["n_mismatch"] == 2
+    assert [d["position"] for d in result["divergences"]] == [0, 0]
+    assert all(d["margin"] is not None and d["prompt_id"] in ("p0", "p1") for d in result["divergences"])
+    with pytest.raises(ValueError, match="vanilla"):
+        run_benchmark(target, [broken], prompts, max_new_tokens=2, dtype="fp32", target_name="tiny", progress=False)
+
+
+def test_method_strings_are_validated():
+    with pytest.raises(ValueError, match="unknown method 'medusa'"):
+        build_methods(["medusa"])
+    with pytest.raises(ValueError, match="needs an argument"):
+        build_methods(["frspec"], assistant_factory=lambda **o: None)
+    with pytest.raises(ValueError, match="--draft-model"):
+        build_methods(["hf-assisted"])
+    with pytest.raises(ValueError, match="--assistant"):
+        build_methods(["dynaspec"])
+    with pytest.raises(ValueError, match="listed twice"):
+        build_methods(["vanilla", "vanilla"])
+    seen = []
+    methods = build_methods(["frspec:32768", "dynaspec-fixed:8", "dynaspec", "dynaspec:48"],
+                            assistant_factory=lambda **o: seen.append(o) or object())
+    assert [m.key for m in methods] == ["frspec:32768", "dynaspec-fixed:8", "dynaspec", "dynaspec:48"]
+    assert seen == [{"shortlist": "frspec", "shortlist_size": 32768},
+                    {"shortlist": "dynaspec-fixed", "fixed_clusters": 8},
+                    {"shortlist": "dynaspec"}, {"shortlist": "dynaspec", "max_clusters": 48}]
+
+
+def test_prompt_files_spec_bench_and_humaneval(tmp_path):
+    spec = tmp_path / "spec.jsonl"
+    spec.write_text("\n".join(json.dumps(r) for r in [
+        {"question_id": 1, "category": "qa", "turns": ["q1"]},
+        {"question_id": 2, "category": "qa", "turns": ["q2"]},
+        {"question_id": 81, "category": "writing", "turns": ["w1", "w2"]},
+    ]) + "\n")
+    human = tmp_path / "he.jsonl"
+    human.write_text(json.dumps({"task_id": "HumanEval/0", "prompt": "def f():\n"}) + "\n")
+    prompts = load_prompts([spec, human], limit_per_category=1)
+    assert [(p.prompt_id, p.category, p.text, p.subcategory) for p in prompts] == [
+        ("1", "qa", "q1", None), ("81", "mt_bench", "w1", "writing"), ("HumanEval/0", "code", "def f():\n", None)]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": 3}\n')
+    with pytest.raises(ValueError, match="bad.jsonl:1"):
+        load_prompts([bad])
+
+
+def test_the_dev_split_loads_with_every_category():
+    prompts = load_prompts([SHARED_EVAL / "spec_bench_dev.jsonl", SHARED_EVAL / "humaneval_dev.jsonl"], 2)
+    categories = [p.category for p in prompts]
+    assert sorted(set(categories)) == ["code", "math_reasoning", "mt_bench", "qa", "rag", "summarization", "translation"]
+    assert all(categories.count(c) == 2 for c in set(categories))
+
+
+def test_table_and_plots_show_every_method(report_and_runs, tmp_path):
+    report, _ = report_and_runs
+    table = markdown_table(report)
+    for key in report["methods"]:
+        assert f"| {key} |" in table
+    assert f"{report['methods']['eagle']['tau']:.2f}" in table
+    files = write_plots(report, tmp_path, vocab_size=VOCAB)
+    assert [f.name for f in files] == ["tau_vs_shortlist.png", "speedup_per_category.png"]
+    assert all(f.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for f in files)
