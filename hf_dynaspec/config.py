@@ -43,12 +43,14 @@ class DynaSpecConfig(PretrainedConfig):
         layer_family: transformers `model_type` whose decoder-layer classes build the drafter's layer
             (the target's own family for assistants made here; `"llama"` for public EAGLE checkpoints).
         target_model_type: `model_type` of the target (e.g. `"qwen2"`), checked when attaching.
-        target_name_or_path / target_revision: provenance of the target, for humans and for checks.
+        target_name_or_path: where the target came from (provenance, for humans and for checks).
+        target_revision: the target's revision, when known.
         vocab_size: the target's LM-head rows V. Reported as the assistant's vocabulary so that transformers
             treats target and assistant as sharing one tokenizer.
         target_hidden_size: D of the target's hidden states the drafter reads.
-        hidden_size, intermediate_size, num_attention_heads, num_key_value_heads, head_dim, rms_norm_eps,
-        rope_parameters, max_position_embeddings, hidden_act, attention_bias: the drafter's decoder layer.
+        hidden_size: the drafter's decoder layer width (with `intermediate_size`, `num_attention_heads`,
+            `num_key_value_heads`, `head_dim`, `rms_norm_eps`, `rope_parameters`, `max_position_embeddings`,
+            `hidden_act` and `attention_bias`, as in the family's own config).
         fc_bias: whether the input fusion `fc` has a bias (EAGLE-1 checkpoints do).
         use_target_norm: apply the target's final norm before the LM head (own format). Public EAGLE-1/2
             checkpoints regress post-norm features directly and set this to False.
@@ -59,8 +61,9 @@ class DynaSpecConfig(PretrainedConfig):
             "vocabtrim" (the first `shortlist_size` ids of a stored frequency ranking), "dynaspec" (router-chosen
             clusters with the position-aware budget k(t) from `max_clusters`) or "dynaspec-fixed"
             (`fixed_clusters` at every position). `max_shortlist_size` caps a DynaSpec shortlist.
-        frequency_list_size, vocabtrim_list_size, num_clusters, num_always_ids, router_hidden_size: sizes of the
-            shortlist components stored in the artifact (set by the builders, not by hand).
+        num_clusters: vocabulary clusters stored in the artifact (with `frequency_list_size`,
+            `vocabtrim_list_size`, `num_always_ids` and `router_hidden_size`: sizes of the stored shortlist
+            components, set by the builders, not by hand).
         num_draft_tokens: K, tokens drafted per verification (chain drafting). The default, 2, is the measured
             optimum on the 2-core AVX2 CPUs this project is tested on, where verifying k tokens costs nearly k
             one-token steps (benchmarks/draft_length.py, benchmarks/results/draft_length_05b_bf16.json);

@@ -112,7 +112,19 @@ def vocabtrim_ranking(assistant, model, tokenizer, num_prompts: int, max_new_tok
     return ranking_from_counts(count_tokens(drafted, assistant.config.vocab_size))
 
 
-def train_router(router, embeds, feats, labels, epochs=20, lr=2e-3, batch=512, seed=0):
+def budget_coverage(cluster_scores, labels, cluster_sizes, num_always: int, k: int) -> dict:
+    """With the top-k clusters plus the always-scored rows: how often is the target's token covered, at what size.
+
+    labels `[N]` (-1: an always-scored token), cluster_scores `[N, C]`, cluster_sizes `[C]`.
+    """
+    top = cluster_scores.topk(k, dim=-1).indices
+    covered = (labels < 0) | (top == labels[:, None]).any(-1)
+    rows = cluster_sizes[top].sum(-1) + num_always
+    return {"coverage": covered.float().mean().item(), "avg_rows": rows.float().mean().item()}
+
+
+def train_router(router, embeds, feats, labels, epochs=20, lr=2e-3, batch=512, seed=0, cluster_sizes=None,
+                 num_always=0):
     generator = torch.Generator().manual_seed(seed)
     order = torch.randperm(len(labels), generator=generator)
     held_out, train = order[: len(order) // 10], order[len(order) // 10 :]
@@ -129,6 +141,10 @@ def train_router(router, embeds, feats, labels, epochs=20, lr=2e-3, batch=512, s
         scores = router(embeds[held_out], feats[held_out])
         metrics = {f"top{k}_recall": ClusterRouter.top_k_recall(scores, labels[held_out], k) for k in (1, 4, 8, 16, 32)}
         metrics["held_out_loss"] = ClusterRouter.loss(scores, labels[held_out]).item()
+        if cluster_sizes is not None:
+            metrics["always_scored_fraction"] = (labels[held_out] < 0).float().mean().item()
+            metrics["coverage_at_k"] = {k: budget_coverage(scores, labels[held_out], cluster_sizes, num_always, k)
+                                        for k in (4, 8, 16, 32, 64) if k <= scores.shape[-1]}
     metrics.update(train_examples=len(train), held_out_examples=len(held_out))
     return metrics
 
@@ -187,7 +203,8 @@ def main(argv=None):
                                              args.router_tokens)
     else:
         data = router_examples(model, tokenizer, clusters.cluster_of_token(vocab), args.router_tokens)
-    metrics["router"] = train_router(assistant.shortlists.router, *data, seed=args.seed)
+    metrics["router"] = train_router(assistant.shortlists.router, *data, seed=args.seed,
+                                     cluster_sizes=clusters.offsets.diff(), num_always=len(clusters.always_ids))
     metrics["router"]["seconds"] = time.perf_counter() - start
     print(json.dumps(metrics, indent=2))
 

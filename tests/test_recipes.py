@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from conftest import VOCAB, one_layer_target
@@ -121,3 +122,36 @@ def test_vocabtrim_ranking_counts_the_drafters_own_tokens(monkeypatch):
     assert set(ranking.tolist()) == set(counts.nonzero().flatten().tolist())
     assert (counts[ranking].diff() <= 0).all()  # most drafted first
     assert not assistant.collect_draft_tokens
+
+
+def test_router_examples_from_cached_features_pair_inputs_with_the_right_labels(tmp_path):
+    from safetensors.torch import save_file
+
+    from recipes.build_shortlists import budget_coverage, router_examples_from_features
+    from recipes.train_drafter import draft_pass
+
+    target = one_layer_target("llama", seed=3)
+    tensors, tokenized, _ = _cached_batch(target, num_sequences=2, length=12)
+    save_file(tensors, str(tmp_path / "shard_00000.safetensors"))
+    drafter = DynaSpecAssistant.from_target(target).drafter
+    cluster_of_token = torch.randint(0, 5, (VOCAB,), generator=torch.Generator().manual_seed(1))
+    embeds, feats, labels = router_examples_from_features(tmp_path, drafter, cluster_of_token, num_tokens=10**6)
+    assert len(labels) == sum(2 * len(ids) - 3 for ids, _ in tokenized)
+    ids = torch.tensor(tokenized[0][0])
+    n = len(ids)
+    hidden = tensors["hidden"][:n].float()
+    top = tensors["topk_ids"][:n, 0].long()
+    # first-position examples of sequence 0: (E(x_{t+1}), f_t) -> cluster of the target's token after x_{t+1}
+    torch.testing.assert_close(embeds[: n - 1], drafter.embed(ids[1:]).float())
+    torch.testing.assert_close(feats[: n - 1], hidden[:-1])
+    assert torch.equal(labels[: n - 1], cluster_of_token[top[1:]])
+    # second-position examples: (E(x_{t+2}), p_{t+1}) with p the drafter's own prediction
+    with torch.no_grad():
+        predicted = draft_pass(drafter, drafter.embed(ids[1:])[None], hidden[None, :-1])[0]
+    torch.testing.assert_close(feats[n - 1 : 2 * n - 3], predicted[:-1])
+    assert torch.equal(labels[n - 1 : 2 * n - 3], cluster_of_token[top[2:]])
+
+    scores = torch.tensor([[0.0, 3.0, 2.0, 1.0], [5.0, 0.0, 0.5, 1.0], [0.0, 0.5, 0.0, 1.0]])
+    result = budget_coverage(scores, torch.tensor([2, 1, -1]), torch.tensor([10, 20, 30, 40]), num_always=7, k=2)
+    # rows: clusters {1, 2} = 50, {0, 3} = 50, {3, 1} = 60, plus 7 always-scored rows each
+    assert result == pytest.approx({"coverage": 2 / 3, "avg_rows": (50 + 50 + 60) / 3 + 7})
