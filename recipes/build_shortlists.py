@@ -139,7 +139,8 @@ def train_router(router, embeds, feats, labels, epochs=20, lr=2e-3, batch=512, s
     router.eval()
     with torch.no_grad():
         scores = router(embeds[held_out], feats[held_out])
-        metrics = {f"top{k}_recall": ClusterRouter.top_k_recall(scores, labels[held_out], k) for k in (1, 4, 8, 16, 32)}
+        metrics = {f"top{k}_recall": ClusterRouter.top_k_recall(scores, labels[held_out], k)
+                   for k in (1, 4, 8, 16, 32) if k <= scores.shape[-1]}
         metrics["held_out_loss"] = ClusterRouter.loss(scores, labels[held_out]).item()
         if cluster_sizes is not None:
             metrics["always_scored_fraction"] = (labels[held_out] < 0).float().mean().item()
@@ -155,6 +156,8 @@ def main(argv=None):
     parser.add_argument("--assistant", default=None, help="existing assistant to add shortlists to")
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--clusters", type=int, default=256)
+    parser.add_argument("--frequency-conversations", type=int, default=None,
+                        help="count tokens over only the first N training conversations (default: all)")
     parser.add_argument("--core-frequent", type=int, default=0,
                         help="the N most frequent tokens are kept out of the clusters and always scored")
     parser.add_argument("--router-tokens", type=int, default=12000)
@@ -174,7 +177,8 @@ def main(argv=None):
     metrics = {}
 
     start = time.perf_counter()
-    responses = (tokenize(tokenizer, p, r, 1024) for p, r in conversations())
+    pairs = conversations() if args.frequency_conversations is None else itertools.islice(conversations(), args.frequency_conversations)
+    responses = (tokenize(tokenizer, p, r, 1024) for p, r in pairs)
     counts = count_tokens((ids[begin:] for ids, begin in responses), vocab)
     ranking = frspec_ranking = ranking_from_counts(counts)
     assistant.shortlists.set_frequency_list(ranking, kind="frspec")

@@ -1,0 +1,104 @@
+"""Writes the notebooks from these cell lists (edit here, then run: python notebooks/make_notebooks.py).
+
+Each notebook runs on Colab with a GPU (install cell, Hub ids) and in CI on CPU against the offline zoo:
+`HF_DYNASPEC_NOTEBOOK_TARGET` (set by tests/test_notebooks.py) replaces the Hub id, and small sizes are used
+when `HF_DYNASPEC_NOTEBOOK_QUICK=1`.
+"""
+
+from pathlib import Path
+
+import nbformat
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+SETUP = '''import os, sys
+if "google.colab" in sys.modules:  # on Colab: install the library (a GPU runtime is recommended)
+    !pip install -q "hf-dynaspec[models] @ git+https://github.com/hf-dynaspec/hf-dynaspec"
+TARGET = os.environ.get("HF_DYNASPEC_NOTEBOOK_TARGET", "Qwen/Qwen2.5-Coder-0.5B-Instruct")
+QUICK = os.environ.get("HF_DYNASPEC_NOTEBOOK_QUICK") == "1"  # CI: tiny sizes so the notebook runs in minutes'''
+
+QUICKSTART = [
+    new_markdown_cell("# hf-dynaspec quickstart\n\nSpeculative decoding with an EAGLE drafter and a DynaSpec "
+                      "shortlisted head, as a drop-in `assistant_model` for `generate()`. Greedy output is the "
+                      "target's own; `assistant.stats` says how many tokens each target pass committed."),
+    new_code_cell(SETUP),
+    new_code_cell('''import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from hf_dynaspec import DynaSpecAssistant, check_exactness
+from hf_dynaspec.runner import shipped_assistant_dir
+from hf_dynaspec.zoo import resolve_model_path
+from pathlib import Path
+
+device = "cuda" if torch.cuda.is_available() else "cpu"
+path = resolve_model_path(TARGET)  # a Hub id, a local directory or an hf-dynaspec zoo name
+model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16 if device == "cuda" else torch.float32).to(device)
+tokenizer = AutoTokenizer.from_pretrained(path)
+shipped = shipped_assistant_dir(Path(TARGET).name.lower())  # trained assistants ship for the zoo targets
+# Without a trained one, a fresh assistant is still exact, but accepts little.
+assistant = DynaSpecAssistant.from_pretrained(shipped, target=model) if shipped else DynaSpecAssistant.from_target(model)'''),
+    new_code_cell('''messages = [{"role": "user", "content": "Write a Python function that checks whether a number is prime."}]
+inputs = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True).to(device)
+new_tokens = 16 if QUICK else 128
+plain = model.generate(**inputs, max_new_tokens=new_tokens, do_sample=False)
+assisted = model.generate(**inputs, max_new_tokens=new_tokens, do_sample=False, assistant_model=assistant)
+prompt_length = inputs["input_ids"].shape[1]
+print(tokenizer.decode(assisted[0, prompt_length:], skip_special_tokens=True))
+print("tau:", assistant.stats.tau)
+divergence = check_exactness(model, inputs["input_ids"], plain[0, prompt_length:], assisted[0, prompt_length:])
+print("identical" if divergence is None else divergence)
+assert divergence is None or divergence.near_tie'''),
+    new_markdown_cell("## Shortlist strategies\n\nThe drafter's LM head can score a dynamic shortlist "
+                      "(`dynaspec`), a fixed number of clusters (`dynaspec-fixed`) or a frequent-token list "
+                      "(`frspec`); verification always uses the full vocabulary."),
+    new_code_cell('''if shipped and assistant.config.num_clusters:
+    for strategy in ["full", "frspec", "dynaspec"]:
+        variant = DynaSpecAssistant.from_pretrained(shipped, target=model, shortlist=strategy)
+        out = model.generate(**inputs, max_new_tokens=new_tokens, do_sample=False, assistant_model=variant)
+        assert torch.equal(out, assisted) or check_exactness(model, inputs["input_ids"], assisted[0, prompt_length:], out[0, prompt_length:]).near_tie
+        print(strategy, "tau", round(variant.stats.tau, 2), "avg shortlist", variant.stats.avg_shortlist)'''),
+]
+
+TRAIN = [
+    new_markdown_cell("# Train an assistant for your own model\n\nThe three recipes (cache target features, "
+                      "train the drafter, build shortlists), then a benchmark. On Colab use a GPU runtime and "
+                      "larger sizes; `accelerate launch -m recipes.train_drafter ...` scales to several GPUs."),
+    new_code_cell(SETUP + '''
+import subprocess
+OUT = "outputs/notebook"
+TOKENS = 600 if QUICK else 300000
+STEPS = ["--max-steps", "2"] if QUICK else ["--epochs", "2"]
+
+def run(*args):
+    print("$", " ".join(args))
+    subprocess.run([sys.executable, "-m", *args], check=True)'''),
+    new_code_cell('''run("recipes.build_features", "--target", TARGET, "--out", f"{OUT}/features", "--max-tokens", str(TOKENS),
+    "--sequences-per-shard", "2" if QUICK else "64")'''),
+    new_code_cell('''run("recipes.train_drafter", "--target", TARGET, "--features", f"{OUT}/features", "--out", f"{OUT}/drafter",
+    "--val-tokens", "200" if QUICK else "2000", "--validate-every", "1" if QUICK else "50", *STEPS)'''),
+    new_code_cell('''run("recipes.build_shortlists", "--target", TARGET, "--assistant", f"{OUT}/drafter/assistant",
+    "--features", f"{OUT}/features", "--out", f"{OUT}/assistant", "--clusters", "8" if QUICK else "256",
+    "--router-tokens", "500" if QUICK else "200000", *(["--frequency-conversations", "20"] if QUICK else []))'''),
+    new_code_cell('''import json
+prompts = [{"question_id": 1, "category": "coding", "turns": ["Write a Python function that merges two sorted lists."]},
+           {"question_id": 2, "category": "qa", "turns": ["Why is the sky blue? Answer in two sentences."]}]
+with open("prompts.jsonl", "w") as f:  # Spec-Bench format; use the Spec-Bench question file for real numbers
+    f.writelines(json.dumps(p) + "\\n" for p in prompts)
+run("hf_dynaspec.cli", "bench", "--target", TARGET, "--assistant", f"{OUT}/assistant",
+    "--methods", "vanilla,eagle,dynaspec", "--prompts", "prompts.jsonl",
+    "--max-new-tokens", "8" if QUICK else "128", "--dtype", "fp32", "--json", f"{OUT}/bench.json")
+report = json.load(open(f"{OUT}/bench.json"))
+assert all(m["exact"] for m in report["methods"].values())
+{k: (m["tau"], m["speedup"]) for k, m in report["methods"].items()}'''),
+]
+
+
+def main():
+    here = Path(__file__).resolve().parent
+    for name, cells in [("quickstart.ipynb", QUICKSTART), ("train_your_assistant.ipynb", TRAIN)]:
+        notebook = new_notebook(cells=cells, metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                                                      "language": "python"},
+                                                       "accelerator": "GPU", "colab": {"provenance": []}})
+        nbformat.write(notebook, here / name)
+
+
+if __name__ == "__main__":
+    main()

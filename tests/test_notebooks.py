@@ -1,0 +1,31 @@
+"""The notebooks execute top to bottom (nbclient) on CPU against the offline zoo's Qwen2.5-Coder-0.5B."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from hf_dynaspec import zoo
+
+pytestmark = pytest.mark.real_model
+NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+TARGET = "qwen2.5-coder-0.5b-instruct"
+
+
+@pytest.mark.parametrize("name", ["quickstart.ipynb", "train_your_assistant.ipynb"])
+def test_notebook_runs(name, tmp_path, monkeypatch):
+    if zoo.cached_path(TARGET) is None:
+        pytest.fail(f"{TARGET} is not cached: run `hf-dynaspec models fetch {TARGET}` first (.ci/run does).")
+    monkeypatch.setenv("HF_DYNASPEC_NOTEBOOK_TARGET", TARGET)
+    monkeypatch.setenv("HF_DYNASPEC_NOTEBOOK_QUICK", "1")
+    notebook = nbformat.read(NOTEBOOKS / name, as_version=4)
+    NotebookClient(notebook, timeout=900, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    errors = [o for cell in notebook.cells for o in cell.get("outputs", []) if o.get("output_type") == "error"]
+    assert not errors
+    if name == "train_your_assistant.ipynb":
+        assert (tmp_path / "outputs" / "notebook" / "assistant" / "README.md").is_file()
+        assert (tmp_path / "outputs" / "notebook" / "bench.json").is_file()
