@@ -24,8 +24,9 @@ from tqdm.auto import tqdm
 from hf_dynaspec import DynaSpecAssistant
 from hf_dynaspec.runner import encode_prompt, load_target
 from hf_dynaspec.shortlist.selector import build_head
+from recipes.data_paths import shared_data_dir
 
-EVAL_DIR = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "eval"
+EVAL_DIR = shared_data_dir() / "eval"
 
 
 def eval_prompts(limit_per_category: int) -> list[tuple[str, str]]:

@@ -13,7 +13,8 @@ from collections.abc import Iterator
 from itertools import zip_longest
 from pathlib import Path
 
-DEFAULT_DATA_DIR = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "train"
+from recipes.data_paths import shared_data_dir
+
 
 
 def _gpteacher(path: Path) -> Iterator[tuple[str, str]]:
@@ -30,8 +31,9 @@ def _gsm8k(path: Path) -> Iterator[tuple[str, str]]:
             yield row["question"], row["answer"]
 
 
-def conversations(data_dir: Path = DEFAULT_DATA_DIR) -> Iterator[tuple[str, str]]:
-    """(user prompt, assistant response) pairs, the sources interleaved."""
+def conversations(data_dir: Path | None = None) -> Iterator[tuple[str, str]]:
+    """(user prompt, assistant response) pairs, the sources interleaved (default: the shared train/ data)."""
+    data_dir = data_dir if data_dir is not None else shared_data_dir() / "train"
     sources = [
         _gpteacher(data_dir / "gpteacher_codegen-instruct.json"),
         _gpteacher(data_dir / "gpteacher_roleplay-simple-deduped-roleplay-instruct.json"),

@@ -12,8 +12,9 @@ from conftest import VOCAB, imitating_assistant, one_layer_target
 from hf_dynaspec.bench import EncodedPrompt, Method, build_methods, load_prompts, run_benchmark
 from hf_dynaspec.bench.harness import interleaved_order
 from hf_dynaspec.bench.report import markdown_table, write_plots
+from recipes.data_paths import shared_data_dir
 
-SHARED_EVAL = __import__("pathlib").Path(__file__).resolve().parents[2] / "shared" / "data" / "eval"
+SHARED_EVAL = shared_data_dir() / "eval"
 
 
 def _prompts(n=4):

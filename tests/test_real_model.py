@@ -6,8 +6,6 @@ not cached these tests are deselected by the marker, never silently passed.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 
@@ -97,7 +95,9 @@ def test_bench_command_on_the_dev_split(model_dir, tmp_path):
     from hf_dynaspec.cli import build_parser
     from hf_dynaspec.runner import shipped_assistant_dir
 
-    eval_dir = Path(__file__).resolve().parents[2] / "shared" / "data" / "eval"
+    from recipes.data_paths import shared_data_dir
+
+    eval_dir = shared_data_dir() / "eval"
     spec = tmp_path / "spec.jsonl"
     spec.write_text((eval_dir / "spec_bench_dev.jsonl").read_text().splitlines()[0] + "\n")
     assistant = shipped_assistant_dir(NAME)

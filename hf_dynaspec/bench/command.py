@@ -26,8 +26,8 @@ def add_parser(commands) -> None:
     bench.add_argument("--num-draft-tokens", type=int, default=None, help="override the assistant's draft length")
     bench.add_argument("--dtype", choices=["bf16", "fp32"], default="bf16")
     bench.add_argument("--cpu-verify", action="store_true",
-                       help="fp32 shadow weights for 2..16-token forwards of a bf16 target on CPU (hf_dynaspec.cpu_verify); "
-                            "applies to every method, vanilla included")
+                       help="fp32 shadow weights for every multi-token forward of a bf16 target on CPU "
+                            "(hf_dynaspec.cpu_verify): verification and prefill, for every method, vanilla included")
     bench.add_argument("--json", default=None, metavar="OUT")
     bench.add_argument("--plots", default=None, metavar="DIR")
 
@@ -55,7 +55,7 @@ def run(args) -> dict:
     if args.cpu_verify:
         from hf_dynaspec import cpu_verify
 
-        cpu_verify.enable(target)
+        cpu_verify.enable(target, max_rows=1 << 20)
     methods = build_methods(keys, assistant_factory=assistant_factory, draft_model=draft_model)
     report = run_benchmark(target, methods, encode_prompts(tokenizer, prompts), max_new_tokens=args.max_new_tokens,
                            dtype=args.dtype, target_name=args.target)
