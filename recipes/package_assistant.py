@@ -49,9 +49,12 @@ def main(argv=None):
     parser.add_argument("--bench", type=Path, default=None, help="an `hf-dynaspec bench --json` report")
     parser.add_argument("--commands", type=Path, default=None, help="text file with the command lines used")
     parser.add_argument("--dtype", choices=["bf16", "fp32"], default="bf16")
+    parser.add_argument("--shortlist", default=None, help="default shortlist strategy of the shipped artifact")
+    parser.add_argument("--max-clusters", type=int, default=None, help="default k_max of the dynaspec strategy")
     args = parser.parse_args(argv)
 
-    assistant = DynaSpecAssistant.from_pretrained(args.assistant)
+    assistant = DynaSpecAssistant.from_pretrained(args.assistant, shortlist=args.shortlist,
+                                                  max_clusters=args.max_clusters)
     training = dict(assistant.card_data.get("training", {}))
     training["data"] = ("teacher forcing on ../shared/data/train conversations (GPTeacher codegen + roleplay, GSM8K), "
                         "chat template, target features cached by recipes.build_features")

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -24,3 +26,16 @@ def test_relative_links_resolve():
             if "://" in target:
                 continue
             assert (page.parent / target).exists(), f"{page.name}: broken link {target}"
+
+
+@pytest.mark.real_model
+def test_readme_python_blocks_run_as_written(monkeypatch):
+    """Every ```python block of the README, in order, in one namespace, from the repository root."""
+    monkeypatch.chdir(ROOT)
+    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.S)
+    assert len(blocks) >= 2
+    namespace: dict = {}
+    for block in blocks:
+        exec(compile(block, "README.md", "exec"), namespace)
+    assert namespace["out"].shape[1] > namespace["inputs"]["input_ids"].shape[1]
+    assert namespace["assistant"].config.shortlist == "dynaspec"
