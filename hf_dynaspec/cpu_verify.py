@@ -15,8 +15,6 @@ weights; `disable` restores the modules.
 
 from __future__ import annotations
 
-import time
-
 import torch
 import torch.nn as nn
 
@@ -64,31 +62,3 @@ def disable(model: nn.Module) -> None:
 
 def is_enabled(model: nn.Module) -> bool:
     return any(_SHADOW in m.__dict__ for m in model.modules())
-
-
-_PROBE: dict[torch.dtype, bool] = {}
-
-
-def worth_enabling(dtype: torch.dtype, rows: int = 4) -> bool:
-    """Measure once per process: is a `rows`-row product faster through an fp32 shadow than natively in `dtype`?"""
-    if dtype not in (torch.bfloat16, torch.float16):
-        return False
-    if dtype not in _PROBE:
-        generator = torch.Generator().manual_seed(0)
-        weight = torch.randn(2048, 1024, generator=generator).to(dtype)
-        weight32 = weight.float()
-        x = torch.randn(rows, 1024, generator=generator).to(dtype)
-
-        def best_of(fn, repeats=7):
-            fn()
-            times = []
-            for _ in range(repeats):
-                start = time.perf_counter()
-                fn()
-                times.append(time.perf_counter() - start)
-            return min(times)
-
-        native = best_of(lambda: x @ weight.T)
-        shadow = best_of(lambda: torch.mm(weight32, x.float().T).T.to(dtype))
-        _PROBE[dtype] = shadow < 0.7 * native
-    return _PROBE[dtype]

@@ -9,14 +9,20 @@ ground truth of the tests.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 
 import torch
 
+from hf_dynaspec.kernels.cpu import shortlist_head_blocks
 
+
+@functools.cache
 def triton_available() -> bool:
-    """True when Triton is installed and can run here (a CUDA device, or the interpreter on CPU)."""
+    """True when Triton is installed and can run here (a CUDA device, or the interpreter on CPU).
+
+    Decided once per process: the head calls this at every draft step."""
     if importlib.util.find_spec("triton") is None:
         return False
     if os.environ.get("TRITON_INTERPRET") == "1":
@@ -32,6 +38,4 @@ def shortlist_head(hidden: torch.Tensor, permuted_weight: torch.Tensor, block_st
 
         out = shortlist_head_triton(hidden, permuted_weight, block_starts, block_ends, token_order)
         return out.scores, out.token_ids
-    from hf_dynaspec.kernels.cpu import shortlist_head_blocks
-
     return shortlist_head_blocks(hidden, permuted_weight, block_starts, block_ends, token_order)
