@@ -72,25 +72,25 @@ def router_examples_from_features(features: Path, drafter, cluster_of_token, num
 
     embeds, feats, labels, total = [], [], [], 0
     progress = tqdm(total=num_tokens, unit="tok", desc="router data (cached features)")
-    for shard in sorted(features.glob("shard_*.safetensors")):
-        for sequence in load_sequences(shard):
-            batch = collate([sequence], "cpu")
-            ids, hidden, top = batch.input_ids[0], batch.hidden, batch.topk_ids[0, :, 0]
-            token_embeds = drafter.embed(ids[1:])[None].float()
-            predicted = draft_pass(drafter, token_embeds.to(drafter.fc.weight.dtype), hidden[:, :-1].to(drafter.fc.weight.dtype)).float()
-            # position 0: (E(x_{t+1}), f_t) -> target's token after x_{t+1}
-            embeds.append(token_embeds[0])
-            feats.append(hidden[0, :-1])
-            labels.append(cluster_of_token[top[1:]])
-            # position 1: (E(x_{t+2}), p_{t+1}) -> target's token after x_{t+2}
-            embeds.append(token_embeds[0, 1:])
-            feats.append(predicted[0, :-1])
-            labels.append(cluster_of_token[top[2:]])
-            total += 2 * len(ids) - 3
-            progress.update(2 * len(ids) - 3)
-            if total >= num_tokens:
-                progress.close()
-                return torch.cat(embeds), torch.cat(feats), torch.cat(labels)
+    sequences = (s for shard in sorted(features.glob("shard_*.safetensors")) for s in load_sequences(shard))
+    dtype = drafter.fc.weight.dtype
+    for sequence in sequences:
+        if total >= num_tokens:
+            break
+        batch = collate([sequence], "cpu")
+        ids, hidden, top = batch.input_ids[0], batch.hidden, batch.topk_ids[0, :, 0]
+        token_embeds = drafter.embed(ids[1:])[None].float()
+        predicted = draft_pass(drafter, token_embeds.to(dtype), hidden[:, :-1].to(dtype)).float()
+        # position 0: (E(x_{t+1}), f_t) -> target's token after x_{t+1}
+        embeds.append(token_embeds[0])
+        feats.append(hidden[0, :-1])
+        labels.append(cluster_of_token[top[1:]])
+        # position 1: (E(x_{t+2}), p_{t+1}) -> target's token after x_{t+2}
+        embeds.append(token_embeds[0, 1:])
+        feats.append(predicted[0, :-1])
+        labels.append(cluster_of_token[top[2:]])
+        total += 2 * len(ids) - 3
+        progress.update(2 * len(ids) - 3)
     progress.close()
     return torch.cat(embeds), torch.cat(feats), torch.cat(labels)
 
