@@ -8,6 +8,7 @@ from hf_dynaspec.config import DynaSpecConfig  # noqa: E402
 from hf_dynaspec.exactness import Divergence, check_exactness, first_divergence  # noqa: E402
 from hf_dynaspec.families import UnsupportedTargetError  # noqa: E402
 from hf_dynaspec.stats import DraftStats  # noqa: E402
+from hf_dynaspec.tree import tree_generate  # noqa: E402
 
 __all__ = [
     "ArtifactError",
@@ -19,5 +20,6 @@ __all__ = [
     "UnsupportedTargetError",
     "check_exactness",
     "first_divergence",
+    "tree_generate",
     "__version__",
 ]

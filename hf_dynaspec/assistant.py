@@ -328,6 +328,17 @@ class DynaSpecAssistant(PreTrainedModel):
                 repo_id=repo_id, folder_path=folder, revision=revision, commit_message=commit_message
             )
 
+    def generate(self, model: PreTrainedModel, **generate_kwargs):
+        """Tree decoding with this assistant: `model.generate(**generate_kwargs, custom_generate=tree_generate,
+        drafter=self)`. Takes every ordinary generate() option plus `tree_top_k`, `tree_depth`,
+        `tree_total_tokens`; chain drafting stays `model.generate(..., assistant_model=assistant)`."""
+        from hf_dynaspec.tree import tree_generate
+
+        if "assistant_model" in generate_kwargs or "custom_generate" in generate_kwargs:
+            raise ValueError("assistant.generate(model, ...) runs tree decoding itself: do not pass assistant_model "
+                             "or custom_generate")
+        return model.generate(**generate_kwargs, custom_generate=tree_generate, drafter=self)
+
     def forward(self, *args, **kwargs):
         raise TypeError(
             "DynaSpecAssistant is not called directly: pass it to model.generate(..., assistant_model=assistant)."

@@ -22,7 +22,7 @@ _KNOWN_KEYS = {
     "attention_bias", "fc_bias", "use_target_norm", "aux_hidden_state_layer_ids", "draft_vocab_size",
     "num_draft_tokens", "library_version", "layer_config", "shortlist", "shortlist_size", "frequency_list_size",
     "vocabtrim_list_size", "num_clusters", "num_always_ids", "router_hidden_size", "max_clusters",
-    "fixed_clusters", "max_shortlist_size",
+    "fixed_clusters", "max_shortlist_size", "tree_top_k", "tree_depth", "tree_total_tokens",
 }
 SHORTLIST_STRATEGIES = ("full", "frspec", "vocabtrim", "dynaspec", "dynaspec-fixed")
 
@@ -68,6 +68,10 @@ class DynaSpecConfig(PretrainedConfig):
             optimum on the 2-core AVX2 CPUs this project is tested on, where verifying k tokens costs nearly k
             one-token steps (benchmarks/draft_length.py, benchmarks/results/draft_length_05b_bf16.json);
             hardware with cheap multi-token verification (GPUs, AVX-512 BF16 CPUs) wants 4-6.
+        tree_top_k, tree_depth, tree_total_tokens: EAGLE-2 tree drafting (hf_dynaspec.tree): children proposed
+            per expanded node and nodes expanded per depth, maximum depth, and draft tokens kept in the tree
+            (the target verifies tree_total_tokens + 1 tokens per pass). EAGLE-2's GPU defaults are 10 / 5-7 /
+            60; the defaults here are sized for CPU verification (docs/trees.md has the measurements).
     """
 
     model_type = "dynaspec"
@@ -108,6 +112,9 @@ class DynaSpecConfig(PretrainedConfig):
         max_clusters: int = 16,
         fixed_clusters: int = 8,
         max_shortlist_size: int | None = None,
+        tree_top_k: int = 4,
+        tree_depth: int = 4,
+        tree_total_tokens: int = 12,
         **kwargs,
     ):
         unknown = sorted(k for k in kwargs if k not in _KNOWN_KEYS and not hasattr(PretrainedConfig(), k))
@@ -151,6 +158,9 @@ class DynaSpecConfig(PretrainedConfig):
         self.max_clusters = max_clusters
         self.fixed_clusters = fixed_clusters
         self.max_shortlist_size = max_shortlist_size
+        self.tree_top_k = tree_top_k
+        self.tree_depth = tree_depth
+        self.tree_total_tokens = tree_total_tokens
         # Stamped at creation; a config loaded from disk keeps the version that wrote it.
         self.library_version = library_version or _current_library_version()
         super().__init__(**kwargs)
@@ -160,7 +170,8 @@ class DynaSpecConfig(PretrainedConfig):
         """Raise `ValueError` naming the bad field and the fix."""
         if self.drafter_kind not in DRAFTER_KINDS:
             raise ValueError(f"drafter_kind must be one of {DRAFTER_KINDS}, got {self.drafter_kind!r}.")
-        for name in ("vocab_size", "hidden_size", "intermediate_size", "num_attention_heads", "num_draft_tokens"):
+        for name in ("vocab_size", "hidden_size", "intermediate_size", "num_attention_heads", "num_draft_tokens",
+                     "tree_top_k", "tree_depth", "tree_total_tokens"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"DynaSpecConfig.{name} must be a positive integer, got {value!r}.")

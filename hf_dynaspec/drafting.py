@@ -57,27 +57,10 @@ class ChainDraftSession:
         `new_target_hidden` `[1, >=T_new, D or 3D]`: target features from the last verification pass, whose
         first `T_new = N - 1 - (pairs already cached)` positions are now verified.
         """
-        seq_len = input_ids.shape[1]
-        start = self.num_verified_pairs
-        num_new = seq_len - 1 - start
-        if num_new < 1 or new_target_hidden.shape[1] < num_new:
-            raise RuntimeError(
-                f"drafter out of step with the target: {num_new} new verified positions, "
-                f"{new_target_hidden.shape[1]} target hidden states"
-            )
+        hidden, plan = self.consume_verified(input_ids, new_target_hidden)
         drafter = self.drafter
         device = input_ids.device
-        self.cache.crop(start)
-        hidden_in = drafter.fuse_target_hidden(new_target_hidden[:, :num_new])
-        token_embeds = drafter.embed(input_ids[:, start + 1 : seq_len])
-        position_ids = torch.arange(start, seq_len - 1, device=device)[None]
-        # The router reads the inputs of the step whose output it shortlists (E(x_t), h_{t-1}): it is started
-        # before the drafter's layer so that on CUDA the two overlap.
-        plan = self._plan(token_embeds[:, -1], hidden_in[:, -1], 0)
-        hidden = drafter.step(token_embeds, hidden_in, position_ids, self.cache, causal_mask(num_new, start, device))
-        self.num_verified_pairs = seq_len - 1
-        hidden = hidden[:, -1:]
-
+        seq_len = input_ids.shape[1]
         draft_ids, draft_logits = [], []
         self.shortlists_of_last_draft = []
         context = input_ids
@@ -98,6 +81,34 @@ class ChainDraftSession:
             token_ids=torch.cat(draft_ids, dim=1),
             logits=torch.stack(draft_logits, dim=1) if draft_logits else None,
         )
+
+    @torch.no_grad()
+    def consume_verified(self, input_ids: torch.Tensor, new_target_hidden: torch.Tensor):
+        """Run the drafter over the newly verified positions; return its last hidden `[1, 1, H]` (which predicts
+        the token after `input_ids`) and the shortlist plan for draft position 0.
+
+        Drops the speculative entries of the previous draft from the drafter cache first.
+        """
+        seq_len = input_ids.shape[1]
+        start = self.num_verified_pairs
+        num_new = seq_len - 1 - start
+        if num_new < 1 or new_target_hidden.shape[1] < num_new:
+            raise RuntimeError(
+                f"drafter out of step with the target: {num_new} new verified positions, "
+                f"{new_target_hidden.shape[1]} target hidden states"
+            )
+        drafter = self.drafter
+        device = input_ids.device
+        self.cache.crop(start)
+        hidden_in = drafter.fuse_target_hidden(new_target_hidden[:, :num_new])
+        token_embeds = drafter.embed(input_ids[:, start + 1 : seq_len])
+        position_ids = torch.arange(start, seq_len - 1, device=device)[None]
+        # The router reads the inputs of the step whose output it shortlists (E(x_t), h_{t-1}): it is started
+        # before the drafter's layer so that on CUDA the two overlap.
+        plan = self._plan(token_embeds[:, -1], hidden_in[:, -1], 0)
+        hidden = drafter.step(token_embeds, hidden_in, position_ids, self.cache, causal_mask(num_new, start, device))
+        self.num_verified_pairs = seq_len - 1
+        return hidden[:, -1:], plan
 
     def _plan(self, token_embed: torch.Tensor, hidden_in: torch.Tensor, position: int):
         return self.head.plan(token_embed, hidden_in, position) if self.head is not None else None

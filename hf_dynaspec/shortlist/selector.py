@@ -76,14 +76,17 @@ class ClusterHead:
         return clusters_at_position(position, self.max_clusters) if self.position_aware else self.max_clusters
 
     def plan(self, token_embed: torch.Tensor, prev_hidden: torch.Tensor, position: int) -> tuple[Pending, int]:
-        """Start the router on this step's inputs `[1, D]`, `[1, H]` (before the drafter's layer runs)."""
+        """Start the router on this step's inputs `[R, D]`, `[R, H]` (before the drafter's layer runs)."""
         return self.side_stream.launch(self.router, token_embed, prev_hidden), position
 
     def choose_clusters(self, token_embed: torch.Tensor, prev_hidden: torch.Tensor, position: int) -> list[int]:
         return self._clusters_from(self.router(token_embed, prev_hidden), position)
 
     def _clusters_from(self, cluster_scores: torch.Tensor, position: int) -> list[int]:
-        chosen = cluster_scores[0].topk(self.budget(position)).indices.tolist()  # best first
+        """Router scores `[R, C]` -> the clusters to score at `position`. With several rows (the nodes of one
+        tree depth, scored together) the clusters are ranked by their mean router probability."""
+        ranking = cluster_scores[0] if cluster_scores.shape[0] == 1 else cluster_scores.softmax(-1).mean(0)
+        chosen = ranking.topk(self.budget(position)).indices.tolist()  # best first
         if self.max_shortlist_size is not None:
             kept, size = [], len(self.always_ids)
             for c in chosen:
@@ -104,7 +107,7 @@ class ClusterHead:
 
     @torch.no_grad()
     def scores(self, hidden: torch.Tensor, plan: tuple[Pending, int]) -> HeadScores:
-        """Hidden `[1, H]` and the router plan of this step -> scores of the chosen clusters' rows."""
+        """Hidden `[R, H]` and the router plan of this step -> scores `[R, S]` of the chosen clusters' rows."""
         pending, position = plan
         chosen = self._clusters_from(pending.result(), position)
         # The always-included rows are the last block of the permuted head (see __init__).

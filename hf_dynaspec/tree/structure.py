@@ -1,0 +1,81 @@
+"""A draft tree and the attention masks and positions that let a model read it in one forward pass.
+
+Node 0 is the root: the newest committed token, which the target has not processed yet. Nodes 1..N-1 are
+draft tokens. `parents[i] < i` for every draft node (parents come first), `parents[0] == -1`. A node at depth
+d continues the sequence at position `past_length + d`, and attends to the cached prefix, its ancestors and
+itself, never to its siblings or cousins: reading the tree in one pass then gives every node exactly the
+logits a plain forward over its own root-to-node path would give.
+
+Legend: N tree nodes (root included), P cached prefix length.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class DraftTree:
+    token_ids: torch.Tensor  # [N] long, target vocabulary ids; token_ids[0] is the root
+    parents: torch.Tensor  # [N] long, parents[0] = -1, parents[i] < i
+    depths: torch.Tensor  # [N] long, depths[0] = 0, depths[i] = depths[parents[i]] + 1
+
+    @classmethod
+    def from_parents(cls, token_ids: torch.Tensor, parents: list[int]) -> "DraftTree":
+        """Build a tree from parent indices, checking that they describe one tree rooted at node 0."""
+        if len(parents) != len(token_ids) or not parents or parents[0] != -1:
+            raise ValueError("parents must have one entry per token and parents[0] == -1 (the root)")
+        depths = [0] * len(parents)
+        for i, p in enumerate(parents[1:], start=1):
+            if not 0 <= p < i:
+                raise ValueError(f"node {i} has parent {p}: parents must precede their children")
+            depths[i] = depths[p] + 1
+        device = token_ids.device
+        return cls(token_ids, torch.tensor(parents, device=device), torch.tensor(depths, device=device))
+
+    def __len__(self) -> int:
+        return self.token_ids.shape[0]
+
+    def children(self) -> list[list[int]]:
+        """Children of each node, in node order (the order the drafter ranked them)."""
+        kids: list[list[int]] = [[] for _ in range(len(self))]
+        for i, p in enumerate(self.parents.tolist()[1:], start=1):
+            kids[p].append(i)
+        return kids
+
+    def ancestor_matrix(self) -> torch.Tensor:
+        """`[N, N]` bool: entry (i, j) is True when node j is node i or one of its ancestors."""
+        n = len(self)
+        visible = torch.eye(n, dtype=torch.bool, device=self.parents.device)
+        for i, p in enumerate(self.parents.tolist()[1:], start=1):
+            visible[i] |= visible[p]  # parents come first, so row p is already complete
+        return visible
+
+    def path_to(self, node: int) -> list[int]:
+        """Node indices from the root to `node`, both included."""
+        parents = self.parents.tolist()
+        path = [node]
+        while parents[path[-1]] >= 0:
+            path.append(parents[path[-1]])
+        return path[::-1]
+
+
+def tree_position_ids(tree: DraftTree, past_length: int) -> torch.Tensor:
+    """Position ids `[1, N]`: the root continues the cached prefix, every node sits one after its parent."""
+    return (tree.depths + past_length)[None]
+
+
+def tree_attention_mask(tree: DraftTree, past_length: int, dtype: torch.dtype) -> torch.Tensor:
+    """Additive mask `[1, 1, N, P + N]` (0 where a node may attend, the dtype's minimum elsewhere).
+
+    Additive rather than boolean so that every attention implementation (eager adds the mask, SDPA accepts
+    either) reads it the same way; transformers passes a 4-D mask through untouched.
+    """
+    n = len(tree)
+    visible = torch.ones(n, past_length + n, dtype=torch.bool, device=tree.parents.device)
+    visible[:, past_length:] = tree.ancestor_matrix()
+    mask = torch.zeros(visible.shape, dtype=dtype, device=visible.device)
+    mask.masked_fill_(~visible, torch.finfo(dtype).min)
+    return mask[None, None]

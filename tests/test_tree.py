@@ -1,0 +1,336 @@
+"""Tree decoding (hf_dynaspec.tree): masks, positions, cache compaction, greedy identity, lossless sampling."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from transformers import StoppingCriteria
+
+from conftest import VOCAB, imitating_assistant, one_layer_target, plain_generate, random_assistant, tiny_target
+from hf_dynaspec import tree_generate
+from hf_dynaspec.tree import DraftTree, tree_attention_mask, tree_position_ids
+from hf_dynaspec.tree import verify as tree_verify
+from hf_dynaspec.tree.drafting import TreeDraftSession
+from hf_dynaspec.tree.verify import accept_path, compact_cache
+
+
+def random_tree(seed: int, size: int, vocab: int = VOCAB) -> DraftTree:
+    rng = random.Random(seed)
+    parents = [-1] + [rng.randrange(i) for i in range(1, size)]
+    tokens = torch.tensor([rng.randrange(vocab) for _ in range(size)])
+    return DraftTree.from_parents(tokens, parents)
+
+
+def prompt(seed: int, length: int, vocab: int = VOCAB) -> torch.Tensor:
+    return torch.randint(0, vocab, (1, length), generator=torch.Generator().manual_seed(seed))
+
+
+# -- structure -----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("seed", range(6))
+def test_mask_and_positions_match_brute_force(seed):
+    tree = random_tree(seed, size=3 + 4 * seed)
+    past = 5
+    mask = tree_attention_mask(tree, past, torch.float32)[0, 0]
+    positions = tree_position_ids(tree, past)[0]
+    for i in range(len(tree)):
+        path = tree.path_to(i)
+        assert positions[i] == past + len(path) - 1
+        for j in range(past + len(tree)):
+            visible = j < past or (j - past) in path
+            assert (mask[i, j] == 0) == visible, (i, j)
+    assert (mask[mask != 0] == torch.finfo(torch.float32).min).all()
+
+
+def test_tree_rejects_parents_that_do_not_form_a_tree():
+    tokens = torch.tensor([1, 2, 3])
+    with pytest.raises(ValueError, match="parents must precede"):
+        DraftTree.from_parents(tokens, [-1, 2, 0])
+    with pytest.raises(ValueError, match="root"):
+        DraftTree.from_parents(tokens, [0, 0, 1])
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("seed", range(3))
+def test_tree_forward_gives_each_node_the_logits_of_its_own_path(family, seed):
+    """One pass over the tree = a plain forward over prefix + root-to-node path, for every node."""
+    from transformers.cache_utils import DynamicCache
+
+    target = tiny_target(family, seed=seed)
+    prefix = prompt(seed, 6)
+    tree = random_tree(seed, size=9)
+    cache = DynamicCache(config=target.config)
+    target(prefix, past_key_values=cache, use_cache=True)
+    out = target(
+        tree.token_ids[None], past_key_values=cache, use_cache=True,
+        position_ids=tree_position_ids(tree, 6), attention_mask=tree_attention_mask(tree, 6, target.dtype),
+    )
+    for node in range(len(tree)):
+        path_tokens = tree.token_ids[tree.path_to(node)][None]
+        expected = target(torch.cat([prefix, path_tokens], dim=1)).logits[0, -1]
+        torch.testing.assert_close(out.logits[0, node], expected, atol=1e-5, rtol=1e-5)
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("seed", range(3))
+def test_compacted_cache_equals_recomputation(family, seed):
+    from transformers.cache_utils import DynamicCache
+
+    target = tiny_target(family, seed=seed)
+    prefix = prompt(seed, 7)
+    tree = random_tree(10 + seed, size=10)
+    leaf = len(tree) - 1
+    path = tree.path_to(leaf)
+    cache = DynamicCache(config=target.config)
+    target(prefix, past_key_values=cache, use_cache=True)
+    target(
+        tree.token_ids[None], past_key_values=cache, use_cache=True,
+        position_ids=tree_position_ids(tree, 7), attention_mask=tree_attention_mask(tree, 7, target.dtype),
+    )
+    compact_cache(cache, 7, path)
+    reference = DynamicCache(config=target.config)
+    target(torch.cat([prefix, tree.token_ids[path][None]], dim=1), past_key_values=reference, use_cache=True)
+    assert cache.get_seq_length() == 7 + len(path)
+    for got, want in zip(cache.layers, reference.layers):
+        torch.testing.assert_close(got.keys, want.keys, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(got.values, want.values, atol=1e-5, rtol=1e-5)
+    # and decoding continues from it as from the recomputed cache
+    nxt = torch.tensor([[3]])
+    a = target(nxt, past_key_values=cache, use_cache=True).logits
+    b = target(nxt, past_key_values=reference, use_cache=True).logits
+    torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+# -- drafting ------------------------------------------------------------------------------------------------
+def test_drafted_tree_shape_and_ranking(family):
+    target = one_layer_target(family)
+    assistant = imitating_assistant(target, noise=0.3)
+    session = TreeDraftSession(assistant.drafter, VOCAB, head=assistant.runtime_head(), top_k=3, depth=4,
+                               total_tokens=10)
+    ids = prompt(0, 8)
+    with torch.no_grad():
+        hidden = target(ids, output_hidden_states=True).hidden_states[-1]
+    tree = session.propose_tree(torch.cat([ids, torch.tensor([[5]])], dim=1), torch.cat([hidden, hidden[:, -1:]], 1))
+    assert len(tree) == 11 and tree.token_ids[0] == 5
+    assert int(tree.depths.max()) <= 4
+    children = tree.children()
+    assert all(len(c) <= 3 for c in children)
+    for kids in children:  # siblings are distinct tokens
+        assert len({int(tree.token_ids[k]) for k in kids}) == len(kids)
+    # the drafter cache keeps the verified pairs; the tree's entries are dropped at the next round
+    assert session.num_verified_pairs == 8
+    assert session.cache.length > 8
+
+
+def test_tree_of_top_k_one_is_a_chain_and_an_imitating_drafter_fills_it(family):
+    target = one_layer_target(family)
+    assistant = imitating_assistant(target, noise=0.0)
+    for seed in range(3):
+        assistant.generate(target, input_ids=prompt(seed, 12), max_new_tokens=40,
+                           tree_top_k=1, tree_depth=4, tree_total_tokens=4)
+        assert assistant.stats.tau > 4.0, assistant.stats
+
+
+# -- greedy identity -----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("shape", [(1, 1, 1), (2, 3, 5), (4, 4, 12), (3, 6, 16), (8, 2, 9)])
+def test_greedy_identical_over_seeds(family, shape):
+    top_k, depth, total = shape
+    target = one_layer_target(family)
+    drafted = accepted = 0
+    for seed in range(4):
+        assistant = imitating_assistant(target, noise=0.2, seed=seed)
+        input_ids = prompt(seed, 3 + 4 * seed)
+        expected = plain_generate(target, input_ids, max_new_tokens=30, do_sample=False)
+        got = target.generate(input_ids, custom_generate=tree_generate, drafter=assistant, max_new_tokens=30,
+                              tree_top_k=top_k, tree_depth=depth, tree_total_tokens=total)
+        assert torch.equal(got, expected), (seed, got, expected)
+        drafted += assistant.stats.drafted
+        accepted += assistant.stats.accepted
+    assert 0 < accepted < drafted  # both accepted and rejected drafts were exercised
+
+
+def test_greedy_identical_with_a_deep_target_and_random_drafter(family):
+    target = tiny_target(family, seed=3)
+    assistant = random_assistant(target)
+    for seed in range(3):
+        input_ids = prompt(100 + seed, 9)
+        expected = plain_generate(target, input_ids, max_new_tokens=30)
+        assert torch.equal(assistant.generate(target, input_ids=input_ids, max_new_tokens=30), expected)
+
+
+@pytest.mark.parametrize("max_new_tokens", [1, 2, 3, 5, 8])
+def test_max_new_tokens_hit_inside_an_accepted_path(family, max_new_tokens):
+    target = one_layer_target(family)
+    assistant = imitating_assistant(target, noise=0.0)
+    input_ids = prompt(7, 6)
+    expected = plain_generate(target, input_ids, max_new_tokens=max_new_tokens)
+    got = assistant.generate(target, input_ids=input_ids, max_new_tokens=max_new_tokens, tree_top_k=1, tree_depth=6,
+                             tree_total_tokens=6)
+    assert torch.equal(got, expected)
+
+
+def test_eos_inside_an_accepted_path_stops_like_plain_generate(family):
+    target = one_layer_target(family)
+    assistant = imitating_assistant(target, noise=0.0)
+    input_ids = prompt(3, 8)
+    free = plain_generate(target, input_ids, max_new_tokens=20)[0, 8:].tolist()
+    eos = free[5]  # a token that appears mid-way through a draftable stretch
+    expected = plain_generate(target, input_ids, max_new_tokens=20, eos_token_id=eos)
+    got = assistant.generate(target, input_ids=input_ids, max_new_tokens=20, eos_token_id=eos, tree_top_k=1,
+                             tree_depth=6, tree_total_tokens=6)
+    assert torch.equal(got, expected)
+    assert got[0, -1] == eos and got.shape[1] < 8 + 20
+
+
+def test_custom_stopping_criteria_and_processors_are_honoured(family):
+    class StopAfterTokens(StoppingCriteria):
+        def __call__(self, input_ids, scores, **kwargs):
+            return torch.tensor([input_ids.shape[1] >= 19])
+
+    target = one_layer_target(family)
+    assistant = imitating_assistant(target, noise=0.2)
+    input_ids = prompt(4, 10)
+    options = dict(max_new_tokens=30, repetition_penalty=1.7, no_repeat_ngram_size=2)
+    expected = plain_generate(target, input_ids, stopping_criteria=[StopAfterTokens()], **options)
+    got = assistant.generate(target, input_ids=input_ids, stopping_criteria=[StopAfterTokens()], **options)
+    assert torch.equal(got, expected) and got.shape[1] == 19
+
+
+def test_return_dict_with_scores_matches_plain_generate(family):
+    target = one_layer_target(family)
+    assistant = imitating_assistant(target, noise=0.2)
+    input_ids = prompt(2, 6)
+    options = dict(max_new_tokens=12, return_dict_in_generate=True, output_scores=True, output_logits=True)
+    expected = plain_generate(target, input_ids, **options)
+    got = assistant.generate(target, input_ids=input_ids, **options)
+    assert torch.equal(got.sequences, expected.sequences)
+    assert len(got.scores) == len(expected.scores) == 12
+    for a, b in zip(got.scores + got.logits, expected.scores + expected.logits):
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("strategy", ["frspec", "dynaspec", "dynaspec-fixed"])
+def test_greedy_identical_through_shortlists(tmp_path, strategy):
+    from hf_dynaspec import DynaSpecAssistant
+    from hf_dynaspec.shortlist import cluster_vocabulary
+
+    target = one_layer_target("qwen2")
+    assistant = imitating_assistant(target, noise=0.2)
+    head = target.get_output_embeddings().weight.detach()
+    assistant.shortlists.set_frequency_list(torch.randperm(VOCAB, generator=torch.Generator().manual_seed(0)),
+                                            kind="frspec")
+    assistant.shortlists.set_clusters(cluster_vocabulary(head, 8, always_ids=[0], seed=0))
+    assistant.save_pretrained(tmp_path)
+    shortlisted = DynaSpecAssistant.from_pretrained(tmp_path, target=target, shortlist=strategy, shortlist_size=40,
+                                                    max_clusters=4, fixed_clusters=3)
+    for seed in range(3):
+        input_ids = prompt(seed, 9)
+        expected = plain_generate(target, input_ids, max_new_tokens=24)
+        got = shortlisted.generate(target, input_ids=input_ids, max_new_tokens=24, tree_depth=4)
+        assert torch.equal(got, expected)
+        assert shortlisted.stats.avg_shortlist < VOCAB
+
+
+# -- errors --------------------------------------------------------------------------------------------------
+def test_clear_errors_for_unsupported_inputs():
+    target = one_layer_target("llama")
+    assistant = imitating_assistant(target)
+    two = prompt(0, 5).repeat(2, 1)
+    with pytest.raises(ValueError, match="batch size 2"):
+        assistant.generate(target, input_ids=two, attention_mask=torch.ones_like(two), max_new_tokens=4)
+    with pytest.raises(ValueError, match="num_beams"):
+        assistant.generate(target, input_ids=prompt(0, 5), num_beams=2, max_new_tokens=4)
+    with pytest.raises(ValueError, match="needs the assistant"):
+        target.generate(prompt(0, 5), custom_generate=tree_generate, max_new_tokens=4)
+    with pytest.raises(ValueError, match="do not pass assistant_model"):
+        assistant.generate(target, input_ids=prompt(0, 5), assistant_model=assistant)
+    other = one_layer_target("llama", seed=1)
+    with pytest.raises(ValueError, match="different target"):
+        assistant.generate(other, input_ids=prompt(0, 5), max_new_tokens=4)
+
+
+# -- sampling ------------------------------------------------------------------------------------------------
+def test_one_sampling_step_leaves_the_distribution_unchanged():
+    from scipy.stats import chisquare
+
+    probs = torch.tensor([0.05, 0.3, 0.02, 0.13, 0.2, 0.1, 0.15, 0.05])
+    tokens = [0, 4, 1, 6]  # root + three children proposing tokens 4, 1, 6
+    generator = torch.Generator().manual_seed(0)
+    counts = torch.zeros(8)
+    for _ in range(20000):
+        _, token = tree_verify._sample_step(probs, [1, 2, 3], tokens, generator)
+        counts[token] += 1
+    assert chisquare(counts.numpy(), (probs * counts.sum()).numpy()).pvalue > 1e-3
+
+
+SAMPLING_VOCAB = 8
+SAMPLING_PROMPT = torch.tensor([[1, 4, 2]])
+TEMPERATURE = 0.8
+
+
+@torch.no_grad()
+def exact_pair_distribution(target) -> torch.Tensor:
+    """P(x1, x2) `[V, V]` of the first two generated tokens at TEMPERATURE (the second goes through the tree)."""
+    firsts = torch.arange(SAMPLING_VOCAB)[:, None]
+    logits = target(torch.cat([SAMPLING_PROMPT.expand(SAMPLING_VOCAB, -1), firsts], dim=1)).logits.float()
+    probs = (logits[:, -2:] / TEMPERATURE).softmax(-1)
+    return probs[0, 0][:, None] * probs[:, 1]
+
+
+def sampled_pairs(target, assistant, num_samples: int) -> tuple[torch.Tensor, float]:
+    counts = torch.zeros(SAMPLING_VOCAB, SAMPLING_VOCAB)
+    drafted = accepted = 0
+    torch.manual_seed(4321)
+    for _ in range(num_samples):
+        out = assistant.generate(target, input_ids=SAMPLING_PROMPT, do_sample=True, temperature=TEMPERATURE, top_k=0,
+                                 top_p=1.0, max_new_tokens=3, tree_top_k=3, tree_depth=2, tree_total_tokens=5)
+        x1, x2 = out[0, 3:5].tolist()
+        counts[x1, x2] += 1
+        drafted += assistant.stats.drafted
+        accepted += assistant.stats.accepted
+    return counts, accepted / drafted
+
+
+@pytest.fixture(scope="module")
+def sampling_setup():
+    target = one_layer_target("llama", seed=5, vocab_size=SAMPLING_VOCAB)
+    assistant = imitating_assistant(target, noise=1.0, seed=3)
+    return target, assistant, exact_pair_distribution(target)
+
+
+def test_tree_sampling_matches_the_target_distribution(sampling_setup):
+    from test_sampling_lossless import fit_p_value
+
+    target, assistant, probs = sampling_setup
+    counts, acceptance = sampled_pairs(target, assistant, 1500)
+    assert 0.05 < acceptance < 0.9, acceptance
+    assert fit_p_value(counts, probs) > 1e-3
+
+
+def test_fit_rejects_a_tree_walk_without_the_residual(sampling_setup, monkeypatch):
+    """Sampling from p itself after a rejected child (instead of p without it) biases the output."""
+    from test_sampling_lossless import fit_p_value
+
+    def no_residual(probs, children, tokens, generator):
+        for child in children:
+            if torch.rand((), generator=generator) < probs[tokens[child]]:
+                return child, tokens[child]
+        return None, int(torch.multinomial(probs, 1, generator=generator))
+
+    target, assistant, probs = sampling_setup
+    monkeypatch.setattr(tree_verify, "_sample_step", no_residual)
+    assert fit_p_value(sampled_pairs(target, assistant, 1500)[0], probs) < 1e-3
+
+
+def test_greedy_walk_commits_the_argmax_of_every_visited_node():
+    tree = DraftTree.from_parents(torch.tensor([9, 1, 2, 3, 4]), [-1, 0, 0, 1, 1])
+    logits = torch.full((5, 10), -5.0)
+    logits[0, 2] = 1.0  # root -> child token 2 (node 2), a leaf
+    logits[2, 7] = 1.0  # node 2 -> 7: no such child, the target's own token
+    path = accept_path(tree, logits, torch.tensor([[9]]))
+    assert path.nodes == [2] and path.next_token == 7 and len(path.scores) == 2
+    logits[0, 1], logits[1, 4] = 2.0, 1.0  # root -> 1 (node 1) -> 4 (node 4)
+    path = accept_path(tree, logits, torch.tensor([[9]]))
+    assert path.nodes == [1, 4] and path.next_token == int(logits[4].argmax())
+
