@@ -126,13 +126,17 @@ class DynaSpecAssistant(PreTrainedModel):
         fixed_clusters: int | None = None,
         max_shortlist_size: int | None = None,
         num_draft_tokens: int | None = None,
+        tree_top_k: int | None = None,
+        tree_depth: int | None = None,
+        tree_total_tokens: int | None = None,
         **hub_kwargs,
     ) -> "DynaSpecAssistant":
         """Load an assistant from a local directory or a Hub repo id: our format, EAGLE-1/2 or EAGLE-3.
 
         With `target`, the assistant is checked against it, cast to its dtype/device and attached.
         `shortlist` ("full" | "frspec" | "vocabtrim" | "dynaspec" | "dynaspec-fixed") and the size/budget
-        options override what the artifact's config says. Only JSON and safetensors files are read;
+        options, the chain's `num_draft_tokens` and the tree shape (`tree_top_k`, `tree_depth`,
+        `tree_total_tokens`, see DynaSpecConfig) override what the artifact's config says. Only JSON and safetensors files are read;
         pickled checkpoints are refused.
         """
         directory = checkpoints.resolve_artifact_dir(pretrained_model_name_or_path, revision, **hub_kwargs)
@@ -151,7 +155,8 @@ class DynaSpecAssistant(PreTrainedModel):
             config = DynaSpecConfig(**kwargs)
         overrides = dict(shortlist=shortlist, shortlist_size=shortlist_size, max_clusters=max_clusters,
                          fixed_clusters=fixed_clusters, max_shortlist_size=max_shortlist_size,
-                         num_draft_tokens=num_draft_tokens)
+                         num_draft_tokens=num_draft_tokens, tree_top_k=tree_top_k, tree_depth=tree_depth,
+                         tree_total_tokens=tree_total_tokens)
         for key, value in overrides.items():
             if value is not None:
                 setattr(config, key, value)
@@ -337,6 +342,18 @@ class DynaSpecAssistant(PreTrainedModel):
         if "assistant_model" in generate_kwargs or "custom_generate" in generate_kwargs:
             raise ValueError("assistant.generate(model, ...) runs tree decoding itself: do not pass assistant_model "
                              "or custom_generate")
+        # generate() does not hand `tokenizer` on when custom_generate is a callable (transformers 5.23), so
+        # stop strings would fail there: build their stopping criterion here, as generate() would.
+        stop_strings = generate_kwargs.pop("stop_strings", None)
+        tokenizer = generate_kwargs.pop("tokenizer", None)
+        if stop_strings is not None:
+            from transformers import StoppingCriteriaList, StopStringCriteria
+
+            if tokenizer is None:
+                raise ValueError("stop_strings needs the model's tokenizer: pass tokenizer=")
+            criteria = list(generate_kwargs.pop("stopping_criteria", None) or [])
+            generate_kwargs["stopping_criteria"] = StoppingCriteriaList(
+                [*criteria, StopStringCriteria(tokenizer=tokenizer, stop_strings=stop_strings)])
         return model.generate(**generate_kwargs, custom_generate=tree_generate, drafter=self)
 
     def forward(self, *args, **kwargs):

@@ -114,7 +114,7 @@ class DynaSpecConfig(PretrainedConfig):
         max_shortlist_size: int | None = None,
         tree_top_k: int = 4,
         tree_depth: int = 4,
-        tree_total_tokens: int = 12,
+        tree_total_tokens: int = 8,
         **kwargs,
     ):
         unknown = sorted(k for k in kwargs if k not in _KNOWN_KEYS and not hasattr(PretrainedConfig(), k))

@@ -24,7 +24,7 @@ from safetensors.torch import save_file
 from tqdm.auto import tqdm
 
 from hf_dynaspec.runner import load_target
-from recipes.conversations import conversations, tokenize
+from recipes.conversations import conversations, self_distilled, tokenize
 
 
 def shard_path(out: Path, index: int) -> Path:
@@ -100,14 +100,17 @@ def main(argv=None) -> None:
     parser.add_argument("--sequences-per-shard", type=int, default=256)
     parser.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
     parser.add_argument("--topk", type=int, default=16, help="next-token candidates kept per position")
+    parser.add_argument("--conversations", type=Path, default=None,
+                        help="responses written by recipes.self_distill (default: the provided responses)")
     args = parser.parse_args(argv)
 
     # fp32: on CPUs without native bf16 matmuls (AVX2) a bf16 prefill is ~6x slower (benchmarks/results).
     model, tokenizer = load_target(args.target, args.dtype)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "meta.json").write_text(
-        json.dumps({"target": args.target, "max_length": args.max_length, "dtype": args.dtype, "topk": args.topk}))
-    pairs = conversations()
+        json.dumps({"target": args.target, "max_length": args.max_length, "dtype": args.dtype, "topk": args.topk,
+                    "conversations": str(args.conversations) if args.conversations else "provided responses"}))
+    pairs = self_distilled(args.conversations) if args.conversations else conversations()
     shard_index, total_tokens = 0, 0
     progress = tqdm(total=args.max_tokens, unit="tok", desc="target features")
     while total_tokens < args.max_tokens:

@@ -16,7 +16,6 @@ from pathlib import Path
 from recipes.data_paths import shared_data_dir
 
 
-
 def _gpteacher(path: Path) -> Iterator[tuple[str, str]]:
     for row in json.loads(path.read_text()):
         prompt = row["instruction"] + (f"\n\n{row['input']}" if row.get("input") else "")
@@ -41,6 +40,19 @@ def conversations(data_dir: Path | None = None) -> Iterator[tuple[str, str]]:
     ]
     for group in zip_longest(*sources):
         yield from (pair for pair in group if pair is not None)
+
+
+def self_distilled(directory: Path) -> Iterator[tuple[str, str]]:
+    """(prompt, the target's own response) pairs written by `recipes.self_distill`, file by file in order."""
+    files = sorted(Path(directory).glob("responses_*.jsonl"))
+    if not files:
+        raise FileNotFoundError(f"no responses_*.jsonl in {directory}: run `python -m recipes.self_distill` first")
+    for path in files:
+        for line in path.read_text().split("\n"):  # not splitlines: U+2028 may occur inside strings
+            if line.strip():
+                row = json.loads(line)
+                if row["response"]:
+                    yield row["prompt"], row["response"]
 
 
 def tokenize(tokenizer, prompt: str, response: str, max_length: int) -> tuple[list[int], int]:

@@ -152,3 +152,67 @@ def test_table_and_plots_show_every_method(report_and_runs, tmp_path):
     files = write_plots(report, tmp_path, vocab_size=VOCAB)
     assert [f.name for f in files] == ["tau_vs_shortlist.png", "speedup_per_category.png"]
     assert all(f.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for f in files)
+
+
+def test_tree_methods_are_benchmarked_exact_with_their_passes_counted(target):
+    from hf_dynaspec.tree import tree_generate
+
+    assistant = imitating_assistant(target, noise=0.3, tree_top_k=3, tree_depth=3, tree_total_tokens=6)
+    methods = build_methods(["vanilla", "eagle-tree"], assistant_factory=lambda **o: assistant)
+    assert methods[1].generate_kwargs == {"custom_generate": tree_generate, "drafter": assistant}
+    runs = []
+    report = run_benchmark(target, methods, _prompts(), max_new_tokens=12, dtype="fp32", target_name="tiny",
+                           progress=False, on_run=lambda prompt, method, run: runs.append((method.key, run)))
+    tree = report["methods"]["eagle-tree"]
+    assert tree["exact"] is True and tree["n_mismatch"] == 0
+    tree_runs = [run for key, run in runs if key == "eagle-tree"]
+    for run in tree_runs:  # the prefill pass commits one token, each tree pass its accepted path plus one
+        assert len(run.new_ids) == run.target_passes + run.stats["accepted"]
+        assert run.target_passes == run.stats["verify_passes"] + 1
+    expected_tau = sum(len(r.new_ids) for r in tree_runs) / sum(r.target_passes for r in tree_runs)
+    assert tree["tau"] == pytest.approx(expected_tau) and expected_tau > 1.5
+
+
+def test_tree_method_strings():
+    seen = []
+    methods = build_methods(["eagle-tree", "dynaspec-tree", "dynaspec-tree:32"],
+                            assistant_factory=lambda **o: seen.append(o) or object())
+    assert seen == [{"shortlist": "full"}, {"shortlist": "dynaspec"}, {"shortlist": "dynaspec", "max_clusters": 32}]
+    assert all("custom_generate" in m.generate_kwargs for m in methods)
+    with pytest.raises(ValueError, match="takes no argument"):
+        build_methods(["eagle-tree:4"], assistant_factory=lambda **o: object())
+
+
+def test_mt_bench_second_turn_follows_the_targets_own_first_answer(tmp_path):
+    from hf_dynaspec.bench.prompts import encode_prompts
+
+    class RecordingTokenizer:
+        chat_template = "{{ messages }}"
+
+        def __init__(self):
+            self.conversations = []
+
+        def apply_chat_template(self, messages, **kwargs):
+            self.conversations.append(messages)
+            return {"input_ids": torch.tensor([[len(self.conversations), len(messages)]])}
+
+    spec = tmp_path / "spec.jsonl"
+    spec.write_text("\n".join(json.dumps(r) for r in [
+        {"question_id": 1, "category": "qa", "turns": ["q1"]},
+        {"question_id": 81, "category": "writing", "turns": ["w1", "w2"]},
+    ]) + "\n")
+    prompts = load_prompts([spec])
+    tokenizer = RecordingTokenizer()
+    answered = []
+
+    def answer(input_ids):
+        answered.append(input_ids)
+        return "my answer"
+
+    encoded = encode_prompts(tokenizer, prompts, answer_first_turn=answer)
+    assert [(e.prompt_id, e.category) for e in encoded] == [("1", "qa"), ("81", "mt_bench"), ("81/turn2", "mt_bench")]
+    assert len(answered) == 1 and torch.equal(answered[0], encoded[1].input_ids)  # answers turn 1 of question 81
+    assert tokenizer.conversations[-1] == [{"role": "user", "content": "w1"},
+                                           {"role": "assistant", "content": "my answer"},
+                                           {"role": "user", "content": "w2"}]
+    assert len(encode_prompts(RecordingTokenizer(), prompts)) == 2  # first turns only unless asked

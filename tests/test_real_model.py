@@ -115,3 +115,21 @@ def test_bench_command_on_the_dev_split(model_dir, tmp_path):
         assert method["exact"] and method["n_mismatch"] == 0, (key, method["divergences"])
         assert set(method["per_category"]) == {"code", "mt_bench"}  # the first dev row is MT-Bench "writing"
     assert report["methods"]["eagle"]["tau"] >= 1.0
+
+
+def test_fp32_tree_decoding_greedy_identical_with_stop_strings(model_dir):
+    """Tree drafting + tree verification on the real target: identical to plain greedy, stops where it stops."""
+    model, tokenizer = load(model_dir, torch.float32)
+    assistant = assistant_for(model)
+    accepted = 0
+    for text in PROMPTS:
+        ids = prompt_ids(tokenizer, text)
+        tree = assistant.generate(model, input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                                  max_new_tokens=32)[0, ids.shape[1]:]
+        assert torch.equal(tree, generate(model, ids)), text
+        accepted += assistant.stats.accepted
+    assert accepted > 0  # the shipped drafter's tree drafts are accepted on real text
+    ids = prompt_ids(tokenizer, PROMPTS[0])
+    options = dict(stop_strings=["(", "\n\n"], tokenizer=tokenizer)
+    tree = assistant.generate(model, input_ids=ids, do_sample=False, max_new_tokens=32, **options)[0, ids.shape[1]:]
+    assert torch.equal(tree, generate(model, ids, **options))

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
 from conftest import VOCAB, one_layer_target
 from hf_dynaspec import DynaSpecAssistant
 from hf_dynaspec.shortlist import ClusterRouter
+from recipes.data_paths import shared_data_dir
 
 
 def _cached_batch(target, num_sequences=4, length=40, topk=8):
@@ -155,3 +158,47 @@ def test_router_examples_from_cached_features_pair_inputs_with_the_right_labels(
     result = budget_coverage(scores, torch.tensor([2, 1, -1]), torch.tensor([10, 20, 30, 40]), num_always=7, k=2)
     # rows: clusters {1, 2} = 50, {0, 3} = 50, {3, 1} = 60, plus 7 always-scored rows each
     assert result == pytest.approx({"coverage": 2 / 3, "avg_rows": (50 + 50 + 60) / 3 + 7})
+
+
+def test_self_distillation_prompt_mix_is_fixed_balanced_and_clean():
+    from recipes.self_distill import training_prompts
+
+    first = list(training_prompts(code_fraction=0.35))
+    assert first == list(training_prompts(code_fraction=0.35))  # same order every run: resuming is exact
+    rows = [json.loads(line) for line in (shared_data_dir() / "train" / "spec_train_prompts.jsonl").open()]
+    flagged = {r["turns"][0] for r in rows if r.get("eval_10gram_overlap")}
+    assert flagged and not flagged & {r["prompt"] for r in first}
+    code = sum(r["source"] == "gpteacher-code" for r in first)
+    spec = sum(r["source"] != "gsm8k" for r in first)
+    assert 0.25 < code / spec < 0.40
+    assert 0 < sum(r["source"] == "gsm8k" for r in first) <= spec // 4
+
+
+def test_self_distilled_responses_feed_build_features(tmp_path):
+    from recipes.conversations import self_distilled
+
+    (tmp_path / "responses_00001.jsonl").write_text(json.dumps({"prompt": "b", "response": "B", "source": "x"}) + "\n")
+    (tmp_path / "responses_00000.jsonl").write_text(
+        json.dumps({"prompt": "a", "response": "A", "source": "x"}) + "\n"
+        + json.dumps({"prompt": "empty", "response": "", "source": "x"}) + "\n")
+    assert list(self_distilled(tmp_path)) == [("a", "A"), ("b", "B")]  # file order, empty answers dropped
+    with pytest.raises(FileNotFoundError, match="self_distill"):
+        list(self_distilled(tmp_path / "none"))
+
+
+@pytest.mark.real_model
+def test_batched_self_distillation_answers_equal_single_stream_greedy():
+    """Left padding must not change the answers: a batch of prompts of different lengths, fp32."""
+    from hf_dynaspec import zoo
+    from hf_dynaspec.runner import encode_prompt, load_target
+    from recipes.self_distill import answer_batch
+
+    if zoo.cached_path("qwen2.5-coder-0.5b-instruct") is None:
+        pytest.fail("qwen2.5-coder-0.5b-instruct is not cached: run `hf-dynaspec models fetch` first")
+    model, tokenizer = load_target("qwen2.5-coder-0.5b-instruct", "fp32")
+    prompts = ["Say hi.", "Write a Python function that returns the square of a number, with a docstring."]
+    answers = answer_batch(model, tokenizer, prompts, max_new_tokens=12, max_prompt_tokens=512)
+    for prompt, answer in zip(prompts, answers):
+        ids = encode_prompt(tokenizer, prompt, True)
+        single = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=12)
+        assert answer == tokenizer.decode(single[0, ids.shape[1]:], skip_special_tokens=True).strip()

@@ -168,6 +168,8 @@ def test_max_new_tokens_hit_inside_an_accepted_path(family, max_new_tokens):
     got = assistant.generate(target, input_ids=input_ids, max_new_tokens=max_new_tokens, tree_top_k=1, tree_depth=6,
                              tree_total_tokens=6)
     assert torch.equal(got, expected)
+    stats = assistant.stats  # the statistics count committed tokens: prefill token + per pass accepted + 1
+    assert 1 + stats.verify_passes + stats.accepted == max_new_tokens
 
 
 def test_eos_inside_an_accepted_path_stops_like_plain_generate(family):

@@ -23,7 +23,11 @@ def add_parser(commands) -> None:
     bench.add_argument("--prompts", required=True, help="Spec-Bench or HumanEval .jsonl files, comma-separated")
     bench.add_argument("--limit-per-category", type=int, default=None)
     bench.add_argument("--max-new-tokens", type=int, default=128)
+    bench.add_argument("--mt-bench-turns", type=int, choices=[1, 2], default=1,
+                       help="2: also measure MT-Bench's second turn, after the target's own greedy first answer")
     bench.add_argument("--num-draft-tokens", type=int, default=None, help="override the assistant's draft length")
+    bench.add_argument("--tree", default=None, metavar="TOPK,DEPTH,TOTAL",
+                       help="tree shape for the *-tree methods (default: the assistant's config)")
     bench.add_argument("--dtype", choices=["bf16", "fp32"], default="bf16")
     bench.add_argument("--cpu-verify", action="store_true",
                        help="fp32 shadow weights for every multi-token forward of a bf16 target on CPU "
@@ -33,6 +37,8 @@ def add_parser(commands) -> None:
 
 
 def run(args) -> dict:
+    import torch
+
     from hf_dynaspec.assistant import DynaSpecAssistant
     from hf_dynaspec.bench.harness import run_benchmark
     from hf_dynaspec.bench.methods import build_methods
@@ -45,11 +51,13 @@ def run(args) -> dict:
     target, tokenizer = load_target(args.target, args.dtype)
     assistant_path = args.assistant or shipped_assistant_dir(args.target)
 
+    tree = _tree_shape(args.tree)
+
     def assistant_factory(**overrides):
         if assistant_path is None:
             raise ValueError(f"no assistant ships for {args.target}: pass --assistant PATH")
         return DynaSpecAssistant.from_pretrained(str(assistant_path), target=target,
-                                                 num_draft_tokens=args.num_draft_tokens, **overrides)
+                                                 num_draft_tokens=args.num_draft_tokens, **tree, **overrides)
 
     draft_model = load_target(args.draft_model, args.dtype)[0] if args.draft_model else None
     if args.cpu_verify:
@@ -57,7 +65,14 @@ def run(args) -> dict:
 
         cpu_verify.enable(target, max_rows=1 << 20)
     methods = build_methods(keys, assistant_factory=assistant_factory, draft_model=draft_model)
-    report = run_benchmark(target, methods, encode_prompts(tokenizer, prompts), max_new_tokens=args.max_new_tokens,
+    answer = None
+    if args.mt_bench_turns == 2:
+        def answer(input_ids):
+            out = target.generate(input_ids, attention_mask=torch.ones_like(input_ids), do_sample=False,
+                                  max_new_tokens=args.max_new_tokens)
+            return tokenizer.decode(out[0, input_ids.shape[1]:], skip_special_tokens=True)
+    encoded = encode_prompts(tokenizer, prompts, answer_first_turn=answer)
+    report = run_benchmark(target, methods, encoded, max_new_tokens=args.max_new_tokens,
                            dtype=args.dtype, target_name=args.target)
     report["assistant"] = str(assistant_path) if assistant_path else None
     report["draft_model"] = args.draft_model
@@ -70,3 +85,16 @@ def run(args) -> dict:
     if args.plots:
         write_plots(report, Path(args.plots), vocab_size=target.get_output_embeddings().weight.shape[0])
     return report
+
+
+def _tree_shape(text: str | None) -> dict:
+    """"TOPK,DEPTH,TOTAL" -> from_pretrained overrides (empty when not given)."""
+    if text is None:
+        return {}
+    try:
+        top_k, depth, total = (int(v) for v in text.split(","))
+    except ValueError:
+        raise ValueError(f"--tree takes three integers TOPK,DEPTH,TOTAL (e.g. 4,4,12), got {text!r}") from None
+    if min(top_k, depth, total) < 1:
+        raise ValueError(f"--tree values must be positive, got {text!r}")
+    return {"tree_top_k": top_k, "tree_depth": depth, "tree_total_tokens": total}

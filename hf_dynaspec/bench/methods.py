@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from hf_dynaspec.assistant import DynaSpecAssistant
+from hf_dynaspec.tree import tree_generate
 
 # name -> (what the argument means, default argument or None when required / not taken)
 METHOD_HELP = {
@@ -23,6 +24,8 @@ METHOD_HELP = {
     "vocabtrim:SIZE": "the assistant with VocabTrim's SIZE most drafted tokens",
     "dynaspec-fixed:K": "DynaSpec with K clusters at every draft position",
     "dynaspec[:KMAX]": "DynaSpec with the position-aware budget (KMAX clusters at position 0)",
+    "eagle-tree": "EAGLE-2 draft trees with the full-vocabulary head (tree verification)",
+    "dynaspec-tree[:KMAX]": "EAGLE-2 draft trees through DynaSpec shortlists, budget per tree depth",
 }
 
 
@@ -77,7 +80,7 @@ def build_methods(
             methods.append(Method(key, {"assistant_model": draft_model}))
         elif name == "prompt-lookup":
             methods.append(Method(key, {"prompt_lookup_num_tokens": _positive_int(key, arg, 10)}))
-        elif name in ("eagle", "frspec", "vocabtrim", "dynaspec-fixed", "dynaspec"):
+        elif name in ("eagle", "frspec", "vocabtrim", "dynaspec-fixed", "dynaspec", "eagle-tree", "dynaspec-tree"):
             if assistant_factory is None:
                 raise ValueError(f"method {key!r} needs an assistant: pass --assistant PATH")
             overrides = {
@@ -86,11 +89,17 @@ def build_methods(
                 "vocabtrim": lambda: {"shortlist": "vocabtrim", "shortlist_size": _positive_int(key, arg)},
                 "dynaspec-fixed": lambda: {"shortlist": "dynaspec-fixed", "fixed_clusters": _positive_int(key, arg)},
                 "dynaspec": lambda: {"shortlist": "dynaspec", **({"max_clusters": _positive_int(key, arg)} if arg else {})},
+                "eagle-tree": lambda: {"shortlist": "full"},
+                "dynaspec-tree": lambda: {"shortlist": "dynaspec",
+                                          **({"max_clusters": _positive_int(key, arg)} if arg else {})},
             }[name]()
-            if name == "eagle" and arg is not None:
-                raise ValueError(f"method {key!r}: 'eagle' takes no argument")
+            if name in ("eagle", "eagle-tree") and arg is not None:
+                raise ValueError(f"method {key!r}: {name!r} takes no argument")
             assistant = assistant_factory(**overrides)
-            methods.append(Method(key, {"assistant_model": assistant}, assistant))
+            if name.endswith("-tree"):
+                methods.append(Method(key, {"custom_generate": tree_generate, "drafter": assistant}, assistant))
+            else:
+                methods.append(Method(key, {"assistant_model": assistant}, assistant))
         else:
             known = ", ".join(METHOD_HELP)
             raise ValueError(f"unknown method {key!r}; known methods: {known}")

@@ -3,6 +3,10 @@
 MT-Bench rows of Spec-Bench carry their own categories (writing, roleplay, ...); Spec-Bench reports them
 together as `mt_bench`, and so do we (the original category is kept as `subcategory`). HumanEval problems
 are category `code`; the function stub is the user message.
+
+MT-Bench's second turns are measured when asked (`encode_prompts(..., answer_first_turn=...)`): the
+conversation is [turn 1, the target's own greedy answer to it, turn 2], as in MT-Bench and Spec-Bench, and
+the prompt joins `mt_bench` with the id `<question_id>/turn2`.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ class BenchPrompt:
     category: str
     text: str  # the first user turn
     subcategory: str | None = None
+    later_turns: tuple[str, ...] = ()  # further user turns (MT-Bench's second turn)
 
 
 @dataclass
@@ -36,7 +41,7 @@ def _row_to_prompt(row: dict, path: Path, line: int) -> BenchPrompt:
         category = row.get("category", "unknown")
         grouped = category if category in SPEC_BENCH_CATEGORIES or category == "unknown" else "mt_bench"
         return BenchPrompt(str(row.get("question_id", line)), grouped, row["turns"][0],
-                           None if grouped == category else category)
+                           None if grouped == category else category, tuple(row["turns"][1:]))
     if "task_id" in row and "prompt" in row:
         return BenchPrompt(str(row["task_id"]), "code", row["prompt"])
     raise ValueError(
@@ -70,8 +75,25 @@ def load_prompts(files: list[str | Path], limit_per_category: int | None = None)
     return prompts
 
 
-def encode_prompts(tokenizer, prompts: list[BenchPrompt]) -> list[EncodedPrompt]:
-    """Apply the tokenizer's chat template (when it has one) to each prompt's first turn."""
+def encode_prompts(tokenizer, prompts: list[BenchPrompt], answer_first_turn=None) -> list[EncodedPrompt]:
+    """Apply the tokenizer's chat template (when it has one) to each prompt's first turn.
+
+    With `answer_first_turn(input_ids [1, T]) -> str` (the target's greedy answer), each MT-Bench prompt with
+    a second turn also yields `<id>/turn2`: [turn 1, that answer, turn 2] through the chat template.
+    """
     from hf_dynaspec.runner import encode_prompt
 
-    return [EncodedPrompt(p.prompt_id, p.category, encode_prompt(tokenizer, p.text, None)) for p in prompts]
+    encoded = []
+    for p in prompts:
+        first = encode_prompt(tokenizer, p.text, None)
+        encoded.append(EncodedPrompt(p.prompt_id, p.category, first))
+        if answer_first_turn is not None and p.category == "mt_bench" and p.later_turns:
+            if not getattr(tokenizer, "chat_template", None):
+                raise ValueError("a second MT-Bench turn needs a tokenizer with a chat template")
+            messages = [{"role": "user", "content": p.text},
+                        {"role": "assistant", "content": answer_first_turn(first)},
+                        {"role": "user", "content": p.later_turns[0]}]
+            ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt",
+                                                return_dict=True)["input_ids"]
+            encoded.append(EncodedPrompt(f"{p.prompt_id}/turn2", p.category, ids))
+    return encoded

@@ -104,15 +104,18 @@ def tree_generate(
         compact_cache(cache, past_length, kept)
         target_hidden = assistant.select_target_hidden(out.hidden_states)[:, kept]
         new_tokens = tree.token_ids[path.nodes].tolist() + [path.next_token]
-        stats.record(len(tree) - 1, len(path.nodes))
-        stats.record_shortlists(session.shortlists_of_last_draft, torch.tensor(new_tokens, device=input_ids.device))
+        committed = 0
         for token, processed, logits in zip(new_tokens, path.scores, path.logits):
             input_ids = torch.cat([input_ids, input_ids.new_tensor([[token]])], dim=1)
             scores.append(processed)
             raw_logits.append(logits)
+            committed += 1
             if stopping_criteria(input_ids, processed).any():
                 done = True
                 break
+        # A stop inside the path commits fewer tokens than were accepted: count what was committed.
+        stats.record(len(tree) - 1, committed - 1)
+        stats.record_shortlists(session.shortlists_of_last_draft, torch.tensor(new_tokens, device=input_ids.device))
 
     if generation_config.return_dict_in_generate:
         return GenerateDecoderOnlyOutput(
