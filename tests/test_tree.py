@@ -336,3 +336,17 @@ def test_greedy_walk_commits_the_argmax_of_every_visited_node():
     path = accept_path(tree, logits, torch.tensor([[9]]))
     assert path.nodes == [1, 4] and path.next_token == int(logits[4].argmax())
 
+
+
+def test_caches_that_cannot_be_compacted_are_refused():
+    from transformers import Qwen2Config
+    from transformers.cache_utils import DynamicCache
+
+    from hf_dynaspec.tree.verify import check_tree_cache
+
+    config = Qwen2Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, use_sliding_window=True, sliding_window=8,
+                         max_window_layers=0)
+    with pytest.raises(ValueError, match="DynamicSlidingWindowLayer"):
+        check_tree_cache(DynamicCache(config=config))
+    check_tree_cache(DynamicCache(config=one_layer_target("qwen2").config))  # full attention: accepted
