@@ -39,3 +39,18 @@ def test_readme_python_blocks_run_as_written(monkeypatch):
         exec(compile(block, "README.md", "exec"), namespace)
     assert namespace["out"].shape[1] > namespace["inputs"]["input_ids"].shape[1]
     assert namespace["assistant"].config.shortlist == "dynaspec"
+
+
+def test_readme_test_command_is_what_ci_runs():
+    """The README's bash blocks: the test command is .ci/run's, and every command they name exists."""
+    from hf_dynaspec.cli import build_parser
+
+    blocks = re.findall(r"```bash\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.S)
+    ci = (ROOT / ".ci" / "run").read_text()
+    test_command = next(line for block in blocks for line in block.splitlines() if "pytest" in line)
+    after_venv = test_command.split(". .venv/bin/activate && ", 1)[1]
+    assert after_venv in ci.splitlines(), "README and .ci/run must run the same test command"
+    subcommands = build_parser()._subparsers._group_actions[0].choices
+    for block in blocks:
+        for name in re.findall(r"hf-dynaspec ([a-z-]+)", block):
+            assert name in subcommands, f"README runs `hf-dynaspec {name}`, which does not exist"
