@@ -350,3 +350,33 @@ def test_caches_that_cannot_be_compacted_are_refused():
     with pytest.raises(ValueError, match="DynamicSlidingWindowLayer"):
         check_tree_cache(DynamicCache(config=config))
     check_tree_cache(DynamicCache(config=one_layer_target("qwen2").config))  # full attention: accepted
+
+
+def test_dynaspec_budget_applies_per_tree_depth(tmp_path, monkeypatch):
+    """Depth d of the tree is scored with k(d - 1) clusters, chosen from the router scores of all its frontier nodes."""
+    from hf_dynaspec import DynaSpecAssistant
+    from hf_dynaspec.shortlist import cluster_vocabulary
+    from hf_dynaspec.shortlist.budget import clusters_at_position
+    from hf_dynaspec.shortlist.selector import ClusterHead
+
+    target = one_layer_target("llama")
+    assistant = imitating_assistant(target, noise=0.2)
+    head = target.get_output_embeddings().weight.detach()
+    assistant.shortlists.set_clusters(cluster_vocabulary(head, 16, always_ids=[0], seed=0))
+    assistant.save_pretrained(tmp_path)
+    shortlisted = DynaSpecAssistant.from_pretrained(tmp_path, target=target, shortlist="dynaspec", max_clusters=12)
+    calls = []
+    choose = ClusterHead._clusters_from
+
+    def recording(self, cluster_scores, position):
+        chosen = choose(self, cluster_scores, position)
+        calls.append((position, cluster_scores.shape[0], len(chosen)))
+        return chosen
+
+    monkeypatch.setattr(ClusterHead, "_clusters_from", recording)
+    shortlisted.generate(target, input_ids=prompt(1, 9), max_new_tokens=8, tree_top_k=3, tree_depth=4,
+                         tree_total_tokens=12)
+    first_round = calls[:4]
+    assert [c[0] for c in first_round] == [0, 1, 2, 3]
+    assert [c[1] for c in first_round] == [1, 3, 3, 3]  # the root, then the frontier of each depth
+    assert [c[2] for c in first_round] == [clusters_at_position(p, 12) for p in range(4)] == [12, 12, 2, 1]
