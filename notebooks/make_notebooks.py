@@ -55,6 +55,13 @@ assert divergence is None or divergence.near_tie'''),
         out = model.generate(**inputs, max_new_tokens=new_tokens, do_sample=False, assistant_model=variant)
         assert torch.equal(out, assisted) or check_exactness(model, inputs["input_ids"], assisted[0, prompt_length:], out[0, prompt_length:]).near_tie
         print(strategy, "tau", round(variant.stats.tau, 2), "avg shortlist", variant.stats.avg_shortlist)'''),
+    new_markdown_cell("## Draft trees (EAGLE-2)\n\nThe drafter proposes a tree of alternatives and the target "
+                      "verifies all of them in one pass (tree attention mask); the output is again the target's "
+                      "own. On a GPU, larger trees (`tree_top_k=8, tree_depth=6, tree_total_tokens=24`) pay off."),
+    new_code_cell('''tree_out = assistant.generate(model, **inputs, max_new_tokens=new_tokens, do_sample=False,
+                              tree_top_k=4, tree_depth=4, tree_total_tokens=8)
+print("tree tau:", round(assistant.stats.tau, 2))
+assert torch.equal(tree_out, assisted) or check_exactness(model, inputs["input_ids"], assisted[0, prompt_length:], tree_out[0, prompt_length:]).near_tie'''),
 ]
 
 TRAIN = [
@@ -94,6 +101,8 @@ assert all(m["exact"] for m in report["methods"].values())
 def main():
     here = Path(__file__).resolve().parent
     for name, cells in [("quickstart.ipynb", QUICKSTART), ("train_your_assistant.ipynb", TRAIN)]:
+        for index, cell in enumerate(cells):  # stable ids: regenerating an unchanged notebook changes nothing
+            cell["id"] = f"{Path(name).stem}-{index}"
         notebook = new_notebook(cells=cells, metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
                                                                       "language": "python"},
                                                        "accelerator": "GPU", "colab": {"provenance": []}})
