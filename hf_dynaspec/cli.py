@@ -18,6 +18,8 @@ def _add_generation_args(parser: argparse.ArgumentParser, target_default: str | 
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--dtype", choices=["bf16", "fp32"], default="bf16")
     parser.add_argument("--num-draft-tokens", type=int, default=None, help="override the assistant's draft length")
+    parser.add_argument("--tree", nargs="?", const="", default=None, metavar="TOPK,DEPTH,TOTAL",
+                        help="draft trees (EAGLE-2) instead of a chain; optional shape (default: the assistant's)")
     parser.add_argument("--json", default=None, metavar="OUT", help="also write the result as JSON")
 
 
@@ -118,9 +120,17 @@ def _generate(args, chat: bool | None) -> dict:
     if args.num_draft_tokens:
         assistant.config.num_draft_tokens = args.num_draft_tokens
     input_ids = runner.encode_prompt(tokenizer, args.prompt, chat)
-    result = runner.compare_plain_and_assisted(model, tokenizer, assistant, input_ids, args.max_new_tokens)
+    assisted_kwargs = {"assistant_model": assistant}
+    if args.tree is not None:
+        from hf_dynaspec.tree import parse_tree_shape, tree_generate
+
+        assisted_kwargs = {"custom_generate": tree_generate, "drafter": assistant,
+                           **parse_tree_shape(args.tree or None)}
+    result = runner.compare_plain_and_assisted(model, tokenizer, assistant, input_ids, args.max_new_tokens,
+                                               assisted_kwargs)
     result.update(target=args.target, assistant=description, dtype=args.dtype, max_new_tokens=args.max_new_tokens,
-                  num_draft_tokens=assistant.config.num_draft_tokens)
+                  num_draft_tokens=assistant.config.num_draft_tokens,
+                  decoding="tree" if args.tree is not None else "chain")
     if args.json:
         with open(args.json, "w") as out:
             json.dump(result, out, indent=2)

@@ -74,12 +74,17 @@ def timed_generate(model, input_ids: torch.Tensor, **kwargs) -> Timed:
     return Timed(out[0, input_ids.shape[1] :], time.perf_counter() - start)
 
 
-def compare_plain_and_assisted(model, tokenizer, assistant, input_ids, max_new_tokens: int) -> dict:
-    """Greedy plain vs assisted on one prompt (a short warm-up of both first), with the near-tie check."""
+def compare_plain_and_assisted(model, tokenizer, assistant, input_ids, max_new_tokens: int,
+                               assisted_kwargs: dict | None = None) -> dict:
+    """Greedy plain vs assisted on one prompt (a short warm-up of both first), with the near-tie check.
+
+    `assisted_kwargs`: the generate() arguments of the assisted run (default: chain drafting,
+    `assistant_model=assistant`; tree decoding passes `custom_generate` and `drafter`)."""
+    assisted_kwargs = assisted_kwargs if assisted_kwargs is not None else {"assistant_model": assistant}
     timed_generate(model, input_ids, max_new_tokens=4)
-    timed_generate(model, input_ids, max_new_tokens=4, assistant_model=assistant)
+    timed_generate(model, input_ids, max_new_tokens=4, **assisted_kwargs)
     plain = timed_generate(model, input_ids, max_new_tokens=max_new_tokens)
-    assisted = timed_generate(model, input_ids, max_new_tokens=max_new_tokens, assistant_model=assistant)
+    assisted = timed_generate(model, input_ids, max_new_tokens=max_new_tokens, **assisted_kwargs)
     stats = assistant.stats.as_dict()
     divergence = check_exactness(model, input_ids, plain.new_ids, assisted.new_ids)
     return {

@@ -133,3 +133,16 @@ def test_fp32_tree_decoding_greedy_identical_with_stop_strings(model_dir):
     options = dict(stop_strings=["(", "\n\n"], tokenizer=tokenizer)
     tree = assistant.generate(model, input_ids=ids, do_sample=False, max_new_tokens=32, **options)[0, ids.shape[1]:]
     assert torch.equal(tree, generate(model, ids, **options))
+
+
+def test_generate_command_with_trees(model_dir, tmp_path):
+    import json
+
+    from hf_dynaspec.cli import main
+
+    out = tmp_path / "tree.json"
+    assert main(["generate", "--target", NAME, "--prompt", PROMPTS[1], "--max-new-tokens", "12", "--dtype", "fp32",
+                 "--tree", "3,3,6", "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["decoding"] == "tree" and result["identical"]
+    assert result["assisted_new_tokens"] == result["plain_new_tokens"] > 0

@@ -380,3 +380,13 @@ def test_dynaspec_budget_applies_per_tree_depth(tmp_path, monkeypatch):
     assert [c[0] for c in first_round] == [0, 1, 2, 3]
     assert [c[1] for c in first_round] == [1, 3, 3, 3]  # the root, then the frontier of each depth
     assert [c[2] for c in first_round] == [clusters_at_position(p, 12) for p in range(4)] == [12, 12, 2, 1]
+
+
+def test_tree_shape_strings():
+    from hf_dynaspec.tree import parse_tree_shape
+
+    assert parse_tree_shape("8,6,24") == {"tree_top_k": 8, "tree_depth": 6, "tree_total_tokens": 24}
+    assert parse_tree_shape(None) == {}
+    for bad in ["8,6", "a,b,c", "4,0,8"]:
+        with pytest.raises(ValueError, match="--tree"):
+            parse_tree_shape(bad)

@@ -45,13 +45,14 @@ def run(args) -> dict:
     from hf_dynaspec.bench.prompts import encode_prompts, load_prompts
     from hf_dynaspec.bench.report import markdown_table, write_plots
     from hf_dynaspec.runner import load_target, shipped_assistant_dir
+    from hf_dynaspec.tree import parse_tree_shape
 
     keys = [k.strip() for k in args.methods.split(",") if k.strip()]
     prompts = load_prompts(args.prompts.split(","), args.limit_per_category)
     target, tokenizer = load_target(args.target, args.dtype)
     assistant_path = args.assistant or shipped_assistant_dir(args.target)
 
-    tree = _tree_shape(args.tree)
+    tree = parse_tree_shape(args.tree)
 
     def assistant_factory(**overrides):
         if assistant_path is None:
@@ -85,16 +86,3 @@ def run(args) -> dict:
     if args.plots:
         write_plots(report, Path(args.plots), vocab_size=target.get_output_embeddings().weight.shape[0])
     return report
-
-
-def _tree_shape(text: str | None) -> dict:
-    """"TOPK,DEPTH,TOTAL" -> from_pretrained overrides (empty when not given)."""
-    if text is None:
-        return {}
-    try:
-        top_k, depth, total = (int(v) for v in text.split(","))
-    except ValueError:
-        raise ValueError(f"--tree takes three integers TOPK,DEPTH,TOTAL (e.g. 4,4,12), got {text!r}") from None
-    if min(top_k, depth, total) < 1:
-        raise ValueError(f"--tree values must be positive, got {text!r}")
-    return {"tree_top_k": top_k, "tree_depth": depth, "tree_total_tokens": total}

@@ -161,3 +161,16 @@ def _check_inputs(input_ids: torch.Tensor, generation_config, model_kwargs: dict
     if generation_config.output_attentions or generation_config.output_hidden_states:
         raise ValueError("tree decoding does not return attentions or hidden states; drop output_attentions / "
                          "output_hidden_states")
+
+
+def parse_tree_shape(text: str | None) -> dict:
+    """"TOPK,DEPTH,TOTAL" (command lines) -> `tree_top_k`, `tree_depth`, `tree_total_tokens` (empty when None)."""
+    if text is None:
+        return {}
+    try:
+        top_k, depth, total = (int(v) for v in text.split(","))
+    except ValueError:
+        raise ValueError(f"--tree takes three integers TOPK,DEPTH,TOTAL (e.g. 4,4,12), got {text!r}") from None
+    if min(top_k, depth, total) < 1:
+        raise ValueError(f"--tree values must be positive, got {text!r}")
+    return {"tree_top_k": top_k, "tree_depth": depth, "tree_total_tokens": total}
