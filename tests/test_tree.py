@@ -390,3 +390,24 @@ def test_tree_shape_strings():
     for bad in ["8,6", "a,b,c", "4,0,8"]:
         with pytest.raises(ValueError, match="--tree"):
             parse_tree_shape(bad)
+
+
+def test_greedy_identical_with_an_eagle3_drafter(family, monkeypatch):
+    """EAGLE-3: three fused target layers in, its own reduced head out; trees stay exact."""
+    target = tiny_target(family, seed=4)
+    assistant = random_assistant(target, drafter_kind="eagle3", draft_vocab_size=40, aux_hidden_state_layer_ids=[1, 2, 3])
+    with torch.no_grad():  # a draft vocabulary of every other target id, as EAGLE-3 keeps a subset
+        assistant.drafter.d2t.copy_(torch.arange(0, 80, 2) - torch.arange(40))
+    drafted = []
+    choose = TreeDraftSession._row_ids
+    monkeypatch.setattr(TreeDraftSession, "_row_ids",
+                        staticmethod(lambda ids, rows: drafted.append(choose(ids, rows)) or drafted[-1]))
+    for seed in range(3):
+        input_ids = prompt(200 + seed, 7)
+        expected = plain_generate(target, input_ids, max_new_tokens=20)
+        got = assistant.generate(target, input_ids=input_ids, max_new_tokens=20, tree_top_k=3, tree_depth=3,
+                                 tree_total_tokens=7)
+        assert torch.equal(got, expected)
+        assert assistant.stats.verify_passes > 0
+    ids = torch.cat(drafted)
+    assert (ids % 2 == 0).all() and ids.max() < 80  # drafts are target ids mapped through d2t
