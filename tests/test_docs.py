@@ -39,6 +39,10 @@ def test_readme_python_blocks_run_as_written(monkeypatch):
         exec(compile(block, "README.md", "exec"), namespace)
     assert namespace["out"].shape[1] > namespace["inputs"]["input_ids"].shape[1]
     assert namespace["assistant"].config.shortlist == "dynaspec"
+    # docs/trees.md continues the README's quickstart (its model, inputs and assistant_path)
+    for block in re.findall(r"```python\n(.*?)```", (ROOT / "docs" / "trees.md").read_text(), flags=re.S):
+        exec(compile(block, "docs/trees.md", "exec"), namespace)
+    assert namespace["out"].shape[1] > namespace["inputs"]["input_ids"].shape[1]
 
 
 def test_readme_test_command_is_what_ci_runs():
