@@ -55,17 +55,17 @@ class TreeDraftSession(ChainDraftSession):
         cand_scores = [scores]
         cand_depths = [1] * k
         frontier = list(range(k))
-        frontier_scores = scores
+        frontier_tokens, frontier_scores = cand_tokens[0], scores
         parent_hidden = hidden[0].expand(k, -1)  # [R, H]: the drafter state that predicted each frontier node
         slot_of: dict[int, int] = {}  # candidate -> its entry in the drafter cache, once expanded
         seq_len = input_ids.shape[1]
         for d in range(1, depth):
-            tokens = torch.cat(cand_tokens)[frontier]  # [R]
-            embeds = self.drafter.embed(tokens[None])  # [1, R, D]
+            embeds = self.drafter.embed(frontier_tokens[None])  # [1, R, D]
             plan = self._plan(embeds[0], parent_hidden, d)
-            mask = self._frontier_mask(frontier, cand_parents, slot_of)
+            mask = self._frontier_mask(frontier, cand_parents, slot_of, frontier_tokens.device)
             first_slot = self.cache.length
-            position_ids = torch.full((1, len(frontier)), seq_len - 2 + d, device=tokens.device, dtype=torch.long)
+            position_ids = torch.full((1, len(frontier)), seq_len - 2 + d, device=frontier_tokens.device,
+                                      dtype=torch.long)
             new_hidden = self.drafter.step(embeds, parent_hidden[None], position_ids, self.cache, mask)[0]  # [R, H]
             for j, c in enumerate(frontier):
                 slot_of[c] = first_slot + j
@@ -82,7 +82,7 @@ class TreeDraftSession(ChainDraftSession):
                 break
             best = child_scores.topk(min(self.top_k, child_scores.shape[0])).indices
             frontier = [first + i for i in best.tolist()]
-            frontier_scores = child_scores[best]
+            frontier_tokens, frontier_scores = cand_tokens[-1][best], child_scores[best]
             parent_hidden = new_hidden[best // k]
         return self._select(input_ids[0, -1:], torch.cat(cand_tokens), cand_parents, torch.cat(cand_scores),
                             cand_depths)
@@ -102,10 +102,11 @@ class TreeDraftSession(ChainDraftSession):
     def _row_ids(ids: torch.Tensor | None, rows: torch.Tensor) -> torch.Tensor:
         return rows if ids is None else ids[rows]
 
-    def _frontier_mask(self, frontier: list[int], parents: list[int], slot_of: dict[int, int]) -> torch.Tensor:
+    def _frontier_mask(self, frontier: list[int], parents: list[int], slot_of: dict[int, int],
+                       device: torch.device) -> torch.Tensor:
         """Bool mask `[1, 1, R, cache + R]`: the verified prefix, the node's expanded ancestors, itself."""
         cached = self.cache.length
-        mask = torch.zeros(len(frontier), cached + len(frontier), dtype=torch.bool, device=self.cache_device())
+        mask = torch.zeros(len(frontier), cached + len(frontier), dtype=torch.bool, device=device)
         mask[:, : self.num_verified_pairs] = True
         for j, c in enumerate(frontier):
             mask[j, cached + j] = True
@@ -114,9 +115,6 @@ class TreeDraftSession(ChainDraftSession):
                 mask[j, slot_of[ancestor]] = True
                 ancestor = parents[ancestor]
         return mask[None, None]
-
-    def cache_device(self) -> torch.device:
-        return next(self.drafter.parameters()).device
 
     def _select(self, root: torch.Tensor, tokens: torch.Tensor, parents: list[int], scores: torch.Tensor,
                 depths: list[int]) -> DraftTree:

@@ -57,8 +57,9 @@ def tree_generate(
 
     session = TreeDraftSession(
         assistant.drafter, config.vocab_size, head=assistant.runtime_head(),
-        top_k=tree_top_k or config.tree_top_k, depth=tree_depth or config.tree_depth,
-        total_tokens=tree_total_tokens or config.tree_total_tokens,
+        top_k=config.tree_top_k if tree_top_k is None else tree_top_k,
+        depth=config.tree_depth if tree_depth is None else tree_depth,
+        total_tokens=config.tree_total_tokens if tree_total_tokens is None else tree_total_tokens,
     )
     stats = assistant.stats = DraftStats()
     hidden_selection = assistant.target_hidden_state_selection()
@@ -103,19 +104,21 @@ def tree_generate(
         kept = [0] + path.nodes
         compact_cache(cache, past_length, kept)
         target_hidden = assistant.select_target_hidden(out.hidden_states)[:, kept]
-        new_tokens = tree.token_ids[path.nodes].tolist() + [path.next_token]
+        new_tokens = torch.cat([tree.token_ids[path.nodes], input_ids.new_tensor([path.next_token])])
+        extended = torch.cat([input_ids, new_tokens[None]], dim=1)
+        # The stopping criteria see each committed prefix (a view), as they would one token at a time.
         committed = 0
-        for token, processed, logits in zip(new_tokens, path.scores, path.logits):
-            input_ids = torch.cat([input_ids, input_ids.new_tensor([[token]])], dim=1)
+        for processed, logits in zip(path.scores, path.logits):
+            committed += 1
             scores.append(processed)
             raw_logits.append(logits)
-            committed += 1
-            if stopping_criteria(input_ids, processed).any():
+            if stopping_criteria(extended[:, : input_ids.shape[1] + committed], processed).any():
                 done = True
                 break
+        input_ids = extended[:, : input_ids.shape[1] + committed]
         # A stop inside the path commits fewer tokens than were accepted: count what was committed.
         stats.record(len(tree) - 1, committed - 1)
-        stats.record_shortlists(session.shortlists_of_last_draft, torch.tensor(new_tokens, device=input_ids.device))
+        stats.record_shortlists(session.shortlists_of_last_draft, new_tokens)
 
     if generation_config.return_dict_in_generate:
         return GenerateDecoderOnlyOutput(

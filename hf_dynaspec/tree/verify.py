@@ -39,11 +39,12 @@ def accept_path(tree: DraftTree, logits: torch.Tensor, input_ids: torch.Tensor, 
     row on its exact context, as plain `generate()` would."""
     children = tree.children()
     tokens = tree.token_ids.tolist()
+    processing = logits_processor is not None and len(logits_processor) > 0
     node, nodes, processed_rows, raw_rows = 0, [], [], []
-    context = input_ids
     while True:
         raw = row = logits[node][None]
-        if logits_processor is not None and len(logits_processor):
+        if processing:  # processors read the context: the prefix and the accepted path so far
+            context = torch.cat([input_ids, tree.token_ids[nodes][None]], dim=1)
             row = logits_processor(context, row.clone())  # some processors write in place
         processed_rows.append(row)
         raw_rows.append(raw)
@@ -56,7 +57,6 @@ def accept_path(tree: DraftTree, logits: torch.Tensor, input_ids: torch.Tensor, 
             return AcceptedPath(nodes, token, processed_rows, raw_rows)
         nodes.append(chosen)
         node = chosen
-        context = torch.cat([context, tree.token_ids[chosen].view(1, 1)], dim=1)
 
 
 def _sample_step(probs: torch.Tensor, children: list[int], tokens: list[int], generator) -> tuple[int | None, int]:
@@ -88,10 +88,11 @@ def compact_cache(cache: DynamicCache, past_length: int, path: list[int]) -> Non
 
     Moves the kept keys/values into place; nothing is recomputed.
     """
-    keep = torch.tensor(path, dtype=torch.long)
+    end = past_length + len(path)
+    index = None
     for layer in cache.layers:
-        index = (keep + past_length).to(layer.keys.device)
-        end = past_length + len(path)
+        if index is None or index.device != layer.keys.device:
+            index = torch.tensor(path, device=layer.keys.device) + past_length
         layer.keys[..., past_length:end, :] = layer.keys.index_select(-2, index)
         layer.values[..., past_length:end, :] = layer.values.index_select(-2, index)
         layer.keys = layer.keys[..., :end, :]
