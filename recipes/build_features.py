@@ -66,25 +66,29 @@ def shard_tensors(model, tokenized: list[tuple[list[int], int]], topk: int, toke
     Sequences run in length-sorted, right-padded batches of at most `tokens_per_batch` padded tokens.
     """
     order = sorted(range(len(tokenized)), key=lambda i: len(tokenized[i][0]))
-    hidden: dict[int, torch.Tensor] = {}
-    top: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+    hidden: list[torch.Tensor | None] = [None] * len(tokenized)
     batch: list[int] = []
     for i in order + [None]:
         longest = max([len(tokenized[j][0]) for j in batch] + ([len(tokenized[i][0])] if i is not None else [0]))
         if batch and (i is None or longest * (len(batch) + 1) > tokens_per_batch):
             for j, h in zip(batch, target_hidden(model, [tokenized[j][0] for j in batch])):
-                top[j] = next_token_topk(model, h, topk)
-                hidden[j] = h.to(torch.bfloat16)
+                hidden[j] = h
             on_tokens(sum(len(tokenized[j][0]) for j in batch))
             batch = []
         if i is not None:
             batch.append(i)
-    every = range(len(tokenized))
+    return pack_shard(model, tokenized, hidden, topk)
+
+
+def pack_shard(model, tokenized: list[tuple[list[int], int]], hidden: list[torch.Tensor], topk: int) -> dict[str, torch.Tensor]:
+    """Shard tensors from (ids, response start) pairs and each sequence's post-norm hidden states `[T_i, D]`;
+    the top-k next tokens are computed here from the hidden states through the target's head."""
+    top = [next_token_topk(model, h, topk) for h in hidden]
     return {
         "input_ids": torch.cat([torch.tensor(t, dtype=torch.int32) for t, _ in tokenized]),
-        "hidden": torch.cat([hidden[i] for i in every]),
-        "topk_ids": torch.cat([top[i][0] for i in every]),
-        "topk_logp": torch.cat([top[i][1] for i in every]),
+        "hidden": torch.cat([h.to(torch.bfloat16) for h in hidden]),
+        "topk_ids": torch.cat([ids for ids, _ in top]),
+        "topk_logp": torch.cat([logp for _, logp in top]),
         "response_mask": torch.cat([torch.arange(len(t)) >= start for t, start in tokenized]),
         "offsets": torch.tensor([0] + list(itertools.accumulate(len(t) for t, _ in tokenized)), dtype=torch.int64),
     }

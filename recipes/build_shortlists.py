@@ -65,14 +65,14 @@ def router_examples(model, tokenizer, cluster_of_token, num_tokens, max_length=5
 
 
 @torch.no_grad()
-def router_examples_from_features(features: Path, drafter, cluster_of_token, num_tokens: int):
+def router_examples_from_features(features: list[Path], drafter, cluster_of_token, num_tokens: int):
     """Router examples from cached shards: first-position ones on target features, second-position ones on
     the drafter's own predictions (half each). Returns (E [N, D], h [N, D], cluster [N])."""
-    from recipes.train_drafter import collate, draft_pass, load_sequences
+    from recipes.train_drafter import collate, draft_pass, feature_shards, load_sequences
 
     embeds, feats, labels, total = [], [], [], 0
     progress = tqdm(total=num_tokens, unit="tok", desc="router data (cached features)")
-    sequences = (s for shard in sorted(features.glob("shard_*.safetensors")) for s in load_sequences(shard))
+    sequences = (s for shard in feature_shards(features) for s in load_sequences(shard))
     dtype = drafter.fc.weight.dtype
     for sequence in sequences:
         if total >= num_tokens:
@@ -161,8 +161,9 @@ def main(argv=None):
     parser.add_argument("--core-frequent", type=int, default=0,
                         help="the N most frequent tokens are kept out of the clusters and always scored")
     parser.add_argument("--router-tokens", type=int, default=12000)
-    parser.add_argument("--features", type=Path, default=None,
-                        help="cached target features (recipes.build_features) to train the router from")
+    parser.add_argument("--features", type=Path, default=None, nargs="+",
+                        help="cached target features (recipes.build_features), one or more directories read in "
+                             "order, to train the router from")
     parser.add_argument("--router-hidden", type=int, default=256)
     parser.add_argument("--vocabtrim-prompts", type=int, default=0,
                         help="training prompts to draft on for the VocabTrim list (0: skip; needs a trained drafter)")

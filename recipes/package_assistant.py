@@ -36,7 +36,11 @@ def training_summary(train_dir: Path) -> dict:
     validated = [line for line in lines if "val_top1_1" in line]
     summary = {"steps": last["step"], "trained_tokens": last["tokens"], "train_seconds": round(last["seconds"])}
     if validated:
-        summary.update(val_top1_pos1=validated[-1]["val_top1_1"], val_top1_pos2=validated[-1]["val_top1_2"])
+        last_val = validated[-1]
+        summary.update(val_top1_pos1=last_val["val_top1_1"], val_top1_pos2=last_val["val_top1_2"])
+        if "val_response_top1_1" in last_val:
+            summary.update(val_response_top1_pos1=last_val["val_response_top1_1"],
+                           val_response_top1_pos2=last_val["val_response_top1_2"])
     return summary
 
 
@@ -45,7 +49,8 @@ def main(argv=None):
     parser.add_argument("--assistant", required=True, type=Path, help="assistant with drafter and shortlists")
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--train-dir", type=Path, default=None, help="recipes.train_drafter --out directory")
-    parser.add_argument("--features", type=Path, default=None, help="recipes.build_features --out directory")
+    parser.add_argument("--features", type=Path, default=None, nargs="+",
+                        help="recipes.build_features --out directories the drafter trained on")
     parser.add_argument("--bench", type=Path, default=None, help="an `hf-dynaspec bench --json` report")
     parser.add_argument("--commands", type=Path, default=None, help="text file with the command lines used")
     parser.add_argument("--dtype", choices=["bf16", "fp32"], default="bf16")
@@ -56,10 +61,11 @@ def main(argv=None):
     assistant = DynaSpecAssistant.from_pretrained(args.assistant, shortlist=args.shortlist,
                                                   max_clusters=args.max_clusters)
     training = dict(assistant.card_data.get("training", {}))
-    training["data"] = ("teacher forcing on ../shared/data/train conversations (GPTeacher codegen + roleplay, GSM8K), "
-                        "chat template, target features cached by recipes.build_features")
+    training["data"] = ("../shared/data/train: teacher forcing on the provided conversations (GPTeacher codegen + "
+                        "roleplay, GSM8K) and/or the target's own greedy answers to the training prompts "
+                        "(recipes.self_distill); chat template; target features cached by recipes.build_features")
     if args.features:
-        training["features"] = feature_summary(args.features)
+        training["features"] = [feature_summary(directory) for directory in args.features]
     if args.train_dir:
         training.update(training_summary(args.train_dir))
     if args.commands:

@@ -1,7 +1,7 @@
 """Self-distillation data: the target answers the training prompts itself, in batches, resumably.
 
     python -m recipes.self_distill --target qwen2.5-coder-0.5b-instruct --out outputs/self_distill/qwen05 \
-        --max-new-tokens 256 --batch-size 16
+        --max-new-tokens 256 --batch-size 64 --features-out outputs/features/qwen05-sd2
 
 An EAGLE drafter is judged on the target's own (greedy) continuations; trained on other models' responses it
 sees a different distribution of contexts (on the 0.5B target: top-1 agreement 0.48 on held-out training
@@ -13,7 +13,10 @@ Prompts: `spec_train_prompts.jsonl` (chat, code, roleplay, math; its 30 prompts 
 overlap with HumanEval are dropped; code prompts are capped at `--code-fraction` of the mix) interleaved
 with GSM8K questions. Output: `responses_00000.jsonl`, ... with one `{"prompt", "response", "source"}` per
 line; a finished file is never rewritten, so an interrupted run resumes at the next one. Feed them to
-`recipes.build_features --conversations DIR`.
+`recipes.build_features --conversations DIR`, or pass `--features-out DIR`: the hidden states the generation
+computes anyway are then written as drafter-training shards directly (one per responses file), which saves
+the second target pass over prompt and answer (about 45% of the cost on a 2-core CPU). Batch size: one
+fp32 decoding step of the 0.5B target on 2 cores gives 16 tok/s at batch 16 and 30 tok/s at batch 64.
 """
 
 from __future__ import annotations
@@ -23,12 +26,15 @@ import itertools
 import json
 import random
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from safetensors.torch import save_file
 from tqdm.auto import tqdm
 
 from hf_dynaspec.runner import load_target
+from recipes.build_features import pack_shard, shard_path
 from recipes.data_paths import shared_data_dir
 
 
@@ -48,9 +54,38 @@ def training_prompts(data_dir: Path | None = None, code_fraction: float = 0.35, 
     return iter(mix)
 
 
+@dataclass
+class Answer:
+    """One greedy answer: its text, the token ids of prompt + answer as the target ran them, where the
+    answer starts, and (when captured) the target's post-norm hidden states `[len(token_ids), D]`.
+
+    `token_ids` end just before the answer's last token (EOS, or the token at the length cap): that token
+    was produced but never fed back, so it has no hidden state; the last position's next token is it.
+    """
+
+    text: str
+    token_ids: list[int]
+    response_start: int
+    hidden: torch.Tensor | None = None
+
+
+class _FinalNormRecorder:
+    """Records the output of the target's final norm on every forward pass (prefill, then one per token)."""
+
+    def __init__(self, model):
+        self.outputs: list[torch.Tensor] = []
+        self.handle = model.model.norm.register_forward_hook(lambda module, args, out: self.outputs.append(out))
+
+    def close(self) -> torch.Tensor:
+        self.handle.remove()
+        return torch.cat(self.outputs, dim=1)  # [B, L + G - 1, D]
+
+
 @torch.no_grad()
-def answer_batch(model, tokenizer, prompts: list[str], max_new_tokens: int, max_prompt_tokens: int) -> list[str]:
-    """The target's greedy answers to `prompts` (one left-padded batch)."""
+def generate_batch(model, tokenizer, prompts: list[str], max_new_tokens: int, max_prompt_tokens: int,
+                   capture_hidden: bool = False) -> list[Answer]:
+    """The target's greedy answers to `prompts` (one left-padded batch); with `capture_hidden`, also the hidden
+    states the generation computed anyway, so that no second target pass is needed for drafter features."""
     encoded = [tokenizer.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True,
                                              tokenize=True, return_dict=True)["input_ids"][-max_prompt_tokens:]
                for p in prompts]
@@ -61,9 +96,31 @@ def answer_batch(model, tokenizer, prompts: list[str], max_new_tokens: int, max_
     for row, e in enumerate(encoded):
         ids[row, length - len(e):] = torch.tensor(e)
         mask[row, length - len(e):] = 1
-    out = model.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=max_new_tokens,
-                         pad_token_id=pad)
-    return [tokenizer.decode(row[length:], skip_special_tokens=True).strip() for row in out]
+    recorder = _FinalNormRecorder(model) if capture_hidden else None
+    try:
+        out = model.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=max_new_tokens,
+                             pad_token_id=pad)
+    finally:
+        hidden = recorder.close() if recorder is not None else None
+    eos = model.generation_config.eos_token_id
+    eos = set(eos if isinstance(eos, list) else [eos])
+    answers = []
+    for row, prompt_ids in enumerate(encoded):
+        generated = out[row, length:].tolist()
+        end = next((i + 1 for i, token in enumerate(generated) if token in eos), len(generated))
+        generated = generated[:end]
+        token_ids = prompt_ids + generated[:-1]
+        answer = Answer(tokenizer.decode(generated, skip_special_tokens=True).strip(), token_ids, len(prompt_ids))
+        if hidden is not None:
+            start = length - len(prompt_ids)
+            answer.hidden = hidden[row, start : start + len(token_ids)].clone()
+        answers.append(answer)
+    return answers
+
+
+def answer_batch(model, tokenizer, prompts: list[str], max_new_tokens: int, max_prompt_tokens: int) -> list[str]:
+    """The target's greedy answers to `prompts` as text (one left-padded batch)."""
+    return [a.text for a in generate_batch(model, tokenizer, prompts, max_new_tokens, max_prompt_tokens)]
 
 
 def main(argv=None) -> None:
@@ -77,11 +134,20 @@ def main(argv=None) -> None:
     parser.add_argument("--prompts-per-file", type=int, default=64)
     parser.add_argument("--code-fraction", type=float, default=0.35)
     parser.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
+    parser.add_argument("--features-out", type=Path, default=None,
+                        help="also write drafter-training shards (recipes.build_features' format) from the hidden "
+                             "states the generation computed, one shard per responses file: no second target pass")
+    parser.add_argument("--topk", type=int, default=16, help="next-token candidates kept per position (shards)")
     args = parser.parse_args(argv)
 
     model, tokenizer = load_target(args.target, args.dtype)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "meta.json").write_text(json.dumps({k: str(v) for k, v in vars(args).items()}, indent=2) + "\n")
+    if args.features_out is not None:
+        args.features_out.mkdir(parents=True, exist_ok=True)
+        (args.features_out / "meta.json").write_text(json.dumps(
+            {"target": args.target, "dtype": args.dtype, "topk": args.topk, "conversations": str(args.out),
+             "captured_during_generation": True}))
     prompts = itertools.islice(training_prompts(code_fraction=args.code_fraction), args.max_prompts)
     progress = tqdm(total=args.max_prompts, unit="prompt", desc="self-distillation")
     for index in itertools.count():
@@ -89,18 +155,26 @@ def main(argv=None) -> None:
         if not chunk:
             break
         path = args.out / f"responses_{index:05d}.jsonl"
-        if path.exists():
+        if path.exists():  # files from a run without --features-out keep no shard: build_features makes them
             progress.update(len(chunk))
             continue
         # Similar lengths in a batch: less padding, and fewer finished rows waiting for the longest answer.
         chunk.sort(key=lambda r: len(r["prompt"]))
-        lines = []
+        lines, answers = [], []
         for start in range(0, len(chunk), args.batch_size):
             batch = chunk[start : start + args.batch_size]
-            answers = answer_batch(model, tokenizer, [r["prompt"] for r in batch], args.max_new_tokens,
-                                   args.max_prompt_tokens)
-            lines += [json.dumps({**r, "response": a}) for r, a in zip(batch, answers)]
+            batch_answers = generate_batch(model, tokenizer, [r["prompt"] for r in batch], args.max_new_tokens,
+                                           args.max_prompt_tokens, capture_hidden=args.features_out is not None)
+            lines += [json.dumps({**r, "response": a.text}) for r, a in zip(batch, batch_answers)]
+            answers += [a for a in batch_answers if a.text and len(a.token_ids) >= 3]
             progress.update(len(batch))
+        if args.features_out is not None:  # the shard first: a responses file without its shard is never left
+            args.features_out.mkdir(parents=True, exist_ok=True)
+            tensors = pack_shard(model, [(a.token_ids, a.response_start) for a in answers],
+                                 [a.hidden for a in answers], args.topk)
+            shard = shard_path(args.features_out, index)
+            save_file(tensors, str(shard.with_suffix(".tmp")))
+            shard.with_suffix(".tmp").rename(shard)
         tmp = path.with_suffix(".tmp")
         tmp.write_text("\n".join(lines) + "\n")
         tmp.rename(path)

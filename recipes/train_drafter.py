@@ -1,7 +1,7 @@
 """Train an EAGLE drafter from cached target features (recipes/build_features.py), with accelerate.
 
     python -m recipes.train_drafter --target qwen2.5-coder-0.5b-instruct \
-        --features outputs/features/qwen05 --out outputs/drafter-05b --epochs 2
+        --features outputs/features/qwen05-sd outputs/features/qwen05 --out outputs/drafter-05b --epochs 2
 
 Objective (EAGLE-1): at every pair (E(x_{t+1}), f_t) the drafter predicts f_{t+1}: smooth-L1 to the target's
 feature plus `--cls-weight` x cross-entropy between the target's next-token distribution after x_{t+1} and the
@@ -45,29 +45,55 @@ from hf_dynaspec.runner import load_target
 # -- data ------------------------------------------------------------------------------------------------
 @dataclass
 class Sequence:
-    """One cached conversation: ids `[T]`, target features `[T, D]`, target top-k `[T, k]` (ids, log-probs)."""
+    """One cached conversation: ids `[T]`, target features `[T, D]`, target top-k `[T, k]` (ids, log-probs),
+    `response` `[T]` bool (True from the first response token on)."""
 
     input_ids: torch.Tensor
     hidden: torch.Tensor
     topk_ids: torch.Tensor
     topk_logp: torch.Tensor
+    response: torch.Tensor
+
+
+SHARD_FIELDS = ("input_ids", "hidden", "topk_ids", "topk_logp", "response_mask")
 
 
 def load_sequences(shard: Path) -> list[Sequence]:
     tensors = load_file(str(shard))
+    missing = [name for name in SHARD_FIELDS if name not in tensors]
+    if missing:
+        raise SystemExit(f"{shard}: not a recipes.build_features shard (missing {missing}); rebuild it")
     offsets = tensors["offsets"].tolist()
     return [
-        Sequence(*(tensors[name][start:end] for name in ("input_ids", "hidden", "topk_ids", "topk_logp")))
+        Sequence(*(tensors[name][start:end] for name in SHARD_FIELDS))
         for start, end in zip(offsets[:-1], offsets[1:])
         if end - start >= 3
     ]
 
 
-def feature_shards(features: Path) -> list[Path]:
-    shards = sorted(features.glob("shard_*.safetensors"))
-    if len(shards) < 2:
-        raise SystemExit(f"{features}: need at least 2 finished shards (the first is held out for validation)")
+def feature_shards(directories: list[Path]) -> list[Path]:
+    """Finished shards of every directory, directory by directory (the first directory's first shard first)."""
+    shards = []
+    for directory in directories:
+        found = sorted(Path(directory).glob("shard_*.safetensors"))
+        if not found:
+            raise SystemExit(f"{directory}: no finished shard_*.safetensors (run recipes.build_features first)")
+        shards += found
     return shards
+
+
+def split_held_out(shards: list[Path], val_tokens: int) -> tuple[list[Sequence], list[Sequence]]:
+    """(held-out, training) sequences: the first sequences of the first shard up to `val_tokens` are held out,
+    everything else trains. Validate on the data that matters most (put self-distilled features first)."""
+    first = load_sequences(shards[0])
+    held_out, tokens = [], 0
+    while first and tokens < val_tokens:
+        held_out.append(first.pop(0))
+        tokens += len(held_out[-1].input_ids)
+    train = first + [s for shard in shards[1:] for s in load_sequences(shard)]
+    if not train:
+        raise SystemExit(f"nothing left to train on after holding out {tokens} tokens: build more features")
+    return held_out, train
 
 
 def make_batches(sequences: list[Sequence], tokens_per_batch: int, seed: int) -> list[list[Sequence]]:
@@ -98,6 +124,7 @@ class Batch:
     topk_ids: torch.Tensor  # [B, T, k] long
     topk_logp: torch.Tensor  # [B, T, k] float32
     valid: torch.Tensor  # [B, T] bool, False on padding
+    response: torch.Tensor  # [B, T] bool, True on response tokens
 
 
 def collate(batch: list[Sequence], device) -> Batch:
@@ -109,6 +136,7 @@ def collate(batch: list[Sequence], device) -> Batch:
         torch.zeros(size, length, k, dtype=torch.long),
         torch.full((size, length, k), -math.inf),
         torch.zeros(size, length, dtype=torch.bool),
+        torch.zeros(size, length, dtype=torch.bool),
     )
     for row, s in enumerate(batch):
         n = len(s.input_ids)
@@ -117,7 +145,9 @@ def collate(batch: list[Sequence], device) -> Batch:
         out.topk_ids[row, :n] = s.topk_ids.long()
         out.topk_logp[row, :n] = s.topk_logp.float()
         out.valid[row, :n] = True
-    return Batch(*(getattr(out, f).to(device) for f in ("input_ids", "hidden", "topk_ids", "topk_logp", "valid")))
+        out.response[row, :n] = s.response.bool()
+    fields = ("input_ids", "hidden", "topk_ids", "topk_logp", "valid", "response")
+    return Batch(*(getattr(out, f).to(device) for f in fields))
 
 
 # -- objective -------------------------------------------------------------------------------------------
@@ -182,8 +212,11 @@ def drafter_loss(drafter, batch: Batch, *, noise: float, cls_weight: float, unro
 
 @torch.no_grad()
 def validate(drafter, batches: list[Batch]) -> dict:
-    """Full-vocabulary top-1 agreement with the target at draft positions 1 and 2 (no noise)."""
-    hits, counts = [0, 0], [0, 0]
+    """Full-vocabulary top-1 agreement with the target at draft positions 1 and 2 (no noise), over every
+    position (`val_top1_d`) and over response positions only (`val_response_top1_d`, what decoding sees:
+    the chat template's fixed system prompt is easy to predict and flatters the first)."""
+    hits = {key: [0, 0] for key in ("all", "response")}
+    counts = {key: [0, 0] for key in ("all", "response")}
     head = drafter.target.lm_head.weight
     for batch in batches:
         mask = batch.valid[:, 1:] & batch.valid[:, :-1]
@@ -192,16 +225,25 @@ def validate(drafter, batches: list[Batch]) -> dict:
         second = draft_pass(drafter, embeds[:, 1:], first[:, :-1])
         for depth, (predicted, m) in enumerate([(first, mask), (second, mask[:, 1:] & mask[:, :-1])]):
             top = torch.cat([(rows @ head.T).argmax(-1) for rows in predicted[m].split(512)])  # [N, V] in chunks
-            hits[depth] += int((top == batch.topk_ids[:, depth + 1:][m][:, 0]).sum())
-            counts[depth] += int(m.sum())
-    return {"val_top1_1": hits[0] / max(counts[0], 1), "val_top1_2": hits[1] / max(counts[1], 1)}
+            hit = top == batch.topk_ids[:, depth + 1:][m][:, 0]
+            in_response = batch.response[:, depth + 1:][m]  # the label row lies in the response
+            hits["all"][depth] += int(hit.sum())
+            counts["all"][depth] += len(hit)
+            hits["response"][depth] += int(hit[in_response].sum())
+            counts["response"][depth] += int(in_response.sum())
+    metrics = {}
+    for depth in range(2):
+        metrics[f"val_top1_{depth + 1}"] = hits["all"][depth] / max(counts["all"][depth], 1)
+        metrics[f"val_response_top1_{depth + 1}"] = hits["response"][depth] / max(counts["response"][depth], 1)
+    return metrics
 
 
 # -- loop ------------------------------------------------------------------------------------------------
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--target", required=True)
-    parser.add_argument("--features", required=True, type=Path, help="output of recipes.build_features")
+    parser.add_argument("--features", required=True, type=Path, nargs="+",
+                        help="one or more recipes.build_features outputs; validation comes from the first")
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--init", default=None, help="assistant to start from (default: fresh from the target)")
     parser.add_argument("--epochs", type=float, default=1.0)
@@ -215,7 +257,8 @@ def main(argv=None):
                         help="random head rows per batch in the sampled loss; -1 = full-vocabulary loss")
     parser.add_argument("--checkpoint-every", type=int, default=25)
     parser.add_argument("--validate-every", type=int, default=50)
-    parser.add_argument("--val-tokens", type=int, default=2000, help="held-out tokens (from the first shard)")
+    parser.add_argument("--val-tokens", type=int, default=2000,
+                        help="held-out tokens (the first sequences of the first shard)")
     parser.add_argument("--max-steps", type=int, default=None, help="stop after this many steps (for trials)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
@@ -226,15 +269,9 @@ def main(argv=None):
     target.requires_grad_(False)
     assistant = (DynaSpecAssistant.from_pretrained(args.init, target=target) if args.init
                  else DynaSpecAssistant.from_target(target, target_name_or_path=args.target))
-    shards = feature_shards(args.features)
-    held_out, val_tokens = [], 0
-    for sequence in load_sequences(shards[0]):  # the full-head validation is costly: keep it to --val-tokens
-        if val_tokens >= args.val_tokens:
-            break
-        held_out.append(sequence)
-        val_tokens += len(sequence.input_ids)
+    # The full-head validation is costly: it is kept to --val-tokens.
+    held_out, train_sequences = split_held_out(feature_shards(args.features), args.val_tokens)
     val_batches = [collate(b, accelerator.device) for b in make_batches(held_out, args.tokens_per_batch, 0)]
-    train_sequences = [s for shard in shards[1:] for s in load_sequences(shard)]
     tokens_per_epoch = sum(len(s.input_ids) - 1 for s in train_sequences)
     # Each process takes every num_processes-th batch of the same shuffled epoch.
     steps_per_epoch = len(make_batches(train_sequences, args.tokens_per_batch, args.seed)) // accelerator.num_processes
@@ -261,6 +298,9 @@ def main(argv=None):
         progress_file.write_text(json.dumps(done))
         accelerator.unwrap_model(assistant).save_pretrained(args.out / "assistant")
 
+    if done["step"] == 0 and accelerator.is_main_process:  # the starting point, so that a log shows the gain
+        with log.open("a") as f:
+            f.write(json.dumps({**done, **validate(drafter, val_batches)}) + "\n")
     bar = tqdm(total=total_steps, initial=done["step"], unit="step", desc="drafter")
     generator = torch.Generator().manual_seed(args.seed + done["step"])
     start, seconds_before = time.perf_counter(), done["seconds"]
@@ -284,7 +324,8 @@ def main(argv=None):
         record = {**done, **metrics, "loss": loss.item(), "lr": scheduler.get_last_lr()[0]}
         if done["step"] % args.validate_every == 0 or done["step"] == total_steps:
             record.update(validate(drafter, val_batches))
-            accelerator.print(json.dumps({k: record[k] for k in ("step", "tokens", "val_top1_1", "val_top1_2")}))
+            accelerator.print(json.dumps({k: record[k] for k in ("step", "tokens", "val_top1_1", "val_top1_2",
+                                                                 "val_response_top1_1", "val_response_top1_2")}))
         bar.update(1)
         bar.set_postfix(loss=f"{loss.item():.3f}", top1=f"{metrics['top1_1']:.2f}",
                         tok_s=f"{done['tokens'] / max(done['seconds'], 1e-9):.0f}")

@@ -45,6 +45,23 @@ def test_readme_python_blocks_run_as_written(monkeypatch):
     assert namespace["out"].shape[1] > namespace["inputs"]["input_ids"].shape[1]
 
 
+@pytest.mark.real_model
+def test_quickstart_page_runs_as_written(monkeypatch):
+    """docs/quickstart.md's ```python blocks in order, in a fresh namespace: its exactness check included."""
+    monkeypatch.chdir(ROOT)
+    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "docs" / "quickstart.md").read_text(), flags=re.S)
+    assert len(blocks) == 3
+    namespace: dict = {}
+    for block in blocks:
+        exec(compile(block, "docs/quickstart.md", "exec"), namespace)
+    prompt_length = namespace["inputs"]["input_ids"].shape[1]
+    for name in ("fast", "sampled", "out"):
+        assert namespace[name].shape[1] > prompt_length
+    stats = namespace["assistant"].stats  # of its last call (sampling): the drafter drafted and was verified
+    assert stats.verify_passes > 0 and stats.drafted >= stats.verify_passes
+    assert namespace["frspec"].config.shortlist == "frspec" and namespace["full"].config.shortlist == "full"
+
+
 def test_readme_test_command_is_what_ci_runs():
     """The README's bash blocks: the test command is .ci/run's, and every command they name exists."""
     from hf_dynaspec.cli import build_parser

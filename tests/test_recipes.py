@@ -42,6 +42,51 @@ def test_feature_shards_hold_the_targets_hidden_states_and_top_k(tmp_path):
     assert tensors["response_mask"].sum() == sum(len(ids) - start for ids, start in tokenized)
 
 
+def test_held_out_split_keeps_every_other_sequence_for_training(tmp_path):
+    from safetensors.torch import save_file
+
+    from recipes.train_drafter import feature_shards, split_held_out
+
+    target = one_layer_target("qwen2", seed=6)
+    lengths = {}
+    for index, directory in enumerate(["self_distilled", "teacher_forced"]):
+        tensors, tokenized, _ = _cached_batch(target, num_sequences=4, length=20 + 10 * index)
+        (tmp_path / directory).mkdir()
+        save_file(tensors, str(tmp_path / directory / "shard_00000.safetensors"))
+        lengths[directory] = [len(ids) for ids, _ in tokenized]
+    shards = feature_shards([tmp_path / "self_distilled", tmp_path / "teacher_forced"])
+    held_out, train = split_held_out(shards, val_tokens=25)
+    # The first two sequences of the first directory (20 + 19 tokens reach 25) are held out; nothing else is.
+    assert [len(s.input_ids) for s in held_out] == lengths["self_distilled"][:2]
+    assert [len(s.input_ids) for s in train] == lengths["self_distilled"][2:] + lengths["teacher_forced"]
+    assert held_out[0].response.tolist() == [False] * 5 + [True] * 15  # response starts at 5 (see _cached_batch)
+    with pytest.raises(SystemExit, match="no finished shard"):
+        feature_shards([tmp_path / "self_distilled", tmp_path / "missing"])
+    with pytest.raises(SystemExit, match="nothing left to train on"):
+        split_held_out(shards[:1], val_tokens=10**6)
+
+
+def test_validation_on_response_positions_matches_a_direct_count(tmp_path):
+    from recipes.train_drafter import draft_pass, validate
+
+    target = one_layer_target("qwen2", seed=6)
+    _, tokenized, to_batch = _cached_batch(target, num_sequences=1, length=30)
+    batch = to_batch(tmp_path / "shard.safetensors")
+    drafter = DynaSpecAssistant.from_target(target).drafter
+    start = tokenized[0][1]
+    with torch.no_grad():  # draft position 1: the pair (f_t, x_{t+1}) guesses the target's token after x_{t+1}
+        predicted = draft_pass(drafter, drafter.embed(batch.input_ids[:, 1:]), batch.hidden[:, :-1])
+        guesses = (predicted @ target.lm_head.weight.T).argmax(-1)[0]
+    # Make the target agree with these guesses at known pairs: 4 in the prompt, every third one in the response.
+    agree = torch.zeros(len(guesses), dtype=torch.bool)
+    agree[: start - 1] = True
+    agree[start - 1 :: 3] = True
+    batch.topk_ids[0, 1:, 0] = torch.where(agree, guesses, (guesses + 1) % VOCAB)
+    metrics = validate(drafter, [batch])
+    assert metrics["val_top1_1"] == pytest.approx(agree.float().mean().item())
+    assert metrics["val_response_top1_1"] == pytest.approx(agree[start - 1 :].float().mean().item())
+
+
 def test_sampled_loss_over_every_row_is_the_full_loss():
     from recipes.train_drafter import classification_loss, sampled_rows
 
@@ -138,7 +183,7 @@ def test_router_examples_from_cached_features_pair_inputs_with_the_right_labels(
     save_file(tensors, str(tmp_path / "shard_00000.safetensors"))
     drafter = DynaSpecAssistant.from_target(target).drafter
     cluster_of_token = torch.randint(0, 5, (VOCAB,), generator=torch.Generator().manual_seed(1))
-    embeds, feats, labels = router_examples_from_features(tmp_path, drafter, cluster_of_token, num_tokens=10**6)
+    embeds, feats, labels = router_examples_from_features([tmp_path], drafter, cluster_of_token, num_tokens=10**6)
     assert len(labels) == sum(2 * len(ids) - 3 for ids, _ in tokenized)
     ids = torch.tensor(tokenized[0][0])
     n = len(ids)
@@ -188,17 +233,31 @@ def test_self_distilled_responses_feed_build_features(tmp_path):
 
 @pytest.mark.real_model
 def test_batched_self_distillation_answers_equal_single_stream_greedy():
-    """Left padding must not change the answers: a batch of prompts of different lengths, fp32."""
+    """Left padding must not change the answers, nor the hidden states captured during generation (fp32)."""
     from hf_dynaspec import zoo
     from hf_dynaspec.runner import encode_prompt, load_target
-    from recipes.self_distill import answer_batch
+    from recipes.build_features import target_hidden
+    from recipes.self_distill import answer_batch, generate_batch
 
     if zoo.cached_path("qwen2.5-coder-0.5b-instruct") is None:
         pytest.fail("qwen2.5-coder-0.5b-instruct is not cached: run `hf-dynaspec models fetch` first")
     model, tokenizer = load_target("qwen2.5-coder-0.5b-instruct", "fp32")
     prompts = ["Say hi.", "Write a Python function that returns the square of a number, with a docstring."]
     answers = answer_batch(model, tokenizer, prompts, max_new_tokens=12, max_prompt_tokens=512)
-    for prompt, answer in zip(prompts, answers):
+    captured = generate_batch(model, tokenizer, prompts, max_new_tokens=12, max_prompt_tokens=512,
+                              capture_hidden=True)
+    eos = model.generation_config.eos_token_id
+    finished = []
+    for prompt, answer, record in zip(prompts, answers, captured):
         ids = encode_prompt(tokenizer, prompt, True)
         single = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=12)
-        assert answer == tokenizer.decode(single[0, ids.shape[1]:], skip_special_tokens=True).strip()
+        assert answer == record.text == tokenizer.decode(single[0, ids.shape[1]:], skip_special_tokens=True).strip()
+        # The sequence stops before its last token (EOS or the 12th), which was never fed back.
+        generated = single[0, ids.shape[1]:].tolist()
+        finished.append(eos in generated)
+        generated = generated[: generated.index(eos) + 1] if eos in generated else generated
+        assert record.token_ids == ids[0].tolist() + generated[:-1] and record.response_start == ids.shape[1]
+        # Captured hidden states equal those of one unpadded forward over the sequence.
+        expected = target_hidden(model, [record.token_ids])[0]
+        torch.testing.assert_close(record.hidden, expected, atol=2e-3, rtol=2e-3)
+    assert finished == [True, False]  # one answer ends at EOS inside the batch, the other at the length cap
