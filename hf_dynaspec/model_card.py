@@ -38,6 +38,38 @@ def _results_table(results: dict) -> str:
     return header + "\n\n" + "\n".join(rows) + (f"\n\nCommand:\n\n```bash\n{command}\n```" if command else "")
 
 
+def _value_text(value) -> str:
+    if isinstance(value, float):
+        return f"{value:,.0f}" if value.is_integer() or abs(value) >= 1000 else f"{value:.4g}"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    return str(value)
+
+
+def _bullets(record, indent: str = "") -> list[str]:
+    """A JSON record as nested markdown bullets (dicts by key, lists item by item)."""
+    lines = []
+    items = record.items() if isinstance(record, dict) else enumerate(record, start=1)
+    for key, value in items:
+        if isinstance(value, (dict, list)) and value:
+            lines.append(f"{indent}- {key}:")
+            lines += _bullets(value, indent + "  ")
+        else:
+            lines.append(f"{indent}- {key}: {_value_text(value)}")
+    return lines
+
+
+def _training_text(training) -> str:
+    """The `training` record of card.json: bullets, with command lines (`commands`/`command`) as a bash block."""
+    if not isinstance(training, dict):
+        return "No training record was stored with this artifact."
+    commands = [training[k] for k in ("commands", "command") if isinstance(training.get(k), str)]
+    text = "\n".join(_bullets({k: v for k, v in training.items() if k not in ("commands", "command")}))
+    if commands:
+        text += "\n\nCommands:\n\n```bash\n" + "\n".join(c.strip() for c in commands) + "\n```"
+    return text.strip()
+
+
 def render_model_card(config, card_data: dict) -> str:
     """README.md text for an assistant with `config` (DynaSpecConfig) and `card_data` (see module docstring)."""
     from huggingface_hub import ModelCard, ModelCardData
@@ -59,9 +91,7 @@ def render_model_card(config, card_data: dict) -> str:
         components.append(f"- FR-Spec frequency list: {config.frequency_list_size:,} ranked tokens")
     if config.vocabtrim_list_size:
         components.append(f"- VocabTrim list: {config.vocabtrim_list_size:,} ranked tokens")
-    training = card_data.get("training")
-    training_text = ("\n".join(f"- {k}: {v}" for k, v in training.items()) if isinstance(training, dict)
-                     else "No training record was stored with this artifact.")
+    training_text = _training_text(card_data.get("training"))
     results = card_data.get("results")
     results_text = _results_table(results) if results else "No measurements were recorded with this artifact."
     body = f"""

@@ -360,6 +360,15 @@ def test_model_card_says_what_is_and_is_not_recorded(tmp_path):
     card = (tmp_path / "trained" / "README.md").read_text()
     assert "| dynaspec | 2.61 | 30,123 | 1.31x | yes |" in card and "python -m recipes.train_drafter" in card
     assert "on 7 prompts" in card
+    # Nested training records read as bullets, numbers rounded, command lines as a bash block.
+    assistant.card_data = {"training": {"features": [{"tokens": 38038, "conversations": "sd"}, {"tokens": 133025}],
+                                        "val_top1_pos1": 0.2650306748466258,
+                                        "commands": "python -m recipes.self_distill ...\npython -m recipes.train_drafter ..."}}
+    assistant.save_pretrained(tmp_path / "nested")
+    card = (tmp_path / "nested" / "README.md").read_text()
+    assert "- features:\n  - 1:\n    - tokens: 38,038\n    - conversations: sd\n  - 2:\n    - tokens: 133,025" in card
+    assert "- val_top1_pos1: 0.265\n" in card and "{'tokens'" not in card
+    assert "```bash\npython -m recipes.self_distill ...\npython -m recipes.train_drafter ...\n```" in card
 
 def test_push_command_uploads_a_saved_artifact(tmp_path, capsys):
     from hub_server import FakeHub
