@@ -15,8 +15,9 @@ with GSM8K questions. Output: `responses_00000.jsonl`, ... with one `{"prompt", 
 line; a finished file is never rewritten, so an interrupted run resumes at the next one. Feed them to
 `recipes.build_features --conversations DIR`, or pass `--features-out DIR`: the hidden states the generation
 computes anyway are then written as drafter-training shards directly (one per responses file), which saves
-the second target pass over prompt and answer (about 45% of the cost on a 2-core CPU). Batch size: one
-fp32 decoding step of the 0.5B target on 2 cores gives 16 tok/s at batch 16 and 30 tok/s at batch 64.
+the second target pass over prompt and answer (on 2 cores: 13 minutes for the first 128 answers, against
+13-18 minutes to generate 64 answers at batch 64). Batch size: one fp32 decoding step of the 0.5B target on
+2 cores gives 16 tok/s at batch 16 and 30 tok/s at batch 64 (benchmarks/results/self_distill_batch_05b.txt).
 """
 
 from __future__ import annotations
