@@ -105,6 +105,8 @@ class DynaSpecAssistant(PreTrainedModel):
     def _init_from_last_layer(self, target: PreTrainedModel) -> None:
         last = target.get_decoder().layers[-1].state_dict()
         own = self.drafter.layers[0].state_dict()
+        if own["mlp.down_proj.weight"].shape[1] < last["mlp.down_proj.weight"].shape[1]:
+            last = narrow_mlp(last, own["mlp.down_proj.weight"].shape[1])
         matching = {k: v for k, v in last.items() if k in own and own[k].shape == v.shape}
         self.drafter.layers[0].load_state_dict(matching, strict=False)
         hidden = self.config.hidden_size
@@ -360,3 +362,22 @@ class DynaSpecAssistant(PreTrainedModel):
         raise TypeError(
             "DynaSpecAssistant is not called directly: pass it to model.generate(..., assistant_model=assistant)."
         )
+
+
+def narrow_mlp(layer_state: dict[str, torch.Tensor], width: int) -> dict[str, torch.Tensor]:
+    """A decoder layer's state dict with its gated MLP cut to the `width` intermediate channels that matter most.
+
+    Channel i contributes down_proj[:, i] * act(gate_proj[i] . x) * (up_proj[i] . x); the product of the three
+    vectors' norms bounds that for a unit-norm x, so those with the largest product are kept (in their original
+    order). It lets a drafter narrower than the target's last layer (a smaller artifact, e.g. for a 1.5B target)
+    still start from that layer rather than from random weights.
+    """
+    gate, up, down = (layer_state[f"mlp.{name}.weight"] for name in ("gate_proj", "up_proj", "down_proj"))
+    score = gate.float().norm(dim=1) * up.float().norm(dim=1) * down.float().norm(dim=0)
+    keep = score.topk(width).indices.sort().values
+    narrowed = dict(layer_state)
+    narrowed["mlp.gate_proj.weight"] = gate[keep]
+    narrowed["mlp.up_proj.weight"] = up[keep]
+    narrowed["mlp.down_proj.weight"] = down[:, keep]
+    return narrowed
+

@@ -246,6 +246,9 @@ def main(argv=None):
                         help="one or more recipes.build_features outputs; validation comes from the first")
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--init", default=None, help="assistant to start from (default: fresh from the target)")
+    parser.add_argument("--intermediate-size", type=int, default=None,
+                        help="a fresh drafter's MLP width (default: the target's); narrower keeps the target's "
+                             "most important channels and makes a smaller artifact")
     parser.add_argument("--epochs", type=float, default=1.0)
     parser.add_argument("--tokens-per-batch", type=int, default=4096)
     parser.add_argument("--lr", type=float, default=3e-4)
@@ -262,13 +265,17 @@ def main(argv=None):
     parser.add_argument("--max-steps", type=int, default=None, help="stop after this many steps (for trials)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
+    if args.init and args.intermediate_size:
+        parser.error("--intermediate-size applies to a fresh drafter; --init keeps the initial assistant's width")
 
     accelerator = Accelerator(cpu=not torch.cuda.is_available(),
                               mixed_precision="no" if not torch.cuda.is_available() else "bf16")
     target, _ = load_target(args.target, "fp32")
     target.requires_grad_(False)
     assistant = (DynaSpecAssistant.from_pretrained(args.init, target=target) if args.init
-                 else DynaSpecAssistant.from_target(target, target_name_or_path=args.target))
+                 else DynaSpecAssistant.from_target(target, target_name_or_path=args.target,
+                                                    **({"intermediate_size": args.intermediate_size}
+                                                       if args.intermediate_size else {})))
     # The full-head validation is costly: it is kept to --val-tokens.
     held_out, train_sequences = split_held_out(feature_shards(args.features), args.val_tokens)
     val_batches = [collate(b, accelerator.device) for b in make_batches(held_out, args.tokens_per_batch, 0)]

@@ -210,6 +210,27 @@ def test_eagle3_default_layers_come_from_the_target(tmp_path):
         DynaSpecAssistant.from_pretrained(tmp_path / "e3")
 
 
+def test_narrow_drafter_starts_from_the_strongest_channels_of_the_target_mlp(tmp_path):
+    target = tiny_target("qwen2")  # MLP width 64
+    last = target.get_decoder().layers[-1]
+    assistant = DynaSpecAssistant.from_target(target, intermediate_size=24)
+    layer = assistant.drafter.layers[0]
+    gate, up, down = last.mlp.gate_proj.weight, last.mlp.up_proj.weight, last.mlp.down_proj.weight
+    score = {i: float(gate[i].norm() * up[i].norm() * down[:, i].norm()) for i in range(64)}
+    keep = sorted(sorted(score, key=score.get, reverse=True)[:24])
+    assert torch.equal(layer.mlp.gate_proj.weight, gate[keep])
+    assert torch.equal(layer.mlp.up_proj.weight, up[keep])
+    assert torch.equal(layer.mlp.down_proj.weight, down[:, keep])
+    assert torch.equal(layer.self_attn.o_proj.weight, last.self_attn.o_proj.weight)
+    assistant.save_pretrained(tmp_path)
+    loaded = DynaSpecAssistant.from_pretrained(tmp_path, target=target)
+    assert loaded.config.intermediate_size == 24
+    assert_same_weights(assistant, loaded)
+    input_ids = torch.randint(0, VOCAB, (1, 6))
+    assert torch.equal(assisted_generate(target, loaded, input_ids, max_new_tokens=12),
+                       plain_generate(target, input_ids, max_new_tokens=12))
+
+
 def test_refuses_eagle3_without_d2t(tmp_path):
     target = tiny_target("llama")
     eagle3_checkpoint(tmp_path / "e3", target, with_d2t=False)
