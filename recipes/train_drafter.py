@@ -33,6 +33,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from accelerate import Accelerator
+from safetensors import safe_open
 from safetensors.torch import load_file
 from tqdm.auto import tqdm
 from transformers import get_cosine_schedule_with_warmup
@@ -115,6 +116,41 @@ def make_batches(sequences: list[Sequence], tokens_per_batch: int, seed: int) ->
             batches.append(batch)
     shuffle = torch.randperm(len(batches), generator=generator).tolist()
     return [batches[i] for i in shuffle]
+
+
+class BatchSchedule:
+    """Which batches each optimizer step takes: epoch e is make_batches(seed + e), dealt round-robin to processes.
+
+    Epochs hold different numbers of batches (packing follows each epoch's shuffle), so a step is located by
+    counting every epoch's own batches; a fixed steps-per-epoch from epoch 0 runs past a shorter later epoch.
+    """
+
+    def __init__(self, sequences: list[Sequence], tokens_per_batch: int, seed: int, num_processes: int = 1):
+        self.sequences, self.tokens_per_batch, self.seed = sequences, tokens_per_batch, seed
+        self.num_processes = num_processes
+        self._steps: dict[int, int] = {}
+        self._batches: tuple[int, list[list[Sequence]]] | None = None  # only the current epoch is kept
+
+    def _epoch(self, epoch: int) -> list[list[Sequence]]:
+        if self._batches is None or self._batches[0] != epoch:
+            self._batches = (epoch, make_batches(self.sequences, self.tokens_per_batch, self.seed + epoch))
+        return self._batches[1]
+
+    def steps_in(self, epoch: int) -> int:
+        if epoch not in self._steps:
+            self._steps[epoch] = len(self._epoch(epoch)) // self.num_processes
+        return self._steps[epoch]
+
+    def total_steps(self, epochs: float) -> int:
+        whole = int(epochs)
+        return sum(self.steps_in(e) for e in range(whole)) + math.ceil(self.steps_in(whole) * (epochs - whole))
+
+    def batch(self, step: int, process_index: int = 0) -> list[Sequence]:
+        epoch = 0
+        while step >= self.steps_in(epoch):
+            step -= self.steps_in(epoch)
+            epoch += 1
+        return self._epoch(epoch)[step * self.num_processes + process_index]
 
 
 @dataclass
@@ -238,6 +274,24 @@ def validate(drafter, batches: list[Batch]) -> dict:
     return metrics
 
 
+# -- checkpoints -----------------------------------------------------------------------------------------
+def resume_from(accelerator: Accelerator, checkpoint: Path, model: torch.nn.Module) -> None:
+    """`accelerator.load_state`, tolerating only the tensors that safetensors cannot keep.
+
+    safetensors saves one of several empty tensors (they look like views of one null storage), so an
+    assistant's unused, empty shortlist buffers go missing from the checkpoint and a strict load refuses it.
+    Anything else missing is an error.
+    """
+    with safe_open(str(checkpoint / "model.safetensors"), "pt") as f:
+        saved = set(f.keys())
+    state = accelerator.unwrap_model(model).state_dict()
+    lost = sorted(key for key in state if key not in saved and state[key].numel())
+    if lost:
+        raise RuntimeError(f"checkpoint {checkpoint} does not hold {lost[:5]} ({len(lost)} tensors): it belongs "
+                           "to another model; delete it, or pass another --out, to start over")
+    accelerator.load_state(str(checkpoint), strict=False)
+
+
 # -- loop ------------------------------------------------------------------------------------------------
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -280,9 +334,8 @@ def main(argv=None):
     held_out, train_sequences = split_held_out(feature_shards(args.features), args.val_tokens)
     val_batches = [collate(b, accelerator.device) for b in make_batches(held_out, args.tokens_per_batch, 0)]
     tokens_per_epoch = sum(len(s.input_ids) - 1 for s in train_sequences)
-    # Each process takes every num_processes-th batch of the same shuffled epoch.
-    steps_per_epoch = len(make_batches(train_sequences, args.tokens_per_batch, args.seed)) // accelerator.num_processes
-    total_steps = args.max_steps or math.ceil(steps_per_epoch * args.epochs)
+    schedule = BatchSchedule(train_sequences, args.tokens_per_batch, args.seed, accelerator.num_processes)
+    total_steps = args.max_steps or schedule.total_steps(args.epochs)
 
     optimizer = torch.optim.AdamW(assistant.drafter.parameters(), lr=args.lr, weight_decay=0.0, betas=(0.9, 0.95))
     scheduler = get_cosine_schedule_with_warmup(optimizer, args.warmup_steps, total_steps)
@@ -294,8 +347,11 @@ def main(argv=None):
     progress_file = checkpoint / "progress.json"
     done = {"step": 0, "tokens": 0, "seconds": 0.0}
     if progress_file.exists():
-        accelerator.load_state(str(checkpoint))
+        resume_from(accelerator, checkpoint, assistant)
         done = json.loads(progress_file.read_text())
+        if accelerator.is_main_process and log.exists():  # steps after the checkpoint are done again: log them once
+            kept = [line for line in log.read_text().splitlines() if json.loads(line)["step"] <= done["step"]]
+            log.write_text("".join(line + "\n" for line in kept))
         accelerator.print(f"resuming at step {done['step']} ({done['tokens']} tokens)")
     accelerator.print(f"{len(train_sequences)} sequences, {tokens_per_epoch} tokens per epoch, {total_steps} steps; "
                       f"validation: {sum(int(b.valid.sum()) for b in val_batches)} tokens")
@@ -311,13 +367,8 @@ def main(argv=None):
     bar = tqdm(total=total_steps, initial=done["step"], unit="step", desc="drafter")
     generator = torch.Generator().manual_seed(args.seed + done["step"])
     start, seconds_before = time.perf_counter(), done["seconds"]
-    epoch_batches: dict[int, list[list[Sequence]]] = {}
     while done["step"] < total_steps:
-        epoch, index = divmod(done["step"], steps_per_epoch)
-        if epoch not in epoch_batches:
-            epoch_batches = {epoch: make_batches(train_sequences, args.tokens_per_batch, args.seed + epoch)}
-        own_index = index * accelerator.num_processes + accelerator.process_index
-        batch = collate(epoch_batches[epoch][own_index], accelerator.device)
+        batch = collate(schedule.batch(done["step"], accelerator.process_index), accelerator.device)
         loss, metrics = drafter_loss(drafter, batch, noise=args.noise, cls_weight=args.cls_weight, unroll=args.unroll,
                                      negatives=args.negatives, generator=generator)
         optimizer.zero_grad()

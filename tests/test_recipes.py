@@ -261,3 +261,47 @@ def test_batched_self_distillation_answers_equal_single_stream_greedy():
         expected = target_hidden(model, [record.token_ids])[0]
         torch.testing.assert_close(record.hidden, expected, atol=2e-3, rtol=2e-3)
     assert finished == [True, False]  # one answer ends at EOS inside the batch, the other at the length cap
+
+
+def test_batch_schedule_follows_each_epochs_own_batch_count():
+    from recipes.train_drafter import BatchSchedule, Sequence, make_batches
+
+    generator = torch.Generator().manual_seed(3)
+    empty = torch.zeros(0)
+    sequences = [Sequence(torch.zeros(int(n), dtype=torch.long), empty, empty, empty, empty)
+                 for n in torch.randint(5, 60, (200,), generator=generator)]
+    epochs = [make_batches(sequences, 256, seed) for seed in (1, 2)]
+    # Packing follows the shuffle; a shorter second epoch is what a count fixed from the first runs past.
+    assert len(epochs[1]) < len(epochs[0])
+    for processes in (1, 2):
+        schedules = [BatchSchedule(sequences, 256, seed=1, num_processes=processes) for _ in range(processes)]
+        steps = schedules[0].total_steps(2.0)
+        assert steps == sum(len(e) // processes for e in epochs)
+        assert schedules[0].total_steps(1.5) == len(epochs[0]) // processes + -(-(len(epochs[1]) // processes) // 2)
+        taken = [schedules[p].batch(step, p) for step in range(steps) for p in range(processes)]
+        expected = [b for e in epochs for b in e[: len(e) // processes * processes]]
+        assert [[id(s) for s in b] for b in taken] == [[id(s) for s in b] for b in expected]
+
+
+def test_resume_restores_a_checkpoint_whose_empty_buffers_safetensors_dropped(tmp_path):
+    from accelerate import Accelerator
+
+    from conftest import tiny_target
+    from recipes.train_drafter import resume_from
+
+    target = tiny_target("qwen2")
+    assistant = DynaSpecAssistant.from_target(target)
+    assert sum(1 for t in assistant.state_dict().values() if t.numel() == 0) > 1  # unused shortlist buffers
+    accelerator = Accelerator(cpu=True)
+    prepared = accelerator.prepare(assistant)
+    accelerator.save_state(str(tmp_path / "checkpoint"))
+    saved = {k: v.clone() for k, v in assistant.state_dict().items()}
+    with torch.no_grad():
+        for p in assistant.drafter.parameters():
+            p.zero_()
+    resume_from(accelerator, tmp_path / "checkpoint", prepared)
+    for key, value in assistant.state_dict().items():
+        assert torch.equal(value, saved[key]), key
+    other = DynaSpecAssistant.from_target(target, drafter_kind="eagle3")  # other weights: must be refused
+    with pytest.raises(RuntimeError, match="does not hold"):
+        resume_from(accelerator, tmp_path / "checkpoint", other)
