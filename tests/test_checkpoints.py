@@ -215,7 +215,7 @@ def test_narrow_drafter_starts_from_the_strongest_channels_of_the_target_mlp(tmp
     last = target.get_decoder().layers[-1]
     assistant = DynaSpecAssistant.from_target(target, intermediate_size=24)
     layer = assistant.drafter.layers[0]
-    gate, up, down = last.mlp.gate_proj.weight, last.mlp.up_proj.weight, last.mlp.down_proj.weight
+    gate, up, down = (w.detach() for w in (last.mlp.gate_proj.weight, last.mlp.up_proj.weight, last.mlp.down_proj.weight))
     score = {i: float(gate[i].norm() * up[i].norm() * down[:, i].norm()) for i in range(64)}
     keep = sorted(sorted(score, key=score.get, reverse=True)[:24])
     assert torch.equal(layer.mlp.gate_proj.weight, gate[keep])
