@@ -19,10 +19,11 @@ import torch
 import torch.nn as nn
 from transformers import PreTrainedModel
 
-from hf_dynaspec import checkpoints, hf_integration, model_card
+from hf_dynaspec import checkpoints, cpu_verify, hf_integration, model_card
 from hf_dynaspec.config import DynaSpecConfig
 from hf_dynaspec.drafter import EagleDrafter, TargetParts
 from hf_dynaspec.drafting import ChainDraftSession
+from hf_dynaspec.kernels import cpu_rows
 from hf_dynaspec.families import family_classes
 from hf_dynaspec.shortlist.artifact import VocabShortlists
 from hf_dynaspec.shortlist.selector import build_head
@@ -128,6 +129,7 @@ class DynaSpecAssistant(PreTrainedModel):
         fixed_clusters: int | None = None,
         max_shortlist_size: int | None = None,
         num_draft_tokens: int | None = None,
+        draft_confidence: float | None = None,
         tree_top_k: int | None = None,
         tree_depth: int | None = None,
         tree_total_tokens: int | None = None,
@@ -137,7 +139,7 @@ class DynaSpecAssistant(PreTrainedModel):
 
         With `target`, the assistant is checked against it, cast to its dtype/device and attached.
         `shortlist` ("full" | "frspec" | "vocabtrim" | "dynaspec" | "dynaspec-fixed") and the size/budget
-        options, the chain's `num_draft_tokens` and the tree shape (`tree_top_k`, `tree_depth`,
+        options, the chain's `num_draft_tokens` and `draft_confidence`, and the tree shape (`tree_top_k`, `tree_depth`,
         `tree_total_tokens`, see DynaSpecConfig) override what the artifact's config says. Only JSON and safetensors files are read;
         pickled checkpoints are refused.
         """
@@ -157,7 +159,7 @@ class DynaSpecAssistant(PreTrainedModel):
             config = DynaSpecConfig(**kwargs)
         overrides = dict(shortlist=shortlist, shortlist_size=shortlist_size, max_clusters=max_clusters,
                          fixed_clusters=fixed_clusters, max_shortlist_size=max_shortlist_size,
-                         num_draft_tokens=num_draft_tokens, tree_top_k=tree_top_k, tree_depth=tree_depth,
+                         num_draft_tokens=num_draft_tokens, draft_confidence=draft_confidence, tree_top_k=tree_top_k, tree_depth=tree_depth,
                          tree_total_tokens=tree_total_tokens)
         for key, value in overrides.items():
             if value is not None:
@@ -213,6 +215,10 @@ class DynaSpecAssistant(PreTrainedModel):
         self.__dict__["_target"] = target
         self.to(device=target.device, dtype=target.dtype)
         # d2t/t2d are integer/bool buffers; `.to(dtype)` leaves them alone.
+        if target.dtype == torch.bfloat16 and target.device.type == "cpu" and cpu_rows.available():
+            # The drafter's first step of a round reads every newly verified position (1..K+1 rows); the
+            # kernel makes those rows cost one weight pass instead of one each (no extra memory).
+            cpu_verify.enable(self.drafter, method="kernel")
         hf_integration.install()
         return self
 
@@ -298,6 +304,7 @@ class DynaSpecAssistant(PreTrainedModel):
             do_sample=bool(generation_config.do_sample),
             logits_processor=logits_processor,
             head=self.runtime_head(),
+            confidence=self.config.draft_confidence,
         )
         return hf_integration.EagleCandidateGenerator(
             self, session, num_draft_tokens=self.config.num_draft_tokens, max_length=generation_config.max_length

@@ -18,6 +18,13 @@ def _add_generation_args(parser: argparse.ArgumentParser, target_default: str | 
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--dtype", choices=["bf16", "fp32"], default="bf16")
     parser.add_argument("--num-draft-tokens", type=int, default=None, help="override the assistant's draft length")
+    parser.add_argument("--draft-confidence", type=float, default=None, metavar="P",
+                        help="override the assistant's draft_confidence: stop a draft before a token the drafter "
+                             "gives a probability below P (0 = always draft the full length)")
+    parser.add_argument("--cpu-verify", choices=["auto", "kernel", "shadow", "off"], default="auto",
+                        help="multi-token forwards of a bf16 target on CPU (verification, prefill) for both runs: "
+                             "the bf16 kernel, fp32 shadow weights, or PyTorch's own; auto = the kernel where it "
+                             "builds, else PyTorch's own (hf_dynaspec.cpu_verify)")
     parser.add_argument("--tree", nargs="?", const="", default=None, metavar="TOPK,DEPTH,TOTAL",
                         help="draft trees (EAGLE-2) instead of a chain; optional shape (default: the assistant's)")
     parser.add_argument("--json", default=None, metavar="OUT", help="also write the result as JSON")
@@ -116,9 +123,13 @@ def _generate(args, chat: bool | None) -> dict:
     from hf_dynaspec import runner
 
     model, tokenizer = runner.load_target(args.target, args.dtype)
+    verify_method = _enable_cpu_verify(model, args.cpu_verify)
     assistant, description = runner.load_assistant(args.assistant, model, args.target)
     if args.num_draft_tokens:
         assistant.config.num_draft_tokens = args.num_draft_tokens
+    if args.draft_confidence is not None:
+        assistant.config.draft_confidence = args.draft_confidence
+    assistant.config.validate_drafter()  # the overrides above, checked with the same messages as a config
     input_ids = runner.encode_prompt(tokenizer, args.prompt, chat)
     assisted_kwargs = {"assistant_model": assistant}
     if args.tree is not None:
@@ -130,11 +141,23 @@ def _generate(args, chat: bool | None) -> dict:
                                                assisted_kwargs)
     result.update(target=args.target, assistant=description, dtype=args.dtype, max_new_tokens=args.max_new_tokens,
                   num_draft_tokens=assistant.config.num_draft_tokens,
+                  draft_confidence=assistant.config.draft_confidence, cpu_verify=verify_method,
                   decoding="tree" if args.tree is not None else "chain")
     if args.json:
         with open(args.json, "w") as out:
             json.dump(result, out, indent=2)
     return result
+
+
+def _enable_cpu_verify(model, choice: str) -> str | None:
+    """Apply `--cpu-verify` to the target; return the method in use (None: PyTorch's own kernels)."""
+    from hf_dynaspec import cpu_verify
+    from hf_dynaspec.kernels import cpu_rows
+
+    if choice == "off" or (choice == "auto" and not cpu_rows.available()):
+        return None
+    cpu_verify.enable(model, max_rows=1 << 20, method="kernel" if choice == "auto" else choice)
+    return cpu_verify.enabled_method(model)
 
 
 def _print_comparison(result: dict) -> None:

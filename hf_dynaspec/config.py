@@ -20,7 +20,8 @@ _KNOWN_KEYS = {
     "target_hidden_size", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
     "head_dim", "rms_norm_eps", "rope_parameters", "max_position_embeddings", "hidden_act",
     "attention_bias", "fc_bias", "use_target_norm", "aux_hidden_state_layer_ids", "draft_vocab_size",
-    "num_draft_tokens", "library_version", "layer_config", "shortlist", "shortlist_size", "frequency_list_size",
+    "num_draft_tokens", "draft_confidence", "library_version", "layer_config", "shortlist", "shortlist_size",
+    "frequency_list_size",
     "vocabtrim_list_size", "num_clusters", "num_always_ids", "router_hidden_size", "max_clusters",
     "fixed_clusters", "max_shortlist_size", "tree_top_k", "tree_depth", "tree_total_tokens",
 }
@@ -68,6 +69,10 @@ class DynaSpecConfig(PretrainedConfig):
             optimum on the 2-core AVX2 CPUs this project is tested on, where verifying k tokens costs nearly k
             one-token steps (benchmarks/draft_length.py, benchmarks/results/draft_length_05b_bf16.json);
             hardware with cheap multi-token verification (GPUs, AVX-512 BF16 CPUs) wants 4-6.
+        draft_confidence: chain drafting stops before the first token whose drafter probability (softmax over
+            the rows scored) is below this, so a round may draft nothing and the target takes a plain one-token
+            step. 0 (the default) always drafts `num_draft_tokens`. Worth it where verifying k tokens costs much
+            more than one (CPUs); see docs/results.md for measured thresholds.
         tree_top_k, tree_depth, tree_total_tokens: EAGLE-2 tree drafting (hf_dynaspec.tree): children proposed
             per expanded node and nodes expanded per depth, maximum depth, and draft tokens kept in the tree
             (the target verifies tree_total_tokens + 1 tokens per pass). EAGLE-2's GPU defaults are 10 / 5-7 /
@@ -100,6 +105,7 @@ class DynaSpecConfig(PretrainedConfig):
         aux_hidden_state_layer_ids: list[int] | None = None,
         draft_vocab_size: int | None = None,
         num_draft_tokens: int = 2,
+        draft_confidence: float = 0.0,
         library_version: str | None = None,
         layer_config: dict[str, Any] | None = None,
         shortlist: str = "full",
@@ -146,6 +152,7 @@ class DynaSpecConfig(PretrainedConfig):
         self.aux_hidden_state_layer_ids = list(aux_hidden_state_layer_ids) if aux_hidden_state_layer_ids else None
         self.draft_vocab_size = draft_vocab_size
         self.num_draft_tokens = num_draft_tokens
+        self.draft_confidence = float(draft_confidence)
         # Extra family-specific layer settings (e.g. Qwen3's q/k norms need nothing, but a family may).
         self.layer_config = dict(layer_config or {})
         self.shortlist = shortlist
@@ -179,6 +186,11 @@ class DynaSpecConfig(PretrainedConfig):
             raise ValueError(
                 f"num_attention_heads ({self.num_attention_heads}) must be a multiple of "
                 f"num_key_value_heads ({self.num_key_value_heads})."
+            )
+        if not 0.0 <= self.draft_confidence < 1.0:
+            raise ValueError(
+                f"DynaSpecConfig.draft_confidence is a probability threshold in [0, 1) (0 turns it off), "
+                f"got {self.draft_confidence!r}."
             )
         if self.shortlist not in SHORTLIST_STRATEGIES:
             raise ValueError(f"shortlist must be one of {SHORTLIST_STRATEGIES}, got {self.shortlist!r}.")

@@ -33,16 +33,21 @@ class ChainDraftSession:
     """Drafting state of one generate() call.
 
     `head` is the runtime shortlist head (hf_dynaspec.shortlist.selector) an eagle drafter scores through;
-    None uses the drafter's own head (EAGLE-3's reduced vocabulary).
+    None uses the drafter's own head (EAGLE-3's reduced vocabulary). With `confidence` > 0 a round stops before
+    the first token the drafter gives a probability below it, possibly with no token at all: where
+    verifying k tokens costs much more than one (CPUs), an unlikely draft costs more than it is expected to
+    save. The decision reads only the drafter's own distribution, so sampling stays exact.
     """
 
-    def __init__(self, drafter: EagleDrafter, vocab_size: int, do_sample: bool, logits_processor=None, head=None):
+    def __init__(self, drafter: EagleDrafter, vocab_size: int, do_sample: bool, logits_processor=None, head=None,
+                 confidence: float = 0.0):
         if head is None and drafter.config.drafter_kind == "eagle":
             raise ValueError("an eagle drafter scores the target's head through a runtime head: pass head=")
         self.drafter = drafter
         self.head = head
         self.shortlists_of_last_draft: list[torch.Tensor | None] = []  # ids scored at each draft position
         self.vocab_size = vocab_size
+        self.confidence = confidence
         self.do_sample = do_sample
         self.logits_processor = logits_processor if logits_processor is not None and len(logits_processor) else None
         self.cache = DraftKVCache()
@@ -52,7 +57,7 @@ class ChainDraftSession:
 
     @torch.no_grad()
     def propose(self, input_ids: torch.Tensor, new_target_hidden: torch.Tensor, num_draft_tokens: int) -> Draft:
-        """Draft `num_draft_tokens` tokens continuing `input_ids` `[1, N]`.
+        """Draft up to `num_draft_tokens` tokens continuing `input_ids` `[1, N]` (fewer under `confidence`).
 
         `new_target_hidden` `[1, >=T_new, D or 3D]`: target features from the last verification pass, whose
         first `T_new = N - 1 - (pairs already cached)` positions are now verified.
@@ -65,7 +70,9 @@ class ChainDraftSession:
         self.shortlists_of_last_draft = []
         context = input_ids
         for k in range(num_draft_tokens):
-            token_id, logits = self._choose(hidden, context, plan)
+            token_id, logits, probability = self._choose(hidden, context, plan)
+            if probability < self.confidence:
+                break
             draft_ids.append(token_id)
             if logits is not None:
                 draft_logits.append(logits)
@@ -78,7 +85,7 @@ class ChainDraftSession:
             plan = self._plan(token_embed[:, -1], hidden[:, -1], k + 1)
             hidden = drafter.step(token_embed, hidden, position_ids, self.cache, None)
         return Draft(
-            token_ids=torch.cat(draft_ids, dim=1),
+            token_ids=torch.cat(draft_ids, dim=1) if draft_ids else input_ids.new_empty((1, 0)),
             logits=torch.stack(draft_logits, dim=1) if draft_logits else None,
         )
 
@@ -113,8 +120,9 @@ class ChainDraftSession:
     def _plan(self, token_embed: torch.Tensor, hidden_in: torch.Tensor, position: int):
         return self.head.plan(token_embed, hidden_in, position) if self.head is not None else None
 
-    def _choose(self, hidden, context, plan) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Hidden `[1, 1, H]` -> (draft token id `[1, 1]`, full-vocabulary logits `[1, V]` when sampling)."""
+    def _choose(self, hidden, context, plan) -> tuple[torch.Tensor, torch.Tensor | None, float]:
+        """Hidden `[1, 1, H]` -> (draft token id `[1, 1]`, full-vocabulary logits `[1, V]` when sampling, the
+        drafter's probability of the token; 1.0 when `confidence` is off, which needs no softmax)."""
         if self.head is not None:
             scores = self.head.scores(hidden[:, -1], plan)
             logits, shortlist_ids = scores.logits, scores.token_ids  # [1, S], [S]
@@ -124,14 +132,22 @@ class ChainDraftSession:
         self.shortlists_of_last_draft.append(shortlist_ids)
         if not self.do_sample and self.logits_processor is None:
             idx = logits.argmax(dim=-1, keepdim=True)
-            return (idx if shortlist_ids is None else shortlist_ids[idx]), None
+            token_id = idx if shortlist_ids is None else shortlist_ids[idx]
+            return token_id, None, self._probability(logits, idx)
         full = self._to_full_vocab(logits, shortlist_ids)
         if self.logits_processor is not None:
             full = self.logits_processor(context, full)
         if self.do_sample:
             token_id = torch.multinomial(full.softmax(dim=-1), num_samples=1)
-            return token_id, full
-        return full.argmax(dim=-1, keepdim=True), None
+            return token_id, full, self._probability(full, token_id)
+        token_id = full.argmax(dim=-1, keepdim=True)
+        return token_id, None, self._probability(full, token_id)
+
+    def _probability(self, logits: torch.Tensor, index: torch.Tensor) -> float:
+        """softmax(logits `[1, S]`)[index `[1, 1]`] (over the rows scored: a shortlist's mass is renormalised)."""
+        if self.confidence <= 0.0:
+            return 1.0
+        return float(logits.float().log_softmax(dim=-1).gather(-1, index).exp())
 
     def _to_full_vocab(self, logits: torch.Tensor, shortlist_ids: torch.Tensor | None) -> torch.Tensor:
         """Shortlist logits `[1, S]` -> `[1, V]` with -inf outside the shortlist."""

@@ -98,27 +98,32 @@ class EagleCandidateGenerator(CandidateGenerator):
         self.num_draft_tokens = num_draft_tokens
         self.max_length = max_length
         self.model_kwargs_overrides = {"output_hidden_states": assistant.target_hidden_state_selection()}
-        self._drafted_last_round = 0
+        # Tokens drafted for the pass being verified; None for the prefill, which is not a decoding pass.
+        self._drafted_last_round: int | None = None
 
     def get_candidates(self, input_ids, model_outputs=None, is_first_iteration=False, **kwargs):
         if is_first_iteration or model_outputs is None:
-            self._drafted_last_round = 0
+            self._drafted_last_round = None
             return input_ids, None
         # Leave room for the target's own token after the drafts (as transformers' generators do).
         budget = min(self.num_draft_tokens, self.max_length - input_ids.shape[1] - 1)
         if budget < 1:
             self._drafted_last_round = 0
+            self.session.shortlists_of_last_draft = []
             return input_ids, None
         target_hidden = self.assistant.select_target_hidden(model_outputs.hidden_states)
         draft = self.session.propose(input_ids, target_hidden, budget)
         self._drafted_last_round = draft.token_ids.shape[1]
+        if not self._drafted_last_round:  # the drafter was not confident enough: a plain one-token pass
+            return input_ids, None
         if self.assistant.collect_draft_tokens:
             self.assistant.stats.draft_token_ids.append(draft.token_ids[0])
         return torch.cat([input_ids, draft.token_ids], dim=1), draft.logits
 
     def update_candidate_strategy(self, input_ids, scores, num_matches):
-        if self._drafted_last_round:
-            stats = self.assistant.stats
-            stats.record(self._drafted_last_round, int(num_matches))
-            committed = input_ids[0, -(int(num_matches) + 1) :]  # the target's tokens at draft positions 0..n
-            stats.record_shortlists(self.session.shortlists_of_last_draft, committed)
+        if self._drafted_last_round is None:
+            return
+        stats = self.assistant.stats
+        stats.record(self._drafted_last_round, int(num_matches))
+        committed = input_ids[0, -(int(num_matches) + 1) :]  # the target's tokens at draft positions 0..n
+        stats.record_shortlists(self.session.shortlists_of_last_draft, committed)

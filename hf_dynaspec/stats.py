@@ -7,9 +7,11 @@ from dataclasses import dataclass, field
 
 @dataclass
 class DraftStats:
-    """Counts over the verification passes of the last `generate()` call that had drafts to verify.
+    """Counts over the target's decoding passes of the last `generate()` call (every pass after the prefill,
+    including those with no draft: the last token before max_length, or a round the drafter's `confidence`
+    threshold left empty).
 
-    tau is the mean number of tokens committed per such pass: accepted drafts plus the target's own token.
+    tau is the mean number of tokens committed per pass: accepted drafts plus the target's own token.
     `acceptance_histogram[n]` counts passes that accepted exactly n drafts.
     """
 
@@ -18,6 +20,7 @@ class DraftStats:
     accepted: int = 0
     acceptance_histogram: list[int] = field(default_factory=list)
     accepted_per_pass: list[int] = field(default_factory=list)
+    drafted_per_pass: list[int] = field(default_factory=list)
     shortlist_rows: int = 0  # summed over draft steps that used a shortlist
     shortlist_steps: int = 0
     # coverage at draft position j: was the target's own token at j inside the shortlist drafted from?
@@ -29,6 +32,7 @@ class DraftStats:
     def record(self, num_drafted: int, num_accepted: int) -> None:
         self.verify_passes += 1
         self.accepted_per_pass.append(num_accepted)
+        self.drafted_per_pass.append(num_drafted)
         self.drafted += num_drafted
         self.accepted += num_accepted
         if len(self.acceptance_histogram) <= num_accepted:

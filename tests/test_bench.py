@@ -173,6 +173,20 @@ def test_tree_methods_are_benchmarked_exact_with_their_passes_counted(target):
     assert tree["tau"] == pytest.approx(expected_tau) and expected_tau > 1.5
 
 
+def test_confidence_suffix_reaches_the_assistant_and_is_validated():
+    seen = []
+    methods = build_methods(["eagle@0.5", "dynaspec:8@0.25", "dynaspec:8"],
+                            assistant_factory=lambda **o: seen.append(o) or object())
+    assert [m.key for m in methods] == ["eagle@0.5", "dynaspec:8@0.25", "dynaspec:8"]
+    assert seen == [{"shortlist": "full", "draft_confidence": 0.5},
+                    {"shortlist": "dynaspec", "max_clusters": 8, "draft_confidence": 0.25},
+                    {"shortlist": "dynaspec", "max_clusters": 8}]
+    for bad, message in [("eagle@1.5", "in \\[0, 1\\)"), ("eagle@x", "in \\[0, 1\\)"),
+                         ("vanilla@0.5", "assistant's methods only"), ("dynaspec-tree@0.5", "not trees")]:
+        with pytest.raises(ValueError, match=message):
+            build_methods([bad], assistant_factory=lambda **o: object())
+
+
 def test_tree_method_strings():
     seen = []
     methods = build_methods(["eagle-tree", "dynaspec-tree", "dynaspec-tree:32"],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 
 import pytest
 import torch
@@ -72,6 +73,12 @@ def test_config_stamps_version_and_warns_on_unknown_keys():
         DynaSpecConfig(drafter_kind="medusa")
     with pytest.raises(ValueError, match="aux_hidden_state_layer_ids"):
         DynaSpecConfig(drafter_kind="eagle3", draft_vocab_size=10, aux_hidden_state_layer_ids=[1])
+    for bad in (1.0, -0.1):
+        with pytest.raises(ValueError, match="draft_confidence"):
+            DynaSpecConfig(draft_confidence=bad)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a key this release writes must not be reported as unknown
+        assert DynaSpecConfig.from_dict(DynaSpecConfig(draft_confidence=0.4).to_dict()).draft_confidence == 0.4
 
 
 # -- published EAGLE layouts, built locally -------------------------------------------------------------

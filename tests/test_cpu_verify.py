@@ -1,29 +1,59 @@
-"""fp32 shadow weights for multi-token verification: same results up to rounding, only where intended."""
+"""Multi-token verification on CPU (bf16 kernel, fp32 shadows): same results up to rounding, only where intended."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from conftest import imitating_assistant, one_layer_target, tiny_target
-from hf_dynaspec import cpu_verify, check_exactness
+from hf_dynaspec import check_exactness, cpu_verify
+from hf_dynaspec.kernels import cpu_rows
+
+needs_kernel = pytest.mark.skipif(not cpu_rows.available(), reason="needs x86-64 with AVX2/FMA and a C compiler")
 
 
-def test_shadow_path_is_taken_only_for_a_few_rows_and_matches_the_native_product():
+@needs_kernel
+@pytest.mark.parametrize("out_features,in_features", [(48, 64), (37, 29), (100, 8), (17, 1)])
+def test_kernel_matches_a_float64_product_for_every_row_count(out_features, in_features):
+    # Row counts cover whole blocks of eight, remainders of each size and several blocks; feature counts
+    # cover the 8-wide vector loop, its scalar tail and a weight-row tile that is not full.
+    generator = torch.Generator().manual_seed(out_features)
+    weight = torch.randn(out_features, in_features, generator=generator).to(torch.bfloat16)
+    for rows in (1, 2, 3, 5, 8, 9, 16, 21):
+        x = torch.randn(rows, in_features, generator=generator).to(torch.bfloat16)
+        expected = x.double() @ weight.double().T
+        got = cpu_rows.bf16_rows_matmul(x, weight)
+        assert got.dtype == torch.float32 and got.shape == (rows, out_features)
+        torch.testing.assert_close(got.double(), expected, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="features"):
+        cpu_rows.bf16_rows_matmul(torch.ones(2, in_features + 1), weight)
+    with pytest.raises(ValueError, match="bf16 weight"):
+        cpu_rows.bf16_rows_matmul(torch.ones(2, in_features), weight.float())
+
+
+@pytest.mark.parametrize("method", [pytest.param("kernel", marks=needs_kernel), "shadow"])
+def test_rerouted_path_is_taken_only_for_a_few_rows_and_matches_the_native_product(method, monkeypatch):
     torch.manual_seed(0)
     linear = torch.nn.Linear(64, 48).to(torch.bfloat16)
-    assert cpu_verify.enable(linear, max_rows=4) == 1 and cpu_verify.is_enabled(linear)
+    kernel_rows = []
+    kernel = cpu_rows.bf16_rows_matmul
+    monkeypatch.setattr(cpu_rows, "bf16_rows_matmul", lambda x, w: kernel_rows.append(len(x)) or kernel(x, w))
+    assert cpu_verify.enable(linear, max_rows=4, method=method) == 1
+    assert cpu_verify.enabled_method(linear) == method
     old_weight = linear.weight.detach().clone()
     with torch.no_grad():
         for rows in (1, 2, 4, 5):
             x = torch.randn(1, rows, 64).to(torch.bfloat16)
             expected = (x.float() @ linear.weight.float().T + linear.bias.float()).to(torch.bfloat16)
             torch.testing.assert_close(linear(x), expected, rtol=1e-2, atol=1e-2)
-        # The shadow is a copy: after a weight change, only 2..max_rows-row inputs still see the old weight.
+        assert kernel_rows == ([2, 4] if method == "kernel" else [])
+        # A shadow is a copy: after a weight change, only 2..max_rows-row inputs still see the old weight.
+        # The kernel reads the weight itself and never goes stale.
         linear.weight.mul_(-1)
         stale = {rows: torch.allclose(linear(torch.ones(rows, 64, dtype=torch.bfloat16)).float(),
                                       (torch.ones(rows, 64) @ old_weight.float().T + linear.bias.float()), atol=0.05)
                  for rows in (1, 2, 4, 5)}
-    assert stale == {1: False, 2: True, 4: True, 5: False}
+    assert stale == {1: False, 2: method == "shadow", 4: method == "shadow", 5: False}
     x = torch.randn(2, 64, dtype=torch.bfloat16, requires_grad=True)
     linear(x).sum().backward()  # with autograd on, the module's own (differentiable) path runs
     torch.testing.assert_close(x.grad.float(), linear.weight.float().sum(0).expand(2, 64), rtol=1e-2, atol=1e-2)
@@ -31,10 +61,11 @@ def test_shadow_path_is_taken_only_for_a_few_rows_and_matches_the_native_product
     assert not cpu_verify.is_enabled(linear) and "forward" not in linear.__dict__
 
 
-def test_assisted_generation_with_shadows_stays_exact_up_to_near_ties():
+@pytest.mark.parametrize("method", [pytest.param("kernel", marks=needs_kernel), "shadow"])
+def test_assisted_generation_with_cpu_verification_stays_exact_up_to_near_ties(method):
     target = one_layer_target("qwen2", seed=4).to(torch.bfloat16)
     assistant = imitating_assistant(target, noise=0.3, num_draft_tokens=4)
-    assert cpu_verify.enable(target) > 0
+    assert cpu_verify.enable(target, method=method) > 0
     try:
         for seed in range(4):
             prompt = torch.randint(0, 97, (1, 7), generator=torch.Generator().manual_seed(seed))
@@ -49,6 +80,8 @@ def test_assisted_generation_with_shadows_stays_exact_up_to_near_ties():
         cpu_verify.disable(target)
 
 
-def test_fp32_models_are_left_alone():
+def test_fp32_models_are_left_alone_and_methods_are_checked():
     model = tiny_target("llama")
     assert cpu_verify.enable(model) == 0 and not cpu_verify.is_enabled(model)
+    with pytest.raises(ValueError, match="one of"):
+        cpu_verify.enable(model, method="fast")

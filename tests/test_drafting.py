@@ -55,3 +55,32 @@ def test_kv_cache_grows_and_crops():
     assert torch.equal(k.flatten(), torch.tensor([0.0, 3.0, 4.0])) and torch.equal(v, -k)
     with pytest.raises(ValueError):
         cache.crop(4)
+
+
+
+def test_a_confident_draft_is_the_full_draft_cut_before_the_first_unlikely_token(family):
+    target = tiny_target(family, seed=2)
+    assistant = random_assistant(target, seed=4)
+    sequence = torch.randint(0, VOCAB, (1, 12), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        features = assistant.select_target_hidden(target(sequence, output_hidden_states=True).hidden_states)
+
+    def draft(confidence):
+        session = ChainDraftSession(assistant.drafter, vocab_size=VOCAB, do_sample=True,
+                                    head=assistant.runtime_head(), confidence=confidence)
+        torch.manual_seed(0)  # the same samples, so a thresholded draft is a prefix of the full one
+        return session.propose(sequence, features[:, :11], 6)
+
+    full = draft(0.0)
+    # The probability the drafter gave each of its tokens, from the distributions it hands the verifier.
+    probabilities = full.logits[0].softmax(-1).gather(-1, full.token_ids[0, :, None]).squeeze(-1)
+    assert full.token_ids.shape == (1, 6)
+    # Just below and just above each token's probability (exactly at it, rounding decides).
+    for confidence in [*(probabilities * 0.999).tolist(), *(probabilities * 1.001).tolist(), 0.999]:
+        unlikely = (probabilities < confidence).nonzero()
+        expected_length = int(unlikely[0]) if len(unlikely) else 6
+        got = draft(confidence)
+        assert torch.equal(got.token_ids, full.token_ids[:, :expected_length]), confidence
+        assert (got.logits is None) == (expected_length == 0)
+        if expected_length:
+            torch.testing.assert_close(got.logits, full.logits[:, :expected_length])

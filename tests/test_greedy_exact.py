@@ -52,6 +52,34 @@ def test_drafts_are_accepted_when_the_drafter_imitates_the_target(family):
         assert assistant.stats.tau > 4.0
 
 
+@pytest.mark.parametrize("confidence", [0.045, 0.06, 0.08])  # this drafter's probabilities: 0.03-0.09
+def test_greedy_identical_with_a_confidence_threshold(family, confidence):
+    # Rounds of every length from 0 to K: an empty round is a plain one-token pass that the drafter must
+    # still follow (its features enter the drafter cache at the next round).
+    target = one_layer_target(family)
+    lengths = set()
+    for seed in range(4):
+        assistant = imitating_assistant(target, noise=0.6, seed=seed, num_draft_tokens=4, draft_confidence=confidence)
+        input_ids = prompt(seed, 7)
+        expected = plain_generate(target, input_ids, max_new_tokens=30, do_sample=False)
+        got = assisted_generate(target, assistant, input_ids, max_new_tokens=30, do_sample=False)
+        assert torch.equal(got, expected), (seed, confidence)
+        stats = assistant.stats
+        # Every pass after the prefill is counted, empty ones included: 29 tokens after the prefill's one.
+        assert stats.accepted + stats.verify_passes == 29
+        lengths.update(stats.drafted_per_pass)
+    assert 0 in lengths and max(lengths) > 0, lengths
+
+
+def test_a_drafter_never_confident_leaves_plain_decoding(family):
+    target = one_layer_target(family)
+    assistant = imitating_assistant(target, noise=0.0, num_draft_tokens=3, draft_confidence=0.999999)
+    input_ids = prompt(3, 5)
+    expected = plain_generate(target, input_ids, max_new_tokens=12)
+    assert torch.equal(assisted_generate(target, assistant, input_ids, max_new_tokens=12), expected)
+    assert assistant.stats.drafted == 0 and assistant.stats.verify_passes == 11 and assistant.stats.tau == 1.0
+
+
 @pytest.mark.parametrize("max_new_tokens", list(range(1, 14)))
 def test_max_new_tokens_hit_mid_draft(family, max_new_tokens):
     target = one_layer_target(family)

@@ -75,6 +75,32 @@ def test_bf16_divergences_are_near_ties(model_dir):
         assert divergence is None or divergence.near_tie, (ids, divergence)
 
 
+def test_bf16_with_the_cpu_verification_kernel_matches_native_plain_up_to_near_ties(model_dir):
+    """The kernel reroutes every multi-token forward (prefill and verification of 4 tokens): the assisted output
+    must still equal native bf16 plain generate() or diverge at a near-tie."""
+    from hf_dynaspec import cpu_verify
+    from hf_dynaspec.kernels import cpu_rows
+
+    if not cpu_rows.available():
+        pytest.skip("the kernel needs x86-64 with AVX2/FMA and a C compiler")
+    model, tokenizer = load(model_dir, torch.bfloat16)
+    assistant = assistant_for(model)
+    assistant.config.num_draft_tokens = 3
+    accepted = 0
+    for text in PROMPTS:
+        ids = prompt_ids(tokenizer, text)
+        plain = generate(model, ids)
+        cpu_verify.enable(model, max_rows=1 << 20, method="kernel")
+        try:
+            assisted = generate(model, ids, assistant_model=assistant)
+        finally:
+            cpu_verify.disable(model)
+        accepted += assistant.stats.accepted
+        divergence = check_exactness(model, ids, plain, assisted)
+        assert divergence is None or divergence.near_tie, (text, divergence)
+    assert accepted > 0
+
+
 def test_stop_strings_are_honoured(model_dir):
     model, tokenizer = load(model_dir, torch.float32)
     assistant = assistant_for(model)

@@ -116,11 +116,23 @@ def test_fit_rejects_draft_logits_that_were_not_sampled_from(setup, monkeypatch)
     choose = ChainDraftSession._choose
 
     def sharpened(self, *args):  # returns logits of another distribution than the sampled one
-        token_id, logits = choose(self, *args)
-        return token_id, None if logits is None else logits * 3.0
+        token_id, logits, probability = choose(self, *args)
+        return token_id, None if logits is None else logits * 3.0, probability
 
     monkeypatch.setattr(ChainDraftSession, "_choose", sharpened)
     assert fit_p_value(sampled_counts(target, assistant)[0], probs) < 1e-3
+
+
+def test_sampling_with_a_confidence_threshold_matches_the_target_distribution(setup):
+    """Rounds cut short (or left empty) by the drafter's own confidence must not bias the samples."""
+    target, assistant, probs = setup
+    assistant.config.draft_confidence = 0.5
+    try:
+        counts, acceptance_rate = sampled_counts(target, assistant)
+    finally:
+        assistant.config.draft_confidence = 0.0
+    assert 0.2 < acceptance_rate < 0.99, acceptance_rate
+    assert fit_p_value(counts, probs) > 1e-3
 
 
 @pytest.mark.parametrize("strategy", ["frspec", "dynaspec"])

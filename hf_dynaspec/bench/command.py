@@ -29,9 +29,10 @@ def add_parser(commands) -> None:
     bench.add_argument("--tree", default=None, metavar="TOPK,DEPTH,TOTAL",
                        help="tree shape for the *-tree methods (default: the assistant's config)")
     bench.add_argument("--dtype", choices=["bf16", "fp32"], default="bf16")
-    bench.add_argument("--cpu-verify", action="store_true",
-                       help="fp32 shadow weights for every multi-token forward of a bf16 target on CPU "
-                            "(hf_dynaspec.cpu_verify): verification and prefill, for every method, vanilla included")
+    bench.add_argument("--cpu-verify", nargs="?", const="auto", default=None, choices=["auto", "kernel", "shadow"],
+                       help="every multi-token forward of a bf16 target on CPU through hf_dynaspec.cpu_verify "
+                            "(the bf16 kernel, or fp32 shadow weights): verification and prefill, for every "
+                            "method, vanilla included")
     bench.add_argument("--json", default=None, metavar="OUT")
     bench.add_argument("--plots", default=None, metavar="DIR")
 
@@ -61,10 +62,14 @@ def run(args) -> dict:
                                                  num_draft_tokens=args.num_draft_tokens, **tree, **overrides)
 
     draft_model = load_target(args.draft_model, args.dtype)[0] if args.draft_model else None
+    cpu_verify_method = None
     if args.cpu_verify:
         from hf_dynaspec import cpu_verify
 
-        cpu_verify.enable(target, max_rows=1 << 20)
+        cpu_verify.enable(target, max_rows=1 << 20, method=args.cpu_verify)
+        cpu_verify_method = cpu_verify.enabled_method(target)
+        if draft_model is not None:  # hf-assisted's draft model re-reads accepted tokens: same help, same terms
+            cpu_verify.enable(draft_model, max_rows=1 << 20, method=args.cpu_verify)
     methods = build_methods(keys, assistant_factory=assistant_factory, draft_model=draft_model)
     answer = None
     if args.mt_bench_turns == 2:
@@ -77,7 +82,7 @@ def run(args) -> dict:
                            dtype=args.dtype, target_name=args.target)
     report["assistant"] = str(assistant_path) if assistant_path else None
     report["draft_model"] = args.draft_model
-    report["cpu_verify"] = bool(args.cpu_verify)
+    report["cpu_verify"] = cpu_verify_method  # "kernel" | "shadow" | None
     report["command"] = "hf-dynaspec " + " ".join(sys.argv[1:]) if sys.argv[0].endswith("hf-dynaspec") else None
     print(markdown_table(report))
     if args.json:

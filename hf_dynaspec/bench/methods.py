@@ -26,6 +26,7 @@ METHOD_HELP = {
     "dynaspec[:KMAX]": "DynaSpec with the position-aware budget (KMAX clusters at position 0)",
     "eagle-tree": "EAGLE-2 draft trees with the full-vocabulary head (tree verification)",
     "dynaspec-tree[:KMAX]": "EAGLE-2 draft trees through DynaSpec shortlists, budget per tree depth",
+    "...@P": "chain methods of the assistant (eagle ... dynaspec): draft_confidence P, e.g. dynaspec:8@0.6",
 }
 
 
@@ -41,8 +42,23 @@ class Method:
 
 
 def parse_method(key: str) -> tuple[str, str | None]:
-    name, _, arg = key.partition(":")
+    """`name[:arg][@P]` -> (name, arg); the confidence suffix is read by `parse_confidence`."""
+    name, _, arg = key.partition("@")[0].partition(":")
     return name.strip(), (arg.strip() or None)
+
+
+def parse_confidence(key: str) -> float | None:
+    """The `@P` suffix of a method key: the assistant's draft_confidence (None when absent)."""
+    head, at, value = key.partition("@")
+    if not at:
+        return None
+    try:
+        confidence = float(value)
+    except ValueError:
+        confidence = -1.0
+    if not 0.0 <= confidence < 1.0:
+        raise ValueError(f"method {key!r}: the @ suffix is a draft confidence in [0, 1), e.g. {head}@0.5")
+    return confidence
 
 
 def _positive_int(key: str, arg: str | None, default: int | None = None) -> int:
@@ -72,6 +88,8 @@ def build_methods(
     methods = []
     for key in keys:
         name, arg = parse_method(key)
+        if "@" in key and name in ("vanilla", "hf-assisted", "prompt-lookup"):
+            raise ValueError(f"method {key!r}: a draft confidence (@P) applies to the assistant's methods only")
         if name == "vanilla":
             methods.append(Method(key))
         elif name == "hf-assisted":
@@ -95,6 +113,11 @@ def build_methods(
             }[name]()
             if name in ("eagle", "eagle-tree") and arg is not None:
                 raise ValueError(f"method {key!r}: {name!r} takes no argument")
+            confidence = parse_confidence(key)
+            if confidence is not None:
+                if name.endswith("-tree"):
+                    raise ValueError(f"method {key!r}: a draft confidence applies to chain drafting, not trees")
+                overrides["draft_confidence"] = confidence
             assistant = assistant_factory(**overrides)
             if name.endswith("-tree"):
                 methods.append(Method(key, {"custom_generate": tree_generate, "drafter": assistant}, assistant))

@@ -1,0 +1,100 @@
+"""A few token rows times a bf16 weight, reading the weight once (bf16_rows.c), for verification on AVX2 CPUs.
+
+The C source is compiled on first use with the system C compiler (`CC`, else `cc`/`gcc`) into the
+hf-dynaspec cache (`HF_DYNASPEC_HOME`, default ~/.cache/hf-dynaspec) under a name derived from the source and
+flags, and loaded with ctypes: no build step at install time and no dependency beyond a compiler.
+`available()` says whether it can be used here (x86-64 with AVX2 and FMA, a compiler that builds it); callers
+fall back to something else when it cannot.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import warnings
+from pathlib import Path
+
+import torch
+
+SOURCE = Path(__file__).with_name("bf16_rows.c")
+FLAGS = ["-O3", "-mavx2", "-mfma", "-fopenmp", "-shared", "-fPIC"]
+
+
+def _compiler() -> str | None:
+    return os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+
+
+def _cache_dir() -> Path:
+    home = os.environ.get("HF_DYNASPEC_HOME")
+    return (Path(home) if home else Path.home() / ".cache" / "hf-dynaspec") / "kernels"
+
+
+def _build(compiler: str) -> Path:
+    """Compile the kernel unless a build of this exact source and flags is cached; return the library path."""
+    source = SOURCE.read_bytes()
+    digest = hashlib.sha256(source + " ".join([compiler, *FLAGS]).encode()).hexdigest()[:16]
+    library = _cache_dir() / f"bf16_rows-{digest}.so"
+    if library.exists():
+        return library
+    library.parent.mkdir(parents=True, exist_ok=True)
+    # Build beside the target and rename: concurrent first uses (test workers) never see half a file.
+    with tempfile.TemporaryDirectory(dir=library.parent) as tmp:
+        partial = Path(tmp) / library.name
+        subprocess.run([compiler, *FLAGS, str(SOURCE), "-o", str(partial)], check=True, capture_output=True,
+                       text=True, timeout=120)
+        os.replace(partial, library)
+    return library
+
+
+@functools.cache
+def _library() -> ctypes.CDLL | None:
+    if platform.machine().lower() not in ("x86_64", "amd64") or os.name != "posix":
+        return None
+    compiler = _compiler()
+    if compiler is None:
+        return None
+    try:
+        library = ctypes.CDLL(str(_build(compiler)))
+    except (OSError, subprocess.SubprocessError) as err:
+        detail = getattr(err, "stderr", "") or str(err)
+        warnings.warn(f"hf-dynaspec could not build its CPU verification kernel ({detail.strip()[:300]}); "
+                      "falling back to float32 shadow weights", stacklevel=3)
+        return None
+    if not library.hf_dynaspec_has_avx2_fma():
+        return None
+    library.hf_dynaspec_bf16_rows.restype = None
+    library.hf_dynaspec_bf16_rows.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                                              ctypes.c_int64, ctypes.c_int64, ctypes.c_int64]
+    return library
+
+
+def available() -> bool:
+    """True when the kernel is built (or can be) and this CPU has AVX2 and FMA. Decided once per process."""
+    return _library() is not None
+
+
+def bf16_rows_matmul(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """`x` `[..., I]` (any float dtype) times `weight.T`, `weight` `[O, I]` bf16 -> float32 `[..., O]`.
+
+    Accumulates in float32; rounding the result to bf16 (as `nn.Linear` would return) is the caller's.
+    """
+    library = _library()
+    if library is None:
+        raise RuntimeError("the CPU bf16 kernel is not available here: check hf_dynaspec.kernels.cpu_rows.available()")
+    if weight.dtype != torch.bfloat16 or weight.device.type != "cpu" or x.device.type != "cpu":
+        raise ValueError(f"bf16_rows_matmul takes a CPU bf16 weight, got {weight.dtype} on {weight.device}")
+    out_features, in_features = weight.shape
+    if x.shape[-1] != in_features:
+        raise ValueError(f"x has {x.shape[-1]} features, the weight {in_features}")
+    rows = x.numel() // in_features
+    x32 = x.reshape(rows, in_features).to(torch.float32).contiguous()
+    weight = weight.contiguous()
+    out = torch.empty(rows, out_features, dtype=torch.float32)
+    library.hf_dynaspec_bf16_rows(x32.data_ptr(), weight.data_ptr(), out.data_ptr(), rows, out_features, in_features)
+    return out.reshape(*x.shape[:-1], out_features)
