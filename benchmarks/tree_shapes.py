@@ -14,7 +14,7 @@ import argparse
 import json
 from pathlib import Path
 
-from hf_dynaspec import DynaSpecAssistant
+from hf_dynaspec import DynaSpecAssistant, cpu_verify
 from hf_dynaspec.bench import Method, load_prompts, run_benchmark
 from hf_dynaspec.bench.prompts import encode_prompts
 from hf_dynaspec.bench.report import markdown_table
@@ -33,16 +33,16 @@ def main():
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--dtype", default="bf16", choices=["bf16", "fp32"])
     parser.add_argument("--cpu-verify", action="store_true")
+    parser.add_argument("--num-draft-tokens", type=int, default=None, help="the chain's K (default: the assistant's)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
 
     target, tokenizer = load_target(args.target, args.dtype)
     path = args.assistant or shipped_assistant_dir(args.target)
     if args.cpu_verify:
-        from hf_dynaspec import cpu_verify
-
         cpu_verify.enable(target, max_rows=1 << 20)
-    assistant = DynaSpecAssistant.from_pretrained(str(path), target=target, shortlist=args.shortlist)
+    assistant = DynaSpecAssistant.from_pretrained(str(path), target=target, shortlist=args.shortlist,
+                                                  num_draft_tokens=args.num_draft_tokens)
     methods = [Method("vanilla"), Method("chain", {"assistant_model": assistant}, assistant)]
     for shape in args.shapes:
         top_k, depth, total = (int(v) for v in shape.split(","))
@@ -52,7 +52,8 @@ def main():
     prompts = load_prompts([str(shared_data_dir() / "eval" / "spec_bench_dev.jsonl")], args.limit_per_category)
     report = run_benchmark(target, methods, encode_prompts(tokenizer, prompts), max_new_tokens=args.max_new_tokens,
                            dtype=args.dtype, target_name=args.target)
-    report.update(assistant=str(path), shortlist=args.shortlist, cpu_verify=args.cpu_verify,
+    report.update(assistant=str(path), shortlist=args.shortlist,
+                  cpu_verify=cpu_verify.enabled_method(target) if args.cpu_verify else None,
                   chain_num_draft_tokens=assistant.config.num_draft_tokens)
     print(markdown_table(report))
     if args.json:

@@ -66,13 +66,15 @@ class DynaSpecConfig(PretrainedConfig):
             `vocabtrim_list_size`, `num_always_ids` and `router_hidden_size`: sizes of the stored shortlist
             components, set by the builders, not by hand).
         num_draft_tokens: K, tokens drafted per verification (chain drafting). The default, 2, is the measured
-            optimum on the 2-core AVX2 CPUs this project is tested on, where verifying k tokens costs nearly k
-            one-token steps (benchmarks/draft_length.py, benchmarks/results/draft_length_05b_bf16.json);
-            hardware with cheap multi-token verification (GPUs, AVX-512 BF16 CPUs) wants 4-6.
+            optimum for the shipped 0.5B assistant on the 2-core AVX2 CPUs this project is tested on, with the
+            verification kernel of hf_dynaspec.cpu_verify (1.05x vanilla, against 1.01x at K = 3 and 0.94x at
+            K = 4; docs/results.md): verification is nearly free up to 4 tokens there, but this drafter's
+            third and fourth tokens are rarely accepted. Better drafters and GPUs want 4-6.
         draft_confidence: chain drafting stops before the first token whose drafter probability (softmax over
             the rows scored) is below this, so a round may draft nothing and the target takes a plain one-token
-            step. 0 (the default) always drafts `num_draft_tokens`. Worth it where verifying k tokens costs much
-            more than one (CPUs); see docs/results.md for measured thresholds.
+            step. 0 (the default) always drafts `num_draft_tokens`. Worth it only where verifying k tokens costs
+            much more than one (fp32 shadows or native bf16 on AVX2: 0.60x -> 0.88x at 0.5-0.7); with the
+            verification kernel it gains nothing (docs/results.md).
         tree_top_k, tree_depth, tree_total_tokens: EAGLE-2 tree drafting (hf_dynaspec.tree): children proposed
             per expanded node and nodes expanded per depth, maximum depth, and draft tokens kept in the tree
             (the target verifies tree_total_tokens + 1 tokens per pass). EAGLE-2's GPU defaults are 10 / 5-7 /
