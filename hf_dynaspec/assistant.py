@@ -139,9 +139,9 @@ class DynaSpecAssistant(PreTrainedModel):
 
         With `target`, the assistant is checked against it, cast to its dtype/device and attached.
         `shortlist` ("full" | "frspec" | "vocabtrim" | "dynaspec" | "dynaspec-fixed") and the size/budget
-        options, the chain's `num_draft_tokens` and `draft_confidence`, and the tree shape (`tree_top_k`, `tree_depth`,
-        `tree_total_tokens`, see DynaSpecConfig) override what the artifact's config says. Only JSON and safetensors files are read;
-        pickled checkpoints are refused.
+        options, the chain's `num_draft_tokens` and `draft_confidence`, and the tree shape (`tree_top_k`,
+        `tree_depth`, `tree_total_tokens`, see DynaSpecConfig) override what the artifact's config says. Only
+        JSON and safetensors files are read; pickled checkpoints are refused.
         """
         directory = checkpoints.resolve_artifact_dir(pretrained_model_name_or_path, revision, **hub_kwargs)
         config_dict = checkpoints.read_config_dict(directory)
@@ -159,7 +159,8 @@ class DynaSpecAssistant(PreTrainedModel):
             config = DynaSpecConfig(**kwargs)
         overrides = dict(shortlist=shortlist, shortlist_size=shortlist_size, max_clusters=max_clusters,
                          fixed_clusters=fixed_clusters, max_shortlist_size=max_shortlist_size,
-                         num_draft_tokens=num_draft_tokens, draft_confidence=draft_confidence, tree_top_k=tree_top_k, tree_depth=tree_depth,
+                         num_draft_tokens=num_draft_tokens, draft_confidence=draft_confidence,
+                         tree_top_k=tree_top_k, tree_depth=tree_depth,
                          tree_total_tokens=tree_total_tokens)
         for key, value in overrides.items():
             if value is not None:

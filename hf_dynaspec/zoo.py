@@ -88,8 +88,13 @@ class ZooError(RuntimeError):
     pass
 
 
+def home_dir() -> Path:
+    """hf-dynaspec's cache directory: `$HF_DYNASPEC_HOME`, default ~/.cache/hf-dynaspec."""
+    return Path(os.environ.get("HF_DYNASPEC_HOME", Path.home() / ".cache" / "hf-dynaspec"))
+
+
 def cache_root() -> Path:
-    return Path(os.environ.get("HF_DYNASPEC_HOME", Path.home() / ".cache" / "hf-dynaspec")) / "models"
+    return home_dir() / "models"
 
 
 def cached_path(name: str) -> Path | None:

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import torch
 
+from hf_dynaspec.zoo import home_dir
+
 SOURCE = Path(__file__).with_name("bf16_rows.c")
 FLAGS = ["-O3", "-mavx2", "-mfma", "-fopenmp", "-shared", "-fPIC"]
 
@@ -30,16 +32,11 @@ def _compiler() -> str | None:
     return os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
 
 
-def _cache_dir() -> Path:
-    home = os.environ.get("HF_DYNASPEC_HOME")
-    return (Path(home) if home else Path.home() / ".cache" / "hf-dynaspec") / "kernels"
-
-
 def _build(compiler: str) -> Path:
     """Compile the kernel unless a build of this exact source and flags is cached; return the library path."""
     source = SOURCE.read_bytes()
     digest = hashlib.sha256(source + " ".join([compiler, *FLAGS]).encode()).hexdigest()[:16]
-    library = _cache_dir() / f"bf16_rows-{digest}.so"
+    library = home_dir() / "kernels" / f"bf16_rows-{digest}.so"
     if library.exists():
         return library
     library.parent.mkdir(parents=True, exist_ok=True)
