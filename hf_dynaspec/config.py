@@ -20,7 +20,8 @@ _KNOWN_KEYS = {
     "target_hidden_size", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
     "head_dim", "rms_norm_eps", "rope_parameters", "max_position_embeddings", "hidden_act",
     "attention_bias", "fc_bias", "use_target_norm", "aux_hidden_state_layer_ids", "draft_vocab_size",
-    "num_draft_tokens", "draft_confidence", "library_version", "layer_config", "shortlist", "shortlist_size",
+    "num_draft_tokens", "draft_confidence", "prompt_lookup_tokens", "prompt_lookup_min_ngram",
+    "prompt_lookup_max_ngram", "library_version", "layer_config", "shortlist", "shortlist_size",
     "frequency_list_size",
     "vocabtrim_list_size", "num_clusters", "num_always_ids", "router_hidden_size", "max_clusters",
     "fixed_clusters", "max_shortlist_size", "tree_top_k", "tree_depth", "tree_total_tokens",
@@ -75,6 +76,10 @@ class DynaSpecConfig(PretrainedConfig):
             step. 0 (the default) always drafts `num_draft_tokens`. Worth it only where verifying k tokens costs
             much more than one (fp32 shadows or native bf16 on AVX2: 0.60x -> 0.88x at 0.5-0.7); with the
             verification kernel it gains nothing (docs/results.md).
+        prompt_lookup_tokens: when > 0, chain drafting first looks the context's last n-gram up in the context
+            (prompt and answer so far, hf_dynaspec.lookup) and, if it occurred before, drafts up to this many of
+            the tokens that followed it instead of running the drafter. 0 (the default) turns it off.
+        prompt_lookup_min_ngram, prompt_lookup_max_ngram: the n-gram sizes tried, longest first (defaults 2, 3).
         tree_top_k, tree_depth, tree_total_tokens: EAGLE-2 tree drafting (hf_dynaspec.tree): children proposed
             per expanded node and nodes expanded per depth, maximum depth, and draft tokens kept in the tree
             (the target verifies tree_total_tokens + 1 tokens per pass). EAGLE-2's GPU defaults are 10 / 5-7 /
@@ -108,6 +113,9 @@ class DynaSpecConfig(PretrainedConfig):
         draft_vocab_size: int | None = None,
         num_draft_tokens: int = 2,
         draft_confidence: float = 0.0,
+        prompt_lookup_tokens: int = 0,
+        prompt_lookup_min_ngram: int = 2,
+        prompt_lookup_max_ngram: int = 3,
         library_version: str | None = None,
         layer_config: dict[str, Any] | None = None,
         shortlist: str = "full",
@@ -155,6 +163,9 @@ class DynaSpecConfig(PretrainedConfig):
         self.draft_vocab_size = draft_vocab_size
         self.num_draft_tokens = num_draft_tokens
         self.draft_confidence = float(draft_confidence)
+        self.prompt_lookup_tokens = prompt_lookup_tokens
+        self.prompt_lookup_min_ngram = prompt_lookup_min_ngram
+        self.prompt_lookup_max_ngram = prompt_lookup_max_ngram
         # Extra family-specific layer settings (e.g. Qwen3's q/k norms need nothing, but a family may).
         self.layer_config = dict(layer_config or {})
         self.shortlist = shortlist
@@ -193,6 +204,17 @@ class DynaSpecConfig(PretrainedConfig):
             raise ValueError(
                 f"DynaSpecConfig.draft_confidence is a probability threshold in [0, 1) (0 turns it off), "
                 f"got {self.draft_confidence!r}."
+            )
+        if not isinstance(self.prompt_lookup_tokens, int) or self.prompt_lookup_tokens < 0:
+            raise ValueError(
+                f"DynaSpecConfig.prompt_lookup_tokens must be an integer >= 0 (0 turns prompt lookup off), "
+                f"got {self.prompt_lookup_tokens!r}."
+            )
+        low, high = self.prompt_lookup_min_ngram, self.prompt_lookup_max_ngram
+        if not (isinstance(low, int) and isinstance(high, int) and 1 <= low <= high):
+            raise ValueError(
+                f"DynaSpecConfig.prompt_lookup_min_ngram and prompt_lookup_max_ngram must be integers with "
+                f"1 <= min <= max, got {low!r} and {high!r}."
             )
         if self.shortlist not in SHORTLIST_STRATEGIES:
             raise ValueError(f"shortlist must be one of {SHORTLIST_STRATEGIES}, got {self.shortlist!r}.")

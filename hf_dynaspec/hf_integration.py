@@ -20,6 +20,7 @@ from transformers.generation.candidate_generator import CandidateGenerator
 from transformers.generation.utils import GenerationMixin
 
 from hf_dynaspec.drafting import ChainDraftSession
+from hf_dynaspec.lookup import lookup_continuation, one_hot_logits
 
 # The range whose private API this module was written against and tested on.
 TESTED_TRANSFORMERS = (version.Version("5.23.0"), version.Version("5.24.0"))
@@ -87,7 +88,10 @@ class EagleCandidateGenerator(CandidateGenerator):
     """transformers' candidate-generator contract, fed with the target's verification outputs.
 
     The first call returns no candidates so that the target runs the prefill (and returns its hidden
-    states); every later call drafts from the hidden states of the pass that just verified.
+    states); every later call drafts from the hidden states of the pass that just verified. With the config's
+    `prompt_lookup_tokens`, a round first tries prompt lookup (hf_dynaspec.lookup) and runs the drafter only
+    when the context's last n-gram has no earlier occurrence; the drafter's cache still absorbs every verified
+    position, so it is ready whenever it is needed next.
     """
 
     requires_model_outputs = True
@@ -100,6 +104,7 @@ class EagleCandidateGenerator(CandidateGenerator):
         self.model_kwargs_overrides = {"output_hidden_states": assistant.target_hidden_state_selection()}
         # Tokens drafted for the pass being verified; None for the prefill, which is not a decoding pass.
         self._drafted_last_round: int | None = None
+        self._looked_up_last_round = False
 
     def get_candidates(self, input_ids, model_outputs=None, is_first_iteration=False, **kwargs):
         if is_first_iteration or model_outputs is None:
@@ -112,6 +117,14 @@ class EagleCandidateGenerator(CandidateGenerator):
             self.session.shortlists_of_last_draft = []
             return input_ids, None
         target_hidden = self.assistant.select_target_hidden(model_outputs.hidden_states)
+        looked_up = self._look_up(input_ids, budget)
+        self._looked_up_last_round = looked_up is not None
+        if looked_up is not None:
+            self.session.consume_verified(input_ids, target_hidden)
+            self.session.shortlists_of_last_draft = []
+            self._drafted_last_round = looked_up.shape[1]
+            logits = one_hot_logits(looked_up, self.session.vocab_size) if self.session.do_sample else None
+            return torch.cat([input_ids, looked_up], dim=1), logits
         draft = self.session.propose(input_ids, target_hidden, budget)
         self._drafted_last_round = draft.token_ids.shape[1]
         if not self._drafted_last_round:  # the drafter was not confident enough: a plain one-token pass
@@ -120,10 +133,21 @@ class EagleCandidateGenerator(CandidateGenerator):
             self.assistant.stats.draft_token_ids.append(draft.token_ids[0])
         return torch.cat([input_ids, draft.token_ids], dim=1), draft.logits
 
+    def _look_up(self, input_ids: torch.Tensor, budget: int) -> torch.Tensor | None:
+        """Prompt-lookup draft `[1, n]` (n >= 1) for `input_ids` `[1, N]`, or None (off, or no earlier match)."""
+        config = self.assistant.config
+        if config.prompt_lookup_tokens <= 0:
+            return None
+        continuation = lookup_continuation(
+            input_ids[0], min(config.prompt_lookup_tokens, self.max_length - input_ids.shape[1] - 1),
+            config.prompt_lookup_min_ngram, config.prompt_lookup_max_ngram,
+        )
+        return continuation[None] if len(continuation) else None
+
     def update_candidate_strategy(self, input_ids, scores, num_matches):
         if self._drafted_last_round is None:
             return
         stats = self.assistant.stats
-        stats.record(self._drafted_last_round, int(num_matches))
+        stats.record(self._drafted_last_round, int(num_matches), looked_up=self._looked_up_last_round)
         committed = input_ids[0, -(int(num_matches) + 1) :]  # the target's tokens at draft positions 0..n
         stats.record_shortlists(self.session.shortlists_of_last_draft, committed)

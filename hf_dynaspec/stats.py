@@ -21,6 +21,10 @@ class DraftStats:
     acceptance_histogram: list[int] = field(default_factory=list)
     accepted_per_pass: list[int] = field(default_factory=list)
     drafted_per_pass: list[int] = field(default_factory=list)
+    # Passes whose draft came from prompt lookup (hf_dynaspec.lookup) rather than the drafter, and their counts.
+    lookup_passes: int = 0
+    lookup_drafted: int = 0
+    lookup_accepted: int = 0
     shortlist_rows: int = 0  # summed over draft steps that used a shortlist
     shortlist_steps: int = 0
     # coverage at draft position j: was the target's own token at j inside the shortlist drafted from?
@@ -29,8 +33,12 @@ class DraftStats:
     # The drafted token ids of every pass, kept only when `assistant.collect_draft_tokens` is set (VocabTrim).
     draft_token_ids: list = field(default_factory=list)
 
-    def record(self, num_drafted: int, num_accepted: int) -> None:
+    def record(self, num_drafted: int, num_accepted: int, looked_up: bool = False) -> None:
         self.verify_passes += 1
+        if looked_up:
+            self.lookup_passes += 1
+            self.lookup_drafted += num_drafted
+            self.lookup_accepted += num_accepted
         self.accepted_per_pass.append(num_accepted)
         self.drafted_per_pass.append(num_drafted)
         self.drafted += num_drafted
@@ -86,4 +94,7 @@ class DraftStats:
             "avg_shortlist": self.avg_shortlist,
             "coverage": self.coverage,
             "coverage_per_position": self.coverage_per_position,
+            "lookup_passes": self.lookup_passes,
+            "lookup_drafted": self.lookup_drafted,
+            "lookup_accepted": self.lookup_accepted,
         }

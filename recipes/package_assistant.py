@@ -56,10 +56,13 @@ def main(argv=None):
     parser.add_argument("--dtype", choices=["bf16", "fp32"], default="bf16")
     parser.add_argument("--shortlist", default=None, help="default shortlist strategy of the shipped artifact")
     parser.add_argument("--max-clusters", type=int, default=None, help="default k_max of the dynaspec strategy")
+    parser.add_argument("--prompt-lookup", type=int, default=None, metavar="N",
+                        help="default prompt_lookup_tokens of the shipped artifact (0 = off)")
     args = parser.parse_args(argv)
 
     assistant = DynaSpecAssistant.from_pretrained(args.assistant, shortlist=args.shortlist,
-                                                  max_clusters=args.max_clusters)
+                                                  max_clusters=args.max_clusters,
+                                                  prompt_lookup_tokens=args.prompt_lookup)
     training = dict(assistant.card_data.get("training", {}))
     training["data"] = ("../shared/data/train: teacher forcing on the provided conversations (GPTeacher codegen + "
                         "roleplay, GSM8K) and/or the target's own greedy answers to the training prompts "

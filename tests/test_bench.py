@@ -11,6 +11,7 @@ import torch
 from conftest import VOCAB, imitating_assistant, one_layer_target
 from hf_dynaspec.bench import EncodedPrompt, Method, build_methods, load_prompts, run_benchmark
 from hf_dynaspec.bench.harness import interleaved_order
+from hf_dynaspec.bench.methods import DEFAULT_LOOKUP_TOKENS
 from hf_dynaspec.bench.report import markdown_table, write_plots
 from recipes.data_paths import shared_data_dir
 
@@ -182,7 +183,20 @@ def test_confidence_suffix_reaches_the_assistant_and_is_validated():
                     {"shortlist": "dynaspec", "max_clusters": 8, "draft_confidence": 0.25},
                     {"shortlist": "dynaspec", "max_clusters": 8}]
     for bad, message in [("eagle@1.5", "in \\[0, 1\\)"), ("eagle@x", "in \\[0, 1\\)"),
-                         ("vanilla@0.5", "assistant's methods only"), ("dynaspec-tree@0.5", "not trees")]:
+                         ("vanilla@0.5", "assistant.s methods only"), ("dynaspec-tree@0.5", "not trees")]:
+        with pytest.raises(ValueError, match=message):
+            build_methods([bad], assistant_factory=lambda **o: object())
+
+
+def test_lookup_suffix_reaches_the_assistant_and_is_validated():
+    seen = []
+    build_methods(["dynaspec:8+lookup:5", "eagle@0.5+lookup", "frspec:1024+lookup:3"],
+                  assistant_factory=lambda **o: seen.append(o) or object())
+    assert seen == [{"shortlist": "dynaspec", "max_clusters": 8, "prompt_lookup_tokens": 5},
+                    {"shortlist": "full", "draft_confidence": 0.5, "prompt_lookup_tokens": DEFAULT_LOOKUP_TOKENS},
+                    {"shortlist": "frspec", "shortlist_size": 1024, "prompt_lookup_tokens": 3}]
+    for bad, message in [("eagle+lookup:0", "positive integer"), ("eagle+ngram", "only \\+ suffix"),
+                         ("prompt-lookup+lookup", "assistant's methods only"), ("dynaspec-tree+lookup", "not trees")]:
         with pytest.raises(ValueError, match=message):
             build_methods([bad], assistant_factory=lambda **o: object())
 

@@ -42,10 +42,11 @@ def exact_distribution(target) -> torch.Tensor:
     return joint.sum(0)
 
 
-def sampled_counts(target, assistant) -> tuple[torch.Tensor, float]:
-    """Counts of (x2, x3) `[VOCAB, VOCAB]` over NUM_SAMPLES assisted generations, and the acceptance rate."""
+def sampled_counts(target, assistant) -> tuple[torch.Tensor, float, int]:
+    """Counts of (x2, x3) `[VOCAB, VOCAB]` over NUM_SAMPLES assisted generations, the acceptance rate and the
+    number of passes drafted by prompt lookup."""
     counts = torch.zeros(VOCAB, VOCAB)
-    drafted = accepted = 0
+    drafted = accepted = looked_up = 0
     torch.manual_seed(1234)
     for _ in range(NUM_SAMPLES):
         out = target.generate(
@@ -62,7 +63,8 @@ def sampled_counts(target, assistant) -> tuple[torch.Tensor, float]:
         counts[x2, x3] += 1
         drafted += assistant.stats.drafted
         accepted += assistant.stats.accepted
-    return counts, accepted / drafted
+        looked_up += assistant.stats.lookup_passes
+    return counts, accepted / drafted, looked_up
 
 
 def fit_p_value(counts: torch.Tensor, probs: torch.Tensor) -> float:
@@ -86,7 +88,7 @@ def setup():
 
 def test_sampling_matches_the_target_distribution(setup):
     target, assistant, probs = setup
-    counts, acceptance_rate = sampled_counts(target, assistant)
+    counts, acceptance_rate, _ = sampled_counts(target, assistant)
     # The drafts must be doing something: some accepted, some rejected.
     assert 0.2 < acceptance_rate < 0.95, acceptance_rate
     assert fit_p_value(counts, probs) > 1e-3
@@ -128,11 +130,39 @@ def test_sampling_with_a_confidence_threshold_matches_the_target_distribution(se
     target, assistant, probs = setup
     assistant.config.draft_confidence = 0.5
     try:
-        counts, acceptance_rate = sampled_counts(target, assistant)
+        counts, acceptance_rate, _ = sampled_counts(target, assistant)
     finally:
         assistant.config.draft_confidence = 0.0
     assert 0.2 < acceptance_rate < 0.99, acceptance_rate
     assert fit_p_value(counts, probs) > 1e-3
+
+
+def test_sampling_with_prompt_lookup_matches_the_target_distribution(setup):
+    """Lookup drafts are deterministic (one-hot q): accepting x with p(x) and resampling from p without x on
+    rejection must leave the distribution unchanged. With 1-grams on 8 tokens, lookup drafts most rounds."""
+    target, assistant, probs = setup
+    assistant.config.prompt_lookup_tokens, assistant.config.prompt_lookup_min_ngram = 2, 1
+    try:
+        counts, acceptance_rate, looked_up = sampled_counts(target, assistant)
+    finally:
+        assistant.config.prompt_lookup_tokens, assistant.config.prompt_lookup_min_ngram = 0, 2
+    assert looked_up > 0 and 0.05 < acceptance_rate < 0.95, (looked_up, acceptance_rate)
+    assert fit_p_value(counts, probs) > 1e-3
+
+
+def test_fit_rejects_lookup_drafts_treated_as_certain(setup, monkeypatch):
+    """The same test must catch lookup drafts verified as if the target agreed with them (q = p)."""
+    import hf_dynaspec.hf_integration as integration
+
+    target, assistant, probs = setup
+    assistant.config.prompt_lookup_tokens, assistant.config.prompt_lookup_min_ngram = 2, 1
+    # Uniform q instead of one-hot: accepts x with min(1, p(x) * V) -- far too often.
+    monkeypatch.setattr(integration, "one_hot_logits", lambda ids, vocab: torch.zeros(1, ids.shape[1], vocab))
+    try:
+        counts = sampled_counts(target, assistant)[0]
+    finally:
+        assistant.config.prompt_lookup_tokens, assistant.config.prompt_lookup_min_ngram = 0, 2
+    assert fit_p_value(counts, probs) < 1e-3
 
 
 @pytest.mark.parametrize("strategy", ["frspec", "dynaspec"])
@@ -150,7 +180,7 @@ def test_sampling_through_a_shortlist_matches_the_target_distribution(setup, tmp
             p.normal_(0, 1.0)
     assistant.save_pretrained(tmp_path)
     shortlisted = DynaSpecAssistant.from_pretrained(tmp_path, target=target, shortlist=strategy, max_clusters=1)
-    counts, acceptance_rate = sampled_counts(target, shortlisted)
+    counts, acceptance_rate, _ = sampled_counts(target, shortlisted)
     assert 0.1 < acceptance_rate < 0.95, acceptance_rate
     assert shortlisted.stats.avg_shortlist < VOCAB
     assert fit_p_value(counts, probs) > 1e-3

@@ -114,10 +114,16 @@ def _summary(key: str, runs: list[Run], vanilla: list[Run]) -> dict:
         pairs = [(r.stats.get(name), w) for r, w in zip(runs, drafted) if r.stats.get(name) is not None and w]
         return sum(v * w for v, w in pairs) / sum(w for _, w in pairs) if pairs else None
 
+    lookup_passes = sum(r.stats.get("lookup_passes", 0) for r in runs)
+    lookup_drafted = sum(r.stats.get("lookup_drafted", 0) for r in runs)
     return {
         "tau": None if key == "vanilla" else tokens / passes,
         "avg_shortlist": weighted("avg_shortlist"),
         "coverage": weighted("coverage"),
+        # Passes whose draft came from prompt lookup (share of decoding passes), and how much of it was accepted.
+        "lookup_share": lookup_passes / sum(r.stats["verify_passes"] for r in runs) if lookup_passes else None,
+        "lookup_acceptance": (sum(r.stats.get("lookup_accepted", 0) for r in runs) / lookup_drafted
+                              if lookup_drafted else None),
         "tokens_per_s": tokens / sum(r.seconds for r in runs),
         "decode_tokens_per_s": sum(len(r.new_ids) - 1 for r in runs) / sum(r.seconds - r.prefill_seconds for r in runs),
         "speedup": geometric_mean([r.tokens_per_s / v.tokens_per_s for r, v in zip(runs, vanilla)]),

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from hf_dynaspec.assistant import DynaSpecAssistant
 from hf_dynaspec.tree import tree_generate
 
+DEFAULT_LOOKUP_TOKENS = 7  # 8 rows per verification pass: one sweep of the CPU kernel (cpu_verify)
+
 # name -> (what the argument means, default argument or None when required / not taken)
 METHOD_HELP = {
     "vanilla": "plain greedy generate()",
@@ -27,6 +29,8 @@ METHOD_HELP = {
     "eagle-tree": "EAGLE-2 draft trees with the full-vocabulary head (tree verification)",
     "dynaspec-tree[:KMAX]": "EAGLE-2 draft trees through DynaSpec shortlists, budget per tree depth",
     "...@P": "chain methods of the assistant (eagle ... dynaspec): draft_confidence P, e.g. dynaspec:8@0.6",
+    "...+lookup[:N]": "chain methods of the assistant: prompt lookup first, up to N tokens (default "
+                      f"{DEFAULT_LOOKUP_TOKENS}), the drafter when it finds nothing, e.g. dynaspec:8+lookup:5",
 }
 
 
@@ -42,14 +46,26 @@ class Method:
 
 
 def parse_method(key: str) -> tuple[str, str | None]:
-    """`name[:arg][@P]` -> (name, arg); the confidence suffix is read by `parse_confidence`."""
-    name, _, arg = key.partition("@")[0].partition(":")
+    """`name[:arg][@P][+lookup[:N]]` -> (name, arg); the suffixes are read by `parse_confidence` and
+    `parse_lookup`."""
+    name, _, arg = key.partition("+")[0].partition("@")[0].partition(":")
     return name.strip(), (arg.strip() or None)
+
+
+def parse_lookup(key: str) -> int | None:
+    """The `+lookup[:N]` suffix of a method key: the assistant's prompt_lookup_tokens (None when absent)."""
+    head, plus, suffix = key.partition("+")
+    if not plus:
+        return None
+    name, _, arg = suffix.partition(":")
+    if name.strip() != "lookup":
+        raise ValueError(f"method {key!r}: the only + suffix is +lookup[:N], e.g. {head}+lookup:5")
+    return _positive_int(key, arg.strip() or None, DEFAULT_LOOKUP_TOKENS)
 
 
 def parse_confidence(key: str) -> float | None:
     """The `@P` suffix of a method key: the assistant's draft_confidence (None when absent)."""
-    head, at, value = key.partition("@")
+    head, at, value = key.partition("+")[0].partition("@")
     if not at:
         return None
     try:
@@ -88,8 +104,8 @@ def build_methods(
     methods = []
     for key in keys:
         name, arg = parse_method(key)
-        if "@" in key and name in ("vanilla", "hf-assisted", "prompt-lookup"):
-            raise ValueError(f"method {key!r}: a draft confidence (@P) applies to the assistant's methods only")
+        if ("@" in key or "+" in key) and name in ("vanilla", "hf-assisted", "prompt-lookup"):
+            raise ValueError(f"method {key!r}: the @P and +lookup suffixes apply to the assistant's methods only")
         if name == "vanilla":
             methods.append(Method(key))
         elif name == "hf-assisted":
@@ -118,6 +134,11 @@ def build_methods(
                 if name.endswith("-tree"):
                     raise ValueError(f"method {key!r}: a draft confidence applies to chain drafting, not trees")
                 overrides["draft_confidence"] = confidence
+            lookup = parse_lookup(key)
+            if lookup is not None:
+                if name.endswith("-tree"):
+                    raise ValueError(f"method {key!r}: prompt lookup applies to chain drafting, not trees")
+                overrides["prompt_lookup_tokens"] = lookup
             assistant = assistant_factory(**overrides)
             if name.endswith("-tree"):
                 methods.append(Method(key, {"custom_generate": tree_generate, "drafter": assistant}, assistant))

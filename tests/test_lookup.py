@@ -1,0 +1,115 @@
+"""Prompt lookup as the first choice of chain drafting: the n-gram search, and exactness when lookup and
+drafter rounds interleave (the drafter's cache must absorb the positions verified in lookup rounds)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conftest import VOCAB, assisted_generate, imitating_assistant, one_layer_target, plain_generate
+from hf_dynaspec import DynaSpecConfig
+from hf_dynaspec.lookup import lookup_continuation, one_hot_logits
+
+
+def brute_force_continuation(ids: list[int], max_tokens: int, min_ngram: int, max_ngram: int) -> list[int]:
+    """The definition, spelled out with lists: longest n-gram first, then its latest earlier occurrence."""
+    for size in range(max_ngram, min_ngram - 1, -1):
+        if size > len(ids) - 1:
+            continue
+        suffix = ids[-size:]
+        for start in range(len(ids) - size - 1, -1, -1):
+            if ids[start : start + size] == suffix:
+                return ids[start + size : start + size + max_tokens]
+    return []
+
+
+@pytest.mark.parametrize("min_ngram,max_ngram", [(1, 1), (1, 3), (2, 3), (2, 4), (3, 3)])
+def test_lookup_matches_the_definition_on_random_sequences(min_ngram, max_ngram):
+    generator = torch.Generator().manual_seed(min_ngram * 10 + max_ngram)
+    found = 0
+    for trial in range(300):
+        length = 1 + trial % 40
+        ids = torch.randint(0, 3, (length,), generator=generator)  # 3 symbols: matches are frequent
+        max_tokens = 1 + trial % 6
+        got = lookup_continuation(ids, max_tokens, min_ngram, max_ngram).tolist()
+        assert got == brute_force_continuation(ids.tolist(), max_tokens, min_ngram, max_ngram), (ids, max_tokens)
+        found += bool(got)
+    assert found > 100  # the comparison covered real matches, not only empty results
+
+
+def test_lookup_prefers_a_longer_ngram_to_a_more_recent_shorter_one():
+    ids = torch.tensor([5, 6, 7, 1, 2, 9, 9, 6, 7, 3, 8, 5, 6, 7])
+    # "5 6 7" occurred at 0 (followed by 1 2 ...); "6 7" alone more recently at 7 (followed by 3 8).
+    assert lookup_continuation(ids, 2, min_ngram=2, max_ngram=3).tolist() == [1, 2]
+    assert lookup_continuation(ids, 2, min_ngram=2, max_ngram=2).tolist() == [3, 8]
+    assert lookup_continuation(ids, 2, min_ngram=4, max_ngram=4).tolist() == []
+
+
+def test_one_hot_logits_are_exactly_the_lookup_distribution():
+    ids = torch.tensor([[3, 0, 96]])
+    probs = one_hot_logits(ids, VOCAB).softmax(-1)
+    assert torch.equal(probs, torch.nn.functional.one_hot(ids, VOCAB).float())
+
+
+def repeating_prompt(seed: int) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    span = torch.randint(0, VOCAB, (1, 9), generator=generator)
+    return torch.cat([span, torch.randint(0, VOCAB, (1, 3), generator=generator), span[:, :4]], dim=1)
+
+
+@pytest.mark.parametrize("lookup_tokens", [1, 4, 7])
+def test_greedy_identical_with_lookup_and_drafter_rounds_interleaved(family, lookup_tokens):
+    target = one_layer_target(family)
+    lookup = drafter = drafter_accepted = 0
+    for seed in range(4):
+        assistant = imitating_assistant(target, noise=0.0, seed=seed, num_draft_tokens=3,
+                                        prompt_lookup_tokens=lookup_tokens, prompt_lookup_min_ngram=2)
+        input_ids = repeating_prompt(seed)
+        expected = plain_generate(target, input_ids, max_new_tokens=40)
+        got = assisted_generate(target, assistant, input_ids, max_new_tokens=40)
+        assert torch.equal(got, expected), seed
+        stats = assistant.stats
+        assert stats.accepted + stats.verify_passes == 39
+        assert max(stats.drafted_per_pass) <= max(lookup_tokens, 3)
+        lookup += stats.lookup_passes
+        drafter += stats.verify_passes - stats.lookup_passes
+        drafter_accepted += (stats.accepted - stats.lookup_accepted) / max(1, stats.drafted - stats.lookup_drafted)
+    assert lookup > 0 and drafter > 0, (lookup, drafter)
+    # The imitating drafter is nearly always right when it reads the right features: after lookup rounds it
+    # must have absorbed every verified position, or its acceptance collapses.
+    assert drafter_accepted / 4 > 0.8
+
+
+@pytest.mark.parametrize("max_new_tokens", list(range(1, 12)))
+def test_lookup_drafts_stop_at_max_length(max_new_tokens):
+    target = one_layer_target("llama")
+    assistant = imitating_assistant(target, num_draft_tokens=2, prompt_lookup_tokens=8, prompt_lookup_min_ngram=1)
+    input_ids = repeating_prompt(5)
+    expected = plain_generate(target, input_ids, max_new_tokens=max_new_tokens)
+    got = assisted_generate(target, assistant, input_ids, max_new_tokens=max_new_tokens)
+    assert got.shape == expected.shape and torch.equal(got, expected)
+
+
+def test_lookup_off_leaves_the_drafter_alone():
+    target = one_layer_target("qwen2")
+    assistant = imitating_assistant(target, num_draft_tokens=3)
+    assisted_generate(target, assistant, repeating_prompt(1), max_new_tokens=20)
+    assert assistant.stats.lookup_passes == 0 and assistant.stats.drafted > 0
+
+
+@pytest.mark.parametrize("bad", [dict(prompt_lookup_tokens=-1), dict(prompt_lookup_tokens=2.5),
+                                 dict(prompt_lookup_min_ngram=0), dict(prompt_lookup_min_ngram=3,
+                                                                         prompt_lookup_max_ngram=2)])
+def test_config_refuses_bad_lookup_settings(bad):
+    with pytest.raises(ValueError, match="prompt_lookup"):
+        DynaSpecConfig(hidden_size=32, num_attention_heads=4, intermediate_size=64, vocab_size=VOCAB, **bad)
+
+
+def test_lookup_setting_round_trips_and_can_be_overridden(tmp_path):
+    from hf_dynaspec import DynaSpecAssistant
+
+    target = one_layer_target("llama")
+    imitating_assistant(target, prompt_lookup_tokens=5, prompt_lookup_max_ngram=4).save_pretrained(tmp_path)
+    loaded = DynaSpecAssistant.from_pretrained(tmp_path)
+    assert (loaded.config.prompt_lookup_tokens, loaded.config.prompt_lookup_max_ngram) == (5, 4)
+    assert DynaSpecAssistant.from_pretrained(tmp_path, prompt_lookup_tokens=0).config.prompt_lookup_tokens == 0
