@@ -84,6 +84,10 @@ def render_model_card(config, card_data: dict) -> str:
     kind = {"eagle": "EAGLE-1/2 (one decoder layer on the target's last hidden state)",
             "eagle3": "EAGLE-3 (fused low/mid/high target layers)"}[config.drafter_kind]
     components = [f"- default shortlist strategy: `{config.shortlist}`"]
+    if config.prompt_lookup_tokens:
+        components.append(f"- prompt lookup first: up to {config.prompt_lookup_tokens} tokens copied after an earlier "
+                          f"{config.prompt_lookup_min_ngram}-{config.prompt_lookup_max_ngram}-gram match; "
+                          "the drafter otherwise")
     if config.num_clusters:
         components.append(f"- vocabulary clusters: {config.num_clusters} (spherical k-means on the LM head) "
                           f"and a router (hidden {config.router_hidden_size})")

@@ -380,6 +380,12 @@ def test_model_card_says_what_is_and_is_not_recorded(tmp_path):
     card = (tmp_path / "bare" / "README.md").read_text()
     assert "No measurements were recorded" in card and "No training record" in card
     assert not (tmp_path / "bare" / "card.json").exists()
+    assert "prompt lookup" not in card
+    assistant.config.prompt_lookup_tokens = 5
+    assistant.save_pretrained(tmp_path / "lookup")
+    assert "prompt lookup first: up to 5 tokens copied after an earlier 2-3-gram match" in (
+        tmp_path / "lookup" / "README.md").read_text()
+    assistant.config.prompt_lookup_tokens = 0
     assistant.card_data = {"training": {"command": "python -m recipes.train_drafter ..."},
                            "results": {"n_prompts": 7, "methods": {"vanilla": {"tau": None, "speedup": 1.0, "exact": True},
                                                                    "dynaspec": {"tau": 2.61, "avg_shortlist": 30123.4,
