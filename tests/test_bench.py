@@ -62,6 +62,24 @@ def test_report_schema_and_pass_counting(report_and_runs):
     assert report["methods"]["eagle"]["tau"] == pytest.approx(expected_tau) and expected_tau > 1.5
 
 
+def test_lookup_share_and_acceptance_are_summed_over_runs(target):
+    assistant = imitating_assistant(target, noise=0.3, num_draft_tokens=2, prompt_lookup_tokens=3,
+                                    prompt_lookup_min_ngram=1)
+    methods = build_methods(["vanilla", "eagle"], assistant_factory=lambda **o: assistant)
+    runs = []
+    report = run_benchmark(target, methods, _prompts(), max_new_tokens=16, dtype="fp32", target_name="tiny",
+                           progress=False, on_run=lambda prompt, method, run: runs.append(run))
+    stats = [run.stats for run in runs if run.stats]
+    looked_up = sum(s["lookup_passes"] for s in stats)
+    assert looked_up > 0 and sum(s["verify_passes"] for s in stats) > looked_up  # both kinds of rounds
+    eagle = report["methods"]["eagle"]
+    assert eagle["lookup_share"] == pytest.approx(looked_up / sum(s["verify_passes"] for s in stats))
+    assert eagle["lookup_acceptance"] == pytest.approx(
+        sum(s["lookup_accepted"] for s in stats) / sum(s["lookup_drafted"] for s in stats))
+    assert eagle["exact"] and report["methods"]["vanilla"]["lookup_share"] is None
+    assert f"| {eagle['lookup_share']:.2f} / {eagle['lookup_acceptance']:.2f} |" in markdown_table(report)
+
+
 def test_speedup_is_the_per_category_geometric_mean_of_same_prompt_ratios(report_and_runs):
     report, runs = report_and_runs
     by_key = {}

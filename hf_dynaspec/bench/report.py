@@ -20,12 +20,15 @@ def markdown_table(report: dict) -> str:
         f"{report['target']} ({report['dtype']}, {report['device']}), {report['n_prompts']} prompts, "
         f"{report['max_new_tokens']} new tokens",
         "",
-        "| method | tau | avg shortlist | coverage | tok/s | speedup | decode speedup | exact (mismatches) |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+        "| method | tau | avg shortlist | coverage | lookup share / acceptance | tok/s | speedup | decode speedup "
+        "| exact (mismatches) |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
     for key, m in methods.items():
+        lookup = "-" if m.get("lookup_share") is None else (
+            f"{_fmt(m['lookup_share'])} / {_fmt(m['lookup_acceptance'])}")
         lines.append(
-            f"| {key} | {_fmt(m['tau'])} | {_fmt(m['avg_shortlist'], 0)} | {_fmt(m['coverage'], 3)} | "
+            f"| {key} | {_fmt(m['tau'])} | {_fmt(m['avg_shortlist'], 0)} | {_fmt(m['coverage'], 3)} | {lookup} | "
             f"{_fmt(m['tokens_per_s'])} | {_fmt(m['speedup'])} | {_fmt(m['decode_speedup'])} | "
             f"{'yes' if m['exact'] else 'NO'} ({m['n_mismatch']}) |"
         )
