@@ -33,13 +33,13 @@ def _rows(x: torch.Tensor) -> int:
     return x.numel() // x.shape[-1] if x.numel() else 0
 
 
-def _patched_forward(module: nn.Linear, max_rows: int, method: str):
+def _patched_forward(module: nn.Linear, min_rows: int, max_rows: int, method: str):
     original = type(module).forward.__get__(module)
     shadow = module.weight.detach().float() if method == "shadow" else None
 
     def forward(x: torch.Tensor) -> torch.Tensor:
         rows = _rows(x)
-        if not (1 < rows <= max_rows) or torch.is_grad_enabled() or x.dtype == torch.float32:
+        if not (min_rows <= rows <= max_rows) or torch.is_grad_enabled() or x.dtype == torch.float32:
             return original(x)
         if shadow is not None:
             flat = x.reshape(rows, x.shape[-1]).float()
@@ -65,11 +65,16 @@ def resolve_method(method: str = "auto") -> str:
     return method
 
 
-def enable(model: nn.Module, max_rows: int = 16, method: str = "auto") -> int:
-    """Reroute `model`'s bf16/fp16 CPU Linear layers for 2..max_rows-row inputs. Returns how many were patched.
+def enable(model: nn.Module, max_rows: int = 16, method: str = "auto", min_rows: int = 2) -> int:
+    """Reroute `model`'s bf16/fp16 CPU Linear layers for min_rows..max_rows-row inputs. Returns how many were
+    patched.
 
     `method`: "kernel", "shadow" or "auto" (see the module docstring); fp16 weights always use "shadow".
+    `min_rows` is 2 for a target, whose one-token steps stay plain PyTorch; a drafter passes 1, since the
+    kernel's one-row product is also faster than PyTorch's bf16 one on AVX2 (benchmarks/kernel_one_row.py).
     """
+    if not 1 <= min_rows <= max_rows:
+        raise ValueError(f"cpu_verify.enable needs 1 <= min_rows <= max_rows, got {min_rows} and {max_rows}")
     method = resolve_method(method)
     disable(model)
     patched = 0
@@ -78,7 +83,7 @@ def enable(model: nn.Module, max_rows: int = 16, method: str = "auto") -> int:
             if module.weight.device.type != "cpu":
                 continue
             module_method = method if module.weight.dtype == torch.bfloat16 else "shadow"
-            forward, shadow = _patched_forward(module, max_rows, module_method)
+            forward, shadow = _patched_forward(module, min_rows, max_rows, module_method)
             module.__dict__["forward"] = forward  # instance attribute: shadows the class method
             module.__dict__[_PATCHED] = module_method
             if shadow is not None:

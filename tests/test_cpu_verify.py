@@ -61,6 +61,24 @@ def test_rerouted_path_is_taken_only_for_a_few_rows_and_matches_the_native_produ
     assert not cpu_verify.is_enabled(linear) and "forward" not in linear.__dict__
 
 
+@needs_kernel
+def test_min_rows_sends_one_row_inputs_to_the_kernel_too(monkeypatch):
+    torch.manual_seed(1)
+    linear = torch.nn.Linear(40, 24).to(torch.bfloat16)
+    kernel_rows = []
+    kernel = cpu_rows.bf16_rows_matmul
+    monkeypatch.setattr(cpu_rows, "bf16_rows_matmul", lambda x, w: kernel_rows.append(len(x)) or kernel(x, w))
+    cpu_verify.enable(linear, max_rows=3, method="kernel", min_rows=1)
+    with torch.no_grad():
+        for rows in (1, 3, 4):
+            x = torch.randn(rows, 40).to(torch.bfloat16)
+            expected = (x.float() @ linear.weight.float().T + linear.bias.float()).to(torch.bfloat16)
+            torch.testing.assert_close(linear(x), expected, rtol=1e-2, atol=1e-2)
+    assert kernel_rows == [1, 3]
+    with pytest.raises(ValueError, match="min_rows"):
+        cpu_verify.enable(linear, max_rows=3, method="kernel", min_rows=0)
+
+
 @pytest.mark.parametrize("method", [pytest.param("kernel", marks=needs_kernel), "shadow"])
 def test_assisted_generation_with_cpu_verification_stays_exact_up_to_near_ties(method):
     target = one_layer_target("qwen2", seed=4).to(torch.bfloat16)
