@@ -107,6 +107,7 @@ class EagleCandidateGenerator(CandidateGenerator):
         self._looked_up_last_round = False
 
     def get_candidates(self, input_ids, model_outputs=None, is_first_iteration=False, **kwargs):
+        self._looked_up_last_round = False
         if is_first_iteration or model_outputs is None:
             self._drafted_last_round = None
             return input_ids, None
@@ -117,7 +118,7 @@ class EagleCandidateGenerator(CandidateGenerator):
             self.session.shortlists_of_last_draft = []
             return input_ids, None
         target_hidden = self.assistant.select_target_hidden(model_outputs.hidden_states)
-        looked_up = self._look_up(input_ids, budget)
+        looked_up = self._look_up(input_ids)
         self._looked_up_last_round = looked_up is not None
         if looked_up is not None:
             self.session.consume_verified(input_ids, target_hidden)
@@ -133,7 +134,7 @@ class EagleCandidateGenerator(CandidateGenerator):
             self.assistant.stats.draft_token_ids.append(draft.token_ids[0])
         return torch.cat([input_ids, draft.token_ids], dim=1), draft.logits
 
-    def _look_up(self, input_ids: torch.Tensor, budget: int) -> torch.Tensor | None:
+    def _look_up(self, input_ids: torch.Tensor) -> torch.Tensor | None:
         """Prompt-lookup draft `[1, n]` (n >= 1) for `input_ids` `[1, N]`, or None (off, or no earlier match)."""
         config = self.assistant.config
         if config.prompt_lookup_tokens <= 0:

@@ -81,13 +81,22 @@ def test_greedy_identical_with_lookup_and_drafter_rounds_interleaved(family, loo
 
 
 @pytest.mark.parametrize("max_new_tokens", list(range(1, 12)))
-def test_lookup_drafts_stop_at_max_length(max_new_tokens):
+def test_lookup_drafts_stop_at_max_length(max_new_tokens, monkeypatch):
+    from hf_dynaspec.stats import DraftStats
+
+    recorded = []  # (tokens drafted, counted as a lookup pass) of every pass
+    record = DraftStats.record
+    monkeypatch.setattr(DraftStats, "record", lambda self, n, a, looked_up=False: recorded.append((n, looked_up))
+                        or record(self, n, a, looked_up))
     target = one_layer_target("llama")
     assistant = imitating_assistant(target, num_draft_tokens=2, prompt_lookup_tokens=8, prompt_lookup_min_ngram=1)
     input_ids = repeating_prompt(5)
     expected = plain_generate(target, input_ids, max_new_tokens=max_new_tokens)
     got = assisted_generate(target, assistant, input_ids, max_new_tokens=max_new_tokens)
     assert got.shape == expected.shape and torch.equal(got, expected)
+    # The last pass before max_length may draft nothing; it is no lookup pass, whatever the round before it was.
+    assert all(drafted > 0 for drafted, looked_up in recorded if looked_up), recorded
+    assert assistant.stats.verify_passes == max_new_tokens - 1 - assistant.stats.accepted
 
 
 def test_lookup_off_leaves_the_drafter_alone():
