@@ -90,9 +90,10 @@ class ChainDraftSession:
         )
 
     @torch.no_grad()
-    def consume_verified(self, input_ids: torch.Tensor, new_target_hidden: torch.Tensor):
+    def consume_verified(self, input_ids: torch.Tensor, new_target_hidden: torch.Tensor, plan: bool = True):
         """Run the drafter over the newly verified positions; return its last hidden `[1, 1, H]` (which predicts
-        the token after `input_ids`) and the shortlist plan for draft position 0.
+        the token after `input_ids`) and the shortlist plan for draft position 0 (None with `plan=False`, for a
+        round that drafts by prompt lookup and only keeps the drafter's cache in step).
 
         Drops the speculative entries of the previous draft from the drafter cache first.
         """
@@ -112,7 +113,7 @@ class ChainDraftSession:
         position_ids = torch.arange(start, seq_len - 1, device=device)[None]
         # The router reads the inputs of the step whose output it shortlists (E(x_t), h_{t-1}): it is started
         # before the drafter's layer so that on CUDA the two overlap.
-        plan = self._plan(token_embeds[:, -1], hidden_in[:, -1], 0)
+        plan = self._plan(token_embeds[:, -1], hidden_in[:, -1], 0) if plan else None
         hidden = drafter.step(token_embeds, hidden_in, position_ids, self.cache, causal_mask(num_new, start, device))
         self.num_verified_pairs = seq_len - 1
         return hidden[:, -1:], plan

@@ -121,7 +121,7 @@ class EagleCandidateGenerator(CandidateGenerator):
         looked_up = self._look_up(input_ids)
         self._looked_up_last_round = looked_up is not None
         if looked_up is not None:
-            self.session.consume_verified(input_ids, target_hidden)
+            self.session.consume_verified(input_ids, target_hidden, plan=False)
             self.session.shortlists_of_last_draft = []
             self._drafted_last_round = looked_up.shape[1]
             logits = one_hot_logits(looked_up, self.session.vocab_size) if self.session.do_sample else None
