@@ -58,15 +58,18 @@ def main(argv=None):
     parser.add_argument("--max-clusters", type=int, default=None, help="default k_max of the dynaspec strategy")
     parser.add_argument("--prompt-lookup", type=int, default=None, metavar="N",
                         help="default prompt_lookup_tokens of the shipped artifact (0 = off)")
+    parser.add_argument("--data", default=None,
+                        help="what the drafter trained on, for the model card (default: a generic description)")
     args = parser.parse_args(argv)
 
     assistant = DynaSpecAssistant.from_pretrained(args.assistant, shortlist=args.shortlist,
                                                   max_clusters=args.max_clusters,
                                                   prompt_lookup_tokens=args.prompt_lookup)
     training = dict(assistant.card_data.get("training", {}))
-    training["data"] = ("../shared/data/train: teacher forcing on the provided conversations (GPTeacher codegen + "
-                        "roleplay, GSM8K) and/or the target's own greedy answers to the training prompts "
-                        "(recipes.self_distill); chat template; target features cached by recipes.build_features")
+    training["data"] = args.data or (
+        "../shared/data/train: teacher forcing on the provided conversations (GPTeacher codegen + roleplay, GSM8K) "
+        "and/or the target's own greedy answers to the training prompts (recipes.self_distill); chat template; "
+        "target features cached by recipes.build_features")
     if args.features:
         training["features"] = [feature_summary(directory) for directory in args.features]
     if args.train_dir:

@@ -132,9 +132,10 @@ def test_method_strings_are_validated():
     methods = build_methods(["frspec:32768", "dynaspec-fixed:8", "dynaspec", "dynaspec:48"],
                             assistant_factory=lambda **o: seen.append(o) or object())
     assert [m.key for m in methods] == ["frspec:32768", "dynaspec-fixed:8", "dynaspec", "dynaspec:48"]
-    assert seen == [{"shortlist": "frspec", "shortlist_size": 32768},
-                    {"shortlist": "dynaspec-fixed", "fixed_clusters": 8},
-                    {"shortlist": "dynaspec"}, {"shortlist": "dynaspec", "max_clusters": 48}]
+    off = {"draft_confidence": 0.0, "prompt_lookup_tokens": 0}
+    assert seen == [{"shortlist": "frspec", "shortlist_size": 32768, **off},
+                    {"shortlist": "dynaspec-fixed", "fixed_clusters": 8, **off},
+                    {"shortlist": "dynaspec", **off}, {"shortlist": "dynaspec", "max_clusters": 48, **off}]
 
 
 def test_prompt_files_spec_bench_and_humaneval(tmp_path):
@@ -197,9 +198,10 @@ def test_confidence_suffix_reaches_the_assistant_and_is_validated():
     methods = build_methods(["eagle@0.5", "dynaspec:8@0.25", "dynaspec:8"],
                             assistant_factory=lambda **o: seen.append(o) or object())
     assert [m.key for m in methods] == ["eagle@0.5", "dynaspec:8@0.25", "dynaspec:8"]
-    assert seen == [{"shortlist": "full", "draft_confidence": 0.5},
-                    {"shortlist": "dynaspec", "max_clusters": 8, "draft_confidence": 0.25},
-                    {"shortlist": "dynaspec", "max_clusters": 8}]
+    # A key without a suffix turns the feature off explicitly: an artifact's own default must not leak in.
+    assert seen == [{"shortlist": "full", "draft_confidence": 0.5, "prompt_lookup_tokens": 0},
+                    {"shortlist": "dynaspec", "max_clusters": 8, "draft_confidence": 0.25, "prompt_lookup_tokens": 0},
+                    {"shortlist": "dynaspec", "max_clusters": 8, "draft_confidence": 0.0, "prompt_lookup_tokens": 0}]
     for bad, message in [("eagle@1.5", "in \\[0, 1\\)"), ("eagle@x", "in \\[0, 1\\)"),
                          ("vanilla@0.5", "assistant.s methods only"), ("dynaspec-tree@0.5", "not trees")]:
         with pytest.raises(ValueError, match=message):
@@ -210,9 +212,9 @@ def test_lookup_suffix_reaches_the_assistant_and_is_validated():
     seen = []
     build_methods(["dynaspec:8+lookup:5", "eagle@0.5+lookup", "frspec:1024+lookup:3"],
                   assistant_factory=lambda **o: seen.append(o) or object())
-    assert seen == [{"shortlist": "dynaspec", "max_clusters": 8, "prompt_lookup_tokens": 5},
+    assert seen == [{"shortlist": "dynaspec", "max_clusters": 8, "draft_confidence": 0.0, "prompt_lookup_tokens": 5},
                     {"shortlist": "full", "draft_confidence": 0.5, "prompt_lookup_tokens": DEFAULT_LOOKUP_TOKENS},
-                    {"shortlist": "frspec", "shortlist_size": 1024, "prompt_lookup_tokens": 3}]
+                    {"shortlist": "frspec", "shortlist_size": 1024, "draft_confidence": 0.0, "prompt_lookup_tokens": 3}]
     for bad, message in [("eagle+lookup:0", "positive integer"), ("eagle+ngram", "only \\+ suffix"),
                          ("prompt-lookup+lookup", "assistant's methods only"), ("dynaspec-tree+lookup", "not trees")]:
         with pytest.raises(ValueError, match=message):
@@ -223,7 +225,9 @@ def test_tree_method_strings():
     seen = []
     methods = build_methods(["eagle-tree", "dynaspec-tree", "dynaspec-tree:32"],
                             assistant_factory=lambda **o: seen.append(o) or object())
-    assert seen == [{"shortlist": "full"}, {"shortlist": "dynaspec"}, {"shortlist": "dynaspec", "max_clusters": 32}]
+    off = {"draft_confidence": 0.0, "prompt_lookup_tokens": 0}
+    assert seen == [{"shortlist": "full", **off}, {"shortlist": "dynaspec", **off},
+                    {"shortlist": "dynaspec", "max_clusters": 32, **off}]
     assert all("custom_generate" in m.generate_kwargs for m in methods)
     with pytest.raises(ValueError, match="takes no argument"):
         build_methods(["eagle-tree:4"], assistant_factory=lambda **o: object())

@@ -305,3 +305,32 @@ def test_resume_restores_a_checkpoint_whose_empty_buffers_safetensors_dropped(tm
     other = DynaSpecAssistant.from_target(target, drafter_kind="eagle3")  # other weights: must be refused
     with pytest.raises(RuntimeError, match="does not hold"):
         resume_from(accelerator, tmp_path / "checkpoint", other)
+
+
+def test_package_assistant_writes_bf16_weights_card_and_defaults(tmp_path):
+    """Packaging: weights halve to bf16 and reload unchanged up to bf16 rounding, the chosen defaults land in the
+    config, and the card carries the data description, commands and bench results given."""
+    from safetensors import safe_open
+
+    from recipes.package_assistant import main as package
+
+    source = DynaSpecAssistant.from_target(one_layer_target("qwen2"))
+    source.save_pretrained(tmp_path / "src")
+    (tmp_path / "commands.txt").write_text("python -m recipes.train_drafter --target t\n")
+    bench = {"target": "t", "methods": {"dynaspec": {"tau": 1.5, "speedup": 1.1}}}
+    (tmp_path / "bench.json").write_text(json.dumps(bench))
+    package(["--assistant", str(tmp_path / "src"), "--out", str(tmp_path / "out"), "--prompt-lookup", "3",
+             "--commands", str(tmp_path / "commands.txt"), "--bench", str(tmp_path / "bench.json"),
+             "--data", "the 1.5B's features over the 0.5B's answers"])
+    with safe_open(tmp_path / "out" / "model.safetensors", "pt") as handle:
+        dtypes = {handle.get_tensor(key).dtype for key in handle.keys() if handle.get_tensor(key).is_floating_point()}
+    assert dtypes == {torch.bfloat16}
+    packaged = DynaSpecAssistant.from_pretrained(tmp_path / "out")
+    assert packaged.config.prompt_lookup_tokens == 3
+    for (name, before), after in zip(source.state_dict().items(), packaged.state_dict().values()):
+        assert torch.equal(before.to(torch.bfloat16).to(after.dtype), after), name
+    card = json.loads((tmp_path / "out" / "card.json").read_text())
+    assert card["training"]["data"] == "the 1.5B's features over the 0.5B's answers"
+    assert card["training"]["commands"] == "python -m recipes.train_drafter --target t"
+    assert card["results"] == bench
+    assert "python -m recipes.train_drafter --target t" in (tmp_path / "out" / "README.md").read_text()

@@ -130,15 +130,15 @@ def build_methods(
             if name in ("eagle", "eagle-tree") and arg is not None:
                 raise ValueError(f"method {key!r}: {name!r} takes no argument")
             confidence = parse_confidence(key)
-            if confidence is not None:
-                if name.endswith("-tree"):
-                    raise ValueError(f"method {key!r}: a draft confidence applies to chain drafting, not trees")
-                overrides["draft_confidence"] = confidence
             lookup = parse_lookup(key)
-            if lookup is not None:
-                if name.endswith("-tree"):
-                    raise ValueError(f"method {key!r}: prompt lookup applies to chain drafting, not trees")
-                overrides["prompt_lookup_tokens"] = lookup
+            if name.endswith("-tree") and confidence is not None:
+                raise ValueError(f"method {key!r}: a draft confidence applies to chain drafting, not trees")
+            if name.endswith("-tree") and lookup is not None:
+                raise ValueError(f"method {key!r}: prompt lookup applies to chain drafting, not trees")
+            # The key describes the whole method: without a suffix its feature is off, whatever default the
+            # artifact's config carries (a shipped config may turn prompt lookup on).
+            overrides["draft_confidence"] = confidence or 0.0
+            overrides["prompt_lookup_tokens"] = lookup or 0
             assistant = assistant_factory(**overrides)
             if name.endswith("-tree"):
                 methods.append(Method(key, {"custom_generate": tree_generate, "drafter": assistant}, assistant))
