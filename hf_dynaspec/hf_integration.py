@@ -112,13 +112,14 @@ class EagleCandidateGenerator(CandidateGenerator):
             self._drafted_last_round = None
             return input_ids, None
         # Leave room for the target's own token after the drafts (as transformers' generators do).
-        budget = min(self.num_draft_tokens, self.max_length - input_ids.shape[1] - 1)
+        room = self.max_length - input_ids.shape[1] - 1
+        budget = min(self.num_draft_tokens, room)
         if budget < 1:
             self._drafted_last_round = 0
             self.session.shortlists_of_last_draft = []
             return input_ids, None
         target_hidden = self.assistant.select_target_hidden(model_outputs.hidden_states)
-        looked_up = self._look_up(input_ids)
+        looked_up = self._look_up(input_ids, room)
         self._looked_up_last_round = looked_up is not None
         if looked_up is not None:
             self.session.consume_verified(input_ids, target_hidden, plan=False)
@@ -134,13 +135,14 @@ class EagleCandidateGenerator(CandidateGenerator):
             self.assistant.stats.draft_token_ids.append(draft.token_ids[0])
         return torch.cat([input_ids, draft.token_ids], dim=1), draft.logits
 
-    def _look_up(self, input_ids: torch.Tensor) -> torch.Tensor | None:
-        """Prompt-lookup draft `[1, n]` (n >= 1) for `input_ids` `[1, N]`, or None (off, or no earlier match)."""
+    def _look_up(self, input_ids: torch.Tensor, room: int) -> torch.Tensor | None:
+        """Prompt-lookup draft `[1, n]` (1 <= n <= room) for `input_ids` `[1, N]`, or None (off, or no earlier
+        match). Not capped by num_draft_tokens: a lookup draft costs nothing to make."""
         config = self.assistant.config
         if config.prompt_lookup_tokens <= 0:
             return None
         continuation = lookup_continuation(
-            input_ids[0], min(config.prompt_lookup_tokens, self.max_length - input_ids.shape[1] - 1),
+            input_ids[0], min(config.prompt_lookup_tokens, room),
             config.prompt_lookup_min_ngram, config.prompt_lookup_max_ngram,
         )
         return continuation[None] if len(continuation) else None
