@@ -40,7 +40,8 @@ from recipes.data_paths import shared_data_dir
 
 
 def training_prompts(data_dir: Path | None = None, code_fraction: float = 0.35, seed: int = 0) -> Iterator[dict]:
-    """`{"prompt", "source"}` rows, a fixed shuffled mix (the same order on every run, so resuming is exact)."""
+    """`{"prompt", "source", "license"}` rows, a fixed shuffled mix (the same order on every run, so resuming is
+    exact, and file N of any run holds the same prompts)."""
     data_dir = data_dir if data_dir is not None else shared_data_dir() / "train"
     rows = [json.loads(line) for line in (data_dir / "spec_train_prompts.jsonl").read_text().split("\n") if line.strip()]
     rows = [r for r in rows if not r.get("eval_10gram_overlap")]
@@ -48,9 +49,10 @@ def training_prompts(data_dir: Path | None = None, code_fraction: float = 0.35, 
     code = [r for r in rows if r["category"] == "code"]
     other = [r for r in rows if r["category"] != "code"]
     keep_code = int(len(other) * code_fraction / (1 - code_fraction))
-    mix = [{"prompt": r["turns"][0], "source": r["source"]} for r in other + rng.sample(code, min(keep_code, len(code)))]
+    mix = [{"prompt": r["turns"][0], "source": r["source"], "license": r["license"]}
+           for r in other + rng.sample(code, min(keep_code, len(code)))]
     gsm8k = [json.loads(line) for line in (data_dir / "gsm8k_train.jsonl").read_text().split("\n") if line.strip()]
-    mix += [{"prompt": r["question"], "source": "gsm8k"} for r in gsm8k[: len(mix) // 4]]
+    mix += [{"prompt": r["question"], "source": "gsm8k", "license": "MIT"} for r in gsm8k[: len(mix) // 4]]
     rng.shuffle(mix)
     return iter(mix)
 
@@ -128,11 +130,14 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--target", required=True)
     parser.add_argument("--out", required=True, type=Path)
-    parser.add_argument("--max-prompts", type=int, default=4000)
+    parser.add_argument("--max-prompts", type=int, default=4000, help="stop at this prompt of the fixed order")
     parser.add_argument("--max-new-tokens", type=int, default=256)
     parser.add_argument("--max-prompt-tokens", type=int, default=512, help="keep the last N tokens of long prompts")
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--prompts-per-file", type=int, default=64)
+    parser.add_argument("--first-file", type=int, default=0,
+                        help="start at responses file N of the fixed prompt order (prompts N*per-file onwards): new "
+                             "prompts for a drafter that was trained on files 0..N-1")
     parser.add_argument("--code-fraction", type=float, default=0.35)
     parser.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
     parser.add_argument("--features-out", type=Path, default=None,
@@ -149,9 +154,11 @@ def main(argv=None) -> None:
         (args.features_out / "meta.json").write_text(json.dumps(
             {"target": args.target, "dtype": args.dtype, "topk": args.topk, "conversations": str(args.out),
              "captured_during_generation": True}))
-    prompts = itertools.islice(training_prompts(code_fraction=args.code_fraction), args.max_prompts)
-    progress = tqdm(total=args.max_prompts, unit="prompt", desc="self-distillation")
-    for index in itertools.count():
+    prompts = itertools.islice(training_prompts(code_fraction=args.code_fraction),
+                               args.first_file * args.prompts_per_file, args.max_prompts)
+    progress = tqdm(total=max(0, args.max_prompts - args.first_file * args.prompts_per_file), unit="prompt",
+                    desc="self-distillation")
+    for index in itertools.count(args.first_file):
         chunk = list(itertools.islice(prompts, args.prompts_per_file))
         if not chunk:
             break

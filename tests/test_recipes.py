@@ -217,6 +217,24 @@ def test_self_distillation_prompt_mix_is_fixed_balanced_and_clean():
     spec = sum(r["source"] != "gsm8k" for r in first)
     assert 0.25 < code / spec < 0.40
     assert 0 < sum(r["source"] == "gsm8k" for r in first) <= spec // 4
+    assert {r["license"] for r in first} == {"Apache-2.0", "MIT"}  # each answer file row carries its prompt's licence
+
+
+def test_self_distillation_first_file_starts_at_that_files_prompts(tmp_path, monkeypatch):
+    """`--first-file N` writes files N, N+1, ... holding the same prompts those files hold in a run from 0."""
+    import recipes.self_distill as self_distill
+
+    monkeypatch.setattr(self_distill, "load_target", lambda name, dtype: (None, None))
+    monkeypatch.setattr(self_distill, "generate_batch", lambda model, tokenizer, prompts, *args, **kwargs:
+                        [self_distill.Answer(p[::-1], [0, 1, 2], 1) for p in prompts])
+    self_distill.main(["--target", "x", "--out", str(tmp_path), "--first-file", "2", "--prompts-per-file", "3",
+                       "--max-prompts", "12", "--batch-size", "2"])
+    assert sorted(p.name for p in tmp_path.glob("responses_*")) == ["responses_00002.jsonl", "responses_00003.jsonl"]
+    expected = list(self_distill.training_prompts())[6:12]
+    for index, rows in ((2, expected[:3]), (3, expected[3:])):
+        written = [json.loads(line) for line in (tmp_path / f"responses_{index:05d}.jsonl").read_text().splitlines()]
+        assert sorted(r["prompt"] for r in written) == sorted(r["prompt"] for r in rows)
+        assert all(r["response"] == r["prompt"][::-1] and r["license"] for r in written)
 
 
 def test_self_distilled_responses_feed_build_features(tmp_path):
