@@ -154,10 +154,9 @@ def main(argv=None) -> None:
         (args.features_out / "meta.json").write_text(json.dumps(
             {"target": args.target, "dtype": args.dtype, "topk": args.topk, "conversations": str(args.out),
              "captured_during_generation": True}))
-    prompts = itertools.islice(training_prompts(code_fraction=args.code_fraction),
-                               args.first_file * args.prompts_per_file, args.max_prompts)
-    progress = tqdm(total=max(0, args.max_prompts - args.first_file * args.prompts_per_file), unit="prompt",
-                    desc="self-distillation")
+    first_prompt = args.first_file * args.prompts_per_file
+    prompts = itertools.islice(training_prompts(code_fraction=args.code_fraction), first_prompt, args.max_prompts)
+    progress = tqdm(total=max(0, args.max_prompts - first_prompt), unit="prompt", desc="self-distillation")
     for index in itertools.count(args.first_file):
         chunk = list(itertools.islice(prompts, args.prompts_per_file))
         if not chunk:
