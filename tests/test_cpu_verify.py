@@ -103,3 +103,29 @@ def test_fp32_models_are_left_alone_and_methods_are_checked():
     assert cpu_verify.enable(model) == 0 and not cpu_verify.is_enabled(model)
     with pytest.raises(ValueError, match="one of"):
         cpu_verify.enable(model, method="fast")
+
+
+@needs_kernel
+def test_a_bf16_target_routes_every_drafter_step_through_the_kernel_including_the_prompt_pass(monkeypatch):
+    # The drafter's first step of a generate() call reads the whole prompt; PyTorch's bf16 product on AVX2
+    # CPUs costs about one weight pass per row there, the kernel one per eight rows. A row cap on the drafter's
+    # routing (it once had the default 16) sends long prompts back to the slow path.
+    target = one_layer_target("qwen2", seed=5).to(torch.bfloat16)
+    assistant = imitating_assistant(target, noise=0.3, num_draft_tokens=2)
+    assert cpu_verify.enabled_method(assistant.drafter) == "kernel"
+    assert not cpu_verify.is_enabled(target)  # the target is the user's: attach() leaves it alone
+    kernel_rows = []
+    kernel = cpu_rows.bf16_rows_matmul
+    monkeypatch.setattr(cpu_rows, "bf16_rows_matmul", lambda x, w: kernel_rows.append(len(x)) or kernel(x, w))
+    prompt = torch.randint(0, 97, (1, 40), generator=torch.Generator().manual_seed(0))
+    ones = torch.ones_like(prompt)
+    plain = target.generate(prompt, attention_mask=ones, max_new_tokens=12, do_sample=False)
+    assisted = target.generate(prompt, attention_mask=ones, max_new_tokens=12, do_sample=False,
+                               assistant_model=assistant)
+    # The prompt pass pairs the features of prompt positions 0..39 with the next tokens (the last one is the
+    # prefill's token): 40 rows through each of the drafter's 8 Linear modules (fc, q/k/v/o, gate/up/down);
+    # later steps take 1..3 rows each.
+    assert kernel_rows[:8] == [40] * 8
+    assert max(kernel_rows[8:]) <= 3 and min(kernel_rows) >= 1
+    divergence = check_exactness(target, prompt, plain[0, 40:], assisted[0, 40:])
+    assert divergence is None or divergence.near_tie, divergence
