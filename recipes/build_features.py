@@ -106,15 +106,23 @@ def main(argv=None) -> None:
     parser.add_argument("--topk", type=int, default=16, help="next-token candidates kept per position")
     parser.add_argument("--conversations", type=Path, default=None,
                         help="responses written by recipes.self_distill (default: the provided responses)")
+    parser.add_argument("--first-file", type=int, default=0,
+                        help="with --conversations: read responses_NNNNN.jsonl from this file number on; shard 0 "
+                             "of --out then starts at that file (give each file range its own --out)")
+    parser.add_argument("--last-file", type=int, default=None, help="with --conversations: the last file to read")
     args = parser.parse_args(argv)
+    if (args.first_file or args.last_file is not None) and args.conversations is None:
+        parser.error("--first-file/--last-file select self-distilled files: they need --conversations")
 
     # fp32: on CPUs without native bf16 matmuls (AVX2) a bf16 prefill is ~6x slower (benchmarks/results).
     model, tokenizer = load_target(args.target, args.dtype)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "meta.json").write_text(
         json.dumps({"target": args.target, "max_length": args.max_length, "dtype": args.dtype, "topk": args.topk,
-                    "conversations": str(args.conversations) if args.conversations else "provided responses"}))
-    pairs = self_distilled(args.conversations) if args.conversations else conversations()
+                    "conversations": str(args.conversations) if args.conversations else "provided responses",
+                    "first_file": args.first_file, "last_file": args.last_file}))
+    pairs = (self_distilled(args.conversations, args.first_file, args.last_file) if args.conversations
+             else conversations())
     shard_index, total_tokens = 0, 0
     progress = tqdm(total=args.max_tokens, unit="tok", desc="target features")
     while total_tokens < args.max_tokens:

@@ -42,11 +42,25 @@ def conversations(data_dir: Path | None = None) -> Iterator[tuple[str, str]]:
         yield from (pair for pair in group if pair is not None)
 
 
-def self_distilled(directory: Path) -> Iterator[tuple[str, str]]:
-    """(prompt, the target's own response) pairs written by `recipes.self_distill`, file by file in order."""
-    files = sorted(Path(directory).glob("responses_*.jsonl"))
+def _file_index(path: Path) -> int:
+    """responses_00023.jsonl -> 23."""
+    return int(path.stem.rpartition("_")[2])
+
+
+def self_distilled(directory: Path, first_file: int = 0, last_file: int | None = None) -> Iterator[tuple[str, str]]:
+    """(prompt, the target's own response) pairs written by `recipes.self_distill`, file by file in order.
+
+    Only files `responses_{i:05d}.jsonl` with first_file <= i <= last_file (None: no upper end) are read, so that
+    features for newly written files can be cached without redoing the old ones.
+    """
+    if last_file is not None and last_file < first_file:
+        raise ValueError(f"last_file ({last_file}) is before first_file ({first_file})")
+    files = sorted(path for path in Path(directory).glob("responses_*.jsonl")
+                   if first_file <= _file_index(path) and (last_file is None or _file_index(path) <= last_file))
     if not files:
-        raise FileNotFoundError(f"no responses_*.jsonl in {directory}: run `python -m recipes.self_distill` first")
+        wanted = f" numbered {first_file}-{'' if last_file is None else last_file}" if first_file or last_file else ""
+        raise FileNotFoundError(f"no responses_*.jsonl{wanted} in {directory}: run `python -m recipes.self_distill` "
+                                "first (or check --first-file/--last-file)")
     for path in files:
         for line in path.read_text().split("\n"):  # not splitlines: U+2028 may occur inside strings
             if line.strip():

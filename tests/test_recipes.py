@@ -245,8 +245,25 @@ def test_self_distilled_responses_feed_build_features(tmp_path):
         json.dumps({"prompt": "a", "response": "A", "source": "x"}) + "\n"
         + json.dumps({"prompt": "empty", "response": "", "source": "x"}) + "\n")
     assert list(self_distilled(tmp_path)) == [("a", "A"), ("b", "B")]  # file order, empty answers dropped
+    (tmp_path / "responses_00012.jsonl").write_text(json.dumps({"prompt": "c", "response": "C", "source": "x"}) + "\n")
+    assert list(self_distilled(tmp_path, first_file=1)) == [("b", "B"), ("c", "C")]
+    assert list(self_distilled(tmp_path, first_file=1, last_file=1)) == [("b", "B")]
+    assert list(self_distilled(tmp_path, first_file=2)) == [("c", "C")]  # by number: 12 sorts after 2
+    with pytest.raises(FileNotFoundError, match="numbered 13-"):
+        list(self_distilled(tmp_path, first_file=13))
+    with pytest.raises(ValueError, match="before first_file"):
+        list(self_distilled(tmp_path, first_file=2, last_file=1))
     with pytest.raises(FileNotFoundError, match="self_distill"):
         list(self_distilled(tmp_path / "none"))
+
+
+def test_build_features_refuses_a_file_range_without_self_distilled_conversations(tmp_path, capsys):
+    from recipes.build_features import main
+
+    with pytest.raises(SystemExit):
+        main(["--target", "unused", "--out", str(tmp_path / "f"), "--first-file", "3"])
+    assert "need --conversations" in capsys.readouterr().err
+    assert not (tmp_path / "f").exists()  # refused before loading anything or writing
 
 
 @pytest.mark.real_model
