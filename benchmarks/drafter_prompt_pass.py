@@ -23,8 +23,8 @@ from hf_dynaspec.runner import load_assistant, load_target
 
 ROUTES = {  # name -> cpu_verify.enable keyword arguments (None: PyTorch's own product for every row count)
     "native": None,
-    "kernel": dict(method="kernel", min_rows=1, max_rows=1 << 20),
-    "shadow": dict(method="shadow", min_rows=1, max_rows=1 << 20),
+    "kernel": dict(method="kernel", min_rows=1, max_rows=cpu_verify.ANY_ROWS),
+    "shadow": dict(method="shadow", min_rows=1, max_rows=cpu_verify.ANY_ROWS),
 }
 
 

@@ -45,7 +45,7 @@ def main() -> None:
     args = parser.parse_args()
 
     target, tokenizer = load_target(args.target, "bf16")
-    cpu_verify.enable(target, max_rows=1 << 20, method="kernel")  # as `hf-dynaspec bench --cpu-verify`
+    cpu_verify.enable(target, max_rows=cpu_verify.ANY_ROWS, method="kernel")  # as `hf-dynaspec bench --cpu-verify`
     methods = [Method("vanilla")]
     for variant in args.variants.split(","):
         assistant = DynaSpecAssistant.from_pretrained(args.assistant, target=target, shortlist="dynaspec",

@@ -3,7 +3,7 @@
     python benchmarks/round_profile.py --target qwen2.5-coder-0.5b-instruct --drafter-row-cap 16 \
         --json benchmarks/results/round_profile_05b.json
 
-Wraps the target's forward, the drafter's steps, the shortlist head and prompt lookup with wall-clock timers
+Wraps the target's forward, the drafter's steps (shortlist head included) and prompt lookup with wall-clock timers
 during greedy assisted generation (bf16, the CPU verification kernel on), and plain generation on the same
 prompts, interleaved. "other" is the rest of the generate() loop: transformers' candidate verification, cache
 cropping, stopping criteria, our candidate generator's bookkeeping. It answers: how far is the measured
@@ -22,7 +22,6 @@ from contextlib import contextmanager
 import torch
 
 from hf_dynaspec import cpu_verify
-from hf_dynaspec.assistant import DRAFTER_KERNEL_MAX_ROWS
 from hf_dynaspec.bench.prompts import load_prompts
 from hf_dynaspec.drafting import ChainDraftSession
 from hf_dynaspec.hf_integration import EagleCandidateGenerator
@@ -34,7 +33,6 @@ PROMPT_FILES = "../shared/data/eval/spec_bench_dev.jsonl,../shared/data/eval/hum
 class Timers:
     def __init__(self):
         self.seconds = defaultdict(float)
-        self.calls = defaultdict(int)
         self._depth = 0
 
     @contextmanager
@@ -48,7 +46,6 @@ class Timers:
             self._depth -= 1
             if self._depth == 0:
                 self.seconds[name] += time.perf_counter() - start
-                self.calls[name] += 1
 
     def wrap(self, owner, attribute: str, name: str):
         original = getattr(owner, attribute)
@@ -74,7 +71,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
 
     model, tokenizer = load_target(args.target, "bf16")
-    cpu_verify.enable(model, max_rows=1 << 20, method="auto")
+    cpu_verify.enable(model, max_rows=cpu_verify.ANY_ROWS, method="auto")
     assistant, where = load_assistant(args.assistant, model, args.target)
     prompts = load_prompts(args.prompts.split(","), limit_per_category=args.limit_per_category)
 
@@ -95,7 +92,7 @@ def main(argv=None):
 
     model.forward = timed_forward
 
-    modes = {"plain": None, "assisted": DRAFTER_KERNEL_MAX_ROWS}  # mode -> the drafter's kernel row cap
+    modes = {"plain": None, "assisted": cpu_verify.ANY_ROWS}  # mode -> the drafter's kernel row cap
     if args.drafter_row_cap is not None:
         modes[f"assisted, drafter rows <= {args.drafter_row_cap}"] = args.drafter_row_cap
     rows = []
@@ -107,7 +104,7 @@ def main(argv=None):
                 cpu_verify.enable(assistant.drafter, method="kernel", min_rows=1, max_rows=row_cap)
                 kwargs = {"assistant_model": assistant}
             model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=4, **kwargs)
-            timers.seconds.clear(), timers.calls.clear(), target_seconds.clear()
+            timers.seconds.clear(), target_seconds.clear()
             start = time.perf_counter()
             out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
                                  max_new_tokens=args.max_new_tokens, **kwargs)

@@ -40,7 +40,7 @@ def main():
     target, tokenizer = load_target(args.target, args.dtype)
     path = args.assistant or shipped_assistant_dir(args.target)
     if args.cpu_verify:
-        cpu_verify.enable(target, max_rows=1 << 20)
+        cpu_verify.enable(target, max_rows=cpu_verify.ANY_ROWS)
     assistant = DynaSpecAssistant.from_pretrained(str(path), target=target, shortlist=args.shortlist,
                                                   num_draft_tokens=args.num_draft_tokens)
     methods = [Method("vanilla"), Method("chain", {"assistant_model": assistant}, assistant)]

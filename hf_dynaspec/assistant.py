@@ -29,9 +29,6 @@ from hf_dynaspec.shortlist.artifact import VocabShortlists
 from hf_dynaspec.shortlist.selector import build_head
 from hf_dynaspec.stats import DraftStats
 
-# Row cap of the drafter's kernel routing on bf16 CPU targets: none in practice (a prompt pass of any length).
-DRAFTER_KERNEL_MAX_ROWS = 1 << 20
-
 
 class AssistantMismatchError(ValueError):
     """The assistant was built for a different target."""
@@ -228,7 +225,7 @@ class DynaSpecAssistant(PreTrainedModel):
             # (34.1 -> 32.0 ms per 2-token draft, benchmarks/results/drafter_one_row_05b.json). No row cap:
             # the drafter's pass over the prompt (its first step of a generate() call) is 4-5x faster through
             # the kernel too (741 rows: 1,754 -> 401 ms, benchmarks/results/drafter_prompt_pass_05b.json).
-            cpu_verify.enable(self.drafter, method="kernel", min_rows=1, max_rows=DRAFTER_KERNEL_MAX_ROWS)
+            cpu_verify.enable(self.drafter, method="kernel", min_rows=1, max_rows=cpu_verify.ANY_ROWS)
         hf_integration.install()
         return self
 

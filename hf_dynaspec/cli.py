@@ -162,7 +162,7 @@ def _enable_cpu_verify(model, choice: str) -> str | None:
 
     if choice == "off" or (choice == "auto" and not cpu_rows.available()):
         return None
-    cpu_verify.enable(model, max_rows=1 << 20, method="kernel" if choice == "auto" else choice)
+    cpu_verify.enable(model, max_rows=cpu_verify.ANY_ROWS, method="kernel" if choice == "auto" else choice)
     return cpu_verify.enabled_method(model)
 
 

@@ -19,11 +19,14 @@ hf_dynaspec.exactness). Measurements: docs/results.md.
 
 from __future__ import annotations
 
+import sys
+
 import torch
 import torch.nn as nn
 
 from hf_dynaspec.kernels import cpu_rows
 
+ANY_ROWS = sys.maxsize  # `max_rows` that caps nothing: every input of min_rows or more rows is rerouted
 _PATCHED = "_dynaspec_verify_method"  # instance attribute on every patched module: "kernel" or "shadow"
 _SHADOW = "_dynaspec_fp32_weight"
 METHODS = ("auto", "kernel", "shadow")

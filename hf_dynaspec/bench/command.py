@@ -66,10 +66,10 @@ def run(args) -> dict:
     if args.cpu_verify:
         from hf_dynaspec import cpu_verify
 
-        cpu_verify.enable(target, max_rows=1 << 20, method=args.cpu_verify)
+        cpu_verify.enable(target, max_rows=cpu_verify.ANY_ROWS, method=args.cpu_verify)
         cpu_verify_method = cpu_verify.enabled_method(target)
         if draft_model is not None:  # hf-assisted's draft model re-reads accepted tokens: same help, same terms
-            cpu_verify.enable(draft_model, max_rows=1 << 20, method=args.cpu_verify)
+            cpu_verify.enable(draft_model, max_rows=cpu_verify.ANY_ROWS, method=args.cpu_verify)
     methods = build_methods(keys, assistant_factory=assistant_factory, draft_model=draft_model)
     answer = None
     if args.mt_bench_turns == 2:
