@@ -94,6 +94,18 @@ def pack_shard(model, tokenized: list[tuple[list[int], int]], hidden: list[torch
     }
 
 
+def check_resumable(out: Path, meta: dict) -> None:
+    """Refuse to resume into `out` when its finished shards came from other conversations or another first file:
+    shard i is the i-th chunk of the stream, so kept shards would silently stand for the wrong sequences."""
+    if not shard_path(out, 0).exists() or not (out / "meta.json").is_file():
+        return
+    old = json.loads((out / "meta.json").read_text())
+    for key, default in (("conversations", None), ("first_file", 0)):
+        if old.get(key, default) != meta[key]:
+            raise SystemExit(f"{out} holds shards built with {key}={old.get(key, default)!r}, not {meta[key]!r}: "
+                             "give this run its own --out (or delete the old shards)")
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--target", required=True)
@@ -114,13 +126,14 @@ def main(argv=None) -> None:
     if (args.first_file or args.last_file is not None) and args.conversations is None:
         parser.error("--first-file/--last-file select self-distilled files: they need --conversations")
 
+    meta = {"target": args.target, "max_length": args.max_length, "dtype": args.dtype, "topk": args.topk,
+            "conversations": str(args.conversations) if args.conversations else "provided responses",
+            "first_file": args.first_file, "last_file": args.last_file}
+    check_resumable(args.out, meta)
     # fp32: on CPUs without native bf16 matmuls (AVX2) a bf16 prefill is ~6x slower (benchmarks/results).
     model, tokenizer = load_target(args.target, args.dtype)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "meta.json").write_text(
-        json.dumps({"target": args.target, "max_length": args.max_length, "dtype": args.dtype, "topk": args.topk,
-                    "conversations": str(args.conversations) if args.conversations else "provided responses",
-                    "first_file": args.first_file, "last_file": args.last_file}))
+    (args.out / "meta.json").write_text(json.dumps(meta))
     pairs = (self_distilled(args.conversations, args.first_file, args.last_file) if args.conversations
              else conversations())
     shard_index, total_tokens = 0, 0

@@ -55,10 +55,11 @@ def self_distilled(directory: Path, first_file: int = 0, last_file: int | None =
     """
     if last_file is not None and last_file < first_file:
         raise ValueError(f"last_file ({last_file}) is before first_file ({first_file})")
-    files = sorted(path for path in Path(directory).glob("responses_*.jsonl")
-                   if first_file <= _file_index(path) and (last_file is None or _file_index(path) <= last_file))
+    last = last_file if last_file is not None else float("inf")
+    files = sorted(path for path in Path(directory).glob("responses_*.jsonl") if first_file <= _file_index(path) <= last)
     if not files:
-        wanted = f" numbered {first_file}-{'' if last_file is None else last_file}" if first_file or last_file else ""
+        ranged = first_file or last_file is not None
+        wanted = f" numbered {first_file}-{'' if last_file is None else last_file}" if ranged else ""
         raise FileNotFoundError(f"no responses_*.jsonl{wanted} in {directory}: run `python -m recipes.self_distill` "
                                 "first (or check --first-file/--last-file)")
     for path in files:

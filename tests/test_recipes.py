@@ -266,6 +266,22 @@ def test_build_features_refuses_a_file_range_without_self_distilled_conversation
     assert not (tmp_path / "f").exists()  # refused before loading anything or writing
 
 
+def test_build_features_refuses_to_resume_shards_of_another_file_range(tmp_path):
+    from recipes.build_features import check_resumable, shard_path
+
+    out = tmp_path / "f"
+    meta = {"conversations": "data/sd", "first_file": 11}
+    check_resumable(out, meta)  # nothing there yet
+    out.mkdir()
+    (out / "meta.json").write_text(json.dumps({"conversations": "data/sd"}))  # written before --first-file existed
+    shard_path(out, 0).write_bytes(b"")
+    with pytest.raises(SystemExit, match="first_file=0, not 11"):
+        check_resumable(out, meta)
+    check_resumable(out, {"conversations": "data/sd", "first_file": 0})  # the same stream resumes
+    with pytest.raises(SystemExit, match="conversations"):
+        check_resumable(out, {"conversations": "data/other", "first_file": 0})
+
+
 @pytest.mark.real_model
 def test_batched_self_distillation_answers_equal_single_stream_greedy():
     """Left padding must not change the answers, nor the hidden states captured during generation (fp32)."""
