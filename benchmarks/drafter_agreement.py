@@ -1,7 +1,13 @@
-"""Offline agreement vs online acceptance of an assistant on the target's own greedy answers (fp32).
+"""Offline agreement vs online acceptance of an assistant on the target's own greedy answers.
 
     python benchmarks/drafter_agreement.py --assistant assistants/qwen2.5-coder-0.5b-instruct \
         --json benchmarks/results/drafter_agreement_05b.json
+    python benchmarks/drafter_agreement.py --assistant assistants/qwen2.5-coder-0.5b-instruct --dtypes fp32,bf16 \
+        --prompts ../shared/data/eval/spec_bench_dev.jsonl,../shared/data/eval/humaneval_dev.jsonl \
+        --limit-per-category 1 --max-new-tokens 64 --json benchmarks/results/drafter_agreement_05b_dev.json
+
+With `--prompts` (bench files) the prompts are the bench's, chat template applied as the bench does; with
+several `--dtypes` the target and drafter run in each in turn, to see what bf16 costs the drafter.
 
 Offline: one drafter pass over prompt + plain greedy answer with the target's features (as in training);
 agreement of its full-head argmax with the target's next token over the answer (draft position 1).
@@ -17,7 +23,8 @@ import json
 import torch
 
 from hf_dynaspec import DynaSpecAssistant
-from hf_dynaspec.runner import encode_prompt, load_target
+from hf_dynaspec.bench.prompts import encode_prompts, load_prompts
+from hf_dynaspec.runner import DTYPES, encode_prompt, load_target
 from recipes.train_drafter import draft_pass
 
 PROMPTS = [
@@ -33,17 +40,38 @@ def main(argv=None):
     parser.add_argument("--target", default="qwen2.5-coder-0.5b-instruct")
     parser.add_argument("--assistant", required=True)
     parser.add_argument("--max-new-tokens", type=int, default=48)
+    parser.add_argument("--prompts", default=None, help="comma-separated bench prompt files (default: three built-in prompts)")
+    parser.add_argument("--limit-per-category", type=int, default=None)
+    parser.add_argument("--dtypes", default="fp32", help="comma-separated: fp32, bf16")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
-    model, tokenizer = load_target(args.target, "fp32")
     rows = []
-    for text in PROMPTS:
-        ids = encode_prompt(tokenizer, text, None)
+    for dtype in args.dtypes.split(","):
+        model, tokenizer = load_target(args.target, dtype)
+        if args.prompts:
+            bench_prompts = load_prompts(args.prompts.split(","), args.limit_per_category)
+            encoded = [(p.prompt_id, p.input_ids) for p in encode_prompts(tokenizer, bench_prompts)]
+        else:
+            encoded = [(text, encode_prompt(tokenizer, text, None)) for text in PROMPTS]
+        rows += measure(model, encoded, args, dtype)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"target": args.target, "assistant": args.assistant, "rows": rows}, f, indent=2)
+    for dtype in args.dtypes.split(","):
+        mine = [r for r in rows if r["dtype"] == dtype]
+        print(f"{dtype}: mean offline agreement {sum(r['offline_agreement'] for r in mine) / len(mine):.3f}, "
+              f"mean online acceptance {sum(r['online_acceptance'] for r in mine) / len(mine):.3f}")
+
+
+def measure(model, encoded, args, dtype):
+    rows = []
+    for name, ids in encoded:
         plain = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=args.max_new_tokens, do_sample=False)
         n = ids.shape[1]
         out = model(plain, output_hidden_states=True)
         assistant = DynaSpecAssistant.from_pretrained(args.assistant, target=model, shortlist="full",
-                                                      dtype=torch.float32, num_draft_tokens=1)
+                                                      dtype=DTYPES[dtype], num_draft_tokens=1,
+                                                      prompt_lookup_tokens=0)
         drafter = assistant.drafter
         predicted = draft_pass(drafter, drafter.embed(plain[:, 1:]), out.hidden_states[-1][:, :-1])
         drafted = (predicted @ model.lm_head.weight.T).argmax(-1)[0]  # pair t: the token after x_{t+1}
@@ -51,12 +79,10 @@ def main(argv=None):
         offline = (drafted == wanted)[n - 2 :].float().mean().item()
         assisted = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=args.max_new_tokens,
                                   do_sample=False, assistant_model=assistant)
-        rows.append({"prompt": text, "offline_agreement": offline, "online_acceptance": assistant.stats.acceptance_rate,
+        rows.append({"prompt": name, "dtype": dtype, "offline_agreement": offline, "online_acceptance": assistant.stats.acceptance_rate,
                      "verify_passes": assistant.stats.verify_passes, "identical": bool(torch.equal(plain, assisted))})
         print(json.dumps(rows[-1]))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"target": args.target, "assistant": args.assistant, "rows": rows}, f, indent=2)
+    return rows
 
 
 if __name__ == "__main__":

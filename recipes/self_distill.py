@@ -9,7 +9,8 @@ text vs 0.31 on the target's own answers to the eval prompts, benchmarks/results
 Here the target writes the responses: greedy, chat template applied, left-padded batches of similar-length
 prompts (one batched step costs far less per token than a single stream on CPU as on GPU).
 
-Prompts: `spec_train_prompts.jsonl` (chat, code, roleplay, math; its 30 prompts flagged for 10-gram
+Prompts (unless `--prompts FILE` names a Spec-Bench-format file, such as recipes.task_prompts' output):
+`spec_train_prompts.jsonl` (chat, code, roleplay, math; its 30 prompts flagged for 10-gram
 overlap with HumanEval are dropped; code prompts are capped at `--code-fraction` of the mix) interleaved
 with GSM8K questions. Output: `responses_00000.jsonl`, ... with one `{"prompt", "response", "source"}` per
 line; a finished file is never rewritten, so an interrupted run resumes at the next one. Feed them to
@@ -55,6 +56,19 @@ def training_prompts(data_dir: Path | None = None, code_fraction: float = 0.35, 
     mix += [{"prompt": r["question"], "source": "gsm8k", "license": "MIT"} for r in gsm8k[: len(mix) // 4]]
     rng.shuffle(mix)
     return iter(mix)
+
+
+def prompt_file_rows(path: Path) -> Iterator[dict]:
+    """`{"prompt", "source", "license", "category"}` rows of a Spec-Bench-format file (first turns), in file order
+    (e.g. recipes.task_prompts' output)."""
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        row = json.loads(line)
+        if not row.get("turns"):
+            raise ValueError(f"{path}:{number}: not a Spec-Bench row (no 'turns'); recipes.task_prompts writes them")
+        yield {"prompt": row["turns"][0], "source": row.get("source", "prompt-file"), "license": row.get("license", ""),
+               "category": row.get("category", "unknown")}
 
 
 @dataclass
@@ -139,6 +153,9 @@ def main(argv=None) -> None:
                         help="start at responses file N of the fixed prompt order (prompts N*per-file onwards): new "
                              "prompts for a drafter that was trained on files 0..N-1")
     parser.add_argument("--code-fraction", type=float, default=0.35)
+    parser.add_argument("--prompts", type=Path, default=None,
+                        help="answer the prompts of this Spec-Bench-format file (in its order) instead of the "
+                             "default training mix, e.g. recipes.task_prompts' output")
     parser.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
     parser.add_argument("--features-out", type=Path, default=None,
                         help="also write drafter-training shards (recipes.build_features' format) from the hidden "
@@ -155,8 +172,13 @@ def main(argv=None) -> None:
             {"target": args.target, "dtype": args.dtype, "topk": args.topk, "conversations": str(args.out),
              "captured_during_generation": True}))
     first_prompt = args.first_file * args.prompts_per_file
-    prompts = itertools.islice(training_prompts(code_fraction=args.code_fraction), first_prompt, args.max_prompts)
-    progress = tqdm(total=max(0, args.max_prompts - first_prompt), unit="prompt", desc="self-distillation")
+    if args.prompts:
+        rows = list(prompt_file_rows(args.prompts))
+        last_prompt = min(args.max_prompts, len(rows))
+    else:
+        rows, last_prompt = training_prompts(code_fraction=args.code_fraction), args.max_prompts
+    prompts = itertools.islice(rows, first_prompt, last_prompt)
+    progress = tqdm(total=max(0, last_prompt - first_prompt), unit="prompt", desc="self-distillation")
     for index in itertools.count(args.first_file):
         chunk = list(itertools.islice(prompts, args.prompts_per_file))
         if not chunk:
