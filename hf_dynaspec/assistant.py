@@ -100,6 +100,8 @@ class DynaSpecAssistant(PreTrainedModel):
         assistant = cls(DynaSpecConfig(**kwargs))
         if assistant.config.drafter_kind == "eagle":
             assistant._init_from_last_layer(target)
+            if assistant.config.fused_hidden_state_ids:  # post_init drew it at random: start as a pass-through
+                assistant.drafter.add_feature_fusion()
         return assistant.attach(target)
 
     @torch.no_grad()
@@ -240,11 +242,9 @@ class DynaSpecAssistant(PreTrainedModel):
             problems.append(f"hidden size {config.target_hidden_size} vs the target's {text.hidden_size}")
         if config.target_model_type and config.target_model_type != text.model_type:
             problems.append(f"target family {config.target_model_type!r} vs {text.model_type!r}")
-        if config.aux_hidden_state_layer_ids and max(config.aux_hidden_state_layer_ids) > text.num_hidden_layers:
-            problems.append(
-                f"reads hidden_states{config.aux_hidden_state_layer_ids} but the target has only "
-                f"{text.num_hidden_layers} layers"
-            )
+        for layer_ids in (config.aux_hidden_state_layer_ids, config.fused_hidden_state_ids):
+            if layer_ids and max(layer_ids) > text.num_hidden_layers:
+                problems.append(f"reads hidden_states{layer_ids} but the target has only {text.num_hidden_layers} layers")
         if problems:
             raise AssistantMismatchError(
                 f"This assistant was built for another target ({config.target_name_or_path or 'unknown'}): "
@@ -256,13 +256,41 @@ class DynaSpecAssistant(PreTrainedModel):
     # -- what the candidate generator needs -------------------------------------------------------------
     def target_hidden_state_selection(self) -> int | list[int]:
         """The `output_hidden_states` selection the target's forward must return (indices of hidden_states)."""
-        return list(self.config.aux_hidden_state_layer_ids) if self.config.drafter_kind == "eagle3" else -1
+        if self.config.drafter_kind == "eagle3":
+            return list(self.config.aux_hidden_state_layer_ids)
+        if self.config.fused_hidden_state_ids:
+            return list(self.config.fused_hidden_state_ids) + [-1]
+        return -1
 
     def select_target_hidden(self, hidden_states: tuple[torch.Tensor, ...]) -> torch.Tensor:
-        """The target's hidden-state tuple -> drafter features `[1, T, D]` (eagle) or `[1, T, 3D]` (eagle3)."""
+        """The target's hidden-state tuple -> drafter features `[1, T, D]` (eagle), `[1, T, (n+1)D]` (eagle with
+        n fused layers, the last hidden state last) or `[1, T, 3D]` (eagle3)."""
         if self.config.drafter_kind == "eagle3":
             return torch.cat([hidden_states[i] for i in self.config.aux_hidden_state_layer_ids], dim=-1)
+        if self.config.fused_hidden_state_ids:
+            return torch.cat([hidden_states[i] for i in self.config.fused_hidden_state_ids] + [hidden_states[-1]], dim=-1)
         return hidden_states[-1]
+
+    def add_feature_fusion(self, fused_hidden_state_ids: list[int]) -> "DynaSpecAssistant":
+        """Make an eagle drafter fuse the target's `hidden_states[i]` for each given i with its last hidden state
+        (see `DynaSpecConfig.fused_hidden_state_ids`). The new `fuse` passes the last hidden state through, so
+        drafts are unchanged until the drafter is trained with fused features (recipes.train_drafter)."""
+        if self.config.drafter_kind != "eagle":
+            raise ValueError(f"feature fusion applies to eagle drafters, this one is {self.config.drafter_kind!r}")
+        if self.config.fused_hidden_state_ids:
+            raise ValueError(f"this drafter already fuses hidden_states{self.config.fused_hidden_state_ids}")
+        self.config.fused_hidden_state_ids = list(fused_hidden_state_ids)
+        try:
+            self.config.validate_drafter()
+            if self._target is not None:
+                self._check_compatible(self._target)
+        except Exception:
+            self.config.fused_hidden_state_ids = None
+            raise
+        self.drafter.add_feature_fusion()
+        weight = self.drafter.fc.weight
+        self.drafter.fuse.to(device=weight.device, dtype=weight.dtype)
+        return self
 
     def runtime_head(self):
         """The shortlist head drafting scores through (None: EAGLE-3's own reduced head)."""

@@ -20,6 +20,7 @@ _KNOWN_KEYS = {
     "target_hidden_size", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
     "head_dim", "rms_norm_eps", "rope_parameters", "max_position_embeddings", "hidden_act",
     "attention_bias", "fc_bias", "use_target_norm", "aux_hidden_state_layer_ids", "draft_vocab_size",
+    "fused_hidden_state_ids",
     "num_draft_tokens", "draft_confidence", "prompt_lookup_tokens", "prompt_lookup_min_ngram",
     "prompt_lookup_max_ngram", "library_version", "layer_config", "shortlist", "shortlist_size",
     "frequency_list_size",
@@ -59,6 +60,13 @@ class DynaSpecConfig(PretrainedConfig):
         aux_hidden_state_layer_ids: EAGLE-3 only: indices into the target's `hidden_states` tuple that are
             fused by `fc` (entries are hidden states *entering* a layer, `hidden_states[0]` is the embedding).
         draft_vocab_size: EAGLE-3 only: rows of the drafter's own LM head.
+        fused_hidden_state_ids: eagle only, optional: indices into the target's `hidden_states` tuple (as for
+            `aux_hidden_state_layer_ids`) whose states are fused with the target's last (post-norm) hidden state
+            into the feature of a verified position: `f = fuse([rms(h_i) ; ... ; h_last])` (each fused state
+            RMS-normalised without weights), EAGLE-3's multi-layer
+            features with EAGLE-1/2's feature regression and the target's own head (so shortlists apply).
+            `fuse` starts as a pass-through of `h_last`, so adding fusion to a trained drafter changes nothing
+            until it is trained. None (the default): `f = h_last`.
         shortlist: which rows of the LM head the drafter scores: "full" (EAGLE baseline), "frspec" /
             "vocabtrim" (the first `shortlist_size` ids of a stored frequency ranking), "dynaspec" (router-chosen
             clusters with the position-aware budget k(t) from `max_clusters`) or "dynaspec-fixed"
@@ -111,6 +119,7 @@ class DynaSpecConfig(PretrainedConfig):
         use_target_norm: bool = True,
         aux_hidden_state_layer_ids: list[int] | None = None,
         draft_vocab_size: int | None = None,
+        fused_hidden_state_ids: list[int] | None = None,
         num_draft_tokens: int = 2,
         draft_confidence: float = 0.0,
         prompt_lookup_tokens: int = 0,
@@ -161,6 +170,7 @@ class DynaSpecConfig(PretrainedConfig):
         self.use_target_norm = use_target_norm
         self.aux_hidden_state_layer_ids = list(aux_hidden_state_layer_ids) if aux_hidden_state_layer_ids else None
         self.draft_vocab_size = draft_vocab_size
+        self.fused_hidden_state_ids = list(fused_hidden_state_ids) if fused_hidden_state_ids else None
         self.num_draft_tokens = num_draft_tokens
         self.draft_confidence = float(draft_confidence)
         self.prompt_lookup_tokens = prompt_lookup_tokens
@@ -226,6 +236,18 @@ class DynaSpecConfig(PretrainedConfig):
         for name in ("max_clusters", "fixed_clusters"):
             if getattr(self, name) < 1:
                 raise ValueError(f"DynaSpecConfig.{name} must be >= 1, got {getattr(self, name)}.")
+        if self.fused_hidden_state_ids is not None:
+            ids = self.fused_hidden_state_ids
+            if self.drafter_kind != "eagle":
+                raise ValueError(
+                    "fused_hidden_state_ids applies to eagle drafters; an eagle3 drafter fuses its "
+                    "aux_hidden_state_layer_ids already."
+                )
+            if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids) or len(set(ids)) != len(ids):
+                raise ValueError(
+                    "fused_hidden_state_ids must be distinct non-negative indices into the target's hidden_states "
+                    f"(0 is the embedding output, i the input of layer i), got {ids!r}."
+                )
         if self.drafter_kind == "eagle3":
             if not self.draft_vocab_size:
                 raise ValueError("An eagle3 drafter needs draft_vocab_size (rows of its own LM head).")

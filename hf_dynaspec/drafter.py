@@ -9,6 +9,10 @@ Two architectures, as options of one module (`config.drafter_kind`):
   whose attention reads `[input_layernorm(E(token)) ; hidden_norm(h)]` (2H wide), its own `norm` and a
   reduced-vocabulary `lm_head` whose rows map to target ids through `d2t`.
 
+An eagle drafter may also fuse several target layers into its feature (`config.fused_hidden_state_ids`):
+`f = fuse([rms(h_i) ; ... ; h_last])` for verified positions (rms: parameter-free RMS normalisation), EAGLE-3's multi-layer input kept in EAGLE-1/2's
+feature space (the drafter still regresses and feeds back post-norm features and scores the target's head).
+
 The state-dict keys are the published EAGLE layouts (`fc.*`, `layers.0.*` / `midlayer.*`, `norm.*`,
 `lm_head.*`, `d2t`, `t2d`). Embedding, final norm and LM head of the target are borrowed, never stored.
 
@@ -66,6 +70,8 @@ class EagleDrafter(nn.Module):
             # Inputs are already normalised features: EAGLE-1/2 drop the layer's input norm.
             layer.input_layernorm = nn.Identity()
             self.layers = nn.ModuleList([layer])
+            if config.fused_hidden_state_ids:
+                self.add_feature_fusion()
         else:
             self.fc = nn.Linear(3 * config.target_hidden_size, hidden, bias=config.fc_bias)
             attention = layer.self_attn
@@ -80,11 +86,33 @@ class EagleDrafter(nn.Module):
             self.register_buffer("t2d", torch.zeros(config.vocab_size, dtype=torch.bool))
         self.target: TargetParts | None = None
 
+    @torch.no_grad()
+    def add_feature_fusion(self) -> None:
+        """Create `fuse` for `config.fused_hidden_state_ids` as a pass-through of the last hidden state, so that
+        fusion added to a trained drafter leaves its drafts unchanged until training moves it."""
+        dim = self.config.target_hidden_size
+        num_extra = len(self.config.fused_hidden_state_ids)
+        self.fuse = nn.Linear((num_extra + 1) * dim, dim, bias=False)
+        weight = torch.zeros(dim, (num_extra + 1) * dim)
+        weight[:, num_extra * dim :] = torch.eye(dim)
+        self.fuse.weight.copy_(weight)
+
     # -- inputs -----------------------------------------------------------------------------------------
     def fuse_target_hidden(self, target_hidden: torch.Tensor) -> torch.Tensor:
-        """Target features `[B, T, D]` (eagle) or `[B, T, 3D]` (eagle3) -> drafter hidden `[B, T, H]`."""
+        """Target features -> drafter hidden `[B, T, H]`. The features are `[B, T, D]` (eagle), `[B, T, (n+1)D]`
+        (eagle with n fused layers: the n states in `fused_hidden_state_ids` order, then the last) or
+        `[B, T, 3D]` (eagle3)."""
         if self.config.drafter_kind == "eagle3":
             return self.fc(target_hidden)
+        if self.config.fused_hidden_state_ids:
+            # The fused states come from inside the residual stream, unnormalised: their scale differs by
+            # layer by orders of magnitude (and a few channels carry huge activations), so each is
+            # RMS-normalised first. The last hidden state is post-norm already.
+            dim = self.config.target_hidden_size
+            *inner, last = target_hidden.split(dim, dim=-1)
+            inner = [h * torch.rsqrt(h.float().pow(2).mean(-1, keepdim=True) + self.config.rms_norm_eps).to(h.dtype)
+                     for h in inner]
+            return self.fuse(torch.cat(inner + [last], dim=-1))
         return target_hidden
 
     def embed(self, token_ids: torch.Tensor) -> torch.Tensor:

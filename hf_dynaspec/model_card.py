@@ -83,6 +83,9 @@ def render_model_card(config, card_data: dict) -> str:
     )
     kind = {"eagle": "EAGLE-1/2 (one decoder layer on the target's last hidden state)",
             "eagle3": "EAGLE-3 (fused low/mid/high target layers)"}[config.drafter_kind]
+    if config.drafter_kind == "eagle" and config.fused_hidden_state_ids:
+        kind = (f"EAGLE-1/2 (one decoder layer) on the target's last hidden state fused with its hidden_states"
+                f"{config.fused_hidden_state_ids}")
     components = [f"- default shortlist strategy: `{config.shortlist}`"]
     if config.prompt_lookup_tokens:
         components.append(f"- prompt lookup first: up to {config.prompt_lookup_tokens} tokens copied after an earlier "

@@ -7,7 +7,9 @@ Each shard `shard_00000.safetensors` holds, for a few hundred sequences concaten
 `input_ids` [N] int32, `hidden` [N, D] bf16 (the target's post-norm last hidden state), `topk_ids` [N, k]
 int32 and `topk_logp` [N, k] fp32 (the target's k most likely next tokens after each position and their
 log-probabilities under the full-vocabulary softmax), `response_mask` [N] bool (True on response tokens),
-`offsets` [S + 1] int64 (sequence boundaries). Caching the top-k instead of the full distribution is what
+`offsets` [S + 1] int64 (sequence boundaries); with `--fused-hidden-states I,J,..` also `fused_hidden` [N, n*D] bf16
+(the target's `hidden_states[I]`, `hidden_states[J]`, ... side by side: the inputs of a drafter with
+`fused_hidden_state_ids`, see hf_dynaspec.config). Caching the top-k instead of the full distribution is what
 makes the drafter's loss affordable: training never needs the target, and its head only over a few rows. A finished shard is never
 rewritten, so an interrupted run resumes at the next one.
 """
@@ -47,44 +49,57 @@ def next_token_topk(model, hidden: torch.Tensor, k: int, rows_per_chunk: int = 1
 
 
 @torch.no_grad()
-def target_hidden(model, sequences: list[list[int]]) -> list[torch.Tensor]:
-    """Post-norm last hidden states `[T_i, D]` (model dtype) of each sequence (one right-padded batch)."""
+def target_hidden(model, sequences: list[list[int]], fused_ids: list[int] | None = None):
+    """Post-norm last hidden states `[T_i, D]` (model dtype) of each sequence (one right-padded batch).
+
+    With `fused_ids`, returns (last, fused) lists, fused `[T_i, n*D]` holding `hidden_states[i]` for each i.
+    """
     length = max(len(s) for s in sequences)
     ids = torch.zeros(len(sequences), length, dtype=torch.long)
     mask = torch.zeros(len(sequences), length, dtype=torch.long)
     for row, seq in enumerate(sequences):
         ids[row, : len(seq)] = torch.tensor(seq)
         mask[row, : len(seq)] = 1
-    hidden = model.model(input_ids=ids, attention_mask=mask).last_hidden_state
-    return [hidden[row, : len(seq)].clone() for row, seq in enumerate(sequences)]
+    out = model.model(input_ids=ids, attention_mask=mask, output_hidden_states=list(fused_ids) if fused_ids else None)
+    hidden = out.last_hidden_state
+    last = [hidden[row, : len(seq)].clone() for row, seq in enumerate(sequences)]
+    if not fused_ids:
+        return last
+    fused = torch.cat([out.hidden_states[i] for i in fused_ids], dim=-1)
+    return last, [fused[row, : len(seq)].clone() for row, seq in enumerate(sequences)]
 
 
 def shard_tensors(model, tokenized: list[tuple[list[int], int]], topk: int, tokens_per_batch: int,
-                  on_tokens=lambda n: None) -> dict[str, torch.Tensor]:
+                  on_tokens=lambda n: None, fused_ids: list[int] | None = None) -> dict[str, torch.Tensor]:
     """The tensors of one shard (see the module docstring) for (ids, response start) pairs.
 
     Sequences run in length-sorted, right-padded batches of at most `tokens_per_batch` padded tokens.
     """
     order = sorted(range(len(tokenized)), key=lambda i: len(tokenized[i][0]))
     hidden: list[torch.Tensor | None] = [None] * len(tokenized)
+    fused: list[torch.Tensor | None] = [None] * len(tokenized)
     batch: list[int] = []
     for i in order + [None]:
         longest = max([len(tokenized[j][0]) for j in batch] + ([len(tokenized[i][0])] if i is not None else [0]))
         if batch and (i is None or longest * (len(batch) + 1) > tokens_per_batch):
-            for j, h in zip(batch, target_hidden(model, [tokenized[j][0] for j in batch])):
-                hidden[j] = h
+            out = target_hidden(model, [tokenized[j][0] for j in batch], fused_ids)
+            last, extra = out if fused_ids else (out, [None] * len(batch))
+            for j, h, f in zip(batch, last, extra):
+                hidden[j], fused[j] = h, f
             on_tokens(sum(len(tokenized[j][0]) for j in batch))
             batch = []
         if i is not None:
             batch.append(i)
-    return pack_shard(model, tokenized, hidden, topk)
+    return pack_shard(model, tokenized, hidden, topk, fused if fused_ids else None)
 
 
-def pack_shard(model, tokenized: list[tuple[list[int], int]], hidden: list[torch.Tensor], topk: int) -> dict[str, torch.Tensor]:
-    """Shard tensors from (ids, response start) pairs and each sequence's post-norm hidden states `[T_i, D]`;
-    the top-k next tokens are computed here from the hidden states through the target's head."""
+def pack_shard(model, tokenized: list[tuple[list[int], int]], hidden: list[torch.Tensor], topk: int,
+               fused: list[torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+    """Shard tensors from (ids, response start) pairs and each sequence's post-norm hidden states `[T_i, D]`
+    (and, optionally, its fused-layer states `[T_i, n*D]`); the top-k next tokens are computed here from the
+    hidden states through the target's head."""
     top = [next_token_topk(model, h, topk) for h in hidden]
-    return {
+    tensors = {
         "input_ids": torch.cat([torch.tensor(t, dtype=torch.int32) for t, _ in tokenized]),
         "hidden": torch.cat([h.to(torch.bfloat16) for h in hidden]),
         "topk_ids": torch.cat([ids for ids, _ in top]),
@@ -92,17 +107,31 @@ def pack_shard(model, tokenized: list[tuple[list[int], int]], hidden: list[torch
         "response_mask": torch.cat([torch.arange(len(t)) >= start for t, start in tokenized]),
         "offsets": torch.tensor([0] + list(itertools.accumulate(len(t) for t, _ in tokenized)), dtype=torch.int64),
     }
+    if fused is not None:
+        tensors["fused_hidden"] = torch.cat([f.to(torch.bfloat16) for f in fused])
+    return tensors
+
+
+def parse_layer_ids(text: str | None) -> list[int] | None:
+    """"2,12,21" -> [2, 12, 21] (indices into the target's hidden_states); None or "" -> None."""
+    if not text:
+        return None
+    try:
+        return [int(part) for part in text.split(",")]
+    except ValueError:
+        raise SystemExit(f"--fused-hidden-states takes comma-separated integers (e.g. 2,12,21), got {text!r}") from None
 
 
 def check_resumable(out: Path, meta: dict) -> None:
-    """Refuse to resume into `out` when its finished shards came from other conversations or another first file:
-    shard i is the i-th chunk of the stream, so kept shards would silently stand for the wrong sequences."""
+    """Refuse to resume into `out` when its finished shards came from other conversations or another first file
+    (shard i is the i-th chunk of the stream, so kept shards would silently stand for the wrong sequences), or
+    hold other fused hidden states (a directory whose shards disagree on them could not train one drafter)."""
     if not shard_path(out, 0).exists() or not (out / "meta.json").is_file():
         return
     old = json.loads((out / "meta.json").read_text())
-    for key, default in (("conversations", None), ("first_file", 0)):
-        if old.get(key, default) != meta[key]:
-            raise SystemExit(f"{out} holds shards built with {key}={old.get(key, default)!r}, not {meta[key]!r}: "
+    for key, default in (("conversations", None), ("first_file", 0), ("fused_hidden_state_ids", None)):
+        if old.get(key, default) != meta.get(key, default):
+            raise SystemExit(f"{out} holds shards built with {key}={old.get(key, default)!r}, not {meta.get(key, default)!r}: "
                              "give this run its own --out (or delete the old shards)")
 
 
@@ -122,16 +151,23 @@ def main(argv=None) -> None:
                         help="with --conversations: read responses_NNNNN.jsonl from this file number on; shard 0 "
                              "of --out then starts at that file (give each file range its own --out)")
     parser.add_argument("--last-file", type=int, default=None, help="with --conversations: the last file to read")
+    parser.add_argument("--fused-hidden-states", default=None, metavar="I,J,...",
+                        help="also keep the target's hidden_states[I], [J], ... (0 = embedding output, i = input of "
+                             "layer i) for a drafter that fuses them (train_drafter --fused-hidden-states)")
     args = parser.parse_args(argv)
+    fused_ids = parse_layer_ids(args.fused_hidden_states)
     if (args.first_file or args.last_file is not None) and args.conversations is None:
         parser.error("--first-file/--last-file select self-distilled files: they need --conversations")
 
     meta = {"target": args.target, "max_length": args.max_length, "dtype": args.dtype, "topk": args.topk,
             "conversations": str(args.conversations) if args.conversations else "provided responses",
-            "first_file": args.first_file, "last_file": args.last_file}
+            "first_file": args.first_file, "last_file": args.last_file, "fused_hidden_state_ids": fused_ids}
     check_resumable(args.out, meta)
     # fp32: on CPUs without native bf16 matmuls (AVX2) a bf16 prefill is ~6x slower (benchmarks/results).
     model, tokenizer = load_target(args.target, args.dtype)
+    if fused_ids and max(fused_ids) > model.config.get_text_config().num_hidden_layers:
+        raise SystemExit(f"--fused-hidden-states {fused_ids}: the target has only "
+                         f"{model.config.get_text_config().num_hidden_layers} layers (indices 0..that number)")
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "meta.json").write_text(json.dumps(meta))
     pairs = (self_distilled(args.conversations, args.first_file, args.last_file) if args.conversations
@@ -150,7 +186,7 @@ def main(argv=None) -> None:
             progress.update(tokens_in_shard)
             shard_index += 1
             continue
-        tensors = shard_tensors(model, tokenized, args.topk, args.tokens_per_batch, progress.update)
+        tensors = shard_tensors(model, tokenized, args.topk, args.tokens_per_batch, progress.update, fused_ids)
         tmp = path.with_suffix(".tmp")
         save_file(tensors, str(tmp))
         tmp.rename(path)

@@ -72,13 +72,18 @@ def router_examples_from_features(features: list[Path], drafter, cluster_of_toke
 
     embeds, feats, labels, total = [], [], [], 0
     progress = tqdm(total=num_tokens, unit="tok", desc="router data (cached features)")
-    sequences = (s for shard in feature_shards(features) for s in load_sequences(shard))
+    fused_ids = drafter.config.fused_hidden_state_ids
+    sequences = (s for shard in feature_shards(features, fused_ids) for s in load_sequences(shard, bool(fused_ids)))
     dtype = drafter.fc.weight.dtype
     for sequence in sequences:
         if total >= num_tokens:
             break
         batch = collate([sequence], "cpu")
-        ids, hidden, top = batch.input_ids[0], batch.hidden, batch.topk_ids[0, :, 0]
+        ids, top = batch.input_ids[0], batch.topk_ids[0, :, 0]
+        # The router's first-position input is the drafter's feature of the last verified position (fused, for
+        # drafters that fuse target layers), exactly what ChainDraftSession hands it.
+        target_features = torch.cat([batch.fused, batch.hidden], dim=-1) if fused_ids else batch.hidden
+        hidden = drafter.fuse_target_hidden(target_features.to(dtype)).float()  # [1, T, D]
         token_embeds = drafter.embed(ids[1:])[None].float()
         predicted = draft_pass(drafter, token_embeds.to(dtype), hidden[:, :-1].to(dtype)).float()
         # position 0: (E(x_{t+1}), f_t) -> target's token after x_{t+1}

@@ -9,6 +9,10 @@ drafter's, through the frozen LM head; inputs get uniform noise as in EAGLE. Wit
 also takes one step on its own predictions (EAGLE-3's training-time test, simplified to whole sequences),
 which is what it does from the second draft position on.
 
+Fused features: with `--fused-hidden-states I,J,..` (shards built with the same option) the drafter's feature
+of a verified position is `fuse([rms(h_I) ; rms(h_J) ; .. ; f])` instead of `f` (see hf_dynaspec.config); regression
+targets stay the post-norm `f`. Added to an `--init` drafter, `fuse` starts as a pass-through of `f`.
+
 Sampled-row loss: the shards keep the target's top-k next tokens, so the loss needs the head only over the
 union of the batch's top-k ids plus `--negatives` uniformly sampled rows (a few thousand rows instead of
 151,936). The target's distribution is the top-k renormalised. Validation always uses the full head:
@@ -41,57 +45,73 @@ from transformers import get_cosine_schedule_with_warmup
 from hf_dynaspec import DynaSpecAssistant
 from hf_dynaspec.drafter import causal_mask
 from hf_dynaspec.runner import load_target
+from recipes.build_features import parse_layer_ids
 
 
 # -- data ------------------------------------------------------------------------------------------------
 @dataclass
 class Sequence:
     """One cached conversation: ids `[T]`, target features `[T, D]`, target top-k `[T, k]` (ids, log-probs),
-    `response` `[T]` bool (True from the first response token on)."""
+    `response` `[T]` bool (True from the first response token on), and for fused drafters the target's
+    fused-layer states `[T, n*D]` (else None)."""
 
     input_ids: torch.Tensor
     hidden: torch.Tensor
     topk_ids: torch.Tensor
     topk_logp: torch.Tensor
     response: torch.Tensor
+    fused: torch.Tensor | None = None
 
 
 SHARD_FIELDS = ("input_ids", "hidden", "topk_ids", "topk_logp", "response_mask")
 
 
-def load_sequences(shard: Path) -> list[Sequence]:
+def load_sequences(shard: Path, fused: bool = False) -> list[Sequence]:
+    """The shard's sequences of 3 tokens or more; with `fused`, with their `fused_hidden` rows."""
     tensors = load_file(str(shard))
-    missing = [name for name in SHARD_FIELDS if name not in tensors]
+    fields = SHARD_FIELDS + (("fused_hidden",) if fused else ())
+    missing = [name for name in fields if name not in tensors]
     if missing:
-        raise SystemExit(f"{shard}: not a recipes.build_features shard (missing {missing}); rebuild it")
+        hint = ("build the features with --fused-hidden-states" if missing == ["fused_hidden"] else "rebuild it")
+        raise SystemExit(f"{shard}: not a recipes.build_features shard for this drafter (missing {missing}); {hint}")
     offsets = tensors["offsets"].tolist()
     return [
-        Sequence(*(tensors[name][start:end] for name in SHARD_FIELDS))
+        Sequence(*(tensors[name][start:end] for name in fields))
         for start, end in zip(offsets[:-1], offsets[1:])
         if end - start >= 3
     ]
 
 
-def feature_shards(directories: list[Path]) -> list[Path]:
-    """Finished shards of every directory, directory by directory (the first directory's first shard first)."""
+def feature_shards(directories: list[Path], fused_ids: list[int] | None = None) -> list[Path]:
+    """Finished shards of every directory, directory by directory (the first directory's first shard first).
+
+    With `fused_ids` (a fused drafter's `fused_hidden_state_ids`) every directory must have been built with
+    the same `--fused-hidden-states`: other layers side by side would silently feed the wrong states."""
     shards = []
     for directory in directories:
         found = sorted(Path(directory).glob("shard_*.safetensors"))
         if not found:
             raise SystemExit(f"{directory}: no finished shard_*.safetensors (run recipes.build_features first)")
+        if fused_ids:
+            meta_file = Path(directory) / "meta.json"
+            built = json.loads(meta_file.read_text()).get("fused_hidden_state_ids") if meta_file.is_file() else None
+            if built != list(fused_ids):
+                raise SystemExit(f"{directory} holds fused hidden states {built}, the drafter fuses {list(fused_ids)}: "
+                                 f"rebuild it with build_features --fused-hidden-states "
+                                 f"{','.join(map(str, fused_ids))}")
         shards += found
     return shards
 
 
-def split_held_out(shards: list[Path], val_tokens: int) -> tuple[list[Sequence], list[Sequence]]:
+def split_held_out(shards: list[Path], val_tokens: int, fused: bool = False) -> tuple[list[Sequence], list[Sequence]]:
     """(held-out, training) sequences: the first sequences of the first shard up to `val_tokens` are held out,
     everything else trains. Validate on the data that matters most (put self-distilled features first)."""
-    first = load_sequences(shards[0])
+    first = load_sequences(shards[0], fused)
     held_out, tokens = [], 0
     while first and tokens < val_tokens:
         held_out.append(first.pop(0))
         tokens += len(held_out[-1].input_ids)
-    train = first + [s for shard in shards[1:] for s in load_sequences(shard)]
+    train = first + [s for shard in shards[1:] for s in load_sequences(shard, fused)]
     if not train:
         raise SystemExit(f"nothing left to train on after holding out {tokens} tokens: build more features")
     return held_out, train
@@ -161,11 +181,13 @@ class Batch:
     topk_logp: torch.Tensor  # [B, T, k] float32
     valid: torch.Tensor  # [B, T] bool, False on padding
     response: torch.Tensor  # [B, T] bool, True on response tokens
+    fused: torch.Tensor | None = None  # [B, T, n*D] float32: fused-layer states, for fused drafters
 
 
 def collate(batch: list[Sequence], device) -> Batch:
     length = max(len(s.input_ids) for s in batch)
     size, dim, k = len(batch), batch[0].hidden.shape[-1], batch[0].topk_ids.shape[-1]
+    has_fused = batch[0].fused is not None
     out = Batch(
         torch.zeros(size, length, dtype=torch.long),
         torch.zeros(size, length, dim),
@@ -173,6 +195,7 @@ def collate(batch: list[Sequence], device) -> Batch:
         torch.full((size, length, k), -math.inf),
         torch.zeros(size, length, dtype=torch.bool),
         torch.zeros(size, length, dtype=torch.bool),
+        torch.zeros(size, length, batch[0].fused.shape[-1]) if has_fused else None,
     )
     for row, s in enumerate(batch):
         n = len(s.input_ids)
@@ -182,11 +205,23 @@ def collate(batch: list[Sequence], device) -> Batch:
         out.topk_logp[row, :n] = s.topk_logp.float()
         out.valid[row, :n] = True
         out.response[row, :n] = s.response.bool()
-    fields = ("input_ids", "hidden", "topk_ids", "topk_logp", "valid", "response")
-    return Batch(*(getattr(out, f).to(device) for f in fields))
+        if has_fused:
+            out.fused[row, :n] = s.fused.float()
+    fields = ("input_ids", "hidden", "topk_ids", "topk_logp", "valid", "response", "fused")
+    return Batch(*(None if getattr(out, f) is None else getattr(out, f).to(device) for f in fields))
 
 
 # -- objective -------------------------------------------------------------------------------------------
+def drafter_features(drafter, batch: Batch) -> torch.Tensor:
+    """The drafter's features of the batch's verified positions `[B, T, H]`: the target's last hidden state,
+    or for a fused drafter `fuse([fused states ; last hidden state])` (the order of select_target_hidden)."""
+    if drafter.config.fused_hidden_state_ids:
+        if batch.fused is None:
+            raise ValueError("this drafter fuses target layers: its batches need the shards' fused_hidden states")
+        return drafter.fuse_target_hidden(torch.cat([batch.fused, batch.hidden], dim=-1))
+    return batch.hidden
+
+
 def draft_pass(drafter, token_embeds: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
     """One drafter pass over whole sequences: pairs (E(x_{t+1}), f_t) `[B, T-1, ...]` -> predicted f_{t+1}."""
     length = features.shape[1]
@@ -225,7 +260,7 @@ def drafter_loss(drafter, batch: Batch, *, noise: float, cls_weight: float, unro
     features = batch.hidden
     mask = batch.valid[:, 1:] & batch.valid[:, :-1]  # pair t: inputs f_t and x_{t+1}, labels at t+1
     embeds = drafter.embed(batch.input_ids[:, 1:])
-    inputs = features[:, :-1]
+    inputs = drafter_features(drafter, batch)[:, :-1]
     if noise:
         inputs = inputs + (torch.rand(inputs.shape, generator=generator).to(inputs) * 2 - 1) * noise * inputs.abs().mean()
     head = drafter.target.lm_head.weight
@@ -257,7 +292,7 @@ def validate(drafter, batches: list[Batch]) -> dict:
     for batch in batches:
         mask = batch.valid[:, 1:] & batch.valid[:, :-1]
         embeds = drafter.embed(batch.input_ids[:, 1:])
-        first = draft_pass(drafter, embeds, batch.hidden[:, :-1])
+        first = draft_pass(drafter, embeds, drafter_features(drafter, batch)[:, :-1])
         second = draft_pass(drafter, embeds[:, 1:], first[:, :-1])
         for depth, (predicted, m) in enumerate([(first, mask), (second, mask[:, 1:] & mask[:, :-1])]):
             top = torch.cat([(rows @ head.T).argmax(-1) for rows in predicted[m].split(512)])  # [N, V] in chunks
@@ -303,6 +338,10 @@ def main(argv=None):
     parser.add_argument("--intermediate-size", type=int, default=None,
                         help="a fresh drafter's MLP width (default: the target's); narrower keeps the target's "
                              "most important channels and makes a smaller artifact")
+    parser.add_argument("--fused-hidden-states", default=None, metavar="I,J,...",
+                        help="make the drafter fuse the target's hidden_states[I], [J], ... with its last hidden "
+                             "state (features built with the same build_features option); with --init, on top "
+                             "of the initial drafter, starting as a pass-through")
     parser.add_argument("--epochs", type=float, default=1.0)
     parser.add_argument("--tokens-per-batch", type=int, default=4096)
     parser.add_argument("--lr", type=float, default=3e-4)
@@ -326,12 +365,19 @@ def main(argv=None):
                               mixed_precision="no" if not torch.cuda.is_available() else "bf16")
     target, _ = load_target(args.target, "fp32")
     target.requires_grad_(False)
-    assistant = (DynaSpecAssistant.from_pretrained(args.init, target=target) if args.init
-                 else DynaSpecAssistant.from_target(target, target_name_or_path=args.target,
-                                                    **({"intermediate_size": args.intermediate_size}
-                                                       if args.intermediate_size else {})))
+    fused_ids = parse_layer_ids(args.fused_hidden_states)
+    overrides = {"intermediate_size": args.intermediate_size} if args.intermediate_size else {}
+    if args.init:
+        assistant = DynaSpecAssistant.from_pretrained(args.init, target=target)
+        if fused_ids and assistant.config.fused_hidden_state_ids != fused_ids:
+            assistant.add_feature_fusion(fused_ids)
+    else:
+        assistant = DynaSpecAssistant.from_target(target, target_name_or_path=args.target,
+                                                  **overrides, **({"fused_hidden_state_ids": fused_ids} if fused_ids else {}))
+    fused_ids = assistant.config.fused_hidden_state_ids  # an --init drafter may fuse already
     # The full-head validation is costly: it is kept to --val-tokens.
-    held_out, train_sequences = split_held_out(feature_shards(args.features), args.val_tokens)
+    held_out, train_sequences = split_held_out(feature_shards(args.features, fused_ids), args.val_tokens,
+                                               fused=bool(fused_ids))
     val_batches = [collate(b, accelerator.device) for b in make_batches(held_out, args.tokens_per_batch, 0)]
     tokens_per_epoch = sum(len(s.input_ids) - 1 for s in train_sequences)
     schedule = BatchSchedule(train_sequences, args.tokens_per_batch, args.seed, accelerator.num_processes)

@@ -280,6 +280,8 @@ def test_build_features_refuses_to_resume_shards_of_another_file_range(tmp_path)
     check_resumable(out, {"conversations": "data/sd", "first_file": 0})  # the same stream resumes
     with pytest.raises(SystemExit, match="conversations"):
         check_resumable(out, {"conversations": "data/other", "first_file": 0})
+    with pytest.raises(SystemExit, match=r"fused_hidden_state_ids=None, not \[2, 5\]"):
+        check_resumable(out, {"conversations": "data/sd", "first_file": 0, "fused_hidden_state_ids": [2, 5]})
 
 
 @pytest.mark.real_model
