@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from hf_dynaspec.config import DynaSpecConfig
 from hf_dynaspec.families import family_classes, layer_config_for
@@ -110,8 +111,7 @@ class EagleDrafter(nn.Module):
             # RMS-normalised first. The last hidden state is post-norm already.
             dim = self.config.target_hidden_size
             *inner, last = target_hidden.split(dim, dim=-1)
-            inner = [h * torch.rsqrt(h.float().pow(2).mean(-1, keepdim=True) + self.config.rms_norm_eps).to(h.dtype)
-                     for h in inner]
+            inner = [F.rms_norm(h.float(), (dim,), eps=self.config.rms_norm_eps).to(h.dtype) for h in inner]
             return self.fuse(torch.cat(inner + [last], dim=-1))
         return target_hidden
 

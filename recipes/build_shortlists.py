@@ -68,7 +68,7 @@ def router_examples(model, tokenizer, cluster_of_token, num_tokens, max_length=5
 def router_examples_from_features(features: list[Path], drafter, cluster_of_token, num_tokens: int):
     """Router examples from cached shards: first-position ones on target features, second-position ones on
     the drafter's own predictions (half each). Returns (E [N, D], h [N, D], cluster [N])."""
-    from recipes.train_drafter import collate, draft_pass, feature_shards, load_sequences
+    from recipes.train_drafter import collate, draft_pass, drafter_features, feature_shards, load_sequences
 
     embeds, feats, labels, total = [], [], [], 0
     progress = tqdm(total=num_tokens, unit="tok", desc="router data (cached features)")
@@ -82,8 +82,7 @@ def router_examples_from_features(features: list[Path], drafter, cluster_of_toke
         ids, top = batch.input_ids[0], batch.topk_ids[0, :, 0]
         # The router's first-position input is the drafter's feature of the last verified position (fused, for
         # drafters that fuse target layers), exactly what ChainDraftSession hands it.
-        target_features = torch.cat([batch.fused, batch.hidden], dim=-1) if fused_ids else batch.hidden
-        hidden = drafter.fuse_target_hidden(target_features.to(dtype)).float()  # [1, T, D]
+        hidden = drafter_features(drafter, batch).float()  # [1, T, D]
         token_embeds = drafter.embed(ids[1:])[None].float()
         predicted = draft_pass(drafter, token_embeds.to(dtype), hidden[:, :-1].to(dtype)).float()
         # position 0: (E(x_{t+1}), f_t) -> target's token after x_{t+1}

@@ -213,13 +213,15 @@ def collate(batch: list[Sequence], device) -> Batch:
 
 # -- objective -------------------------------------------------------------------------------------------
 def drafter_features(drafter, batch: Batch) -> torch.Tensor:
-    """The drafter's features of the batch's verified positions `[B, T, H]`: the target's last hidden state,
-    or for a fused drafter `fuse([fused states ; last hidden state])` (the order of select_target_hidden)."""
+    """The drafter's features of the batch's verified positions `[B, T, H]` in the drafter's dtype: the target's
+    last hidden state, or for a fused drafter `fuse([fused states ; last hidden state])` (the order of
+    DynaSpecAssistant.select_target_hidden)."""
+    target_features = batch.hidden
     if drafter.config.fused_hidden_state_ids:
         if batch.fused is None:
             raise ValueError("this drafter fuses target layers: its batches need the shards' fused_hidden states")
-        return drafter.fuse_target_hidden(torch.cat([batch.fused, batch.hidden], dim=-1))
-    return batch.hidden
+        target_features = torch.cat([batch.fused, batch.hidden], dim=-1)
+    return drafter.fuse_target_hidden(target_features.to(drafter.fc.weight.dtype))
 
 
 def draft_pass(drafter, token_embeds: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
