@@ -215,10 +215,38 @@ def test_lookup_suffix_reaches_the_assistant_and_is_validated():
     assert seen == [{"shortlist": "dynaspec", "max_clusters": 8, "draft_confidence": 0.0, "prompt_lookup_tokens": 5},
                     {"shortlist": "full", "draft_confidence": 0.5, "prompt_lookup_tokens": DEFAULT_LOOKUP_TOKENS},
                     {"shortlist": "frspec", "shortlist_size": 1024, "draft_confidence": 0.0, "prompt_lookup_tokens": 3}]
-    for bad, message in [("eagle+lookup:0", "positive integer"), ("eagle+ngram", "only \\+ suffix"),
+    for bad, message in [("eagle+lookup:0", "positive integer"), ("eagle+ngram", "the \\+ suffixes are"),
                          ("prompt-lookup+lookup", "assistant's methods only"), ("dynaspec-tree+lookup", "not trees")]:
         with pytest.raises(ValueError, match=message):
             build_methods([bad], assistant_factory=lambda **o: object())
+
+
+def test_draft_suffix_sets_each_methods_own_draft_length(target):
+    seen = []
+    build_methods(["dynaspec:8+lookup:5+draft:3", "eagle+draft:1", "dynaspec:8"],
+                  assistant_factory=lambda **o: seen.append(o) or object())
+    assert seen[0]["num_draft_tokens"] == 3 and seen[0]["prompt_lookup_tokens"] == 5
+    assert seen[1]["num_draft_tokens"] == 1 and seen[1]["prompt_lookup_tokens"] == 0
+    assert "num_draft_tokens" not in seen[2]  # without +draft: the run's or the artifact's length
+    for bad, message in [("eagle+draft", "needs the number"), ("eagle+draft:0", "positive integer"),
+                         ("eagle+lookup+lookup:3", "each at most once"), ("dynaspec-tree+draft:2", "not trees|--tree"),
+                         ("vanilla+draft:2", "assistant's methods only")]:
+        with pytest.raises(ValueError, match=message):
+            build_methods([bad], assistant_factory=lambda **o: object())
+
+    # Interleaved in one run, each method drafts its own length (the run's default here is 2).
+    methods = build_methods(["vanilla", "eagle+draft:1", "eagle+draft:3", "eagle"],
+                            assistant_factory=lambda **o: imitating_assistant(target, noise=0.3,
+                                                                              **{"num_draft_tokens": 2, **o}))
+    report = run_benchmark(target, methods, _prompts(3), max_new_tokens=16, dtype="fp32", target_name="tiny",
+                           progress=False)
+    per_pass = {key: m["drafted_per_pass"] for key, m in report["methods"].items()}
+    assert per_pass["vanilla"] is None
+    # Drafts are cut short only near max_new_tokens, so each method's mean sits just below its length.
+    assert 0.8 < per_pass["eagle+draft:1"] <= 1.0
+    assert 1.6 < per_pass["eagle"] <= 2.0
+    assert 2.4 < per_pass["eagle+draft:3"] <= 3.0
+    assert all(m["exact"] for m in report["methods"].values())
 
 
 def test_tree_method_strings():

@@ -58,8 +58,9 @@ def run(args) -> dict:
     def assistant_factory(**overrides):
         if assistant_path is None:
             raise ValueError(f"no assistant ships for {args.target}: pass --assistant PATH")
-        return DynaSpecAssistant.from_pretrained(str(assistant_path), target=target,
-                                                 num_draft_tokens=args.num_draft_tokens, **tree, **overrides)
+        # A method's own +draft:K wins over --num-draft-tokens.
+        options = {"num_draft_tokens": args.num_draft_tokens, **tree, **overrides}
+        return DynaSpecAssistant.from_pretrained(str(assistant_path), target=target, **options)
 
     draft_model = load_target(args.draft_model, args.dtype)[0] if args.draft_model else None
     cpu_verify_method = None

@@ -124,6 +124,9 @@ def _summary(key: str, runs: list[Run], vanilla: list[Run]) -> dict:
         "lookup_share": lookup_passes / sum(r.stats["verify_passes"] for r in runs) if lookup_passes else None,
         "lookup_acceptance": (sum(r.stats.get("lookup_accepted", 0) for r in runs) / lookup_drafted
                               if lookup_drafted else None),
+        # Draft tokens the target checked per decoding pass (our assistant's methods only; lookup drafts included).
+        "drafted_per_pass": (sum(drafted) / sum(r.stats["verify_passes"] for r in runs)
+                             if any(r.stats for r in runs) else None),
         "tokens_per_s": tokens / sum(r.seconds for r in runs),
         "decode_tokens_per_s": sum(len(r.new_ids) - 1 for r in runs) / sum(r.seconds - r.prefill_seconds for r in runs),
         "speedup": geometric_mean([r.tokens_per_s / v.tokens_per_s for r, v in zip(runs, vanilla)]),

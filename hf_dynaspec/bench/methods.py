@@ -31,6 +31,8 @@ METHOD_HELP = {
     "...@P": "chain methods of the assistant (eagle ... dynaspec): draft_confidence P, e.g. dynaspec:8@0.6",
     "...+lookup[:N]": "chain methods of the assistant: prompt lookup first, up to N tokens (default "
                       f"{DEFAULT_LOOKUP_TOKENS}), the drafter when it finds nothing, e.g. dynaspec:8+lookup:5",
+    "...+draft:K": "chain methods of the assistant: K draft tokens per round for this method (default: "
+                   "--num-draft-tokens, else the artifact's), e.g. dynaspec:8+lookup:5+draft:3",
 }
 
 
@@ -46,21 +48,30 @@ class Method:
 
 
 def parse_method(key: str) -> tuple[str, str | None]:
-    """`name[:arg][@P][+lookup[:N]]` -> (name, arg); the suffixes are read by `parse_confidence` and
-    `parse_lookup`."""
+    """`name[:arg][@P][+lookup[:N]][+draft:K]` -> (name, arg); the suffixes are read by `parse_confidence` and
+    `parse_plus_suffixes`."""
     name, _, arg = key.partition("+")[0].partition("@")[0].partition(":")
     return name.strip(), (arg.strip() or None)
 
 
-def parse_lookup(key: str) -> int | None:
-    """The `+lookup[:N]` suffix of a method key: the assistant's prompt_lookup_tokens (None when absent)."""
-    head, plus, suffix = key.partition("+")
-    if not plus:
-        return None
-    name, _, arg = suffix.partition(":")
-    if name.strip() != "lookup":
-        raise ValueError(f"method {key!r}: the only + suffix is +lookup[:N], e.g. {head}+lookup:5")
-    return _positive_int(key, arg.strip() or None, DEFAULT_LOOKUP_TOKENS)
+def parse_plus_suffixes(key: str) -> dict[str, int]:
+    """The `+lookup[:N]` and `+draft:K` suffixes of a method key, as assistant overrides:
+    `prompt_lookup_tokens` and `num_draft_tokens` (each present only when its suffix is)."""
+    head, *suffixes = key.split("+")
+    overrides = {}
+    for suffix in suffixes:
+        name, _, arg = suffix.partition(":")
+        name, arg = name.strip(), arg.strip() or None
+        if name == "lookup" and "prompt_lookup_tokens" not in overrides:
+            overrides["prompt_lookup_tokens"] = _positive_int(key, arg, DEFAULT_LOOKUP_TOKENS)
+        elif name == "draft" and "num_draft_tokens" not in overrides:
+            if arg is None:
+                raise ValueError(f"method {key!r}: +draft needs the number of draft tokens, e.g. {head}+draft:3")
+            overrides["num_draft_tokens"] = _positive_int(key, arg)
+        else:
+            raise ValueError(f"method {key!r}: the + suffixes are +lookup[:N] and +draft:K, each at most once, "
+                             f"e.g. {head}+lookup:5+draft:3")
+    return overrides
 
 
 def parse_confidence(key: str) -> float | None:
@@ -105,7 +116,7 @@ def build_methods(
     for key in keys:
         name, arg = parse_method(key)
         if ("@" in key or "+" in key) and name in ("vanilla", "hf-assisted", "prompt-lookup"):
-            raise ValueError(f"method {key!r}: the @P and +lookup suffixes apply to the assistant's methods only")
+            raise ValueError(f"method {key!r}: the @P, +lookup and +draft suffixes apply to the assistant's methods only")
         if name == "vanilla":
             methods.append(Method(key))
         elif name == "hf-assisted":
@@ -130,15 +141,20 @@ def build_methods(
             if name in ("eagle", "eagle-tree") and arg is not None:
                 raise ValueError(f"method {key!r}: {name!r} takes no argument")
             confidence = parse_confidence(key)
-            lookup = parse_lookup(key)
+            plus = parse_plus_suffixes(key)
             if name.endswith("-tree") and confidence is not None:
                 raise ValueError(f"method {key!r}: a draft confidence applies to chain drafting, not trees")
-            if name.endswith("-tree") and lookup is not None:
+            if name.endswith("-tree") and "prompt_lookup_tokens" in plus:
                 raise ValueError(f"method {key!r}: prompt lookup applies to chain drafting, not trees")
+            if name.endswith("-tree") and "num_draft_tokens" in plus:
+                raise ValueError(f"method {key!r}: +draft sets a chain's length; a tree's size comes from --tree")
             # The key describes the whole method: without a suffix its feature is off, whatever default the
-            # artifact's config carries (a shipped config may turn prompt lookup on).
+            # artifact's config carries (a shipped config may turn prompt lookup on). The draft length is not a
+            # feature: without +draft it is the run's (--num-draft-tokens) or the artifact's.
             overrides["draft_confidence"] = confidence or 0.0
-            overrides["prompt_lookup_tokens"] = lookup or 0
+            overrides["prompt_lookup_tokens"] = plus.get("prompt_lookup_tokens", 0)
+            if "num_draft_tokens" in plus:
+                overrides["num_draft_tokens"] = plus["num_draft_tokens"]
             assistant = assistant_factory(**overrides)
             if name.endswith("-tree"):
                 methods.append(Method(key, {"custom_generate": tree_generate, "drafter": assistant}, assistant))
