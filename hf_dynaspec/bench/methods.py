@@ -116,7 +116,8 @@ def build_methods(
     for key in keys:
         name, arg = parse_method(key)
         if ("@" in key or "+" in key) and name in ("vanilla", "hf-assisted", "prompt-lookup"):
-            raise ValueError(f"method {key!r}: the @P, +lookup and +draft suffixes apply to the assistant's methods only")
+            raise ValueError(f"method {key!r}: the @P, +lookup and +draft suffixes apply to the assistant's "
+                             "methods only")
         if name == "vanilla":
             methods.append(Method(key))
         elif name == "hf-assisted":
