@@ -74,6 +74,22 @@ class Timers:
         model.forward = timed
 
 
+def print_table(report: dict) -> None:
+    """The report as a markdown table; "-" where a run has no such part (plain decoding, the chain's tree parts)."""
+
+    def ms(parts: dict, name: str) -> str:
+        return f"{parts[name]:.1f}" if name in parts else "-"
+
+    print(f"{report['target']}, {report['n_prompts']} prompts, {report['max_new_tokens']} new tokens, decode only")
+    print("| run | tokens / pass | ms / pass | ms / token | decode speedup | target forward | drafter | head |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for run, row in report["runs"].items():
+        parts = row["ms_per_pass"]
+        print(f"| {run} | {row['tokens_per_pass']:.2f} | {row['decode_ms_per_pass']:.1f} | "
+              f"{row['decode_ms_per_token']:.1f} | {row['decode_speedup']:.2f} | {ms(parts, 'target: decode')} | "
+              f"{ms(parts, 'drafter: propose_tree (all)')} | {ms(parts, 'drafter: shortlisted head')} |")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser()
     parser.add_argument("--target", default="qwen2.5-coder-0.5b-instruct")
@@ -136,14 +152,7 @@ def main(argv=None):
             "ms_per_pass": {name: 1000 * seconds / passes for name, seconds in timers.seconds[run].items()
                             if name != PREFILL},
         }
-    print(f"{args.target}, {len(encoded)} prompts, {args.max_new_tokens} new tokens, decode only")
-    print("| run | tokens / pass | ms / pass | ms / token | decode speedup | target forward | drafter | head |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for run, row in report["runs"].items():
-        parts = row["ms_per_pass"]
-        print(f"| {run} | {row['tokens_per_pass']:.2f} | {row['decode_ms_per_pass']:.1f} | "
-              f"{row['decode_ms_per_token']:.1f} | {row['decode_speedup']:.2f} | {parts['target: decode']:.1f} | "
-              f"{parts.get('drafter: propose_tree (all)', 0):.1f} | {parts.get('drafter: shortlisted head', 0):.1f} |")
+    print_table(report)
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
 
