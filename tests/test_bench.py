@@ -11,7 +11,8 @@ import torch
 from conftest import VOCAB, imitating_assistant, one_layer_target
 from hf_dynaspec.bench import EncodedPrompt, Method, build_methods, load_prompts, run_benchmark
 from hf_dynaspec.bench.harness import interleaved_order
-from hf_dynaspec.bench.methods import DEFAULT_LOOKUP_TOKENS
+from hf_dynaspec.bench.command import parse_assistant_options
+from hf_dynaspec.bench.methods import DEFAULT_LOOKUP_TOKENS, expand_assistant_labels
 from hf_dynaspec.bench.report import markdown_table, write_plots
 from recipes.data_paths import shared_data_dir
 
@@ -294,3 +295,52 @@ def test_mt_bench_second_turn_follows_the_targets_own_first_answer(tmp_path):
                                            {"role": "assistant", "content": "my answer"},
                                            {"role": "user", "content": "w2"}]
     assert len(encode_prompts(RecordingTokenizer(), prompts)) == 2  # first turns only unless asked
+
+
+def test_labelled_assistants_each_serve_their_own_methods():
+    keys = expand_assistant_labels(["vanilla", "dynaspec:8+lookup:5", "prompt-lookup:3", "old/eagle"], ["old", "new"])
+    assert keys == ["vanilla", "old/dynaspec:8+lookup:5", "new/dynaspec:8+lookup:5", "prompt-lookup:3", "old/eagle"]
+    assert expand_assistant_labels(["vanilla", "eagle"], []) == ["vanilla", "eagle"]  # one unlabelled assistant
+    seen = []
+    factories = {label: (lambda label: lambda **o: seen.append((label, o)) or object())(label) for label in ("old", "new")}
+    methods = build_methods(keys, labelled_factories=factories)
+    assert [m.key for m in methods] == keys
+    lookup = {"shortlist": "dynaspec", "max_clusters": 8, "draft_confidence": 0.0, "prompt_lookup_tokens": 5}
+    assert seen == [("old", lookup), ("new", lookup),
+                    ("old", {"shortlist": "full", "draft_confidence": 0.0, "prompt_lookup_tokens": 0})]
+    for bad, message in [("cur/eagle", "no assistant is labelled 'cur'"), ("old/vanilla", "assistant's methods only"),
+                         ("eagle", "write LABEL/eagle"), ("old/eagle+draft", "needs the number")]:
+        with pytest.raises(ValueError, match=message):
+            build_methods([bad], labelled_factories=factories)
+    with pytest.raises(ValueError, match="no assistant is labelled 'old'.*--assistant LABEL=PATH"):
+        build_methods(["old/eagle"], assistant_factory=lambda **o: object())
+
+
+def test_two_assistants_interleaved_in_one_run_are_measured_apart(target):
+    # A faithful drafter and a noisy one: a harness that mixed up their assistants would report equal taus.
+    assistants = {"good": imitating_assistant(target, num_draft_tokens=3),
+                  "noisy": imitating_assistant(target, noise=3.0, seed=5, num_draft_tokens=3)}
+    keys = expand_assistant_labels(["vanilla", "eagle"], list(assistants))
+    methods = build_methods(keys, labelled_factories={k: (lambda a: lambda **o: a)(a) for k, a in assistants.items()})
+    runs = []
+    report = run_benchmark(target, methods, _prompts(3), max_new_tokens=16, dtype="fp32", target_name="tiny",
+                           progress=False, on_run=lambda prompt, method, run: runs.append((method.key, run)))
+    good, noisy = report["methods"]["good/eagle"], report["methods"]["noisy/eagle"]
+    assert good["exact"] and noisy["exact"]  # every method is lossless, whatever its drafter
+    assert good["tau"] > noisy["tau"] + 0.3
+    for key, assistant in assistants.items():  # each run's stats came from its own assistant
+        own = [run for k, run in runs if k == f"{key}/eagle"]
+        assert report["methods"][f"{key}/eagle"]["tau"] == pytest.approx(
+            sum(len(r.new_ids) for r in own) / sum(r.target_passes for r in own))
+
+
+def test_assistant_options_parse_labels_and_reject_clashes():
+    assert parse_assistant_options(None) == {}
+    assert parse_assistant_options(["outputs/package"]) == {None: "outputs/package"}
+    assert parse_assistant_options(["v7=outputs/package-15b-v7"]) == {"v7": "outputs/package-15b-v7"}
+    assert parse_assistant_options(["a/v6/", "v7=b/package"]) == {"v6": "a/v6/", "v7": "b/package"}
+    with pytest.raises(ValueError, match="two assistants are labelled 'package'"):
+        parse_assistant_options(["x/package", "y/package"])
+    for bad in ["=path", "v7=", "a/b=path"]:
+        with pytest.raises(ValueError, match="LABEL=PATH"):
+            parse_assistant_options([bad])

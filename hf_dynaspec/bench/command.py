@@ -16,8 +16,10 @@ def add_parser(commands) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="methods:\n" + "\n".join(f"  {name:20s} {text}" for name, text in METHOD_HELP.items()))
     bench.add_argument("--target", required=True, help="zoo name, local directory or Hub id")
-    bench.add_argument("--assistant", default=None,
-                       help="assistant directory or Hub id (default: the one shipped for the target)")
+    bench.add_argument("--assistant", action="append", default=None, metavar="[LABEL=]PATH",
+                       help="assistant directory or Hub id (default: the one shipped for the target); repeat as "
+                            "--assistant v6=PATH --assistant v7=PATH to time several assistants interleaved in "
+                            "one run, their methods keyed LABEL/method")
     bench.add_argument("--draft-model", default=None, help="draft model for the hf-assisted method")
     bench.add_argument("--methods", required=True, help="comma-separated, e.g. vanilla,eagle,frspec:32768,dynaspec")
     bench.add_argument("--prompts", required=True, help="Spec-Bench or HumanEval .jsonl files, comma-separated")
@@ -42,25 +44,32 @@ def run(args) -> dict:
 
     from hf_dynaspec.assistant import DynaSpecAssistant
     from hf_dynaspec.bench.harness import run_benchmark
-    from hf_dynaspec.bench.methods import build_methods
+    from hf_dynaspec.bench.methods import build_methods, expand_assistant_labels
     from hf_dynaspec.bench.prompts import encode_prompts, load_prompts
     from hf_dynaspec.bench.report import markdown_table, write_plots
     from hf_dynaspec.runner import load_target, shipped_assistant_dir
     from hf_dynaspec.tree import parse_tree_shape
 
-    keys = [k.strip() for k in args.methods.split(",") if k.strip()]
+    assistants = parse_assistant_options(args.assistant)  # before loading anything: bad options fail fast
+    keys = expand_assistant_labels([k.strip() for k in args.methods.split(",") if k.strip()],
+                                   [label for label in assistants if label is not None])
     prompts = load_prompts(args.prompts.split(","), args.limit_per_category)
     target, tokenizer = load_target(args.target, args.dtype)
-    assistant_path = args.assistant or shipped_assistant_dir(args.target)
+    if not assistants:
+        shipped = shipped_assistant_dir(args.target)
+        assistants = {None: str(shipped)} if shipped else {}
 
     tree = parse_tree_shape(args.tree)
 
-    def assistant_factory(**overrides):
-        if assistant_path is None:
-            raise ValueError(f"no assistant ships for {args.target}: pass --assistant PATH")
-        # A method's own +draft:K wins over --num-draft-tokens.
-        options = {"num_draft_tokens": args.num_draft_tokens, **tree, **overrides}
-        return DynaSpecAssistant.from_pretrained(str(assistant_path), target=target, **options)
+    def factory_for(path: str):
+        def assistant_factory(**overrides):
+            # A method's own +draft:K wins over --num-draft-tokens.
+            options = {"num_draft_tokens": args.num_draft_tokens, **tree, **overrides}
+            return DynaSpecAssistant.from_pretrained(path, target=target, **options)
+        return assistant_factory
+
+    def no_assistant(**_):
+        raise ValueError(f"no assistant ships for {args.target}: pass --assistant PATH")
 
     draft_model = load_target(args.draft_model, args.dtype)[0] if args.draft_model else None
     cpu_verify_method = None
@@ -71,7 +80,9 @@ def run(args) -> dict:
         cpu_verify_method = cpu_verify.enabled_method(target)
         if draft_model is not None:  # hf-assisted's draft model re-reads accepted tokens: same help, same terms
             cpu_verify.enable(draft_model, max_rows=cpu_verify.ANY_ROWS, method=args.cpu_verify)
-    methods = build_methods(keys, assistant_factory=assistant_factory, draft_model=draft_model)
+    labelled = {label: factory_for(path) for label, path in assistants.items() if label is not None}
+    methods = build_methods(keys, assistant_factory=factory_for(assistants[None]) if None in assistants
+                            else no_assistant, labelled_factories=labelled or None, draft_model=draft_model)
     answer = None
     if args.mt_bench_turns == 2:
         def answer(input_ids):
@@ -81,7 +92,8 @@ def run(args) -> dict:
     encoded = encode_prompts(tokenizer, prompts, answer_first_turn=answer)
     report = run_benchmark(target, methods, encoded, max_new_tokens=args.max_new_tokens,
                            dtype=args.dtype, target_name=args.target)
-    report["assistant"] = str(assistant_path) if assistant_path else None
+    # One assistant: its path; several: {label: path}.
+    report["assistant"] = assistants.get(None) if None in assistants or not assistants else dict(assistants)
     report["draft_model"] = args.draft_model
     report["cpu_verify"] = cpu_verify_method  # "kernel" | "shadow" | None
     report["command"] = "hf-dynaspec " + " ".join(sys.argv[1:]) if sys.argv[0].endswith("hf-dynaspec") else None
@@ -92,3 +104,27 @@ def run(args) -> dict:
     if args.plots:
         write_plots(report, Path(args.plots), vocab_size=target.get_output_embeddings().weight.shape[0])
     return report
+
+
+def parse_assistant_options(values: list[str] | None) -> dict[str | None, str]:
+    """`--assistant` values -> {label: path}. One value without a label -> {None: path}; with several values
+    every one is labelled, by `LABEL=PATH` or else by its directory's name, and labels must differ."""
+    if not values:
+        return {}
+    parsed = []
+    for value in values:
+        label, equals, path = value.partition("=")
+        label, path = (label.strip(), path.strip()) if equals else (None, value.strip())
+        if equals and (not label or not path or "/" in label or "," in label):
+            raise ValueError(f"--assistant {value!r}: write LABEL=PATH with a label free of '/' and ',', "
+                             "e.g. --assistant v7=outputs/package-15b-v7")
+        parsed.append((label, path))
+    if len(parsed) == 1 and parsed[0][0] is None:
+        return {None: parsed[0][1]}
+    labelled = {}
+    for label, path in parsed:
+        label = label or Path(path.rstrip("/")).name
+        if label in labelled:
+            raise ValueError(f"two assistants are labelled {label!r}: give each its own as --assistant LABEL=PATH")
+        labelled[label] = path
+    return labelled

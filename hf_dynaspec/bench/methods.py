@@ -4,6 +4,10 @@ Every method is greedy `model.generate()` with different keyword arguments: tran
 generation (`hf-assisted`, a separate draft model) and prompt lookup, or a DynaSpecAssistant configured with
 one shortlist strategy. DynaSpec methods each get their own assistant object (sharing nothing mutable), so
 that switching between methods never rebuilds a head.
+
+Several assistants (e.g. two versions of a drafter) can run in one interleaved benchmark: each gets a label, and
+an assistant method is then keyed `LABEL/method` (`v7/dynaspec:8+lookup:5`); `expand_assistant_labels` turns an
+unlabelled assistant method into one method per assistant.
 """
 
 from __future__ import annotations
@@ -33,7 +37,10 @@ METHOD_HELP = {
                       f"{DEFAULT_LOOKUP_TOKENS}), the drafter when it finds nothing, e.g. dynaspec:8+lookup:5",
     "...+draft:K": "chain methods of the assistant: K draft tokens per round for this method (default: "
                    "--num-draft-tokens, else the artifact's), e.g. dynaspec:8+lookup:5+draft:3",
+    "LABEL/...": "with several --assistant LABEL=PATH: the assistant's methods of that one assistant; an "
+                 "unlabelled assistant method runs once per assistant",
 }
+ASSISTANT_METHODS = ("eagle", "frspec", "vocabtrim", "dynaspec-fixed", "dynaspec", "eagle-tree", "dynaspec-tree")
 
 
 @dataclass
@@ -47,17 +54,37 @@ class Method:
         return self.assistant.stats.as_dict() if self.assistant is not None else {}
 
 
+def split_label(key: str) -> tuple[str | None, str]:
+    """`LABEL/method` -> (LABEL, method); a key without a label -> (None, key)."""
+    label, slash, rest = key.partition("/")
+    return (label.strip(), rest.strip()) if slash else (None, key)
+
+
 def parse_method(key: str) -> tuple[str, str | None]:
-    """`name[:arg][@P][+lookup[:N]][+draft:K]` -> (name, arg); the suffixes are read by `parse_confidence` and
-    `parse_plus_suffixes`."""
-    name, _, arg = key.partition("+")[0].partition("@")[0].partition(":")
+    """`[LABEL/]name[:arg][@P][+lookup[:N]][+draft:K]` -> (name, arg); the suffixes are read by
+    `parse_confidence` and `parse_plus_suffixes`, the label by `split_label`."""
+    name, _, arg = split_label(key)[1].partition("+")[0].partition("@")[0].partition(":")
     return name.strip(), (arg.strip() or None)
+
+
+def expand_assistant_labels(keys: list[str], labels: list[str]) -> list[str]:
+    """With labelled assistants, every unlabelled assistant method becomes one `LABEL/method` per label, in the
+    order of `labels`; other keys are kept. `labels == []` (one unlabelled assistant) changes nothing."""
+    if not labels:
+        return list(keys)
+    expanded = []
+    for key in keys:
+        if split_label(key)[0] is None and parse_method(key)[0] in ASSISTANT_METHODS:
+            expanded += [f"{label}/{key}" for label in labels]
+        else:
+            expanded.append(key)
+    return expanded
 
 
 def parse_plus_suffixes(key: str) -> dict[str, int]:
     """The `+lookup[:N]` and `+draft:K` suffixes of a method key, as assistant overrides:
     `prompt_lookup_tokens` and `num_draft_tokens` (each present only when its suffix is)."""
-    head, *suffixes = key.split("+")
+    head, *suffixes = split_label(key)[1].split("+")
     overrides = {}
     for suffix in suffixes:
         name, _, arg = suffix.partition(":")
@@ -76,7 +103,7 @@ def parse_plus_suffixes(key: str) -> dict[str, int]:
 
 def parse_confidence(key: str) -> float | None:
     """The `@P` suffix of a method key: the assistant's draft_confidence (None when absent)."""
-    head, at, value = key.partition("+")[0].partition("@")
+    head, at, value = split_label(key)[1].partition("+")[0].partition("@")
     if not at:
         return None
     try:
@@ -106,15 +133,31 @@ def build_methods(
     keys: list[str],
     *,
     assistant_factory: Callable[..., DynaSpecAssistant] | None = None,
+    labelled_factories: dict[str, Callable[..., DynaSpecAssistant]] | None = None,
     draft_model=None,
 ) -> list[Method]:
     """Methods for `keys`. `assistant_factory(**overrides)` loads a fresh assistant attached to the target
-    (overrides as in `DynaSpecAssistant.from_pretrained`); `draft_model` serves `hf-assisted`."""
+    (overrides as in `DynaSpecAssistant.from_pretrained`); `labelled_factories` holds one such factory per
+    label, for keys `LABEL/method` (pass the keys through `expand_assistant_labels` first); `draft_model` serves
+    `hf-assisted`."""
     if len(set(keys)) != len(keys):
         raise ValueError(f"a method is listed twice in {keys}")
     methods = []
     for key in keys:
         name, arg = parse_method(key)
+        label = split_label(key)[0]
+        if label is not None and name not in ASSISTANT_METHODS:
+            raise ValueError(f"method {key!r}: a LABEL/ prefix picks an assistant, so it applies to the "
+                             "assistant's methods only")
+        if labelled_factories and name in ASSISTANT_METHODS and label is None:
+            raise ValueError(f"method {key!r}: several assistants are labelled ({', '.join(labelled_factories)}): "
+                             f"write LABEL/{key}, or pass the keys through expand_assistant_labels")
+        factory = assistant_factory
+        if label is not None:
+            if not labelled_factories or label not in labelled_factories:
+                known = ", ".join(labelled_factories or []) or "none: pass --assistant LABEL=PATH"
+                raise ValueError(f"method {key!r}: no assistant is labelled {label!r} (labels: {known})")
+            factory = labelled_factories[label]
         if ("@" in key or "+" in key) and name in ("vanilla", "hf-assisted", "prompt-lookup"):
             raise ValueError(f"method {key!r}: the @P, +lookup and +draft suffixes apply to the assistant's "
                              "methods only")
@@ -126,8 +169,8 @@ def build_methods(
             methods.append(Method(key, {"assistant_model": draft_model}))
         elif name == "prompt-lookup":
             methods.append(Method(key, {"prompt_lookup_num_tokens": _positive_int(key, arg, 10)}))
-        elif name in ("eagle", "frspec", "vocabtrim", "dynaspec-fixed", "dynaspec", "eagle-tree", "dynaspec-tree"):
-            if assistant_factory is None:
+        elif name in ASSISTANT_METHODS:
+            if factory is None:
                 raise ValueError(f"method {key!r} needs an assistant: pass --assistant PATH")
             overrides = {
                 "eagle": lambda: {"shortlist": "full"},
@@ -156,7 +199,7 @@ def build_methods(
             overrides["prompt_lookup_tokens"] = plus.get("prompt_lookup_tokens", 0)
             if "num_draft_tokens" in plus:
                 overrides["num_draft_tokens"] = plus["num_draft_tokens"]
-            assistant = assistant_factory(**overrides)
+            assistant = factory(**overrides)
             if name.endswith("-tree"):
                 methods.append(Method(key, {"custom_generate": tree_generate, "drafter": assistant}, assistant))
             else:
