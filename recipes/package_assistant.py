@@ -17,6 +17,7 @@ import torch
 from safetensors import safe_open
 
 from hf_dynaspec import DynaSpecAssistant
+from hf_dynaspec.bench.report import single_assistant_view
 
 
 def feature_summary(features: Path) -> dict:
@@ -52,6 +53,9 @@ def main(argv=None):
     parser.add_argument("--features", type=Path, default=None, nargs="+",
                         help="recipes.build_features --out directories the drafter trained on")
     parser.add_argument("--bench", type=Path, default=None, help="an `hf-dynaspec bench --json` report")
+    parser.add_argument("--bench-label", default=None,
+                        help="the label of this assistant in a --bench report that timed several (--assistant "
+                             "LABEL=PATH): the card shows its rows and the unlabelled ones")
     parser.add_argument("--commands", type=Path, default=None, help="text file with the command lines used")
     parser.add_argument("--dtype", choices=["bf16", "fp32"], default="bf16")
     parser.add_argument("--shortlist", default=None, help="default shortlist strategy of the shipped artifact")
@@ -81,7 +85,13 @@ def main(argv=None):
         training["shortlists"] = {k: v for k, v in json.loads(metrics.read_text()).items() if k != "command"}
     assistant.card_data = {**assistant.card_data, "training": training}
     if args.bench:
-        assistant.card_data["results"] = json.loads(args.bench.read_text())
+        results = json.loads(args.bench.read_text())
+        if args.bench_label is not None:
+            results = single_assistant_view(results, args.bench_label)
+        elif isinstance(results.get("assistant"), dict):
+            parser.error(f"{args.bench} timed several assistants ({', '.join(results['assistant'])}): pass "
+                         "--bench-label LABEL to pick this one's rows")
+        assistant.card_data["results"] = results
     if args.dtype == "bf16":
         assistant.to(torch.bfloat16)  # integer buffers (cluster order, ids) keep their dtype
     assistant.save_pretrained(args.out)

@@ -13,7 +13,7 @@ from hf_dynaspec.bench import EncodedPrompt, Method, build_methods, load_prompts
 from hf_dynaspec.bench.harness import interleaved_order
 from hf_dynaspec.bench.command import parse_assistant_options
 from hf_dynaspec.bench.methods import DEFAULT_LOOKUP_TOKENS, expand_assistant_labels
-from hf_dynaspec.bench.report import markdown_table, write_plots
+from hf_dynaspec.bench.report import markdown_table, single_assistant_view, write_plots
 from recipes.data_paths import shared_data_dir
 
 SHARED_EVAL = shared_data_dir() / "eval"
@@ -344,3 +344,19 @@ def test_assistant_options_parse_labels_and_reject_clashes():
     for bad in ["=path", "v7=", "a/b=path"]:
         with pytest.raises(ValueError, match="LABEL=PATH"):
             parse_assistant_options([bad])
+
+
+def test_a_labelled_report_narrows_to_one_assistant_for_its_card():
+    row = lambda tau: {"tau": tau, "exact": True}  # noqa: E731
+    report = {"n_prompts": 7, "assistant": {"v6": "outputs/package-15b-v6", "v7": "outputs/package-15b-v7"},
+              "methods": {"vanilla": row(None), "v6/dynaspec:8": row(1.3), "v7/dynaspec:8": row(1.4),
+                          "prompt-lookup": row(1.35), "v7/eagle": row(1.5)}}
+    view = single_assistant_view(report, "v7")
+    assert view["methods"] == {"vanilla": row(None), "dynaspec:8": row(1.4), "prompt-lookup": row(1.35),
+                               "eagle": row(1.5)}
+    assert view["assistant"] == "outputs/package-15b-v7" and view["other_assistants"] == {"v6": "outputs/package-15b-v6"}
+    assert view["n_prompts"] == 7 and "v6/dynaspec:8" in report["methods"]  # the original is left as it was
+    with pytest.raises(ValueError, match="no assistant labelled 'v8'.*v6, v7"):
+        single_assistant_view(report, "v8")
+    with pytest.raises(ValueError, match="one unlabelled assistant"):
+        single_assistant_view({**report, "assistant": "outputs/package"}, "v7")

@@ -387,3 +387,21 @@ def test_package_assistant_writes_bf16_weights_card_and_defaults(tmp_path):
     assert card["training"]["commands"] == "python -m recipes.train_drafter --target t"
     assert card["results"] == bench
     assert "python -m recipes.train_drafter --target t" in (tmp_path / "out" / "README.md").read_text()
+
+
+def test_package_assistant_takes_its_own_rows_from_a_run_of_several_assistants(tmp_path):
+    from recipes.package_assistant import main as package
+
+    DynaSpecAssistant.from_target(one_layer_target("qwen2")).save_pretrained(tmp_path / "src")
+    bench = {"target": "t", "assistant": {"v6": "a", "v7": "b"},
+             "methods": {"vanilla": {"tau": None}, "v6/dynaspec": {"tau": 1.3}, "v7/dynaspec": {"tau": 1.4}}}
+    (tmp_path / "bench.json").write_text(json.dumps(bench))
+    args = ["--assistant", str(tmp_path / "src"), "--out", str(tmp_path / "out"), "--bench", str(tmp_path / "bench.json")]
+    with pytest.raises(SystemExit):  # which rows are this artifact's is ambiguous without a label
+        package(args)
+    assert not (tmp_path / "out").exists()
+    package(args + ["--bench-label", "v7"])
+    card = json.loads((tmp_path / "out" / "card.json").read_text())
+    assert card["results"]["methods"] == {"vanilla": {"tau": None}, "dynaspec": {"tau": 1.4}}
+    assert card["results"]["assistant"] == "b" and card["results"]["other_assistants"] == {"v6": "a"}
+    assert "| dynaspec | 1.40 |" in (tmp_path / "out" / "README.md").read_text()

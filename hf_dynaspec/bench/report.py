@@ -13,6 +13,25 @@ def _fmt(value, digits: int = 2) -> str:
     return f"{value:,}"
 
 
+def single_assistant_view(report: dict, label: str) -> dict:
+    """The report of a run with several labelled assistants, as if only assistant `label` had run: its
+    `LABEL/method` rows renamed `method`, the other assistants' rows dropped, methods without a label kept
+    (vanilla, transformers' methods). For an artifact's model card."""
+    assistants = report.get("assistant")
+    if not isinstance(assistants, dict) or label not in assistants:
+        known = ", ".join(assistants) if isinstance(assistants, dict) else "none: the run had one unlabelled assistant"
+        raise ValueError(f"the bench report has no assistant labelled {label!r} (labels: {known})")
+    methods = {}
+    for key, value in report["methods"].items():
+        own, slash, method = key.partition("/")
+        if not slash:
+            methods[key] = value
+        elif own == label:
+            methods[method] = value
+    return {**report, "methods": methods, "assistant": assistants[label],
+            "other_assistants": {k: v for k, v in assistants.items() if k != label}}
+
+
 def markdown_table(report: dict) -> str:
     """One row per method, then tau / speedup per category."""
     methods = report["methods"]
