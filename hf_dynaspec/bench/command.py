@@ -92,8 +92,8 @@ def run(args) -> dict:
     encoded = encode_prompts(tokenizer, prompts, answer_first_turn=answer)
     report = run_benchmark(target, methods, encoded, max_new_tokens=args.max_new_tokens,
                            dtype=args.dtype, target_name=args.target)
-    # One assistant: its path; several: {label: path}.
-    report["assistant"] = assistants.get(None) if None in assistants or not assistants else dict(assistants)
+    # One assistant: its path; several: {label: path}; none: None.
+    report["assistant"] = assistants[None] if None in assistants else (assistants or None)
     report["draft_model"] = args.draft_model
     report["cpu_verify"] = cpu_verify_method  # "kernel" | "shadow" | None
     report["command"] = "hf-dynaspec " + " ".join(sys.argv[1:]) if sys.argv[0].endswith("hf-dynaspec") else None

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from hf_dynaspec.bench.methods import split_label
+
 
 def _fmt(value, digits: int = 2) -> str:
     if value is None:
@@ -23,10 +25,8 @@ def single_assistant_view(report: dict, label: str) -> dict:
         raise ValueError(f"the bench report has no assistant labelled {label!r} (labels: {known})")
     methods = {}
     for key, value in report["methods"].items():
-        own, slash, method = key.partition("/")
-        if not slash:
-            methods[key] = value
-        elif own == label:
+        own, method = split_label(key)
+        if own in (None, label):
             methods[method] = value
     return {**report, "methods": methods, "assistant": assistants[label],
             "other_assistants": {k: v for k, v in assistants.items() if k != label}}
