@@ -82,24 +82,37 @@ def load_sequences(shard: Path, fused: bool = False) -> list[Sequence]:
     ]
 
 
-def feature_shards(directories: list[Path], fused_ids: list[int] | None = None) -> list[Path]:
-    """Finished shards of every directory, directory by directory (the first directory's first shard first).
+def feature_shards(sources: list[Path], fused_ids: list[int] | None = None) -> list[Path]:
+    """Finished shards of every source, in order (the first source's first shard first).
 
-    With `fused_ids` (a fused drafter's `fused_hidden_state_ids`) every directory must have been built with
+    A source is a recipes.build_features output directory or one of its shard files. Naming a shard file first
+    and its directory later holds out validation from that shard (say, one the previous version never saw)
+    while the directory's other shards still train; a shard named twice is used once, where it first appears.
+
+    With `fused_ids` (a fused drafter's `fused_hidden_state_ids`) every source must have been built with
     the same `--fused-hidden-states`: other layers side by side would silently feed the wrong states."""
-    shards = []
-    for directory in directories:
-        found = sorted(Path(directory).glob("shard_*.safetensors"))
-        if not found:
-            raise SystemExit(f"{directory}: no finished shard_*.safetensors (run recipes.build_features first)")
+    shards: list[Path] = []
+    seen: set[Path] = set()
+    for source in map(Path, sources):
+        if source.is_file():
+            if not source.name.startswith("shard_") or source.suffix != ".safetensors":
+                raise SystemExit(f"{source}: not a features directory or a shard_*.safetensors file")
+            directory, found = source.parent, [source]
+        else:
+            directory, found = source, sorted(source.glob("shard_*.safetensors"))
+            if not found:
+                raise SystemExit(f"{source}: no finished shard_*.safetensors (run recipes.build_features first)")
         if fused_ids:
-            meta_file = Path(directory) / "meta.json"
+            meta_file = directory / "meta.json"
             built = json.loads(meta_file.read_text()).get("fused_hidden_state_ids") if meta_file.is_file() else None
             if built != list(fused_ids):
-                raise SystemExit(f"{directory} holds fused hidden states {built}, the drafter fuses {list(fused_ids)}: "
+                raise SystemExit(f"{source} holds fused hidden states {built}, the drafter fuses {list(fused_ids)}: "
                                  f"rebuild it with build_features --fused-hidden-states "
                                  f"{','.join(map(str, fused_ids))}")
-        shards += found
+        for shard in found:
+            if shard.resolve() not in seen:
+                seen.add(shard.resolve())
+                shards.append(shard)
     return shards
 
 
@@ -334,7 +347,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--target", required=True)
     parser.add_argument("--features", required=True, type=Path, nargs="+",
-                        help="one or more recipes.build_features outputs; validation comes from the first")
+                        help="recipes.build_features output directories or single shard files; validation comes from "
+                             "the first; a shard named twice trains once")
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--init", default=None, help="assistant to start from (default: fresh from the target)")
     parser.add_argument("--intermediate-size", type=int, default=None,

@@ -66,6 +66,24 @@ def test_held_out_split_keeps_every_other_sequence_for_training(tmp_path):
         split_held_out(shards[:1], val_tokens=10**6)
 
 
+def test_a_shard_named_before_its_directory_comes_first_and_trains_once(tmp_path):
+    from recipes.train_drafter import feature_shards
+
+    for directory, count in [("new", 3), ("old", 1)]:
+        (tmp_path / directory).mkdir()
+        for index in range(count):
+            (tmp_path / directory / f"shard_{index:05d}.safetensors").write_bytes(b"")
+    new = tmp_path / "new"
+    shards = feature_shards([new / "shard_00001.safetensors", new, tmp_path / "old", new / "shard_00002.safetensors"])
+    # Validation comes from the first shard, so the named shard leads; the directory adds only its other shards.
+    assert [path.relative_to(tmp_path).as_posix() for path in shards] == [
+        "new/shard_00001.safetensors", "new/shard_00000.safetensors", "new/shard_00002.safetensors",
+        "old/shard_00000.safetensors"]
+    (tmp_path / "notes.txt").write_text("x")
+    with pytest.raises(SystemExit, match="not a features directory or a shard"):
+        feature_shards([tmp_path / "notes.txt"])
+
+
 def test_validation_on_response_positions_matches_a_direct_count(tmp_path):
     from recipes.train_drafter import draft_pass, validate
 
