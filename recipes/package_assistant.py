@@ -18,17 +18,26 @@ from safetensors import safe_open
 
 from hf_dynaspec import DynaSpecAssistant
 from hf_dynaspec.bench.report import single_assistant_view
+from recipes.train_drafter import feature_shards
 
 
-def feature_summary(features: Path) -> dict:
-    shards = sorted(features.glob("shard_*.safetensors"))
-    tokens = sequences = 0
-    for shard in shards:
-        with safe_open(str(shard), "pt") as f:
-            tokens += f.get_slice("input_ids").get_shape()[0]
-            sequences += f.get_slice("offsets").get_shape()[0] - 1
-    meta = json.loads((features / "meta.json").read_text()) if (features / "meta.json").is_file() else {}
-    return {"shards": len(shards), "sequences": sequences, "tokens": tokens, **meta}
+def feature_summaries(sources: list[Path]) -> list[dict]:
+    """One summary per features directory, in training order, counting each shard once: `sources` are the
+    train_drafter `--features` (directories or single shard files; a shard named first and then with its
+    directory counts in that directory)."""
+    by_directory: dict[Path, list[Path]] = {}
+    for shard in feature_shards(sources):
+        by_directory.setdefault(shard.parent, []).append(shard)
+    summaries = []
+    for directory, shards in by_directory.items():
+        tokens = sequences = 0
+        for shard in shards:
+            with safe_open(str(shard), "pt") as f:
+                tokens += f.get_slice("input_ids").get_shape()[0]
+                sequences += f.get_slice("offsets").get_shape()[0] - 1
+        meta = json.loads((directory / "meta.json").read_text()) if (directory / "meta.json").is_file() else {}
+        summaries.append({"shards": len(shards), "sequences": sequences, "tokens": tokens, **meta})
+    return summaries
 
 
 def training_summary(train_dir: Path) -> dict:
@@ -51,7 +60,7 @@ def main(argv=None):
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--train-dir", type=Path, default=None, help="recipes.train_drafter --out directory")
     parser.add_argument("--features", type=Path, default=None, nargs="+",
-                        help="recipes.build_features --out directories the drafter trained on")
+                        help="the drafter's train_drafter --features (directories or shard files)")
     parser.add_argument("--bench", type=Path, default=None, help="an `hf-dynaspec bench --json` report")
     parser.add_argument("--bench-label", default=None,
                         help="the label of this assistant in a --bench report that timed several (--assistant "
@@ -75,7 +84,7 @@ def main(argv=None):
         "and/or the target's own greedy answers to the training prompts (recipes.self_distill); chat template; "
         "target features cached by recipes.build_features")
     if args.features:
-        training["features"] = [feature_summary(directory) for directory in args.features]
+        training["features"] = feature_summaries(args.features)
     if args.train_dir:
         training.update(training_summary(args.train_dir))
     if args.commands:

@@ -407,6 +407,29 @@ def test_package_assistant_writes_bf16_weights_card_and_defaults(tmp_path):
     assert "python -m recipes.train_drafter --target t" in (tmp_path / "out" / "README.md").read_text()
 
 
+def test_package_assistant_counts_each_training_shard_once(tmp_path):
+    """The card's feature summary follows train_drafter's --features: a shard named before its directory is
+    counted in that directory, once."""
+    from safetensors.torch import save_file
+
+    from recipes.package_assistant import feature_summaries
+
+    target = one_layer_target("qwen2", seed=6)
+    tokens = {}
+    for directory, shards in [("new", 2), ("old", 1)]:
+        (tmp_path / directory).mkdir()
+        (tmp_path / directory / "meta.json").write_text(json.dumps({"conversations": directory}))
+        for index in range(shards):
+            tensors, tokenized, _ = _cached_batch(target, num_sequences=3, length=12 + index)
+            save_file(tensors, str(tmp_path / directory / f"shard_{index:05d}.safetensors"))
+            tokens.setdefault(directory, []).append(sum(len(ids) for ids, _ in tokenized))
+    summaries = feature_summaries([tmp_path / "new" / "shard_00001.safetensors", tmp_path / "new", tmp_path / "old"])
+    assert summaries == [
+        {"shards": 2, "sequences": 6, "tokens": sum(tokens["new"]), "conversations": "new"},
+        {"shards": 1, "sequences": 3, "tokens": tokens["old"][0], "conversations": "old"},
+    ]
+
+
 def test_package_assistant_takes_its_own_rows_from_a_run_of_several_assistants(tmp_path):
     from recipes.package_assistant import main as package
 
