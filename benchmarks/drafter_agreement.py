@@ -98,5 +98,6 @@ def measure(model, encoded, args, dtype):
             print(json.dumps(rows[-1]))
     return rows
 
+
 if __name__ == "__main__":
     main()
