@@ -133,6 +133,7 @@ class DynaSpecAssistant(PreTrainedModel):
         num_draft_tokens: int | None = None,
         draft_confidence: float | None = None,
         prompt_lookup_tokens: int | None = None,
+        prompt_lookup_veto: float | None = None,
         tree_top_k: int | None = None,
         tree_depth: int | None = None,
         tree_total_tokens: int | None = None,
@@ -142,7 +143,7 @@ class DynaSpecAssistant(PreTrainedModel):
 
         With `target`, the assistant is checked against it, cast to its dtype/device and attached.
         `shortlist` ("full" | "frspec" | "vocabtrim" | "dynaspec" | "dynaspec-fixed") and the size/budget
-        options, the chain's `num_draft_tokens`, `draft_confidence` and `prompt_lookup_tokens`, and the tree shape (`tree_top_k`,
+        options, the chain's `num_draft_tokens`, `draft_confidence`, `prompt_lookup_tokens` and `prompt_lookup_veto`, and the tree shape (`tree_top_k`,
         `tree_depth`, `tree_total_tokens`, see DynaSpecConfig) override what the artifact's config says. Only
         JSON and safetensors files are read; pickled checkpoints are refused.
         """
@@ -163,7 +164,7 @@ class DynaSpecAssistant(PreTrainedModel):
         overrides = dict(shortlist=shortlist, shortlist_size=shortlist_size, max_clusters=max_clusters,
                          fixed_clusters=fixed_clusters, max_shortlist_size=max_shortlist_size,
                          num_draft_tokens=num_draft_tokens, draft_confidence=draft_confidence,
-                         prompt_lookup_tokens=prompt_lookup_tokens,
+                         prompt_lookup_tokens=prompt_lookup_tokens, prompt_lookup_veto=prompt_lookup_veto,
                          tree_top_k=tree_top_k, tree_depth=tree_depth,
                          tree_total_tokens=tree_total_tokens)
         for key, value in overrides.items():

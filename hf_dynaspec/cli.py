@@ -24,6 +24,9 @@ def _add_generation_args(parser: argparse.ArgumentParser, target_default: str | 
     parser.add_argument("--prompt-lookup", type=int, default=None, metavar="N",
                         help="override the assistant's prompt_lookup_tokens: draft up to N tokens copied from an "
                              "earlier occurrence of the context's last n-gram when there is one (0 = off)")
+    parser.add_argument("--lookup-veto", type=float, default=None, metavar="P",
+                        help="override the assistant's prompt_lookup_veto: the drafter overrules a lookup draft "
+                             "when its own top first token differs with probability above P (1.0 = never)")
     parser.add_argument("--cpu-verify", choices=["auto", "kernel", "shadow", "off"], default="auto",
                         help="multi-token forwards of a bf16 target on CPU (verification, prefill) for both runs: "
                              "the bf16 kernel, fp32 shadow weights, or PyTorch's own; auto = the kernel where it "
@@ -134,6 +137,8 @@ def _generate(args, chat: bool | None) -> dict:
         assistant.config.draft_confidence = args.draft_confidence
     if args.prompt_lookup is not None:
         assistant.config.prompt_lookup_tokens = args.prompt_lookup
+    if args.lookup_veto is not None:
+        assistant.config.prompt_lookup_veto = args.lookup_veto
     assistant.config.validate_drafter()  # the overrides above, checked with the same messages as a config
     input_ids = runner.encode_prompt(tokenizer, args.prompt, chat)
     assisted_kwargs = {"assistant_model": assistant}
@@ -147,7 +152,8 @@ def _generate(args, chat: bool | None) -> dict:
     result.update(target=args.target, assistant=description, dtype=args.dtype, max_new_tokens=args.max_new_tokens,
                   num_draft_tokens=assistant.config.num_draft_tokens,
                   draft_confidence=assistant.config.draft_confidence,
-                  prompt_lookup_tokens=assistant.config.prompt_lookup_tokens, cpu_verify=verify_method,
+                  prompt_lookup_tokens=assistant.config.prompt_lookup_tokens,
+                  prompt_lookup_veto=assistant.config.prompt_lookup_veto, cpu_verify=verify_method,
                   decoding="tree" if args.tree is not None else "chain")
     if args.json:
         with open(args.json, "w") as out:

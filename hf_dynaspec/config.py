@@ -22,7 +22,7 @@ _KNOWN_KEYS = {
     "attention_bias", "fc_bias", "use_target_norm", "aux_hidden_state_layer_ids", "draft_vocab_size",
     "fused_hidden_state_ids",
     "num_draft_tokens", "draft_confidence", "prompt_lookup_tokens", "prompt_lookup_min_ngram",
-    "prompt_lookup_max_ngram", "library_version", "layer_config", "shortlist", "shortlist_size",
+    "prompt_lookup_max_ngram", "prompt_lookup_veto", "library_version", "layer_config", "shortlist", "shortlist_size",
     "frequency_list_size",
     "vocabtrim_list_size", "num_clusters", "num_always_ids", "router_hidden_size", "max_clusters",
     "fixed_clusters", "max_shortlist_size", "tree_top_k", "tree_depth", "tree_total_tokens",
@@ -88,6 +88,11 @@ class DynaSpecConfig(PretrainedConfig):
             (prompt and answer so far, hf_dynaspec.lookup) and, if it occurred before, drafts up to this many of
             the tokens that followed it instead of running the drafter. 0 (the default) turns it off.
         prompt_lookup_min_ngram, prompt_lookup_max_ngram: the n-gram sizes tried, longest first (defaults 2, 3).
+        prompt_lookup_veto: lets the drafter check a lookup draft first. When the drafter's own most likely next
+            token differs from the draft's first token and has a probability above this, the round drafts with
+            the drafter instead. 1.0 (the default) never vetoes and skips the check; 0 vetoes on any
+            disagreement. The check costs the drafter's head at one position in rounds where lookup found a
+            match; a wrong lookup draft costs a whole round.
         tree_top_k, tree_depth, tree_total_tokens: EAGLE-2 tree drafting (hf_dynaspec.tree): children proposed
             per expanded node and nodes expanded per depth, maximum depth, and draft tokens kept in the tree
             (the target verifies tree_total_tokens + 1 tokens per pass). EAGLE-2's GPU defaults are 10 / 5-7 /
@@ -125,6 +130,7 @@ class DynaSpecConfig(PretrainedConfig):
         prompt_lookup_tokens: int = 0,
         prompt_lookup_min_ngram: int = 2,
         prompt_lookup_max_ngram: int = 3,
+        prompt_lookup_veto: float = 1.0,
         library_version: str | None = None,
         layer_config: dict[str, Any] | None = None,
         shortlist: str = "full",
@@ -176,6 +182,7 @@ class DynaSpecConfig(PretrainedConfig):
         self.prompt_lookup_tokens = prompt_lookup_tokens
         self.prompt_lookup_min_ngram = prompt_lookup_min_ngram
         self.prompt_lookup_max_ngram = prompt_lookup_max_ngram
+        self.prompt_lookup_veto = prompt_lookup_veto
         # Extra family-specific layer settings (e.g. Qwen3's q/k norms need nothing, but a family may).
         self.layer_config = dict(layer_config or {})
         self.shortlist = shortlist
@@ -225,6 +232,12 @@ class DynaSpecConfig(PretrainedConfig):
             raise ValueError(
                 f"DynaSpecConfig.prompt_lookup_min_ngram and prompt_lookup_max_ngram must be integers with "
                 f"1 <= min <= max, got {low!r} and {high!r}."
+            )
+        veto = self.prompt_lookup_veto
+        if isinstance(veto, bool) or not isinstance(veto, (int, float)) or not 0.0 <= veto <= 1.0:
+            raise ValueError(
+                f"DynaSpecConfig.prompt_lookup_veto is a probability in [0, 1] above which the drafter's disagreeing "
+                f"top token overrules a lookup draft (1.0 turns the check off), got {veto!r}."
             )
         if self.shortlist not in SHORTLIST_STRATEGIES:
             raise ValueError(f"shortlist must be one of {SHORTLIST_STRATEGIES}, got {self.shortlist!r}.")

@@ -17,6 +17,7 @@ import torch
 
 from hf_dynaspec.drafter import EagleDrafter, causal_mask
 from hf_dynaspec.kv_cache import DraftKVCache
+from hf_dynaspec.lookup import one_hot_logits
 
 
 @dataclass
@@ -27,6 +28,7 @@ class Draft:
     # [1, K, V] float32 logits whose softmax is exactly the distribution each draft token was sampled from
     # (-inf outside the shortlist); None for greedy drafting, where the verifier ignores them.
     logits: torch.Tensor | None
+    looked_up: bool = False  # the tokens are a prompt-lookup draft the drafter did not veto
 
 
 class ChainDraftSession:
@@ -56,11 +58,17 @@ class ChainDraftSession:
         self.shortlist_ids = drafter.draft_to_target_ids() if kind == "eagle3" else None
 
     @torch.no_grad()
-    def propose(self, input_ids: torch.Tensor, new_target_hidden: torch.Tensor, num_draft_tokens: int) -> Draft:
+    def propose(self, input_ids: torch.Tensor, new_target_hidden: torch.Tensor, num_draft_tokens: int,
+                lookup: torch.Tensor | None = None, lookup_veto: float = 1.0) -> Draft:
         """Draft up to `num_draft_tokens` tokens continuing `input_ids` `[1, N]` (fewer under `confidence`).
 
         `new_target_hidden` `[1, >=T_new, D or 3D]`: target features from the last verification pass, whose
         first `T_new = N - 1 - (pairs already cached)` positions are now verified.
+
+        `lookup` `[1, n]`: a prompt-lookup draft to check first. It is the round's draft (`looked_up=True`)
+        unless the drafter vetoes it: its own most likely first token differs from `lookup[0, 0]` and has a
+        probability above `lookup_veto`. The check reads the drafter's argmax, never a sample, so the
+        choice between the two drafts is a fixed function of the context and sampling stays exact.
         """
         hidden, plan = self.consume_verified(input_ids, new_target_hidden)
         drafter = self.drafter
@@ -69,8 +77,15 @@ class ChainDraftSession:
         draft_ids, draft_logits = [], []
         self.shortlists_of_last_draft = []
         context = input_ids
+        scores = self._score(hidden, plan)
+        if lookup is not None and not self._vetoes(scores, int(lookup[0, 0]), lookup_veto):
+            self.shortlists_of_last_draft = []
+            logits = one_hot_logits(lookup, self.vocab_size) if self.do_sample else None
+            return Draft(token_ids=lookup, logits=logits, looked_up=True)
         for k in range(num_draft_tokens):
-            token_id, logits, probability = self._choose(hidden, context, plan)
+            if k:
+                scores = self._score(hidden, plan)
+            token_id, logits, probability = self._choose(scores, context)
             if probability < self.confidence:
                 break
             draft_ids.append(token_id)
@@ -121,16 +136,33 @@ class ChainDraftSession:
     def _plan(self, token_embed: torch.Tensor, hidden_in: torch.Tensor, position: int):
         return self.head.plan(token_embed, hidden_in, position) if self.head is not None else None
 
-    def _choose(self, hidden, context, plan) -> tuple[torch.Tensor, torch.Tensor | None, float]:
-        """Hidden `[1, 1, H]` -> (draft token id `[1, 1]`, full-vocabulary logits `[1, V]` when sampling, the
-        drafter's probability of the token; 1.0 when `confidence` is off, which needs no softmax)."""
+    def _score(self, hidden, plan) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Hidden `[1, 1, H]` -> (logits `[1, S]` over the rows scored, their target ids `[S]`; None when the
+        rows are the whole vocabulary). Records the ids for the shortlist statistics."""
         if self.head is not None:
             scores = self.head.scores(hidden[:, -1], plan)
-            logits, shortlist_ids = scores.logits, scores.token_ids  # [1, S], [S]
+            logits, shortlist_ids = scores.logits, scores.token_ids
         else:
             logits = self.drafter.draft_vocab_logits(hidden)[:, -1].float()
             shortlist_ids = self.shortlist_ids
         self.shortlists_of_last_draft.append(shortlist_ids)
+        return logits, shortlist_ids
+
+    @staticmethod
+    def _vetoes(scores: tuple[torch.Tensor, torch.Tensor | None], lookup_token: int, veto: float) -> bool:
+        """Does the drafter's most likely token, differing from `lookup_token` with a probability above `veto`
+        (softmax over the rows scored), overrule a lookup draft?"""
+        logits, shortlist_ids = scores
+        idx = int(logits.argmax(dim=-1))
+        top = idx if shortlist_ids is None else int(shortlist_ids[idx])
+        if top == lookup_token:
+            return False
+        return veto <= 0.0 or float(logits[0].float().softmax(dim=-1)[idx]) > veto
+
+    def _choose(self, scores, context) -> tuple[torch.Tensor, torch.Tensor | None, float]:
+        """`_score`'s (logits, ids) -> (draft token id `[1, 1]`, full-vocabulary logits `[1, V]` when sampling,
+        the drafter's probability of the token; 1.0 when `confidence` is off, which needs no softmax)."""
+        logits, shortlist_ids = scores
         if not self.do_sample and self.logits_processor is None:
             idx = logits.argmax(dim=-1, keepdim=True)
             token_id = idx if shortlist_ids is None else shortlist_ids[idx]

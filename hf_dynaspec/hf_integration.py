@@ -90,8 +90,9 @@ class EagleCandidateGenerator(CandidateGenerator):
     The first call returns no candidates so that the target runs the prefill (and returns its hidden
     states); every later call drafts from the hidden states of the pass that just verified. With the config's
     `prompt_lookup_tokens`, a round first tries prompt lookup (hf_dynaspec.lookup) and runs the drafter only
-    when the context's last n-gram has no earlier occurrence; the drafter's cache still absorbs every verified
-    position, so it is ready whenever it is needed next.
+    when the context's last n-gram has no earlier occurrence (or, with `prompt_lookup_veto`, when the drafter
+    overrules the lookup draft's first token); the drafter's cache still absorbs every verified position, so it
+    is ready whenever it is needed next.
     """
 
     requires_model_outputs = True
@@ -120,14 +121,18 @@ class EagleCandidateGenerator(CandidateGenerator):
             return input_ids, None
         target_hidden = self.assistant.select_target_hidden(model_outputs.hidden_states)
         looked_up = self._look_up(input_ids, room)
-        self._looked_up_last_round = looked_up is not None
-        if looked_up is not None:
+        veto = self.assistant.config.prompt_lookup_veto
+        if looked_up is not None and veto >= 1.0:  # lookup unchecked: the drafter only keeps its cache in step
+            self._looked_up_last_round = True
             self.session.consume_verified(input_ids, target_hidden, plan=False)
             self.session.shortlists_of_last_draft = []
             self._drafted_last_round = looked_up.shape[1]
             logits = one_hot_logits(looked_up, self.session.vocab_size) if self.session.do_sample else None
             return torch.cat([input_ids, looked_up], dim=1), logits
-        draft = self.session.propose(input_ids, target_hidden, budget)
+        draft = self.session.propose(input_ids, target_hidden, budget, lookup=looked_up, lookup_veto=veto)
+        self._looked_up_last_round = draft.looked_up
+        if looked_up is not None and not draft.looked_up:
+            self.assistant.stats.lookup_vetoes += 1
         self._drafted_last_round = draft.token_ids.shape[1]
         if not self._drafted_last_round:  # the drafter was not confident enough: a plain one-token pass
             return input_ids, None

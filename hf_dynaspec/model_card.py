@@ -90,7 +90,10 @@ def render_model_card(config, card_data: dict) -> str:
     if config.prompt_lookup_tokens:
         components.append(f"- prompt lookup first: up to {config.prompt_lookup_tokens} tokens copied after an earlier "
                           f"{config.prompt_lookup_min_ngram}-{config.prompt_lookup_max_ngram}-gram match; "
-                          "the drafter otherwise")
+                          "the drafter otherwise"
+                          + ("" if config.prompt_lookup_veto >= 1.0 else
+                             f" (and where its own first token differs with probability above "
+                             f"{config.prompt_lookup_veto:g})"))
     if config.num_clusters:
         components.append(f"- vocabulary clusters: {config.num_clusters} (spherical k-means on the LM head) "
                           f"and a router (hidden {config.router_hidden_size})")

@@ -25,6 +25,7 @@ class DraftStats:
     lookup_passes: int = 0
     lookup_drafted: int = 0
     lookup_accepted: int = 0
+    lookup_vetoes: int = 0  # rounds whose lookup draft the drafter overruled (config.prompt_lookup_veto)
     shortlist_rows: int = 0  # summed over draft steps that used a shortlist
     shortlist_steps: int = 0
     # coverage at draft position j: was the target's own token at j inside the shortlist drafted from?
@@ -97,4 +98,5 @@ class DraftStats:
             "lookup_passes": self.lookup_passes,
             "lookup_drafted": self.lookup_drafted,
             "lookup_accepted": self.lookup_accepted,
+            "lookup_vetoes": self.lookup_vetoes,
         }

@@ -71,13 +71,16 @@ def main(argv=None):
     parser.add_argument("--max-clusters", type=int, default=None, help="default k_max of the dynaspec strategy")
     parser.add_argument("--prompt-lookup", type=int, default=None, metavar="N",
                         help="default prompt_lookup_tokens of the shipped artifact (0 = off)")
+    parser.add_argument("--lookup-veto", type=float, default=None, metavar="P",
+                        help="default prompt_lookup_veto of the shipped artifact (1.0 = lookup drafts unchecked)")
     parser.add_argument("--data", default=None,
                         help="what the drafter trained on, for the model card (default: a generic description)")
     args = parser.parse_args(argv)
 
     assistant = DynaSpecAssistant.from_pretrained(args.assistant, shortlist=args.shortlist,
                                                   max_clusters=args.max_clusters,
-                                                  prompt_lookup_tokens=args.prompt_lookup)
+                                                  prompt_lookup_tokens=args.prompt_lookup,
+                                                  prompt_lookup_veto=args.lookup_veto)
     training = dict(assistant.card_data.get("training", {}))
     training["data"] = args.data or (
         "../shared/data/train: teacher forcing on the provided conversations (GPTeacher codegen + roleplay, GSM8K) "

@@ -133,7 +133,7 @@ def test_method_strings_are_validated():
     methods = build_methods(["frspec:32768", "dynaspec-fixed:8", "dynaspec", "dynaspec:48"],
                             assistant_factory=lambda **o: seen.append(o) or object())
     assert [m.key for m in methods] == ["frspec:32768", "dynaspec-fixed:8", "dynaspec", "dynaspec:48"]
-    off = {"draft_confidence": 0.0, "prompt_lookup_tokens": 0}
+    off = {"draft_confidence": 0.0, "prompt_lookup_tokens": 0, "prompt_lookup_veto": 1.0}
     assert seen == [{"shortlist": "frspec", "shortlist_size": 32768, **off},
                     {"shortlist": "dynaspec-fixed", "fixed_clusters": 8, **off},
                     {"shortlist": "dynaspec", **off}, {"shortlist": "dynaspec", "max_clusters": 48, **off}]
@@ -200,9 +200,10 @@ def test_confidence_suffix_reaches_the_assistant_and_is_validated():
                             assistant_factory=lambda **o: seen.append(o) or object())
     assert [m.key for m in methods] == ["eagle@0.5", "dynaspec:8@0.25", "dynaspec:8"]
     # A key without a suffix turns the feature off explicitly: an artifact's own default must not leak in.
-    assert seen == [{"shortlist": "full", "draft_confidence": 0.5, "prompt_lookup_tokens": 0},
-                    {"shortlist": "dynaspec", "max_clusters": 8, "draft_confidence": 0.25, "prompt_lookup_tokens": 0},
-                    {"shortlist": "dynaspec", "max_clusters": 8, "draft_confidence": 0.0, "prompt_lookup_tokens": 0}]
+    off = {"prompt_lookup_tokens": 0, "prompt_lookup_veto": 1.0}
+    assert seen == [{"shortlist": "full", "draft_confidence": 0.5, **off},
+                    {"shortlist": "dynaspec", "max_clusters": 8, "draft_confidence": 0.25, **off},
+                    {"shortlist": "dynaspec", "max_clusters": 8, "draft_confidence": 0.0, **off}]
     for bad, message in [("eagle@1.5", "in \\[0, 1\\)"), ("eagle@x", "in \\[0, 1\\)"),
                          ("vanilla@0.5", "assistant.s methods only"), ("dynaspec-tree@0.5", "not trees")]:
         with pytest.raises(ValueError, match=message):
@@ -213,13 +214,42 @@ def test_lookup_suffix_reaches_the_assistant_and_is_validated():
     seen = []
     build_methods(["dynaspec:8+lookup:5", "eagle@0.5+lookup", "frspec:1024+lookup:3"],
                   assistant_factory=lambda **o: seen.append(o) or object())
-    assert seen == [{"shortlist": "dynaspec", "max_clusters": 8, "draft_confidence": 0.0, "prompt_lookup_tokens": 5},
-                    {"shortlist": "full", "draft_confidence": 0.5, "prompt_lookup_tokens": DEFAULT_LOOKUP_TOKENS},
-                    {"shortlist": "frspec", "shortlist_size": 1024, "draft_confidence": 0.0, "prompt_lookup_tokens": 3}]
+    unchecked = {"prompt_lookup_veto": 1.0}
+    assert seen == [{"shortlist": "dynaspec", "max_clusters": 8, "draft_confidence": 0.0, "prompt_lookup_tokens": 5,
+                     **unchecked},
+                    {"shortlist": "full", "draft_confidence": 0.5, "prompt_lookup_tokens": DEFAULT_LOOKUP_TOKENS,
+                     **unchecked},
+                    {"shortlist": "frspec", "shortlist_size": 1024, "draft_confidence": 0.0, "prompt_lookup_tokens": 3,
+                     **unchecked}]
     for bad, message in [("eagle+lookup:0", "positive integer"), ("eagle+ngram", "the \\+ suffixes are"),
                          ("prompt-lookup+lookup", "assistant's methods only"), ("dynaspec-tree+lookup", "not trees")]:
         with pytest.raises(ValueError, match=message):
             build_methods([bad], assistant_factory=lambda **o: object())
+
+
+def test_veto_suffix_reaches_the_assistant_and_is_validated(target):
+    seen = []
+    build_methods(["dynaspec:8+lookup:5+veto", "dynaspec:8+lookup:5+veto:0.3", "dynaspec:8+lookup:5"],
+                  assistant_factory=lambda **o: seen.append(o) or object())
+    assert [o["prompt_lookup_veto"] for o in seen] == [0.0, 0.3, 1.0]
+    for bad, message in [("eagle+veto", "needs \\+lookup"), ("eagle+lookup+veto:1.5", "in \\[0, 1\\)"),
+                         ("eagle+lookup+veto:x", "in \\[0, 1\\)"), ("eagle+lookup+veto+veto:0.2", "at most once"),
+                         ("vanilla+veto", "assistant's methods only")]:
+        with pytest.raises(ValueError, match=message):
+            build_methods([bad], assistant_factory=lambda **o: object())
+
+    # In a run, the vetoed share of lookup matches is reported beside the lookup share. Prompts over 8
+    # symbols give lookup matches with wrong continuations, for the drafter to veto.
+    methods = build_methods(["vanilla", "eagle+lookup:3+veto"],
+                            assistant_factory=lambda **o: imitating_assistant(
+                                target, noise=0.3, num_draft_tokens=2, prompt_lookup_min_ngram=1, **o))
+    generator = torch.Generator().manual_seed(0)
+    prompts = [EncodedPrompt(f"p{i}", "code", torch.randint(0, 8, (1, 30), generator=generator)) for i in range(6)]
+    report = run_benchmark(target, methods, prompts, max_new_tokens=8, dtype="fp32", target_name="tiny",
+                           progress=False)
+    checked = report["methods"]["eagle+lookup:3+veto"]
+    assert checked["exact"] and 0.0 < checked["lookup_vetoed"] < 1.0
+    assert f"({checked['lookup_vetoed']:.2f} vetoed)" in markdown_table(report)
 
 
 def test_draft_suffix_sets_each_methods_own_draft_length(target):
@@ -254,7 +284,7 @@ def test_tree_method_strings():
     seen = []
     methods = build_methods(["eagle-tree", "dynaspec-tree", "dynaspec-tree:32"],
                             assistant_factory=lambda **o: seen.append(o) or object())
-    off = {"draft_confidence": 0.0, "prompt_lookup_tokens": 0}
+    off = {"draft_confidence": 0.0, "prompt_lookup_tokens": 0, "prompt_lookup_veto": 1.0}
     assert seen == [{"shortlist": "full", **off}, {"shortlist": "dynaspec", **off},
                     {"shortlist": "dynaspec", "max_clusters": 32, **off}]
     assert all("custom_generate" in m.generate_kwargs for m in methods)
@@ -305,9 +335,11 @@ def test_labelled_assistants_each_serve_their_own_methods():
     factories = {label: (lambda label: lambda **o: seen.append((label, o)) or object())(label) for label in ("old", "new")}
     methods = build_methods(keys, labelled_factories=factories)
     assert [m.key for m in methods] == keys
-    lookup = {"shortlist": "dynaspec", "max_clusters": 8, "draft_confidence": 0.0, "prompt_lookup_tokens": 5}
+    lookup = {"shortlist": "dynaspec", "max_clusters": 8, "draft_confidence": 0.0, "prompt_lookup_tokens": 5,
+              "prompt_lookup_veto": 1.0}
     assert seen == [("old", lookup), ("new", lookup),
-                    ("old", {"shortlist": "full", "draft_confidence": 0.0, "prompt_lookup_tokens": 0})]
+                    ("old", {"shortlist": "full", "draft_confidence": 0.0, "prompt_lookup_tokens": 0,
+                             "prompt_lookup_veto": 1.0})]
     for bad, message in [("cur/eagle", "no assistant is labelled 'cur'"), ("old/vanilla", "assistant's methods only"),
                          ("eagle", "write LABEL/eagle"), ("old/eagle+draft", "needs the number")]:
         with pytest.raises(ValueError, match=message):

@@ -108,7 +108,9 @@ def test_lookup_off_leaves_the_drafter_alone():
 
 @pytest.mark.parametrize("bad", [dict(prompt_lookup_tokens=-1), dict(prompt_lookup_tokens=2.5),
                                  dict(prompt_lookup_min_ngram=0), dict(prompt_lookup_min_ngram=3,
-                                                                         prompt_lookup_max_ngram=2)])
+                                                                         prompt_lookup_max_ngram=2),
+                                 dict(prompt_lookup_veto=1.5), dict(prompt_lookup_veto=-0.1),
+                                 dict(prompt_lookup_veto="0.3"), dict(prompt_lookup_veto=None)])
 def test_config_refuses_bad_lookup_settings(bad):
     with pytest.raises(ValueError, match="prompt_lookup"):
         DynaSpecConfig(hidden_size=32, num_attention_heads=4, intermediate_size=64, vocab_size=VOCAB, **bad)
@@ -118,7 +120,69 @@ def test_lookup_setting_round_trips_and_can_be_overridden(tmp_path):
     from hf_dynaspec import DynaSpecAssistant
 
     target = one_layer_target("llama")
-    imitating_assistant(target, prompt_lookup_tokens=5, prompt_lookup_max_ngram=4).save_pretrained(tmp_path)
+    imitating_assistant(target, prompt_lookup_tokens=5, prompt_lookup_max_ngram=4,
+                        prompt_lookup_veto=0.25).save_pretrained(tmp_path)
     loaded = DynaSpecAssistant.from_pretrained(tmp_path)
     assert (loaded.config.prompt_lookup_tokens, loaded.config.prompt_lookup_max_ngram) == (5, 4)
+    assert loaded.config.prompt_lookup_veto == 0.25
     assert DynaSpecAssistant.from_pretrained(tmp_path, prompt_lookup_tokens=0).config.prompt_lookup_tokens == 0
+    assert DynaSpecAssistant.from_pretrained(tmp_path, prompt_lookup_veto=1.0).config.prompt_lookup_veto == 1.0
+
+
+
+@pytest.mark.parametrize("veto", [0.0, 0.05])  # the tiny drafter's top probabilities: 0.04-0.13
+def test_greedy_identical_when_the_drafter_vetoes_lookup_drafts(family, veto):
+    target = one_layer_target(family)
+    vetoes = 0
+    for seed in range(4):
+        assistant = imitating_assistant(target, noise=0.5, seed=seed, num_draft_tokens=2, prompt_lookup_tokens=4,
+                                        prompt_lookup_min_ngram=1, prompt_lookup_veto=veto)
+        input_ids = repeating_prompt(seed)
+        expected = plain_generate(target, input_ids, max_new_tokens=40)
+        got = assisted_generate(target, assistant, input_ids, max_new_tokens=40)
+        assert torch.equal(got, expected), seed
+        assert assistant.stats.accepted + assistant.stats.verify_passes == 39
+        vetoes += assistant.stats.lookup_vetoes
+    assert vetoes > 0
+
+
+def test_veto_compares_the_drafters_top_token_id_and_its_probability():
+    from hf_dynaspec.drafting import ChainDraftSession
+
+    logits = torch.log(torch.tensor([[0.1, 0.6, 0.3]]))
+    full = (logits, None)
+    assert not ChainDraftSession._vetoes(full, 1, veto=0.0)  # the drafter agrees: never a veto
+    assert ChainDraftSession._vetoes(full, 2, veto=0.0)
+    assert ChainDraftSession._vetoes(full, 2, veto=0.5) and not ChainDraftSession._vetoes(full, 2, veto=0.7)
+    # Over a shortlist the argmax is a row index; what counts is the vocabulary id of that row.
+    shortlisted = (logits, torch.tensor([40, 17, 8]))
+    assert not ChainDraftSession._vetoes(shortlisted, 17, veto=0.0)
+    assert ChainDraftSession._vetoes(shortlisted, 1, veto=0.0)
+
+
+def test_a_vetoing_drafter_keeps_wrong_lookup_drafts_out(monkeypatch):
+    """Prompts over 8 symbols give 1-gram lookup matches whose continuations are mostly wrong; a drafter that
+    imitates the target vetoes them, so far fewer lookup rounds end with their first token rejected."""
+    from hf_dynaspec.stats import DraftStats
+
+    record = DraftStats.record
+    target = one_layer_target("llama")
+
+    def failed_lookup_rounds(veto: float) -> tuple[int, int]:
+        passes = []  # (looked up, accepted) of every pass
+        monkeypatch.setattr(DraftStats, "record", lambda self, n, a, looked_up=False: passes.append((looked_up, a))
+                            or record(self, n, a, looked_up))
+        vetoes = 0
+        for seed in range(24):
+            assistant = imitating_assistant(target, num_draft_tokens=2, prompt_lookup_tokens=4,
+                                            prompt_lookup_min_ngram=1, prompt_lookup_veto=veto)
+            input_ids = torch.randint(0, 8, (1, 30), generator=torch.Generator().manual_seed(seed))
+            assert torch.equal(assisted_generate(target, assistant, input_ids, max_new_tokens=8),
+                               plain_generate(target, input_ids, max_new_tokens=8))
+            vetoes += assistant.stats.lookup_vetoes
+        return sum(looked_up and accepted == 0 for looked_up, accepted in passes), vetoes
+
+    unchecked, no_vetoes = failed_lookup_rounds(1.0)
+    checked, vetoes = failed_lookup_rounds(0.0)
+    assert no_vetoes == 0 and vetoes > 0
+    assert unchecked >= 4 and checked <= unchecked // 3, (unchecked, checked)

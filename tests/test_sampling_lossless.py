@@ -42,11 +42,11 @@ def exact_distribution(target) -> torch.Tensor:
     return joint.sum(0)
 
 
-def sampled_counts(target, assistant) -> tuple[torch.Tensor, float, int]:
-    """Counts of (x2, x3) `[VOCAB, VOCAB]` over NUM_SAMPLES assisted generations, the acceptance rate and the
-    number of passes drafted by prompt lookup."""
+def sampled_counts(target, assistant) -> tuple[torch.Tensor, float, int, int]:
+    """Counts of (x2, x3) `[VOCAB, VOCAB]` over NUM_SAMPLES assisted generations, the acceptance rate, the
+    number of passes drafted by prompt lookup and the number of lookup drafts the drafter vetoed."""
     counts = torch.zeros(VOCAB, VOCAB)
-    drafted = accepted = looked_up = 0
+    drafted = accepted = looked_up = vetoed = 0
     torch.manual_seed(1234)
     for _ in range(NUM_SAMPLES):
         out = target.generate(
@@ -64,7 +64,8 @@ def sampled_counts(target, assistant) -> tuple[torch.Tensor, float, int]:
         drafted += assistant.stats.drafted
         accepted += assistant.stats.accepted
         looked_up += assistant.stats.lookup_passes
-    return counts, accepted / drafted, looked_up
+        vetoed += assistant.stats.lookup_vetoes
+    return counts, accepted / drafted, looked_up, vetoed
 
 
 def fit_p_value(counts: torch.Tensor, probs: torch.Tensor) -> float:
@@ -88,7 +89,7 @@ def setup():
 
 def test_sampling_matches_the_target_distribution(setup):
     target, assistant, probs = setup
-    counts, acceptance_rate, _ = sampled_counts(target, assistant)
+    counts, acceptance_rate, *_ = sampled_counts(target, assistant)
     # The drafts must be doing something: some accepted, some rejected.
     assert 0.2 < acceptance_rate < 0.95, acceptance_rate
     assert fit_p_value(counts, probs) > 1e-3
@@ -130,7 +131,7 @@ def test_sampling_with_a_confidence_threshold_matches_the_target_distribution(se
     target, assistant, probs = setup
     assistant.config.draft_confidence = 0.5
     try:
-        counts, acceptance_rate, _ = sampled_counts(target, assistant)
+        counts, acceptance_rate, *_ = sampled_counts(target, assistant)
     finally:
         assistant.config.draft_confidence = 0.0
     assert 0.2 < acceptance_rate < 0.99, acceptance_rate
@@ -143,10 +144,24 @@ def test_sampling_with_prompt_lookup_matches_the_target_distribution(setup):
     target, assistant, probs = setup
     assistant.config.prompt_lookup_tokens, assistant.config.prompt_lookup_min_ngram = 2, 1
     try:
-        counts, acceptance_rate, looked_up = sampled_counts(target, assistant)
+        counts, acceptance_rate, looked_up, _ = sampled_counts(target, assistant)
     finally:
         assistant.config.prompt_lookup_tokens, assistant.config.prompt_lookup_min_ngram = 0, 2
     assert looked_up > 0 and 0.05 < acceptance_rate < 0.95, (looked_up, acceptance_rate)
+    assert fit_p_value(counts, probs) > 1e-3
+
+
+def test_sampling_with_vetoed_prompt_lookup_matches_the_target_distribution(setup):
+    """The drafter overrules some lookup drafts. The choice reads its argmax, not a sample, so each round's draft
+    still comes from the distribution its logits describe (one-hot for lookup, the drafter's otherwise)."""
+    target, assistant, probs = setup
+    config = assistant.config
+    config.prompt_lookup_tokens, config.prompt_lookup_min_ngram, config.prompt_lookup_veto = 2, 1, 0.2
+    try:
+        counts, acceptance_rate, looked_up, vetoed = sampled_counts(target, assistant)
+    finally:
+        config.prompt_lookup_tokens, config.prompt_lookup_min_ngram, config.prompt_lookup_veto = 0, 2, 1.0
+    assert looked_up > 0 and vetoed > 0 and 0.05 < acceptance_rate < 0.95, (looked_up, vetoed, acceptance_rate)
     assert fit_p_value(counts, probs) > 1e-3
 
 
@@ -180,7 +195,7 @@ def test_sampling_through_a_shortlist_matches_the_target_distribution(setup, tmp
             p.normal_(0, 1.0)
     assistant.save_pretrained(tmp_path)
     shortlisted = DynaSpecAssistant.from_pretrained(tmp_path, target=target, shortlist=strategy, max_clusters=1)
-    counts, acceptance_rate, _ = sampled_counts(target, shortlisted)
+    counts, acceptance_rate, *_ = sampled_counts(target, shortlisted)
     assert 0.1 < acceptance_rate < 0.95, acceptance_rate
     assert shortlisted.stats.avg_shortlist < VOCAB
     assert fit_p_value(counts, probs) > 1e-3

@@ -35,6 +35,8 @@ METHOD_HELP = {
     "...@P": "chain methods of the assistant (eagle ... dynaspec): draft_confidence P, e.g. dynaspec:8@0.6",
     "...+lookup[:N]": "chain methods of the assistant: prompt lookup first, up to N tokens (default "
                       f"{DEFAULT_LOOKUP_TOKENS}), the drafter when it finds nothing, e.g. dynaspec:8+lookup:5",
+    "...+veto[:P]": "with +lookup: the drafter overrules a lookup draft when its own top first token differs "
+                    "with probability above P (default 0: any disagreement), e.g. dynaspec:8+lookup:5+veto:0.3",
     "...+draft:K": "chain methods of the assistant: K draft tokens per round for this method (default: "
                    "--num-draft-tokens, else the artifact's), e.g. dynaspec:8+lookup:5+draft:3",
     "LABEL/...": "with several --assistant LABEL=PATH: the assistant's methods of that one assistant; an "
@@ -61,7 +63,7 @@ def split_label(key: str) -> tuple[str | None, str]:
 
 
 def parse_method(key: str) -> tuple[str, str | None]:
-    """`[LABEL/]name[:arg][@P][+lookup[:N]][+draft:K]` -> (name, arg); the suffixes are read by
+    """`[LABEL/]name[:arg][@P][+lookup[:N]][+veto[:P]][+draft:K]` -> (name, arg); the suffixes are read by
     `parse_confidence` and `parse_plus_suffixes`, the label by `split_label`."""
     name, _, arg = split_label(key)[1].partition("+")[0].partition("@")[0].partition(":")
     return name.strip(), (arg.strip() or None)
@@ -81,9 +83,9 @@ def expand_assistant_labels(keys: list[str], labels: list[str]) -> list[str]:
     return expanded
 
 
-def parse_plus_suffixes(key: str) -> dict[str, int]:
-    """The `+lookup[:N]` and `+draft:K` suffixes of a method key, as assistant overrides:
-    `prompt_lookup_tokens` and `num_draft_tokens` (each present only when its suffix is)."""
+def parse_plus_suffixes(key: str) -> dict[str, int | float]:
+    """The `+lookup[:N]`, `+veto[:P]` and `+draft:K` suffixes of a method key, as assistant overrides:
+    `prompt_lookup_tokens`, `prompt_lookup_veto` and `num_draft_tokens` (each present only when its suffix is)."""
     head, *suffixes = split_label(key)[1].split("+")
     overrides = {}
     for suffix in suffixes:
@@ -91,14 +93,29 @@ def parse_plus_suffixes(key: str) -> dict[str, int]:
         name, arg = name.strip(), arg.strip() or None
         if name == "lookup" and "prompt_lookup_tokens" not in overrides:
             overrides["prompt_lookup_tokens"] = _positive_int(key, arg, DEFAULT_LOOKUP_TOKENS)
+        elif name == "veto" and "prompt_lookup_veto" not in overrides:
+            overrides["prompt_lookup_veto"] = _probability(key, arg)
         elif name == "draft" and "num_draft_tokens" not in overrides:
             if arg is None:
                 raise ValueError(f"method {key!r}: +draft needs the number of draft tokens, e.g. {head}+draft:3")
             overrides["num_draft_tokens"] = _positive_int(key, arg)
         else:
-            raise ValueError(f"method {key!r}: the + suffixes are +lookup[:N] and +draft:K, each at most once, "
-                             f"e.g. {head}+lookup:5+draft:3")
+            raise ValueError(f"method {key!r}: the + suffixes are +lookup[:N], +veto[:P] and +draft:K, each at most "
+                             f"once, e.g. {head}+lookup:5+draft:3")
+    if "prompt_lookup_veto" in overrides and "prompt_lookup_tokens" not in overrides:
+        raise ValueError(f"method {key!r}: +veto checks lookup drafts, so it needs +lookup, e.g. {head}+lookup:5+veto")
     return overrides
+
+
+def _probability(key: str, arg: str | None) -> float:
+    """A `+veto[:P]` argument: a probability in [0, 1), 0 when absent."""
+    try:
+        value = 0.0 if arg is None else float(arg)
+    except ValueError:
+        value = -1.0
+    if not 0.0 <= value < 1.0:
+        raise ValueError(f"method {key!r}: +veto:P takes a probability in [0, 1), e.g. +veto:0.3")
+    return value
 
 
 def parse_confidence(key: str) -> float | None:
@@ -190,6 +207,8 @@ def build_methods(
                 raise ValueError(f"method {key!r}: a draft confidence applies to chain drafting, not trees")
             if name.endswith("-tree") and "prompt_lookup_tokens" in plus:
                 raise ValueError(f"method {key!r}: prompt lookup applies to chain drafting, not trees")
+            if name.endswith("-tree") and "prompt_lookup_veto" in plus:
+                raise ValueError(f"method {key!r}: +veto checks prompt lookup, which applies to chain drafting")
             if name.endswith("-tree") and "num_draft_tokens" in plus:
                 raise ValueError(f"method {key!r}: +draft sets a chain's length; a tree's size comes from --tree")
             # The key describes the whole method: without a suffix its feature is off, whatever default the
@@ -197,6 +216,7 @@ def build_methods(
             # feature: without +draft it is the run's (--num-draft-tokens) or the artifact's.
             overrides["draft_confidence"] = confidence or 0.0
             overrides["prompt_lookup_tokens"] = plus.get("prompt_lookup_tokens", 0)
+            overrides["prompt_lookup_veto"] = plus.get("prompt_lookup_veto", 1.0)
             if "num_draft_tokens" in plus:
                 overrides["num_draft_tokens"] = plus["num_draft_tokens"]
             assistant = factory(**overrides)

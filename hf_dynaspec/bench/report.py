@@ -45,7 +45,8 @@ def markdown_table(report: dict) -> str:
     ]
     for key, m in methods.items():
         lookup = "-" if m.get("lookup_share") is None else (
-            f"{_fmt(m['lookup_share'])} / {_fmt(m['lookup_acceptance'])}")
+            f"{_fmt(m['lookup_share'])} / {_fmt(m['lookup_acceptance'])}"
+            + ("" if m.get("lookup_vetoed") is None else f" ({_fmt(m['lookup_vetoed'])} vetoed)"))
         lines.append(
             f"| {key} | {_fmt(m['tau'])} | {_fmt(m['avg_shortlist'], 0)} | {_fmt(m['coverage'], 3)} | {lookup} | "
             f"{_fmt(m['tokens_per_s'])} | {_fmt(m['speedup'])} | {_fmt(m['decode_speedup'])} | "
