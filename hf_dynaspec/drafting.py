@@ -65,26 +65,27 @@ class ChainDraftSession:
         `new_target_hidden` `[1, >=T_new, D or 3D]`: target features from the last verification pass, whose
         first `T_new = N - 1 - (pairs already cached)` positions are now verified.
 
-        `lookup` `[1, n]`: a prompt-lookup draft to check first. It is the round's draft (`looked_up=True`)
-        unless the drafter vetoes it: its own most likely first token differs from `lookup[0, 0]` and has a
-        probability above `lookup_veto`. The check reads the drafter's argmax, never a sample, so the
-        choice between the two drafts is a fixed function of the context and sampling stays exact.
+        `lookup` `[1, n]`: a prompt-lookup draft (not capped by `num_draft_tokens`: it costs nothing to make). It
+        is the round's draft (`looked_up=True`) unless the drafter vetoes it: its own most likely first token
+        differs from `lookup[0, 0]` and has a probability above `lookup_veto` (1.0: never, and the drafter only
+        absorbs the verified positions). The check reads the drafter's argmax, never a sample, so the choice
+        between the two drafts is a fixed function of the context and sampling stays exact.
         """
-        hidden, plan = self.consume_verified(input_ids, new_target_hidden)
+        checked = lookup is not None and lookup_veto < 1.0
+        hidden, plan = self.consume_verified(input_ids, new_target_hidden, plan=lookup is None or checked)
         drafter = self.drafter
         device = input_ids.device
         seq_len = input_ids.shape[1]
         draft_ids, draft_logits = [], []
         self.shortlists_of_last_draft = []
         context = input_ids
-        scores = self._score(hidden, plan)
-        if lookup is not None and not self._vetoes(scores, int(lookup[0, 0]), lookup_veto):
+        first_scores = self._score(hidden, plan) if checked else None
+        if lookup is not None and (not checked or not self._vetoes(first_scores, int(lookup[0, 0]), lookup_veto)):
             self.shortlists_of_last_draft = []
             logits = one_hot_logits(lookup, self.vocab_size) if self.do_sample else None
             return Draft(token_ids=lookup, logits=logits, looked_up=True)
         for k in range(num_draft_tokens):
-            if k:
-                scores = self._score(hidden, plan)
+            scores = first_scores if k == 0 and first_scores is not None else self._score(hidden, plan)
             token_id, logits, probability = self._choose(scores, context)
             if probability < self.confidence:
                 break

@@ -20,7 +20,7 @@ from transformers.generation.candidate_generator import CandidateGenerator
 from transformers.generation.utils import GenerationMixin
 
 from hf_dynaspec.drafting import ChainDraftSession
-from hf_dynaspec.lookup import lookup_continuation, one_hot_logits
+from hf_dynaspec.lookup import lookup_continuation
 
 # The range whose private API this module was written against and tested on.
 TESTED_TRANSFORMERS = (version.Version("5.23.0"), version.Version("5.24.0"))
@@ -121,22 +121,15 @@ class EagleCandidateGenerator(CandidateGenerator):
             return input_ids, None
         target_hidden = self.assistant.select_target_hidden(model_outputs.hidden_states)
         looked_up = self._look_up(input_ids, room)
-        veto = self.assistant.config.prompt_lookup_veto
-        if looked_up is not None and veto >= 1.0:  # lookup unchecked: the drafter only keeps its cache in step
-            self._looked_up_last_round = True
-            self.session.consume_verified(input_ids, target_hidden, plan=False)
-            self.session.shortlists_of_last_draft = []
-            self._drafted_last_round = looked_up.shape[1]
-            logits = one_hot_logits(looked_up, self.session.vocab_size) if self.session.do_sample else None
-            return torch.cat([input_ids, looked_up], dim=1), logits
-        draft = self.session.propose(input_ids, target_hidden, budget, lookup=looked_up, lookup_veto=veto)
+        draft = self.session.propose(input_ids, target_hidden, budget, lookup=looked_up,
+                                     lookup_veto=self.assistant.config.prompt_lookup_veto)
         self._looked_up_last_round = draft.looked_up
         if looked_up is not None and not draft.looked_up:
             self.assistant.stats.lookup_vetoes += 1
         self._drafted_last_round = draft.token_ids.shape[1]
         if not self._drafted_last_round:  # the drafter was not confident enough: a plain one-token pass
             return input_ids, None
-        if self.assistant.collect_draft_tokens:
+        if self.assistant.collect_draft_tokens and not draft.looked_up:
             self.assistant.stats.draft_token_ids.append(draft.token_ids[0])
         return torch.cat([input_ids, draft.token_ids], dim=1), draft.logits
 

@@ -167,12 +167,12 @@ def test_sampling_with_vetoed_prompt_lookup_matches_the_target_distribution(setu
 
 def test_fit_rejects_lookup_drafts_treated_as_certain(setup, monkeypatch):
     """The same test must catch lookup drafts verified as if the target agreed with them (q = p)."""
-    import hf_dynaspec.hf_integration as integration
+    import hf_dynaspec.drafting as drafting
 
     target, assistant, probs = setup
     assistant.config.prompt_lookup_tokens, assistant.config.prompt_lookup_min_ngram = 2, 1
     # Uniform q instead of one-hot: accepts x with min(1, p(x) * V) -- far too often.
-    monkeypatch.setattr(integration, "one_hot_logits", lambda ids, vocab: torch.zeros(1, ids.shape[1], vocab))
+    monkeypatch.setattr(drafting, "one_hot_logits", lambda ids, vocab: torch.zeros(1, ids.shape[1], vocab))
     try:
         counts = sampled_counts(target, assistant)[0]
     finally:

@@ -116,6 +116,7 @@ def _summary(key: str, runs: list[Run], vanilla: list[Run]) -> dict:
 
     lookup_passes = sum(r.stats.get("lookup_passes", 0) for r in runs)
     lookup_drafted = sum(r.stats.get("lookup_drafted", 0) for r in runs)
+    lookup_vetoes = sum(r.stats.get("lookup_vetoes", 0) for r in runs)
     return {
         "tau": None if key == "vanilla" else tokens / passes,
         "avg_shortlist": weighted("avg_shortlist"),
@@ -125,8 +126,7 @@ def _summary(key: str, runs: list[Run], vanilla: list[Run]) -> dict:
         "lookup_acceptance": (sum(r.stats.get("lookup_accepted", 0) for r in runs) / lookup_drafted
                               if lookup_drafted else None),
         # Lookup matches the drafter overruled (prompt_lookup_veto), as a share of all lookup matches.
-        "lookup_vetoed": (lookup_vetoes / (lookup_vetoes + lookup_passes)
-                          if (lookup_vetoes := sum(r.stats.get("lookup_vetoes", 0) for r in runs)) else None),
+        "lookup_vetoed": lookup_vetoes / (lookup_vetoes + lookup_passes) if lookup_vetoes else None,
         # Draft tokens the target checked per decoding pass (our assistant's methods only; lookup drafts included).
         "drafted_per_pass": (sum(drafted) / sum(r.stats["verify_passes"] for r in runs)
                              if any(r.stats for r in runs) else None),
