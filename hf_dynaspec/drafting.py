@@ -81,7 +81,7 @@ class ChainDraftSession:
         context = input_ids
         first_scores = self._score(hidden, plan) if checked else None
         if lookup is not None and (not checked or not self._vetoes(first_scores, int(lookup[0, 0]), lookup_veto)):
-            self.shortlists_of_last_draft = []
+            self.shortlists_of_last_draft = []  # the veto check's shortlist drafted nothing: keep it out of the stats
             logits = one_hot_logits(lookup, self.vocab_size) if self.do_sample else None
             return Draft(token_ids=lookup, logits=logits, looked_up=True)
         for k in range(num_draft_tokens):

@@ -213,3 +213,22 @@ def test_side_stream_router_equals_sequential_on_cuda():
         sequential_ids = torch.cat([head.token_order[head.offsets[c] : head.offsets[c + 1]]
                                     for c in head.choose_clusters(e, h, position)] + [head.always_ids])
         assert torch.equal(overlapped.token_ids, sequential_ids)
+
+
+def test_a_lookup_draft_kept_after_the_veto_check_adds_no_shortlist_to_the_statistics():
+    """The veto check scores the first position; when the lookup draft is kept, that shortlist drafted nothing
+    and must not count. A veto that never fires (0.999) must leave every statistic as the unchecked lookup does."""
+    target = tiny_target("llama")
+    prompt = torch.tensor([[5, 6, 7, 8, 5, 6, 7, 8, 5, 6]])
+    stats = {}
+    for veto in (1.0, 0.999):
+        assistant = add_shortlists(DynaSpecAssistant.from_target(target, shortlist="frspec"), target)
+        config = assistant.config
+        config.prompt_lookup_tokens, config.prompt_lookup_min_ngram, config.prompt_lookup_veto = 3, 1, veto
+        output = assisted_generate(target, assistant, prompt, max_new_tokens=24)
+        assert torch.equal(output, plain_generate(target, prompt, max_new_tokens=24))
+        s = assistant.stats
+        assert s.lookup_vetoes == 0
+        stats[veto] = (s.lookup_passes, s.shortlist_rows, s.shortlist_steps, s.coverage_checked, s.coverage_hits)
+    assert stats[1.0][0] > 0 and stats[1.0][2] > 0  # both kinds of round happened
+    assert stats[0.999] == stats[1.0]
