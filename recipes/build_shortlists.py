@@ -65,15 +65,32 @@ def router_examples(model, tokenizer, cluster_of_token, num_tokens, max_length=5
 
 
 @torch.no_grad()
+def interleaved_sequences(shards: list[Path], fused: bool):
+    """The shards' sequences, one from each features directory in turn.
+
+    The router is fit on a token budget usually smaller than all the features. Read in the order given, the
+    budget would be spent on the first directory alone (one domain, such as task-format answers) and the
+    router would learn that domain's clusters only; taking the directories in turn spreads it over all."""
+    from recipes.train_drafter import load_sequences
+
+    by_directory: dict[Path, list[Path]] = {}
+    for shard in shards:
+        by_directory.setdefault(shard.parent, []).append(shard)
+    streams = [(s for shard in group for s in load_sequences(shard, fused)) for group in by_directory.values()]
+    for turn in itertools.zip_longest(*streams):
+        yield from (sequence for sequence in turn if sequence is not None)
+
+
 def router_examples_from_features(features: list[Path], drafter, cluster_of_token, num_tokens: int):
     """Router examples from cached shards: first-position ones on target features, second-position ones on
-    the drafter's own predictions (half each). Returns (E [N, D], h [N, D], cluster [N])."""
-    from recipes.train_drafter import collate, draft_pass, drafter_features, feature_shards, load_sequences
+    the drafter's own predictions (half each). Sequences are taken from each features directory in turn
+    (see interleaved_sequences). Returns (E [N, D], h [N, D], cluster [N])."""
+    from recipes.train_drafter import collate, draft_pass, drafter_features, feature_shards
 
     embeds, feats, labels, total = [], [], [], 0
     progress = tqdm(total=num_tokens, unit="tok", desc="router data (cached features)")
     fused_ids = drafter.config.fused_hidden_state_ids
-    sequences = (s for shard in feature_shards(features, fused_ids) for s in load_sequences(shard, bool(fused_ids)))
+    sequences = interleaved_sequences(feature_shards(features, fused_ids), bool(fused_ids))
     dtype = drafter.fc.weight.dtype
     for sequence in sequences:
         if total >= num_tokens:

@@ -223,6 +223,31 @@ def test_router_examples_from_cached_features_pair_inputs_with_the_right_labels(
     assert result == pytest.approx({"coverage": 2 / 3, "avg_rows": (50 + 50 + 60) / 3 + 7})
 
 
+def test_router_examples_take_the_features_directories_in_turn(tmp_path):
+    """A token budget smaller than the features must sample every directory, not the first-named one only."""
+    from safetensors.torch import save_file
+
+    from recipes.build_shortlists import interleaved_sequences, router_examples_from_features
+    from recipes.train_drafter import feature_shards
+
+    first, second = tmp_path / "tasks", tmp_path / "chat"
+    first.mkdir(), second.mkdir()
+    save_file(_cached_batch(one_layer_target("llama", seed=3), num_sequences=3, length=12)[0],
+              str(first / "shard_00000.safetensors"))
+    save_file(_cached_batch(one_layer_target("llama", seed=4), num_sequences=1, length=20)[0],
+              str(second / "shard_00000.safetensors"))
+    order = [len(s.input_ids) for s in interleaved_sequences(feature_shards([first, second]), fused=False)]
+    assert order == [12, 20, 11, 10]  # in turn while both last, then the rest of the longer one
+
+    drafter = DynaSpecAssistant.from_target(one_layer_target("llama", seed=3)).drafter
+    cluster_of_token = torch.randint(0, 5, (VOCAB,), generator=torch.Generator().manual_seed(1))
+    # a budget of two sequences: the first of each directory, not the first two of the first directory
+    mixed = router_examples_from_features([first, second], drafter, cluster_of_token, num_tokens=2 * 12 - 3 + 1)
+    alone = [router_examples_from_features([d], drafter, cluster_of_token, num_tokens=1) for d in (first, second)]
+    for got, *parts in zip(mixed, *alone):
+        torch.testing.assert_close(got, torch.cat(parts))
+
+
 def test_self_distillation_prompt_mix_is_fixed_balanced_and_clean():
     from recipes.self_distill import training_prompts
 
