@@ -64,7 +64,6 @@ def router_examples(model, tokenizer, cluster_of_token, num_tokens, max_length=5
     return torch.cat(embeds), torch.cat(feats), torch.cat(labels)
 
 
-@torch.no_grad()
 def interleaved_sequences(shards: list[Path], fused: bool):
     """The shards' sequences, one from each features directory in turn.
 
@@ -81,6 +80,7 @@ def interleaved_sequences(shards: list[Path], fused: bool):
         yield from (sequence for sequence in turn if sequence is not None)
 
 
+@torch.no_grad()
 def router_examples_from_features(features: list[Path], drafter, cluster_of_token, num_tokens: int):
     """Router examples from cached shards: first-position ones on target features, second-position ones on
     the drafter's own predictions (half each). Sequences are taken from each features directory in turn

@@ -246,6 +246,7 @@ def test_router_examples_take_the_features_directories_in_turn(tmp_path):
     alone = [router_examples_from_features([d], drafter, cluster_of_token, num_tokens=1) for d in (first, second)]
     for got, *parts in zip(mixed, *alone):
         torch.testing.assert_close(got, torch.cat(parts))
+        assert not got.requires_grad  # plain data: the router's training must not backpropagate into the drafter
 
 
 def test_self_distillation_prompt_mix_is_fixed_balanced_and_clean():
