@@ -1,0 +1,70 @@
+"""Teacher-forced top-1 agreement of drafters with the target on cached feature shards, side by side.
+
+    python benchmarks/feature_agreement.py --target qwen2.5-coder-1.5b-instruct \
+        --assistant v8=assistants/qwen2.5-coder-1.5b-instruct \
+        --features own=outputs/features/qwen15-own-sd sibling=outputs/features/qwen15-sd7/shard_00000.safetensors \
+        --same-prompts
+
+Each `--features LABEL=SOURCE` is a recipes.build_features / self_distill --features-out directory or shard. The
+metric is train_drafter's validation (full vocabulary, draft positions 1 and 2, all tokens and answer tokens).
+With `--same-prompts` only the conversations whose prompt (the tokens before the answer) occurs in every source
+are scored: the same questions answered by different writers, e.g. the target itself against a smaller sibling.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import torch
+
+from hf_dynaspec import DynaSpecAssistant
+from hf_dynaspec.runner import load_target
+from recipes.train_drafter import collate, feature_shards, load_sequences, make_batches, validate
+
+
+def prompt_key(sequence) -> tuple[int, ...]:
+    """The conversation's prompt tokens (everything before the first answer token)."""
+    return tuple(sequence.input_ids[~sequence.response].tolist())
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--target", required=True)
+    parser.add_argument("--assistant", required=True, nargs="+", metavar="LABEL=PATH")
+    parser.add_argument("--features", required=True, nargs="+", metavar="LABEL=SOURCE")
+    parser.add_argument("--same-prompts", action="store_true")
+    parser.add_argument("--tokens-per-batch", type=int, default=2048)
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args(argv)
+
+    sources = dict(item.split("=", 1) for item in args.features)
+    sequences = {label: [s for shard in feature_shards([Path(src)]) for s in load_sequences(shard)]
+                 for label, src in sources.items()}
+    if args.same_prompts:
+        common = set.intersection(*({prompt_key(s) for s in seqs} for seqs in sequences.values()))
+        if not common:
+            raise SystemExit("no prompt occurs in every --features source")
+        sequences = {label: [s for s in seqs if prompt_key(s) in common] for label, seqs in sequences.items()}
+
+    target, _ = load_target(args.target, "fp32")
+    results = {}
+    for item in args.assistant:
+        name, path = item.split("=", 1)
+        drafter = DynaSpecAssistant.from_pretrained(path, target=target).drafter.eval()  # fp32, as the target
+        for label, seqs in sequences.items():
+            batches = [collate(b, "cpu") for b in make_batches(seqs, args.tokens_per_batch, 0)]
+            with torch.no_grad():
+                metrics = validate(drafter, batches)
+            metrics |= {"sequences": len(seqs), "answer_tokens": int(sum(int(s.response.sum()) for s in seqs))}
+            results[f"{name} on {label}"] = metrics
+            print(f"{name} on {label}: " + ", ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}"
+                                                      for k, v in metrics.items()), flush=True)
+    if args.json:
+        args.json.write_text(json.dumps({"command": vars(args) | {"json": str(args.json)}, "results": results},
+                                        indent=2, default=str) + "\n")
+
+
+if __name__ == "__main__":
+    main()
