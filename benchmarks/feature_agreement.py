@@ -2,7 +2,7 @@
 
     python benchmarks/feature_agreement.py --target qwen2.5-coder-1.5b-instruct \
         --assistant v8=assistants/qwen2.5-coder-1.5b-instruct \
-        --features own=outputs/features/qwen15-own-sd sibling=outputs/features/qwen15-sd7/shard_00000.safetensors \
+        --features own=outputs/features/qwen15-own sibling=outputs/features/qwen15-sd7/shard_00000.safetensors \
         --same-prompts
 
 Each `--features LABEL=SOURCE` is a recipes.build_features / self_distill --features-out directory or shard. The
