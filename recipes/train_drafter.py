@@ -3,8 +3,8 @@
     python -m recipes.train_drafter --target qwen2.5-coder-0.5b-instruct \
         --features outputs/features/qwen05-sd outputs/features/qwen05 --out outputs/drafter-05b --epochs 2
 
-Objective (EAGLE-1): at every pair (E(x_{t+1}), f_t) the drafter predicts f_{t+1}: smooth-L1 to the target's
-feature plus `--cls-weight` x cross-entropy between the target's next-token distribution after x_{t+1} and the
+Objective (EAGLE-1): at every pair (E(x_{t+1}), f_t) the drafter predicts f_{t+1}: `--reg-weight` x smooth-L1 to
+the target's feature plus `--cls-weight` x cross-entropy between the target's next-token distribution after x_{t+1} and the
 drafter's, through the frozen LM head; inputs get uniform noise as in EAGLE. With `--unroll 2` the drafter
 also takes one step on its own predictions (EAGLE-3's training-time test, simplified to whole sequences),
 which is what it does from the second draft position on.
@@ -270,7 +270,7 @@ def classification_loss(predicted: torch.Tensor, head_weight: torch.Tensor, rows
 
 
 def drafter_loss(drafter, batch: Batch, *, noise: float, cls_weight: float, unroll: int, negatives: int,
-                 generator) -> tuple[torch.Tensor, dict]:
+                 generator, reg_weight: float = 1.0) -> tuple[torch.Tensor, dict]:
     """EAGLE loss over a batch (all valid positions; see the module docstring). Returns (loss, metrics)."""
     features = batch.hidden
     mask = batch.valid[:, 1:] & batch.valid[:, :-1]  # pair t: inputs f_t and x_{t+1}, labels at t+1
@@ -290,7 +290,7 @@ def drafter_loss(drafter, batch: Batch, *, noise: float, cls_weight: float, unro
         regression = F.smooth_l1_loss(predicted[mask], target[mask])
         cls, agree = classification_loss(predicted[mask], head, rows, batch.topk_ids[:, depth:][mask],
                                          batch.topk_logp[:, depth:][mask])
-        total = total + regression + cls_weight * cls
+        total = total + reg_weight * regression + cls_weight * cls
         metrics.update({f"reg{depth}": regression.item(), f"cls{depth}": cls.item(), f"top1_{depth}": agree.item()})
     metrics["rows"] = head.shape[0] if rows is None else len(rows)
     return total / unroll, metrics
@@ -364,6 +364,8 @@ def main(argv=None):
     parser.add_argument("--warmup-steps", type=int, default=20)
     parser.add_argument("--noise", type=float, default=0.1)
     parser.add_argument("--cls-weight", type=float, default=1.0)
+    parser.add_argument("--reg-weight", type=float, default=1.0,
+                        help="weight of the feature regression (EAGLE-1/2 use 1; EAGLE-3 drops it, 0)")
     parser.add_argument("--unroll", type=int, default=1, help="drafter steps per position (2 = training-time test)")
     parser.add_argument("--negatives", type=int, default=4096,
                         help="random head rows per batch in the sampled loss; -1 = full-vocabulary loss")
@@ -432,7 +434,7 @@ def main(argv=None):
     while done["step"] < total_steps:
         batch = collate(schedule.batch(done["step"], accelerator.process_index), accelerator.device)
         loss, metrics = drafter_loss(drafter, batch, noise=args.noise, cls_weight=args.cls_weight, unroll=args.unroll,
-                                     negatives=args.negatives, generator=generator)
+                                     negatives=args.negatives, generator=generator, reg_weight=args.reg_weight)
         optimizer.zero_grad()
         accelerator.backward(loss)
         accelerator.clip_grad_norm_(assistant.parameters(), 0.5)

@@ -146,6 +146,26 @@ def test_drafter_learns_from_cached_features_with_the_sampled_loss(tmp_path):
     assert metrics["rows"] < VOCAB and metrics["batch_tokens"] == int(batch.valid[:, 1:].sum())
 
 
+def test_drafter_loss_weighs_regression_and_classification_as_asked(tmp_path):
+    from recipes.train_drafter import drafter_loss
+
+    target = one_layer_target("qwen2", seed=6)
+    _, _, to_batch = _cached_batch(target)
+    batch = to_batch(tmp_path / "shard.safetensors")
+    drafter = DynaSpecAssistant.from_target(target).drafter
+    for reg_weight, cls_weight in [(1.0, 1.0), (0.1, 1.0), (0.0, 2.0)]:
+        loss, m = drafter_loss(drafter, batch, noise=0.0, cls_weight=cls_weight, unroll=2, negatives=-1,
+                               generator=torch.Generator().manual_seed(0), reg_weight=reg_weight)
+        expected = sum(reg_weight * m[f"reg{d}"] + cls_weight * m[f"cls{d}"] for d in (1, 2)) / 2
+        assert loss.item() == pytest.approx(expected, rel=1e-5)
+        assert m["reg1"] > 0 and m["cls1"] > 0  # both terms are still reported when one is weighted out
+    # Without the regression term the drafter's gradient comes from the token loss alone.
+    drafter.zero_grad()
+    drafter_loss(drafter, batch, noise=0.0, cls_weight=0.0, unroll=1, negatives=-1,
+                 generator=torch.Generator().manual_seed(0), reg_weight=0.0)[0].backward()
+    assert all(p.grad is None or not p.grad.any() for p in drafter.parameters())
+
+
 def test_router_objective_learns_a_learnable_mapping():
     torch.manual_seed(0)
     router = ClusterRouter(8, 8, num_clusters=5, router_hidden_size=32)
