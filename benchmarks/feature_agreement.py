@@ -17,8 +17,6 @@ import argparse
 import json
 from pathlib import Path
 
-import torch
-
 from hf_dynaspec import DynaSpecAssistant
 from hf_dynaspec.runner import load_target
 from recipes.train_drafter import collate, feature_shards, load_sequences, make_batches, validate
@@ -55,8 +53,7 @@ def main(argv=None):
         drafter = DynaSpecAssistant.from_pretrained(path, target=target).drafter.eval()  # fp32, as the target
         for label, seqs in sequences.items():
             batches = [collate(b, "cpu") for b in make_batches(seqs, args.tokens_per_batch, 0)]
-            with torch.no_grad():
-                metrics = validate(drafter, batches)
+            metrics = validate(drafter, batches)  # no_grad inside
             metrics |= {"sequences": len(seqs), "answer_tokens": int(sum(int(s.response.sum()) for s in seqs))}
             results[f"{name} on {label}"] = metrics
             print(f"{name} on {label}: " + ", ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}"

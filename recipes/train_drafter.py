@@ -4,10 +4,10 @@
         --features outputs/features/qwen05-sd outputs/features/qwen05 --out outputs/drafter-05b --epochs 2
 
 Objective (EAGLE-1): at every pair (E(x_{t+1}), f_t) the drafter predicts f_{t+1}: `--reg-weight` x smooth-L1 to
-the target's feature plus `--cls-weight` x cross-entropy between the target's next-token distribution after x_{t+1} and the
-drafter's, through the frozen LM head; inputs get uniform noise as in EAGLE. With `--unroll 2` the drafter
-also takes one step on its own predictions (EAGLE-3's training-time test, simplified to whole sequences),
-which is what it does from the second draft position on.
+the target's feature plus `--cls-weight` x cross-entropy between the target's next-token distribution after
+x_{t+1} and the drafter's, through the frozen LM head; inputs get uniform noise as in EAGLE. With `--unroll 2`
+the drafter also takes one step on its own predictions (EAGLE-3's training-time test, simplified to whole
+sequences), which is what it does from the second draft position on.
 
 Fused features: with `--fused-hidden-states I,J,..` (shards built with the same option) the drafter's feature
 of a verified position is `fuse([rms(h_I) ; rms(h_J) ; .. ; f])` instead of `f` (see hf_dynaspec.config); regression

@@ -159,7 +159,7 @@ def test_drafter_loss_weighs_regression_and_classification_as_asked(tmp_path):
         expected = sum(reg_weight * m[f"reg{d}"] + cls_weight * m[f"cls{d}"] for d in (1, 2)) / 2
         assert loss.item() == pytest.approx(expected, rel=1e-5)
         assert m["reg1"] > 0 and m["cls1"] > 0  # both terms are still reported when one is weighted out
-    # Without the regression term the drafter's gradient comes from the token loss alone.
+    # Both terms weighted out: nothing trains (a regression term that ignored reg_weight would still push).
     drafter.zero_grad()
     drafter_loss(drafter, batch, noise=0.0, cls_weight=0.0, unroll=1, negatives=-1,
                  generator=torch.Generator().manual_seed(0), reg_weight=0.0)[0].backward()
