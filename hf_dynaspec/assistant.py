@@ -19,12 +19,13 @@ import torch
 import torch.nn as nn
 from transformers import PreTrainedModel
 
-from hf_dynaspec import checkpoints, cpu_verify, hf_integration, model_card
+from hf_dynaspec import checkpoints, cpu_verify, hf_integration, integrity, model_card
 from hf_dynaspec.config import DynaSpecConfig
 from hf_dynaspec.drafter import EagleDrafter, TargetParts
 from hf_dynaspec.drafting import ChainDraftSession
 from hf_dynaspec.kernels import cpu_rows
 from hf_dynaspec.families import family_classes
+from hf_dynaspec.generation_checks import check_chain_inputs
 from hf_dynaspec.shortlist.artifact import VocabShortlists
 from hf_dynaspec.shortlist.selector import build_head
 from hf_dynaspec.stats import DraftStats
@@ -76,6 +77,7 @@ class DynaSpecAssistant(PreTrainedModel):
             target_model_type=text.model_type,
             target_name_or_path=getattr(target.config, "_name_or_path", None) or None,
             target_revision=getattr(target.config, "_commit_hash", None),
+            target_fingerprint=integrity.target_fingerprint(target),
             vocab_size=head_rows,
             target_hidden_size=text.hidden_size,
             hidden_size=text.hidden_size,
@@ -137,6 +139,7 @@ class DynaSpecAssistant(PreTrainedModel):
         tree_top_k: int | None = None,
         tree_depth: int | None = None,
         tree_total_tokens: int | None = None,
+        allow_different_target: bool = False,
         **hub_kwargs,
     ) -> "DynaSpecAssistant":
         """Load an assistant from a local directory or a Hub repo id: our format, EAGLE-1/2 or EAGLE-3.
@@ -145,12 +148,15 @@ class DynaSpecAssistant(PreTrainedModel):
         `shortlist` ("full" | "frspec" | "vocabtrim" | "dynaspec" | "dynaspec-fixed") and the size/budget
         options, the chain's `num_draft_tokens`, `draft_confidence`, `prompt_lookup_tokens` and `prompt_lookup_veto`, and the tree shape (`tree_top_k`,
         `tree_depth`, `tree_total_tokens`, see DynaSpecConfig) override what the artifact's config says. Only
-        JSON and safetensors files are read; pickled checkpoints are refused.
+        JSON and safetensors files are read; pickled checkpoints are refused. The weights are checked against
+        the artifact's `checksums.json` and for NaN/inf; `attach` refuses a target other than the one the
+        assistant was made for (its embedding/LM-head fingerprint) unless `allow_different_target=True`.
         """
         directory = checkpoints.resolve_artifact_dir(pretrained_model_name_or_path, revision, **hub_kwargs)
         config_dict = checkpoints.read_config_dict(directory)
+        integrity.verify_checksums(directory)
         state = checkpoints.read_state_dict(directory)
-        layout = checkpoints.detect_layout(config_dict, set(state))
+        layout = checkpoints.detect_layout(config_dict, set(state), directory / checkpoints.CONFIG_NAME)
         if layout == "dynaspec":
             config = DynaSpecConfig.from_dict(config_dict)
         else:
@@ -177,7 +183,7 @@ class DynaSpecAssistant(PreTrainedModel):
         if dtype is not None:
             assistant.to(dtype)
         assistant.eval()
-        return assistant.attach(target) if target is not None else assistant
+        return assistant.attach(target, allow_different_target) if target is not None else assistant
 
     def _load_checked(self, state: dict[str, torch.Tensor], directory) -> None:
         expected = self.state_dict()
@@ -201,6 +207,13 @@ class DynaSpecAssistant(PreTrainedModel):
                 f"The weights in {directory} do not match its config ({'; '.join(details)}). "
                 "The artifact is corrupt or was written by an incompatible version; re-save or re-download it."
             )
+        broken = integrity.non_finite_tensors(state)
+        if broken:
+            raise checkpoints.ArtifactError(
+                f"The weights in {directory} hold NaN or inf values ({', '.join(broken[:6])}): a diverged training "
+                "run or a corrupted file. Use an earlier checkpoint or retrain; such a drafter would draft nothing "
+                "useful."
+            )
         # Keep the stored dtype: a round trip is bit-exact.
         self.load_state_dict(state, strict=True, assign=True)
 
@@ -209,9 +222,13 @@ class DynaSpecAssistant(PreTrainedModel):
     def target(self) -> PreTrainedModel | None:
         return self._target
 
-    def attach(self, target: PreTrainedModel) -> "DynaSpecAssistant":
-        """Check the assistant fits `target`, borrow its embedding/final norm/LM head, match dtype and device."""
-        self._check_compatible(target)
+    def attach(self, target: PreTrainedModel, allow_different_target: bool = False) -> "DynaSpecAssistant":
+        """Check the assistant fits `target`, borrow its embedding/final norm/LM head, match dtype and device.
+
+        `allow_different_target=True` accepts a target whose weights differ from those the assistant was made
+        for (same shapes and family; a deliberate reuse, e.g. on another fine-tune): output stays exact, only
+        acceptance may drop."""
+        self._check_compatible(target, allow_different_target)
         decoder = target.get_decoder()
         self.drafter.target = TargetParts(
             embed_tokens=target.get_input_embeddings(),
@@ -232,7 +249,7 @@ class DynaSpecAssistant(PreTrainedModel):
         hf_integration.install()
         return self
 
-    def _check_compatible(self, target: PreTrainedModel) -> None:
+    def _check_compatible(self, target: PreTrainedModel, allow_different_target: bool = False) -> None:
         config = self.config
         text = target.config.get_text_config()
         problems = []
@@ -246,6 +263,15 @@ class DynaSpecAssistant(PreTrainedModel):
         for layer_ids in (config.aux_hidden_state_layer_ids, config.fused_hidden_state_ids):
             if layer_ids and max(layer_ids) > text.num_hidden_layers:
                 problems.append(f"reads hidden_states{layer_ids} but the target has only {text.num_hidden_layers} layers")
+        if not problems and config.target_fingerprint and not allow_different_target:
+            mismatch = integrity.fingerprint_mismatch(config.target_fingerprint, target)
+            if mismatch:
+                raise AssistantMismatchError(
+                    f"This assistant was trained for {config.target_name_or_path or 'another model'}, not for this "
+                    f"target: the shapes match but {mismatch}. Load the assistant made for this model, or train one "
+                    "(recipes/); to reuse it on purpose (output stays exact, acceptance may drop), pass "
+                    "allow_different_target=True to from_pretrained or attach."
+                )
         if problems:
             raise AssistantMismatchError(
                 f"This assistant was built for another target ({config.target_name_or_path or 'unknown'}): "
@@ -323,18 +349,8 @@ class DynaSpecAssistant(PreTrainedModel):
                 "This assistant is attached to a different target model object. Call "
                 "`assistant.attach(model)` before `model.generate(..., assistant_model=assistant)`."
             )
-        if input_ids.shape[0] != 1:
-            raise ValueError(
-                f"DynaSpecAssistant with model.generate(assistant_model=...) drafts for one sequence at a time "
-                f"(transformers' assisted decoding supports batch size 1); got batch size {input_ids.shape[0]}. "
-                "Call generate once per prompt."
-            )
-        attention_mask = model_kwargs.get("attention_mask")
-        if attention_mask is not None and not bool(attention_mask.all()):
-            raise ValueError(
-                "DynaSpecAssistant does not support padded inputs (the attention_mask has zeros); pass the "
-                "prompt without padding."
-            )
+        check_chain_inputs(input_ids, generation_config, model_kwargs)
+        self._follow_target_dtype_and_device(target)
         self.stats = DraftStats()
         session = ChainDraftSession(
             self.drafter,
@@ -348,10 +364,26 @@ class DynaSpecAssistant(PreTrainedModel):
             self, session, num_draft_tokens=self.config.num_draft_tokens, max_length=generation_config.max_length
         )
 
+    def _follow_target_dtype_and_device(self, target: PreTrainedModel) -> None:
+        """The target was cast or moved after `attach` (e.g. `model.to(torch.bfloat16)`): follow it, loudly."""
+        weight = self.drafter.fc.weight
+        if weight.dtype != target.dtype or weight.device != target.device:
+            import warnings
+
+            warnings.warn(
+                f"the target is now {target.dtype} on {target.device}, the assistant was attached as {weight.dtype} "
+                f"on {weight.device}; re-attaching it to follow the target. Call assistant.attach(model) after "
+                "casting or moving the model to avoid this check.",
+                stacklevel=3,
+            )
+            self.attach(target, allow_different_target=True)
+
     def save_pretrained(self, save_directory: str | os.PathLike, *args, **kwargs) -> None:
-        """Save config.json + model.safetensors (transformers), card.json and a generated README.md model card."""
+        """Save config.json + model.safetensors (transformers), checksums.json (the weights' sha256), card.json and
+        a generated README.md model card."""
         super().save_pretrained(save_directory, *args, **kwargs)
         directory = Path(save_directory)
+        integrity.write_checksums(directory)
         if self.card_data:
             (directory / model_card.CARD_DATA_NAME).write_text(json.dumps(self.card_data, indent=2) + "\n")
         (directory / "README.md").write_text(model_card.render_model_card(self.config, self.card_data))

@@ -102,8 +102,11 @@ def read_state_dict(directory: Path) -> dict[str, torch.Tensor]:
     return state
 
 
-def detect_layout(config: dict, keys: set[str]) -> str:
-    if config.get("model_type") == "dynaspec":
+def detect_layout(config: dict, keys: set[str], where: str | Path = "config.json") -> str:
+    if config.get("model_type") == "dynaspec" or (
+        "model_type" not in config and keys and all(k.startswith(("drafter.", "shortlists.")) for k in keys)
+    ):
+        _check_saved_keys(config, where)
         return "dynaspec"
     if "draft_vocab_size" in config or any(k.startswith("midlayer.") for k in keys) or "d2t" in keys:
         return "eagle3"
@@ -115,6 +118,20 @@ def detect_layout(config: dict, keys: set[str]) -> str:
         f"midlayer.*, d2t, draft_vocab_size). Found config model_type={config.get('model_type')!r} and "
         f"keys {sorted(keys)[:6]}..."
     )
+
+
+def _check_saved_keys(config: dict, where) -> None:
+    """A hf-dynaspec config.json must name its type and state the drafter's shape: refuse a damaged one
+    by naming the missing keys, instead of failing later on a default that describes another drafter."""
+    from hf_dynaspec.config import REQUIRED_SAVED_KEYS
+
+    missing = [key for key in ("model_type", *REQUIRED_SAVED_KEYS) if key not in config]
+    if missing:
+        raise ArtifactError(
+            f"{where} lacks {missing}, which every hf-dynaspec assistant's config.json states (the weights are "
+            "an hf-dynaspec assistant's). The file was truncated or edited: restore it from the original artifact "
+            "or re-save the assistant with save_pretrained."
+        )
 
 
 def _rope_parameters(config: dict) -> dict:

@@ -25,8 +25,11 @@ _KNOWN_KEYS = {
     "prompt_lookup_max_ngram", "prompt_lookup_veto", "library_version", "layer_config", "shortlist", "shortlist_size",
     "frequency_list_size",
     "vocabtrim_list_size", "num_clusters", "num_always_ids", "router_hidden_size", "max_clusters",
-    "fixed_clusters", "max_shortlist_size", "tree_top_k", "tree_depth", "tree_total_tokens",
+    "fixed_clusters", "max_shortlist_size", "tree_top_k", "tree_depth", "tree_total_tokens", "target_fingerprint",
 }
+# What a saved hf-dynaspec config.json must state: without them the defaults above would describe another drafter.
+REQUIRED_SAVED_KEYS = ("drafter_kind", "layer_family", "target_model_type", "vocab_size", "hidden_size",
+                       "target_hidden_size", "intermediate_size", "num_attention_heads")
 SHORTLIST_STRATEGIES = ("full", "frspec", "vocabtrim", "dynaspec", "dynaspec-fixed")
 
 
@@ -108,6 +111,7 @@ class DynaSpecConfig(PretrainedConfig):
         target_model_type: str | None = None,
         target_name_or_path: str | None = None,
         target_revision: str | None = None,
+        target_fingerprint: dict[str, Any] | None = None,
         vocab_size: int = 32000,
         target_hidden_size: int | None = None,
         hidden_size: int = 4096,
@@ -160,6 +164,8 @@ class DynaSpecConfig(PretrainedConfig):
         self.target_model_type = target_model_type
         self.target_name_or_path = target_name_or_path
         self.target_revision = target_revision
+        # A few embedding/LM-head values of the target (hf_dynaspec.integrity), checked at attach.
+        self.target_fingerprint = target_fingerprint
         self.vocab_size = vocab_size
         self.target_hidden_size = target_hidden_size if target_hidden_size is not None else hidden_size
         self.hidden_size = hidden_size

@@ -36,9 +36,18 @@ class ChainDraftSession:
 
     `head` is the runtime shortlist head (hf_dynaspec.shortlist.selector) an eagle drafter scores through;
     None uses the drafter's own head (EAGLE-3's reduced vocabulary). With `confidence` > 0 a round stops before
-    the first token the drafter gives a probability below it, possibly with no token at all: where
-    verifying k tokens costs much more than one (CPUs), an unlikely draft costs more than it is expected to
-    save. The decision reads only the drafter's own distribution, so sampling stays exact.
+    the first position where the drafter's most likely token has a probability below it, possibly with no token
+    at all: where verifying k tokens costs much more than one (CPUs), an unlikely draft costs more than it is
+    expected to save.
+
+    Why sampling stays exact: the stop reads the drafter's distribution q_k at position k *before* a token is
+    drawn from it (its largest probability), never the drawn token. Whether position k is drafted is then a
+    function of the context (prompt and the tokens drafted before k, which are the committed ones whenever
+    position k is verified at all), and when it is drafted the token is an unconditioned sample of q_k, the very
+    distribution handed to the verifier. Stopping on q_k(x) of the sampled x instead would keep x more often
+    where q_k(x) is large, so the verifier would see drafts from a distribution other than q_k
+    (tests/test_enumeration.py computes the resulting bias exactly). Greedy drafting is unchanged: its token is
+    the most likely one.
     """
 
     def __init__(self, drafter: EagleDrafter, vocab_size: int, do_sample: bool, logits_processor=None, head=None,
@@ -86,8 +95,8 @@ class ChainDraftSession:
             return Draft(token_ids=lookup, logits=logits, looked_up=True)
         for k in range(num_draft_tokens):
             scores = first_scores if k == 0 and first_scores is not None else self._score(hidden, plan)
-            token_id, logits, probability = self._choose(scores, context)
-            if probability < self.confidence:
+            token_id, logits = self._choose(scores, context)
+            if token_id is None:  # the drafter is not confident enough at this position
                 break
             draft_ids.append(token_id)
             if logits is not None:
@@ -130,7 +139,10 @@ class ChainDraftSession:
         # The router reads the inputs of the step whose output it shortlists (E(x_t), h_{t-1}): it is started
         # before the drafter's layer so that on CUDA the two overlap.
         plan = self._plan(token_embeds[:, -1], hidden_in[:, -1], 0) if plan else None
-        hidden = drafter.step(token_embeds, hidden_in, position_ids, self.cache, causal_mask(num_new, start, device))
+        # The mask reads the cache's own length, so a cache out of step with `start` shows up as wrong drafts
+        # (tests/test_drafting.py compares the cache with a recomputation), not as a shape error deep in attention.
+        mask = causal_mask(num_new, self.cache.length, device)
+        hidden = drafter.step(token_embeds, hidden_in, position_ids, self.cache, mask)
         self.num_verified_pairs = seq_len - 1
         return hidden[:, -1:], plan
 
@@ -160,28 +172,32 @@ class ChainDraftSession:
             return False
         return veto <= 0.0 or float(logits[0].float().softmax(dim=-1)[idx]) > veto
 
-    def _choose(self, scores, context) -> tuple[torch.Tensor, torch.Tensor | None, float]:
-        """`_score`'s (logits, ids) -> (draft token id `[1, 1]`, full-vocabulary logits `[1, V]` when sampling,
-        the drafter's probability of the token; 1.0 when `confidence` is off, which needs no softmax)."""
+    def _choose(self, scores, context) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """`_score`'s (logits, ids) -> (draft token id `[1, 1]`, or None to stop the round under `confidence`;
+        the full-vocabulary logits `[1, V]` the token was drawn from when sampling, else None).
+
+        The confidence test runs before the draw and reads only the distribution (see the class docstring)."""
         logits, shortlist_ids = scores
         if not self.do_sample and self.logits_processor is None:
+            if not self._confident(logits):
+                return None, None
             idx = logits.argmax(dim=-1, keepdim=True)
-            token_id = idx if shortlist_ids is None else shortlist_ids[idx]
-            return token_id, None, self._probability(logits, idx)
+            return (idx if shortlist_ids is None else shortlist_ids[idx]), None
         full = self._to_full_vocab(logits, shortlist_ids)
         if self.logits_processor is not None:
             full = self.logits_processor(context, full)
+        if not self._confident(full):
+            return None, None
         if self.do_sample:
-            token_id = torch.multinomial(full.softmax(dim=-1), num_samples=1)
-            return token_id, full, self._probability(full, token_id)
-        token_id = full.argmax(dim=-1, keepdim=True)
-        return token_id, None, self._probability(full, token_id)
+            return torch.multinomial(full.softmax(dim=-1), num_samples=1), full
+        return full.argmax(dim=-1, keepdim=True), None
 
-    def _probability(self, logits: torch.Tensor, index: torch.Tensor) -> float:
-        """softmax(logits `[1, S]`)[index `[1, 1]`] (over the rows scored: a shortlist's mass is renormalised)."""
+    def _confident(self, logits: torch.Tensor) -> bool:
+        """Is the largest probability of softmax(logits `[1, S]`) at least `confidence`? (Over the rows scored: a
+        shortlist's mass is renormalised.) Always true with `confidence` off, which needs no softmax."""
         if self.confidence <= 0.0:
-            return 1.0
-        return float(logits.float().log_softmax(dim=-1).gather(-1, index).exp())
+            return True
+        return float(logits.float().softmax(dim=-1).max()) >= self.confidence
 
     def _to_full_vocab(self, logits: torch.Tensor, shortlist_ids: torch.Tensor | None) -> torch.Tensor:
         """Shortlist logits `[1, S]` -> `[1, V]` with -inf outside the shortlist."""

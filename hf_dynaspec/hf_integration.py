@@ -3,6 +3,8 @@
 `model.generate(assistant_model=assistant)` builds its candidate generator in the private
 `GenerationMixin._get_candidate_generator`, from a fixed list with no registry. `install()` wraps that method
 so that a `DynaSpecAssistant` gets our `EagleCandidateGenerator`; every other assistant goes to the original.
+It also wraps `_validate_generation_mode`: where transformers would drop an assistant without an error (beam
+search, with only a log line), a `DynaSpecAssistant` is refused with the reason.
 Our generator uses the public-since-5.8 channel `requires_model_outputs` / `model_kwargs_overrides`, through
 which transformers hands over the hidden states of the verification pass that already ran (no extra target
 forward). Install and uninstall are safe to repeat.
@@ -17,6 +19,7 @@ import torch
 import transformers
 from packaging import version
 from transformers.generation.candidate_generator import CandidateGenerator
+from transformers.generation.configuration_utils import GenerationMode
 from transformers.generation.utils import GenerationMixin
 
 from hf_dynaspec.drafting import ChainDraftSession
@@ -27,6 +30,7 @@ TESTED_TRANSFORMERS = (version.Version("5.23.0"), version.Version("5.24.0"))
 MIN_TRANSFORMERS = version.Version("5.8.0")  # `requires_model_outputs` appeared in 5.8
 
 _ORIGINAL = "_dynaspec_original_get_candidate_generator"
+_ORIGINAL_VALIDATE = "_dynaspec_original_validate_generation_mode"
 
 
 def check_transformers_version() -> None:
@@ -70,6 +74,24 @@ def install() -> None:
     setattr(GenerationMixin, _ORIGINAL, original)
     GenerationMixin._get_candidate_generator = _get_candidate_generator
 
+    original_validate = GenerationMixin._validate_generation_mode
+
+    @functools.wraps(original_validate)
+    def _validate_generation_mode(self, generation_mode, generation_config, generation_mode_kwargs, *args, **kwargs):
+        from hf_dynaspec.assistant import DynaSpecAssistant
+
+        assistant = (generation_mode_kwargs or {}).get("assistant_model")
+        if isinstance(assistant, DynaSpecAssistant) and generation_mode != GenerationMode.ASSISTED_GENERATION:
+            raise ValueError(
+                f"these generate() options select {generation_mode} (num_beams={generation_config.num_beams}), which "
+                "cannot use an assistant: transformers would drop it and decode without it. Assisted decoding is "
+                "greedy or sampled decoding: set num_beams=1, or drop assistant_model for beam search."
+            )
+        return original_validate(self, generation_mode, generation_config, generation_mode_kwargs, *args, **kwargs)
+
+    setattr(GenerationMixin, _ORIGINAL_VALIDATE, original_validate)
+    GenerationMixin._validate_generation_mode = _validate_generation_mode
+
 
 def uninstall() -> None:
     """Restore transformers' own method. Idempotent."""
@@ -78,6 +100,10 @@ def uninstall() -> None:
         return
     GenerationMixin._get_candidate_generator = original
     delattr(GenerationMixin, _ORIGINAL)
+    original_validate = GenerationMixin.__dict__.get(_ORIGINAL_VALIDATE)
+    if original_validate is not None:
+        GenerationMixin._validate_generation_mode = original_validate
+        delattr(GenerationMixin, _ORIGINAL_VALIDATE)
 
 
 def is_installed() -> bool:

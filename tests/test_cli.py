@@ -38,6 +38,8 @@ def test_unknown_zoo_model_fails_clearly(capsys):
     assert "Unknown zoo model" in capsys.readouterr().err
 
 
-def test_generate_requires_a_prompt():
-    with pytest.raises(SystemExit):
+def test_generate_requires_a_prompt(capsys):
+    with pytest.raises(SystemExit) as exit_info:
         main(["generate", "--target", "x"])
+    assert exit_info.value.code == 2  # argparse's usage error, not a crash further in
+    assert "--prompt" in capsys.readouterr().err

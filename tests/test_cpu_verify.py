@@ -129,3 +129,45 @@ def test_a_bf16_target_routes_every_drafter_step_through_the_kernel_including_th
     assert max(kernel_rows[8:]) <= 3 and min(kernel_rows) >= 1
     divergence = check_exactness(target, prompt, plain[0, 40:], assisted[0, 40:])
     assert divergence is None or divergence.near_tie, divergence
+
+
+PLANTED = r"""
+#include <stdio.h>
+__attribute__((constructor)) static void planted(void) { FILE *f = fopen("%s", "w"); if (f) fclose(f); }
+int hf_dynaspec_has_avx2_fma(void) { return 0; }
+"""
+
+
+@needs_kernel
+def test_a_planted_library_is_loaded_only_from_a_private_directory(tmp_path, monkeypatch):
+    """Someone who can write the kernel cache could plant a library under the computable name: it must not run
+    unless the directory and the file are the current user's and nobody else can write them."""
+    import os
+    import subprocess
+
+    monkeypatch.setenv("HF_DYNASPEC_HOME", str(tmp_path / "home"))
+    compiler = cpu_rows._compiler()
+    library = cpu_rows.cached_library_path(compiler)
+    library.parent.mkdir(parents=True)
+    marker = tmp_path / "planted-code-ran"
+    source = tmp_path / "planted.c"
+    source.write_text(PLANTED % marker)
+    subprocess.run([compiler, "-shared", "-fPIC", str(source), "-o", str(library)], check=True)
+
+    def load():
+        cpu_rows._library.cache_clear()
+        return cpu_rows.available()
+
+    try:
+        for directory_mode, file_mode in [(0o777, 0o755), (0o733, 0o755), (0o700, 0o666), (0o700, 0o620)]:
+            os.chmod(library.parent, directory_mode)
+            os.chmod(library, file_mode)
+            with pytest.warns(UserWarning, match="can be written by another user"):
+                assert load(), "the real kernel, compiled afresh into a private directory, must load"
+            assert not marker.exists(), (oct(directory_mode), oct(file_mode))
+        # The control: private directory, private file. It is loaded (so the test above could see a load).
+        os.chmod(library.parent, 0o700)
+        os.chmod(library, 0o755)
+        assert not load() and marker.exists()
+    finally:
+        cpu_rows._library.cache_clear()

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from hf_dynaspec.exactness import greedy_gaps
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -37,8 +39,11 @@ def test_readme_python_blocks_run_as_written(monkeypatch):
     namespace: dict = {}
     for block in blocks:
         exec(compile(block, "README.md", "exec"), namespace)
-    assert namespace["out"].shape[1] > namespace["inputs"]["input_ids"].shape[1]
+    prompt = namespace["inputs"]["input_ids"]
+    assert namespace["out"].shape[1] > prompt.shape[1]
     assert namespace["assistant"].config.shortlist == "dynaspec"
+    # What the README promises: greedy output, up to bf16 near-ties, at every token.
+    assert (greedy_gaps(namespace["model"], prompt, namespace["out"][0, prompt.shape[1]:]) <= 1.0).all()
     # docs/trees.md continues the README's quickstart (its model, inputs and assistant_path)
     for block in re.findall(r"```python\n(.*?)```", (ROOT / "docs" / "trees.md").read_text(), flags=re.S):
         exec(compile(block, "docs/trees.md", "exec"), namespace)
@@ -57,6 +62,9 @@ def test_quickstart_page_runs_as_written(monkeypatch):
     prompt_length = namespace["inputs"]["input_ids"].shape[1]
     for name in ("fast", "sampled", "out"):
         assert namespace[name].shape[1] > prompt_length
+    for name in ("fast", "out"):  # the greedy ones
+        assert (greedy_gaps(namespace["model"], namespace["inputs"]["input_ids"],
+                            namespace[name][0, prompt_length:]) <= 1.0).all(), name
     stats = namespace["assistant"].stats  # of its last call (sampling): the drafter drafted and was verified
     assert stats.verify_passes > 0 and stats.drafted >= stats.verify_passes
     assert namespace["frspec"].config.shortlist == "frspec" and namespace["full"].config.shortlist == "full"

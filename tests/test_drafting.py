@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import VOCAB, random_assistant, tiny_target
+from conftest import (VOCAB, assisted_generate, imitating_assistant, one_layer_target, plain_generate,
+                      random_assistant, tiny_target)
+from hf_dynaspec.drafter import causal_mask
 from hf_dynaspec.drafting import ChainDraftSession
 from hf_dynaspec.kv_cache import DraftKVCache
 
@@ -72,15 +74,109 @@ def test_a_confident_draft_is_the_full_draft_cut_before_the_first_unlikely_token
         return session.propose(sequence, features[:, :11], 6)
 
     full = draft(0.0)
-    # The probability the drafter gave each of its tokens, from the distributions it hands the verifier.
-    probabilities = full.logits[0].softmax(-1).gather(-1, full.token_ids[0, :, None]).squeeze(-1)
+    # The drafter's largest probability at each position, from the distributions it hands the verifier: the stop
+    # reads it before drawing, never the drawn token's own probability (which would bias sampling).
+    top = full.logits[0].softmax(-1).max(-1).values
+    drawn = full.logits[0].softmax(-1).gather(-1, full.token_ids[0, :, None]).squeeze(-1)
     assert full.token_ids.shape == (1, 6)
-    # Just below and just above each token's probability (exactly at it, rounding decides).
-    for confidence in [*(probabilities * 0.999).tolist(), *(probabilities * 1.001).tolist(), 0.999]:
-        unlikely = (probabilities < confidence).nonzero()
-        expected_length = int(unlikely[0]) if len(unlikely) else 6
+    assert (drawn < top).any(), "some drawn token must not be the most likely one, or the test cannot tell"
+    # Just below and just above each position's top probability (exactly at it, rounding decides).
+    for confidence in [*(top * 0.999).tolist(), *(top * 1.001).tolist(), 0.999]:
+        unsure = (top < confidence).nonzero()
+        expected_length = int(unsure[0]) if len(unsure) else 6
         got = draft(confidence)
         assert torch.equal(got.token_ids, full.token_ids[:, :expected_length]), confidence
         assert (got.logits is None) == (expected_length == 0)
         if expected_length:
             torch.testing.assert_close(got.logits, full.logits[:, :expected_length])
+
+
+def test_kv_cache_keeps_its_history_through_every_growth():
+    """Keys and values written before each doubling (4 -> 8 -> ... -> 128) come back unchanged, crops included."""
+    cache = DraftKVCache(initial_capacity=4)
+    generator = torch.Generator().manual_seed(0)
+    keys, values = torch.empty(1, 2, 0, 3), torch.empty(1, 2, 0, 3)
+    for step, size in enumerate([3, 1, 2, 5, 1, 9, 4, 17, 2, 33, 6, 40]):
+        if step % 3 == 2:  # drop the last two positions, as a rejected draft does
+            cache.crop(keys.shape[2] - 2)
+            keys, values = keys[:, :, :-2], values[:, :, :-2]
+        new_keys, new_values = torch.randn(2, 1, 2, size, 3, generator=generator)
+        got_keys, got_values = cache.update(new_keys, new_values, 0)
+        keys, values = torch.cat([keys, new_keys], dim=2), torch.cat([values, new_values], dim=2)
+        assert torch.equal(got_keys, keys) and torch.equal(got_values, values), step
+        assert all(torch.equal(a, b) for a, b in zip(cache.contents(), (keys, values)))
+    assert cache.length == keys.shape[2] > 4 * 2**4, "the cache must have doubled at least four times"
+
+
+def captured_sessions(assistant, monkeypatch) -> list:
+    """The ChainDraftSession of every generate() call with `assistant`, in order."""
+    sessions = []
+    make = assistant.make_candidate_generator
+
+    def capturing(*args, **kwargs):
+        generator = make(*args, **kwargs)
+        sessions.append(generator.session)
+        return generator
+
+    monkeypatch.setattr(assistant, "make_candidate_generator", capturing)
+    return sessions
+
+
+def assert_cache_matches_a_recomputation(assistant, target, session, sequence):
+    """The drafter cache of `session` after generating `sequence` `[1, L]` must hold, for every verified pair i,
+    the keys/values of (target feature at position i, token i+1) at position i: one pass from scratch over the
+    target's features of the whole sequence gives them. Catches misaligned features, tokens or positions, a
+    cache that lost history when it grew, and stale speculative entries."""
+    verified = session.num_verified_pairs
+    with torch.no_grad():
+        # Written out here rather than through the session, so that a bug there cannot hide in both sides:
+        # pair i = (the target's last hidden state at position i, token i+1), at position i.
+        features = target(sequence[:, : verified + 1], output_hidden_states=True).hidden_states[-1]
+        drafter = assistant.drafter
+        cache = DraftKVCache()
+        drafter.step(drafter.embed(sequence[:, 1 : verified + 1]), drafter.fuse_target_hidden(features[:, :verified]),
+                     torch.arange(verified)[None], cache, causal_mask(verified, 0, sequence.device))
+    got, expected = session.cache.contents(), cache.contents()
+    for name, a, b in zip(("keys", "values"), got, expected):
+        a = a[..., :verified, :]
+        assert a.shape == b.shape, (name, a.shape, b.shape)
+        wrong = ((a - b).abs().amax(dim=(0, 1, 3)) > 1e-4).nonzero().flatten()
+        assert not len(wrong), f"drafter cache {name} differ from a recomputation at positions {wrong[:10].tolist()}"
+
+
+def test_drafter_cache_equals_a_recomputation_after_generate(family, monkeypatch):
+    target = tiny_target(family, seed=2)
+    assistant = random_assistant(target, seed=4, num_draft_tokens=3)
+    sessions = captured_sessions(assistant, monkeypatch)
+    prompt = torch.randint(0, VOCAB, (1, 9), generator=torch.Generator().manual_seed(1))
+    out = target.generate(prompt, attention_mask=torch.ones_like(prompt), assistant_model=assistant,
+                          max_new_tokens=40, do_sample=False)
+    assert_cache_matches_a_recomputation(assistant, target, sessions[-1], out)
+
+
+@pytest.mark.slow
+def test_long_generation_stays_exact_and_in_step(family, monkeypatch):
+    """1,100 new tokens: the drafter cache doubles past its first capacity (256) twice, the target's grows too.
+    Output identical to plain greedy, drafts still accepted at the end as at the start, and the drafter
+    cache equal to a recomputation over the whole output."""
+    target = one_layer_target(family, seed=7, max_position_embeddings=2048)
+    assistant = imitating_assistant(target, num_draft_tokens=3)
+    sessions = captured_sessions(assistant, monkeypatch)
+    prompt = torch.randint(0, VOCAB, (1, 12), generator=torch.Generator().manual_seed(2))
+    plain = plain_generate(target, prompt, max_new_tokens=1100, do_sample=False)
+    assisted = assisted_generate(target, assistant, prompt, max_new_tokens=1100, do_sample=False)
+    assert torch.equal(assisted, plain)
+    session = sessions[-1]
+    assert session.num_verified_pairs > 1024
+    assert_cache_matches_a_recomputation(assistant, target, session, assisted)
+    # Acceptance over the first 256 new tokens and after them: a cache that lost history when it grew past 256
+    # would lower the second (the imitating drafter attends over its whole cache).
+    stats = assistant.stats
+    early, late = [0, 0], [0, 0]  # accepted, drafted
+    committed = 0
+    for accepted, drafted in zip(stats.accepted_per_pass, stats.drafted_per_pass):
+        part = early if committed < 256 else late
+        part[0] += accepted
+        part[1] += drafted
+        committed += accepted + 1
+    assert early[0] / early[1] > 0.9 and late[0] / late[1] > 0.9, (early, late)

@@ -28,7 +28,11 @@ def test_block_path_matches_reference(dtype, batch, blocks):
     scores, ids = shortlist_head_blocks(hidden, weight, starts, ends, token_order)
     assert torch.equal(ids, expected_ids) and scores.dtype == torch.float32
     torch.testing.assert_close(scores, expected_scores, **TOLERANCE[dtype])
-    assert torch.equal(scores.argmax(-1), expected_scores.argmax(-1)) or dtype == torch.bfloat16
+    # The chosen row must be the reference's best, up to the dtype's rounding (bf16 may swap near-ties only).
+    chosen = expected_scores.gather(-1, scores.argmax(-1, keepdim=True)).squeeze(-1)
+    if dtype == torch.float32:
+        assert torch.equal(scores.argmax(-1), expected_scores.argmax(-1))
+    assert (expected_scores.max(-1).values - chosen <= TOLERANCE[dtype]["atol"] * 4).all()
 
 
 def test_bench_head_blocks_are_whole_clusters_totalling_about_s(tmp_path, monkeypatch):
@@ -36,7 +40,7 @@ def test_bench_head_blocks_are_whole_clusters_totalling_about_s(tmp_path, monkey
 
     starts, ends = bench.cluster_blocks(vocab=5003, num_clusters=40, shortlist=600)
     total = sum(b - a for a, b in zip(starts, ends))
-    assert 600 <= total <= 1.1 * 600 or len(starts) == 40
+    assert 600 <= total <= 1.1 * 600 and len(starts) < 40
     assert starts == sorted(starts) and all(b > a for a, b in zip(starts, ends))
     assert all(b <= a2 for b, a2 in zip(ends, starts[1:]))  # disjoint
     monkeypatch.setattr(bench, "CSV_PATH", tmp_path / "bench_head.csv")

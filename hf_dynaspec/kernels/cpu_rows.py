@@ -3,6 +3,9 @@
 The C source is compiled on first use with the system C compiler (`CC`, else `cc`/`gcc`) into the
 hf-dynaspec cache (`HF_DYNASPEC_HOME`, default ~/.cache/hf-dynaspec) under a name derived from the source and
 flags, and loaded with ctypes: no build step at install time and no dependency beyond a compiler.
+A cached library is loaded only from a directory the current user owns and nobody else can write, and only
+when the file is such too: anyone who could plant a file there could otherwise run code in this process. In
+any other case the kernel is compiled afresh into a private temporary directory.
 `available()` says whether it can be used here (x86-64 with AVX2 and FMA, a compiler that builds it); callers
 fall back to something else when it cannot.
 """
@@ -15,6 +18,7 @@ import hashlib
 import os
 import platform
 import shutil
+import stat
 import subprocess
 import tempfile
 import warnings
@@ -32,19 +36,46 @@ def _compiler() -> str | None:
     return os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
 
 
-def _build(compiler: str) -> Path:
-    """Compile the kernel unless a build of this exact source and flags is cached; return the library path."""
-    source = SOURCE.read_bytes()
-    digest = hashlib.sha256(source + " ".join([compiler, *FLAGS]).encode()).hexdigest()[:16]
-    library = home_dir() / "kernels" / f"bf16_rows-{digest}.so"
+def _is_private(path: Path) -> bool:
+    """Owned by the current user, writable by nobody else, and not a symbolic link."""
+    info = path.lstat()
+    return (not stat.S_ISLNK(info.st_mode) and info.st_uid == os.getuid()
+            and not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH))
+
+
+def _compile(compiler: str, output: Path) -> None:
+    subprocess.run([compiler, *FLAGS, str(SOURCE), "-o", str(output)], check=True, capture_output=True, text=True,
+                   timeout=120)
+
+
+def cached_library_path(compiler: str) -> Path:
+    """Where a build of this exact source with `compiler` and the flags is cached."""
+    digest = hashlib.sha256(SOURCE.read_bytes() + " ".join([compiler, *FLAGS]).encode()).hexdigest()[:16]
+    return home_dir() / "kernels" / f"bf16_rows-{digest}.so"
+
+
+def _build(compiler: str, private_dir: Path) -> Path:
+    """Compile the kernel unless a build of this exact source and flags is cached in a private directory; return
+    the library path (in the cache, or in `private_dir` when the cache cannot be trusted)."""
+    library = cached_library_path(compiler)
+    try:
+        library.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        trusted = _is_private(library.parent)
+    except OSError:
+        trusted = False
+    if not trusted or (library.exists() and not _is_private(library)):
+        warnings.warn(f"{library.parent} (or the library in it) can be written by another user or is not yours: "
+                      "not loading anything from it; compiling the CPU kernel into a private temporary directory. "
+                      "Fix the permissions (chmod go-w, owned by you) to cache it again.", stacklevel=4)
+        private = private_dir / library.name
+        _compile(compiler, private)
+        return private
     if library.exists():
         return library
-    library.parent.mkdir(parents=True, exist_ok=True)
     # Build beside the target and rename: concurrent first uses (test workers) never see half a file.
     with tempfile.TemporaryDirectory(dir=library.parent) as tmp:
         partial = Path(tmp) / library.name
-        subprocess.run([compiler, *FLAGS, str(SOURCE), "-o", str(partial)], check=True, capture_output=True,
-                       text=True, timeout=120)
+        _compile(compiler, partial)
         os.replace(partial, library)
     return library
 
@@ -57,7 +88,10 @@ def _library() -> ctypes.CDLL | None:
     if compiler is None:
         return None
     try:
-        library = ctypes.CDLL(str(_build(compiler)))
+        # A private temporary directory (mode 0700) for the untrusted-cache case; the loaded library stays mapped
+        # after the file is removed.
+        with tempfile.TemporaryDirectory(prefix="hf-dynaspec-kernel-") as private_dir:
+            library = ctypes.CDLL(str(_build(compiler, Path(private_dir))))
     except (OSError, subprocess.SubprocessError) as err:
         detail = getattr(err, "stderr", "") or str(err)
         warnings.warn(f"hf-dynaspec could not build its CPU verification kernel ({detail.strip()[:300]}); "

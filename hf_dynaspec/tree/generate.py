@@ -141,7 +141,9 @@ def _checked_assistant(model, drafter):
         raise TypeError(f"drafter must be a DynaSpecAssistant, got {type(drafter).__name__}")
     if drafter.target is None:
         drafter.attach(model)
-    elif drafter.target is not model:
+    elif drafter.target is model:
+        drafter._follow_target_dtype_and_device(model)
+    else:
         raise AssistantMismatchError(
             "This assistant is attached to a different target model object. Call `assistant.attach(model)` first."
         )
@@ -151,6 +153,9 @@ def _checked_assistant(model, drafter):
 def _check_inputs(input_ids: torch.Tensor, generation_config, model_kwargs: dict) -> None:
     if generation_config.num_beams != 1 or generation_config.num_return_sequences != 1:
         raise ValueError("tree decoding is greedy or sampled decoding: set num_beams=1 and num_return_sequences=1")
+    if input_ids.shape[1] == 0:
+        raise ValueError("the prompt is empty: generate() needs at least one input token (e.g. the tokenizer's "
+                         "BOS token) to condition on")
     if input_ids.shape[0] != 1:
         raise ValueError(
             f"tree decoding drafts for one sequence at a time; got batch size {input_ids.shape[0]}. "

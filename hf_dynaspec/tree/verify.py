@@ -64,12 +64,18 @@ def _sample_step(probs: torch.Tensor, children: list[int], tokens: list[int], ge
     residual = probs
     for child in children:
         token = tokens[child]
-        if torch.rand((), generator=generator, device=probs.device) < residual[token]:
+        if accepts(residual[token], generator):
             return child, token
         residual = residual.clone()
         residual[token] = 0
         residual = residual / residual.sum()
     return None, int(torch.multinomial(residual, 1, generator=generator))
+
+
+def accepts(probability: torch.Tensor, generator: torch.Generator | None) -> bool:
+    """A Bernoulli(`probability`) draw (a 0-d tensor). Its own function so that tests/enumeration.py can follow
+    both outcomes with their exact weights instead of sampling."""
+    return bool(torch.rand((), generator=generator, device=probability.device) < probability)
 
 
 def check_tree_cache(cache) -> None:

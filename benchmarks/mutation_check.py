@@ -1,0 +1,127 @@
+"""Apply each known rule violation to a copy of the package and check that a test fails on it by an assertion.
+
+    python benchmarks/mutation_check.py [--only NAME] [--json OUT]
+
+Each mutation replaces one exact snippet of the source (it fails loudly if the snippet is gone, so the list
+stays in step with the code), runs the named test files on the copy, and reports which tests failed and how:
+`assert` (an AssertionError from the test) or `crash` (any other exception). A mutation counts as caught only
+by an assertion. Host-independent; it takes a few minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import xml.etree.ElementTree as ElementTree
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class Mutation:
+    name: str
+    path: str
+    old: str | list[str]  # exact snippets, each occurring once
+    new: str | list[str]
+    tests: list[str]
+
+
+MUTATIONS = [
+    Mutation("cache growth: zero-filled buffer, history lost", "hf_dynaspec/kv_cache.py",
+             "        if self._keys is not None and self.length:\n"
+             "            keys[..., : self.length, :] = self._keys[..., : self.length, :]\n"
+             "            values[..., : self.length, :] = self._values[..., : self.length, :]\n",
+             "        keys.zero_()\n        values.zero_()\n", ["tests/test_drafting.py"]),
+    Mutation("cache growth: history not copied", "hf_dynaspec/kv_cache.py",
+             "if self._keys is not None and self.length:", "if False:", ["tests/test_drafting.py"]),
+    Mutation("cache growth: values copied from keys", "hf_dynaspec/kv_cache.py",
+             "values[..., : self.length, :] = self._values[..., : self.length, :]",
+             "values[..., : self.length, :] = self._keys[..., : self.length, :]", ["tests/test_drafting.py"]),
+    Mutation("features: the last rows of the pass instead of the first", "hf_dynaspec/drafting.py",
+             "drafter.fuse_target_hidden(new_target_hidden[:, :num_new])",
+             "drafter.fuse_target_hidden(new_target_hidden[:, -num_new:])", ["tests/test_drafting.py"]),
+    Mutation("features: the layer before the last", "hf_dynaspec/assistant.py",
+             ["        return hidden_states[-1]\n", "        return -1\n"],
+             ["        return hidden_states[-2]\n", "        return -2\n"], ["tests/test_drafting.py"]),
+    Mutation("features: positions shifted by one", "hf_dynaspec/drafting.py",
+             "position_ids = torch.arange(start, seq_len - 1, device=device)[None]",
+             "position_ids = torch.arange(start + 1, seq_len, device=device)[None]", ["tests/test_drafting.py"]),
+    Mutation("draft logits handed over before the temperature", "hf_dynaspec/drafting.py",
+             "        if self.logits_processor is not None:\n            full = self.logits_processor(context, full)\n        if not self._confident(full):\n            return None, None\n        if self.do_sample:\n            return torch.multinomial(full.softmax(dim=-1), num_samples=1), full",
+             "        raw = full\n        if self.logits_processor is not None:\n            full = self.logits_processor(context, full.clone())\n        if not self._confident(full):\n            return None, None\n        if self.do_sample:\n            return torch.multinomial(full.softmax(dim=-1), num_samples=1), raw",
+             ["tests/test_enumeration.py"]),
+    Mutation("confidence: the drawn token's probability decides (the old rule)", "hf_dynaspec/drafting.py",
+             "        if not self._confident(full):\n            return None, None\n        if self.do_sample:\n            return torch.multinomial(full.softmax(dim=-1), num_samples=1), full",
+             "        if self.do_sample:\n            token = torch.multinomial(full.softmax(dim=-1), num_samples=1)\n            if self.confidence > 0 and float(full.softmax(-1)[0, token]) < self.confidence:\n                return None, None\n            return token, full\n        if not self._confident(full):\n            return None, None",
+             ["tests/test_enumeration.py"]),
+    Mutation("drafter cache crop one short", "hf_dynaspec/drafting.py",
+             "self.cache.crop(start)", "self.cache.crop(max(start - 1, 0))", ["tests/test_drafting.py"]),
+    Mutation("drafter cache crop keeps one stale entry", "hf_dynaspec/kv_cache.py",
+             "        self.length = length\n", "        self.length = min(length + 1, self.length)\n",
+             ["tests/test_drafting.py"]),
+    Mutation("tree residual not renormalised", "hf_dynaspec/tree/verify.py",
+             "        residual = residual / residual.sum()\n", "", ["tests/test_enumeration.py"]),
+]
+
+
+def run(mutation: Mutation) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = Path(tmp) / "repo"
+        shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns(".venv", ".git", "assistants", "data", "*.pyc"))
+        source = copy / mutation.path
+        text = source.read_text()
+        olds, news = (mutation.old, mutation.new) if isinstance(mutation.old, list) else ([mutation.old], [mutation.new])
+        for old, new in zip(olds, news):
+            if text.count(old) != 1:
+                raise SystemExit(f"{mutation.name}: the snippet to mutate occurs {text.count(old)} times in "
+                                 f"{mutation.path}; update benchmarks/mutation_check.py")
+            text = text.replace(old, new)
+        source.write_text(text)
+        report = Path(tmp) / "report.xml"
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m",
+                               "not real_model", f"--junitxml={report}", *mutation.tests],
+                              cwd=copy, capture_output=True, text=True)
+        asserted, crashed = [], []
+        for case in ElementTree.parse(report).iter("testcase") if report.exists() else []:
+            for problem in [*case.iter("failure"), *case.iter("error")]:
+                message = problem.get("message", "")
+                name = f"{case.get('classname')}::{case.get('name')}"
+                if message.startswith("AssertionError") or message.startswith("assert "):
+                    asserted.append(name)
+                else:
+                    crashed.append(f"{name} ({message[:80]})")
+    lines = proc.stdout.strip().splitlines()
+    return {"mutation": mutation.name, "caught": bool(asserted), "by_assertion": asserted, "crashes": crashed,
+            "summary": lines[-1] if lines else proc.stderr[-300:]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", help="run the mutations whose name contains this text")
+    parser.add_argument("--json", help="write the results here")
+    args = parser.parse_args()
+    results = []
+    for mutation in MUTATIONS:
+        if args.only and args.only not in mutation.name:
+            continue
+        result = run(mutation)
+        results.append(result)
+        print(f"{'CAUGHT' if result['caught'] else 'MISSED'}  {mutation.name}: {result['summary']}", flush=True)
+        for test in result["by_assertion"]:
+            print(f"    assert  {test}")
+        for test in result["crashes"]:
+            print(f"    crash   {test}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
+    if not all(r["caught"] for r in results):
+        raise SystemExit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,241 @@
+"""Exact output distributions of one speculative round, by enumerating every random choice the code makes.
+
+The code under test draws its randomness from `torch.multinomial` (drafting, the residual, the bonus token),
+`torch.rand_like` (transformers' accept test, `r <= p(x) / q(x)`) and `hf_dynaspec.tree.verify.accepts` (the
+tree's accept test). `enumerate_paths` replaces those three by a chooser that, instead of drawing, follows
+one branch and records the others, and re-runs the function depth-first until every branch has been
+followed once. Each path's weight is the product of the probabilities the code itself asked for, so the
+result is the exact distribution of the function's output, with no sampling noise: a bias of 1e-4 shows.
+
+`chain_round` and `tree_round` run one round of drafting and verification through the library's real code
+(the candidate generator, transformers' `_speculative_sampling`; the tree drafter and `accept_path`);
+`extended_joint` continues every outcome with the target's own distribution, so that an exact round gives
+exactly the target's joint distribution of the next L tokens (`target_joint`).
+
+Legend: V vocabulary, K draft length, L tokens compared.
+"""
+
+from __future__ import annotations
+
+import itertools
+from contextlib import contextmanager
+from functools import lru_cache
+
+import torch
+import transformers.generation.utils as generation_utils
+from transformers import GenerationConfig
+from transformers.cache_utils import DynamicCache
+
+import hf_dynaspec.tree.verify as tree_verify
+from hf_dynaspec.tree.drafting import TreeDraftSession
+from hf_dynaspec.tree.structure import tree_attention_mask, tree_position_ids
+
+
+class _Chooser:
+    """Follows `script` (the branch index at each choice point), then the first live branch."""
+
+    def __init__(self, script: list[int]):
+        self.script = script
+        self.taken: list[int] = []
+        self.live: list[list[int]] = []
+        self.weight = 1.0
+
+    def choose(self, weights: list[float]) -> int:
+        live = [i for i, w in enumerate(weights) if w > 0.0]
+        if not live:
+            raise AssertionError(f"a random choice with no positive weight: {weights}")
+        depth = len(self.taken)
+        index = self.script[depth] if depth < len(self.script) else live[0]
+        self.taken.append(index)
+        self.live.append(live)
+        self.weight *= weights[index]
+        return index
+
+    # -- the three random sources ----------------------------------------------------------------------
+    def multinomial(self, probs: torch.Tensor, num_samples: int = 1, replacement: bool = False, *, generator=None,
+                    out=None) -> torch.Tensor:
+        if num_samples != 1:
+            raise AssertionError("the enumeration follows single draws only")
+        rows = probs.double().reshape(-1, probs.shape[-1])
+        rows = rows / rows.sum(-1, keepdim=True)  # multinomial normalises its input
+        picks = [self.choose(row.tolist()) for row in rows]
+        result = torch.tensor(picks, dtype=torch.long, device=probs.device)
+        return result.reshape(*probs.shape[:-1], 1)
+
+    def rand_like(self, ratio: torch.Tensor, **kwargs) -> torch.Tensor:
+        """transformers accepts where `r <= ratio`: r = 0 accepts (weight min(1, ratio)), r = 1 rejects."""
+        values = []
+        for value in ratio.double().flatten().tolist():
+            accept = min(1.0, max(0.0, value))
+            values.append(0.0 if self.choose([accept, 1.0 - accept]) == 0 else 1.0)
+        return torch.tensor(values, dtype=ratio.dtype, device=ratio.device).reshape(ratio.shape)
+
+    def accepts(self, probability: torch.Tensor, generator=None) -> bool:
+        p = min(1.0, max(0.0, float(probability)))
+        return self.choose([p, 1.0 - p]) == 0
+
+
+@contextmanager
+def _randomness_replaced_by(chooser: _Chooser):
+    saved = torch.multinomial, torch.rand_like, tree_verify.accepts
+    torch.multinomial, torch.rand_like, tree_verify.accepts = chooser.multinomial, chooser.rand_like, chooser.accepts
+    try:
+        yield
+    finally:
+        torch.multinomial, torch.rand_like, tree_verify.accepts = saved
+
+
+def enumerate_paths(fn) -> list[tuple[float, object]]:
+    """Every (probability, output) of `fn()` over all of its random choices; the probabilities sum to 1."""
+    results, stack = [], [[]]
+    while stack:
+        script = stack.pop()
+        chooser = _Chooser(script)
+        with _randomness_replaced_by(chooser):
+            output = fn()
+        results.append((chooser.weight, output))
+        for depth in range(len(script), len(chooser.taken)):
+            stack.extend(chooser.taken[:depth] + [alt] for alt in chooser.live[depth] if alt != chooser.taken[depth])
+    total = sum(w for w, _ in results)
+    if abs(total - 1.0) > 1e-9:
+        raise AssertionError(f"path probabilities sum to {total}")
+    return results
+
+
+class TargetOracle:
+    """The target's processed next-token distribution on any context, memoised: `probs(ids) -> [V]` float64."""
+
+    def __init__(self, target, logits_processor=None):
+        self.target = target
+        self.logits_processor = logits_processor
+        self._probs = lru_cache(maxsize=None)(self._compute)
+
+    @torch.no_grad()
+    def _compute(self, ids: tuple[int, ...]) -> torch.Tensor:
+        context = torch.tensor([ids])
+        logits = self.target(context).logits[:, -1].float()
+        if self.logits_processor is not None and len(self.logits_processor):
+            logits = self.logits_processor(context, logits)
+        return logits.softmax(-1)[0].double()
+
+    def probs(self, ids) -> torch.Tensor:
+        return self._probs(tuple(int(i) for i in ids))
+
+    @torch.no_grad()
+    def logits_rows(self, ids: torch.Tensor, num_rows: int) -> torch.Tensor:
+        """Raw float32 logits `[1, num_rows, V]` of the last `num_rows` positions of `ids` `[1, N]` (one pass)."""
+        return self.target(ids).logits[:, -num_rows:].float()
+
+
+def target_joint(oracle: TargetOracle, context: list[int], length: int) -> dict[tuple, float]:
+    """The target's own probability of every continuation of `length` tokens."""
+    vocab = oracle.probs(context).shape[0]
+    joint = {}
+    for seq in itertools.product(range(vocab), repeat=length):
+        prob = 1.0
+        for j, token in enumerate(seq):
+            prob *= float(oracle.probs(context + list(seq[:j]))[token])
+            if prob == 0.0:
+                break
+        joint[seq] = prob
+    return joint
+
+
+def extended_joint(oracle: TargetOracle, context: list[int], outcomes: dict[tuple, float], length: int):
+    """The joint distribution of the next `length` tokens when each round outcome (committed tokens, possibly
+    fewer than `length`) is continued by sampling from the target."""
+    vocab = oracle.probs(context).shape[0]
+    joint = {}
+    for seq in itertools.product(range(vocab), repeat=length):
+        total = 0.0
+        for m in range(1, length + 1):
+            prob = outcomes.get(seq[:m], 0.0)
+            for j in range(m, length):
+                if prob == 0.0:
+                    break
+                prob *= float(oracle.probs(context + list(seq[:j]))[seq[j]])
+            total += prob
+        joint[seq] = total
+    return joint
+
+
+def outcome_distribution(weighted: list[tuple[float, tuple]]) -> dict[tuple, float]:
+    outcomes: dict[tuple, float] = {}
+    for weight, tokens in weighted:
+        outcomes[tokens] = outcomes.get(tokens, 0.0) + weight
+    return outcomes
+
+
+def max_error(joint: dict[tuple, float], reference: dict[tuple, float]) -> float:
+    return max(abs(joint[k] - reference[k]) for k in reference)
+
+
+# -- one chain round (model.generate(assistant_model=...)'s code path) --------------------------------------
+def chain_round(target, assistant, prompt: list[int], logits_processor, num_draft_tokens: int):
+    """Exact outcome distribution `{committed tokens: probability}` of one chain round after `prompt`, whose
+    last token is the one the prefill produced. Drafting: the library's candidate generator; verification:
+    transformers' `_speculative_sampling` (or its per-position sampling when a round has no draft logits)."""
+    oracle = TargetOracle(target)
+    input_ids = torch.tensor([prompt])
+    config = GenerationConfig(do_sample=True, max_length=len(prompt) + num_draft_tokens + 1)
+    probe = assistant.make_candidate_generator(target, input_ids, config, logits_processor, {})
+    with torch.no_grad():
+        prefill = target(input_ids[:, :-1], **probe.model_kwargs_overrides)
+
+    def draft():
+        generator = assistant.make_candidate_generator(target, input_ids, config, logits_processor, {})
+        candidate_ids, candidate_logits = generator.get_candidates(input_ids, model_outputs=prefill)
+        return candidate_ids, candidate_logits
+
+    outcomes = []
+    for draft_weight, (candidate_ids, candidate_logits) in enumerate_paths(draft):
+        num_drafted = candidate_ids.shape[1] - input_ids.shape[1]
+        new_logits = oracle.logits_rows(candidate_ids, num_drafted + 1)
+        if logits_processor is not None and len(logits_processor):
+            for i in range(num_drafted + 1):  # as transformers' assisted decoding does
+                context = candidate_ids[:, : input_ids.shape[1] + i]
+                new_logits[:, i, :] = logits_processor(context, new_logits[:, i, :].clone())
+
+        def verify():
+            return _verify(candidate_ids, candidate_logits, num_drafted, new_logits)
+
+        for weight, tokens in enumerate_paths(verify):
+            outcomes.append((draft_weight * weight, tokens))
+    return outcome_distribution(outcomes)
+
+
+def _verify(candidate_ids, candidate_logits, num_drafted, new_logits) -> tuple[int, ...]:
+    if num_drafted > 0 and candidate_logits is not None:
+        valid, _ = generation_utils._speculative_sampling(candidate_ids, candidate_logits, num_drafted, new_logits)
+        return tuple(valid[0].tolist())
+    # transformers' other branch: sample every position from p, keep drafts up to the first mismatch.
+    selected = torch.multinomial(new_logits.softmax(-1)[0], num_samples=1).squeeze(1)
+    drafts = candidate_ids[0, candidate_ids.shape[1] - num_drafted :]
+    matches = int(((~(drafts == selected[:-1])).cumsum(-1) < 1).sum())
+    return tuple(selected[: matches + 1].tolist())
+
+
+# -- one tree round (tree_generate's code path) ------------------------------------------------------------
+@torch.no_grad()
+def tree_round(target, assistant, prompt: list[int], logits_processor, top_k: int, depth: int, total: int):
+    """Exact outcome distribution of one tree round after `prompt` (its last token from the prefill), with the
+    tree drafter, the tree-masked target pass on the prefill's cache and `accept_path`, as tree_generate runs
+    them. Returns (outcomes, the tree's node count)."""
+    input_ids = torch.tensor([prompt])
+    cache = DynamicCache(config=target.config)
+    selection = assistant.target_hidden_state_selection()
+    prefill = target(input_ids[:, :-1], past_key_values=cache, use_cache=True, output_hidden_states=selection)
+    session = TreeDraftSession(assistant.drafter, assistant.config.vocab_size, top_k=top_k, depth=depth,
+                               total_tokens=total, head=assistant.runtime_head())
+    tree = session.propose_tree(input_ids, assistant.select_target_hidden(prefill.hidden_states))
+    past_length = input_ids.shape[1] - 1
+    out = target(input_ids=tree.token_ids[None], position_ids=tree_position_ids(tree, past_length),
+                 attention_mask=tree_attention_mask(tree, past_length, target.dtype), past_key_values=cache,
+                 use_cache=True)
+    logits = out.logits[0].float()
+
+    def verify():
+        path = tree_verify.accept_path(tree, logits, input_ids, logits_processor, do_sample=True)
+        return tuple(tree.token_ids[path.nodes].tolist()) + (path.next_token,)
+
+    return outcome_distribution(enumerate_paths(verify)), len(tree)

@@ -1,0 +1,137 @@
+"""Bad inputs get an error that names the problem and the fix (or, where the library can follow, a warning).
+
+Each case is one mistake a user can make with a saved assistant or a generate() call; the expected message
+is matched, so an error that blames the wrong thing (a shape error deep in attention, "unexpected keys")
+fails the test.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from conftest import VOCAB, assisted_generate, plain_generate, random_assistant, tiny_target
+from hf_dynaspec import DynaSpecAssistant, tree_generate
+from hf_dynaspec.assistant import AssistantMismatchError
+from hf_dynaspec.checkpoints import ArtifactError
+from hf_dynaspec.integrity import IntegrityError
+
+PROMPT = torch.tensor([[3, 14, 15, 9, 2]])
+
+
+@pytest.fixture
+def saved(tmp_path):
+    target = tiny_target("llama", seed=0)
+    random_assistant(target, seed=1).save_pretrained(tmp_path / "a")
+    return target, tmp_path / "a"
+
+
+def edit_config(directory, **changes):
+    path = directory / "config.json"
+    config = json.loads(path.read_text())
+    for key, value in changes.items():
+        if value is None:
+            config.pop(key)
+        else:
+            config[key] = value
+    path.write_text(json.dumps(config))
+
+
+def test_an_assistant_for_a_same_shaped_but_different_target_is_refused(saved):
+    target, directory = saved
+    other = tiny_target("llama", seed=9)  # same family and shapes, other weights (another fine-tune, say)
+    with pytest.raises(AssistantMismatchError, match=r"trained for .*shapes match.*allow_different_target=True"):
+        DynaSpecAssistant.from_pretrained(directory, target=other)
+    reused = DynaSpecAssistant.from_pretrained(directory, target=other, allow_different_target=True)
+    assert torch.equal(assisted_generate(other, reused, PROMPT, max_new_tokens=8), plain_generate(other, PROMPT, max_new_tokens=8))
+    # The same target in another dtype is the same target.
+    DynaSpecAssistant.from_pretrained(directory, target=tiny_target("llama", seed=0).to(torch.bfloat16))
+
+
+def test_nan_weights_are_refused(saved):
+    _, directory = saved
+    state = load_file(directory / "model.safetensors")
+    name = next(k for k in state if k.endswith("fc.weight"))
+    state[name][0, 0] = float("nan")
+    save_file(state, directory / "model.safetensors", metadata={"format": "pt"})
+    (directory / "checksums.json").unlink()  # a NaN that was saved as such, not a corruption
+    with pytest.raises(ArtifactError, match=r"NaN or inf values \(drafter\.fc\.weight\)"):
+        DynaSpecAssistant.from_pretrained(directory)
+
+
+def test_a_flipped_bit_in_the_weights_is_refused(saved):
+    _, directory = saved
+    path = directory / "model.safetensors"
+    payload = bytearray(path.read_bytes())
+    payload[-100] ^= 0x01  # inside the tensor data: the header still parses
+    path.write_bytes(bytes(payload))
+    with pytest.raises(IntegrityError, match=r"model\.safetensors does not match the sha256"):
+        DynaSpecAssistant.from_pretrained(directory)
+
+
+@pytest.mark.parametrize("key", ["model_type", "hidden_size", "vocab_size", "drafter_kind", "layer_family",
+                                 "target_model_type"])
+def test_a_config_missing_a_key_names_the_key(saved, key):
+    target, directory = saved
+    edit_config(directory, **{key: None})
+    with pytest.raises(ArtifactError, match=rf"config\.json lacks \['{key}'\].*restore it"):
+        DynaSpecAssistant.from_pretrained(directory, target=target)
+
+
+def test_beam_search_with_the_assistant_is_refused(saved):
+    target, directory = saved
+    assistant = DynaSpecAssistant.from_pretrained(directory, target=target)
+    for options in (dict(num_beams=2), dict(num_beams=2, do_sample=True)):
+        with pytest.raises(ValueError, match="num_beams=2.*cannot use an assistant.*set num_beams=1"):
+            assisted_generate(target, assistant, PROMPT, max_new_tokens=4, **options)
+    with pytest.raises(ValueError, match="num_return_sequences"):  # transformers' own check, already clear
+        assisted_generate(target, assistant, PROMPT, max_new_tokens=4, do_sample=True, num_return_sequences=2)
+
+
+def test_an_empty_prompt_is_refused(saved):
+    target, directory = saved
+    assistant = DynaSpecAssistant.from_pretrained(directory, target=target)
+    empty = PROMPT[:, :0]
+    with pytest.raises(ValueError, match="the prompt is empty"):
+        assisted_generate(target, assistant, empty, max_new_tokens=4)
+    with pytest.raises(ValueError, match="the prompt is empty"):
+        target.generate(empty, custom_generate=tree_generate, drafter=assistant, max_new_tokens=4)
+
+
+def test_the_assistant_follows_a_target_cast_after_attaching(saved):
+    target, directory = saved
+    assistant = DynaSpecAssistant.from_pretrained(directory, target=target)
+    target.to(torch.bfloat16)
+    with pytest.warns(UserWarning, match="re-attaching it to follow the target"):
+        out = assisted_generate(target, assistant, PROMPT, max_new_tokens=6)
+    assert assistant.drafter.fc.weight.dtype == torch.bfloat16 and out.shape[1] == PROMPT.shape[1] + 6
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # attached again: no second warning
+        assisted_generate(target, assistant, PROMPT, max_new_tokens=2)
+    target.to(torch.float32)
+    with pytest.warns(UserWarning, match="re-attaching"):
+        tree = target.generate(PROMPT, custom_generate=tree_generate, drafter=assistant, max_new_tokens=6)
+    assert torch.equal(tree, plain_generate(target, PROMPT, max_new_tokens=6))
+
+
+def test_a_lossy_ensemble_weight_is_refused(saved):
+    target, directory = saved
+    assistant = DynaSpecAssistant.from_pretrained(directory, target=target)
+    with pytest.raises(ValueError, match="assistant_ensemble_weight .* lossless by design"):
+        assisted_generate(target, assistant, PROMPT, max_new_tokens=4, do_sample=True,
+                          assistant_ensemble_weight=0.5)
+
+
+def test_a_saved_artifact_records_checksums_and_fingerprint(saved):
+    target, directory = saved
+    sums = json.loads((directory / "checksums.json").read_text())["sha256"]
+    assert set(sums) == {"model.safetensors"} and len(sums["model.safetensors"]) == 64
+    fingerprint = json.loads((directory / "config.json").read_text())["target_fingerprint"]
+    assert fingerprint["rows"][0] == 0 and fingerprint["rows"][-1] == VOCAB - 1
+    embedding = target.get_input_embeddings().weight.detach()
+    assert fingerprint["embedding"][1][2] == pytest.approx(
+        float(embedding[fingerprint["rows"][1], fingerprint["columns"][2]]))
