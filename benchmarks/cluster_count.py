@@ -18,8 +18,8 @@ from pathlib import Path
 
 import torch
 
-from hf_dynaspec.runner import load_target
-from hf_dynaspec.shortlist import ClusterRouter, cluster_vocabulary
+from hf_dynaspec.bench.runner import load_target
+from hf_dynaspec.modeling.shortlist import ClusterRouter, cluster_vocabulary
 from recipes.build_shortlists import always_included_ids, router_examples, train_router
 
 

@@ -1,4 +1,4 @@
-"""Verification cost on a bf16 target: native PyTorch, the bf16 kernel and fp32 shadow weights (hf_dynaspec.cpu_verify).
+"""Verification cost on a bf16 target: native PyTorch, the bf16 kernel and fp32 shadow weights (hf_dynaspec.kernels.verify_rows.patch).
 
     python benchmarks/cpu_verify.py --target qwen2.5-coder-0.5b-instruct --json benchmarks/results/cpu_verify_05b.json
 
@@ -18,8 +18,8 @@ import time
 import torch
 from transformers import DynamicCache
 
-from hf_dynaspec import cpu_verify
-from hf_dynaspec.runner import load_target
+from hf_dynaspec.kernels.verify_rows import patch as cpu_verify
+from hf_dynaspec.bench.runner import load_target
 
 VARIANTS = ("native", "kernel", "shadow")
 

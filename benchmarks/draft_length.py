@@ -20,9 +20,10 @@ import time
 import torch
 from transformers import DynamicCache
 
+from hf_dynaspec.drafting.runtime import runtime_head
 from hf_dynaspec import DynaSpecAssistant
-from hf_dynaspec.drafting import ChainDraftSession
-from hf_dynaspec.runner import load_target
+from hf_dynaspec.drafting.chain import ChainDraftSession
+from hf_dynaspec.bench.runner import load_target
 
 
 @torch.no_grad()
@@ -38,7 +39,7 @@ def verify_ms(model, prefix, k):
 @torch.no_grad()
 def draft_ms_per_token(assistant, prefix, k):
     session = ChainDraftSession(assistant.drafter, assistant.config.vocab_size, do_sample=False,
-                                head=assistant.runtime_head())
+                                head=runtime_head(assistant, assistant.generation_config))
     hidden = torch.randn(1, prefix.shape[1] - 1, assistant.config.target_hidden_size, dtype=assistant.dtype)
     session.propose(prefix, hidden, 1)  # drafter prefill, not timed
     extended = torch.cat([prefix, prefix[:, -1:]], dim=1)

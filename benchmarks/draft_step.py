@@ -17,10 +17,10 @@ import time
 import torch
 
 from hf_dynaspec import DynaSpecAssistant
-from hf_dynaspec.drafting import ChainDraftSession
-from hf_dynaspec.kv_cache import DraftKVCache
-from hf_dynaspec.runner import load_target
-from hf_dynaspec.shortlist.selector import build_head
+from hf_dynaspec.drafting.chain import ChainDraftSession
+from hf_dynaspec.drafting.kv_cache import DraftKVCache
+from hf_dynaspec.bench.runner import load_target
+from hf_dynaspec.drafting.selector import build_head
 
 
 def timed(fn):

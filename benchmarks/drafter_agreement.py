@@ -27,7 +27,7 @@ import torch
 from hf_dynaspec import DynaSpecAssistant
 from hf_dynaspec.bench.command import parse_assistant_options
 from hf_dynaspec.bench.prompts import encode_prompts, load_prompts
-from hf_dynaspec.runner import DTYPES, encode_prompt, load_target
+from hf_dynaspec.bench.runner import DTYPES, encode_prompt, load_target
 from recipes.train_drafter import draft_pass
 
 PROMPTS = [
@@ -84,7 +84,7 @@ def measure(model, encoded, args, dtype):
         wanted = out.logits.argmax(-1)[0, 1:]
         for label, path in args.assistants.items():
             assistant = DynaSpecAssistant.from_pretrained(path, target=model, shortlist="full", dtype=DTYPES[dtype],
-                                                          num_draft_tokens=1, prompt_lookup_tokens=0)
+                                                          num_assistant_tokens=1, prompt_lookup_num_tokens=0)
             drafter = assistant.drafter
             predicted = draft_pass(drafter, drafter.embed(plain[:, 1:]), out.hidden_states[-1][:, :-1])
             drafted = (predicted @ model.lm_head.weight.T).argmax(-1)[0]  # pair t: the token after x_{t+1}

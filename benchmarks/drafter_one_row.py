@@ -16,9 +16,11 @@ import time
 
 import torch
 
-from hf_dynaspec import DynaSpecAssistant, cpu_verify
-from hf_dynaspec.drafting import ChainDraftSession
-from hf_dynaspec.runner import load_target
+from hf_dynaspec.drafting.runtime import runtime_head
+from hf_dynaspec import DynaSpecAssistant
+from hf_dynaspec.kernels.verify_rows import patch as cpu_verify
+from hf_dynaspec.drafting.chain import ChainDraftSession
+from hf_dynaspec.bench.runner import load_target
 
 
 def main() -> None:
@@ -41,7 +43,7 @@ def main() -> None:
             for min_rows in (2, 1):
                 cpu_verify.enable(assistant.drafter, method="kernel", min_rows=min_rows)
                 session = ChainDraftSession(assistant.drafter, config.vocab_size, do_sample=False,
-                                            head=assistant.runtime_head())
+                                            head=runtime_head(assistant, assistant.generation_config))
                 session.propose(context, features, 1)  # the drafter's prefill, not timed
                 start = time.perf_counter()
                 session.propose(extended, features[:, :1], args.draft_tokens)

@@ -3,7 +3,7 @@
     python benchmarks/drafter_prompt_pass.py --json benchmarks/results/drafter_prompt_pass_05b.json
 
 The shipped assistant's drafter (bf16) steps over T random (embedding, feature) pairs with an empty cache:
-PyTorch's own bf16 product, the CPU kernel (hf_dynaspec.kernels.cpu_rows) and fp32 shadow weights, interleaved.
+PyTorch's own bf16 product, the CPU kernel (hf_dynaspec.kernels.verify_rows.loader) and fp32 shadow weights, interleaved.
 On AVX2 CPUs without native bf16 matrix multiplies PyTorch pays about one weight pass per row.
 """
 
@@ -16,10 +16,10 @@ import time
 
 import torch
 
-from hf_dynaspec import cpu_verify
-from hf_dynaspec.drafter import causal_mask
-from hf_dynaspec.kv_cache import DraftKVCache
-from hf_dynaspec.runner import load_assistant, load_target
+from hf_dynaspec.kernels.verify_rows import patch as cpu_verify
+from hf_dynaspec.modeling.drafter import causal_mask
+from hf_dynaspec.drafting.kv_cache import DraftKVCache
+from hf_dynaspec.bench.runner import load_assistant, load_target
 
 ROUTES = {  # name -> cpu_verify.enable keyword arguments (None: PyTorch's own product for every row count)
     "native": None,

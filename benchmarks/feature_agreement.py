@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 
 from hf_dynaspec import DynaSpecAssistant
-from hf_dynaspec.runner import load_target
+from hf_dynaspec.bench.runner import load_target
 from recipes.train_drafter import collate, feature_shards, load_sequences, make_batches, validate
 
 

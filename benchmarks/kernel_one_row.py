@@ -1,4 +1,4 @@
-"""One token row times a bf16 weight: PyTorch's own bf16 matmul against the CPU kernel (hf_dynaspec.kernels.cpu_rows).
+"""One token row times a bf16 weight: PyTorch's own bf16 matmul against the CPU kernel (hf_dynaspec.kernels.verify_rows.loader).
 
     python benchmarks/kernel_one_row.py --json benchmarks/results/kernel_one_row.json
 
@@ -16,7 +16,7 @@ import time
 
 import torch
 
-from hf_dynaspec.kernels import cpu_rows
+from hf_dynaspec.kernels.verify_rows import loader as cpu_rows
 
 SHAPES = {  # name: (out_features, in_features)
     "drafter mlp up (4864x896)": (4864, 896),

@@ -15,11 +15,12 @@ import argparse
 import json
 from pathlib import Path
 
-from hf_dynaspec import DynaSpecAssistant, cpu_verify
+from hf_dynaspec import DynaSpecAssistant
+from hf_dynaspec.kernels.verify_rows import patch as cpu_verify
 from hf_dynaspec.bench import Method, load_prompts, run_benchmark
 from hf_dynaspec.bench.prompts import encode_prompts
 from hf_dynaspec.bench.report import markdown_table
-from hf_dynaspec.runner import load_target
+from hf_dynaspec.bench.runner import load_target
 
 PROMPTS = "../shared/data/eval/spec_bench_dev.jsonl,../shared/data/eval/humaneval_dev.jsonl"
 
@@ -28,8 +29,8 @@ def parse_variant(text: str) -> dict:
     tokens, low, high, draft = text.split("/")
     if not draft.startswith("K"):
         raise ValueError(f"variant {text!r}: expected N/MIN/MAX/KD, e.g. 4/2/3/K2")
-    return dict(prompt_lookup_tokens=int(tokens), prompt_lookup_min_ngram=int(low),
-                prompt_lookup_max_ngram=int(high), num_draft_tokens=int(draft[1:]))
+    return dict(prompt_lookup_num_tokens=int(tokens), prompt_lookup_min_ngram=int(low),
+                max_matching_ngram_size=int(high), num_assistant_tokens=int(draft[1:]))
 
 
 def main() -> None:

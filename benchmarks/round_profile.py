@@ -21,11 +21,11 @@ from contextlib import contextmanager
 
 import torch
 
-from hf_dynaspec import cpu_verify
+from hf_dynaspec.kernels.verify_rows import patch as cpu_verify
 from hf_dynaspec.bench.prompts import load_prompts
-from hf_dynaspec.drafting import ChainDraftSession
-from hf_dynaspec.hf_integration import EagleCandidateGenerator
-from hf_dynaspec.runner import encode_prompt, load_assistant, load_target
+from hf_dynaspec.drafting.chain import ChainDraftSession
+from hf_dynaspec.generation.hook import EagleCandidateGenerator
+from hf_dynaspec.bench.runner import encode_prompt, load_assistant, load_target
 
 PROMPT_FILES = "../shared/data/eval/spec_bench_dev.jsonl,../shared/data/eval/humaneval_dev.jsonl"
 

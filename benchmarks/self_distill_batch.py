@@ -4,7 +4,7 @@ six one-token steps, median), by batch size: what recipes/self_distill.py --batc
     python benchmarks/self_distill_batch.py   # results: benchmarks/results/self_distill_batch_05b.txt
 """
 import time, torch
-from hf_dynaspec.runner import load_target
+from hf_dynaspec.bench.runner import load_target
 from transformers import DynamicCache
 model, tok = load_target("qwen2.5-coder-0.5b-instruct", "fp32")
 torch.manual_seed(0)

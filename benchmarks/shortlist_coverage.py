@@ -22,8 +22,8 @@ import torch
 from tqdm.auto import tqdm
 
 from hf_dynaspec import DynaSpecAssistant
-from hf_dynaspec.runner import encode_prompt, load_target
-from hf_dynaspec.shortlist.selector import build_head
+from hf_dynaspec.bench.runner import encode_prompt, load_target
+from hf_dynaspec.drafting.selector import build_head
 from recipes.data_paths import shared_data_dir
 
 EVAL_DIR = shared_data_dir() / "eval"

@@ -17,7 +17,7 @@ import time
 import torch
 from transformers import DynamicCache
 
-from hf_dynaspec.runner import load_target
+from hf_dynaspec.bench.runner import load_target
 
 
 def step_ms(model, prefix_ids, k, repeats):

@@ -14,12 +14,13 @@ import argparse
 import json
 from pathlib import Path
 
-from hf_dynaspec import DynaSpecAssistant, cpu_verify
+from hf_dynaspec import DynaSpecAssistant
+from hf_dynaspec.kernels.verify_rows import patch as cpu_verify
 from hf_dynaspec.bench import Method, load_prompts, run_benchmark
 from hf_dynaspec.bench.prompts import encode_prompts
 from hf_dynaspec.bench.report import markdown_table
-from hf_dynaspec.runner import load_target, shipped_assistant_dir
-from hf_dynaspec.tree import tree_generate
+from hf_dynaspec.bench.runner import load_target, shipped_assistant_dir
+from hf_dynaspec.generation import tree_generate
 from recipes.data_paths import shared_data_dir
 
 
@@ -42,7 +43,7 @@ def main():
     if args.cpu_verify:
         cpu_verify.enable(target, max_rows=cpu_verify.ANY_ROWS)
     assistant = DynaSpecAssistant.from_pretrained(str(path), target=target, shortlist=args.shortlist,
-                                                  num_draft_tokens=args.num_draft_tokens)
+                                                  num_assistant_tokens=args.num_draft_tokens)
     methods = [Method("vanilla"), Method("chain", {"assistant_model": assistant}, assistant)]
     for shape in args.shapes:
         top_k, depth, total = (int(v) for v in shape.split(","))
@@ -54,7 +55,7 @@ def main():
                            dtype=args.dtype, target_name=args.target)
     report.update(assistant=str(path), shortlist=args.shortlist,
                   cpu_verify=cpu_verify.enabled_method(target) if args.cpu_verify else None,
-                  chain_num_draft_tokens=assistant.config.num_draft_tokens)
+                  chain_num_draft_tokens=assistant.generation_config.num_assistant_tokens)
     print(markdown_table(report))
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2) + "\n")

@@ -1,14 +1,16 @@
-"""hf-dynaspec: lossless speculative decoding for Hugging Face causal LMs (EAGLE drafters + DynaSpec)."""
+"""hf-dynaspec: lossless speculative decoding for Hugging Face causal LMs (EAGLE drafters + DynaSpec).
 
-__version__ = "0.1.0"
+Importing the package installs the `generate(assistant_model=...)` route (hf_dynaspec.generation.hook).
+"""
 
-from hf_dynaspec.assistant import AssistantMismatchError, DynaSpecAssistant  # noqa: E402
-from hf_dynaspec.checkpoints import ArtifactError  # noqa: E402
-from hf_dynaspec.config import DynaSpecConfig  # noqa: E402
-from hf_dynaspec.exactness import Divergence, check_exactness, first_divergence  # noqa: E402
-from hf_dynaspec.families import UnsupportedTargetError  # noqa: E402
-from hf_dynaspec.stats import DraftStats  # noqa: E402
-from hf_dynaspec.tree import tree_generate  # noqa: E402
+from hf_dynaspec.errors import ArtifactError, AssistantMismatchError, UnsupportedTargetError
+from hf_dynaspec.exactness import Divergence, check_exactness, first_divergence
+from hf_dynaspec.generation import chain_generate, tree_generate
+from hf_dynaspec.modeling.assistant import DynaSpecAssistant
+from hf_dynaspec.modeling.config import DynaSpecConfig
+from hf_dynaspec.modeling.options import DynaSpecGenerationConfig
+from hf_dynaspec.stats import DraftStats
+from hf_dynaspec.version import __version__
 
 __all__ = [
     "ArtifactError",
@@ -17,8 +19,10 @@ __all__ = [
     "DraftStats",
     "DynaSpecAssistant",
     "DynaSpecConfig",
+    "DynaSpecGenerationConfig",
     "UnsupportedTargetError",
     "check_exactness",
+    "chain_generate",
     "first_divergence",
     "tree_generate",
     "__version__",

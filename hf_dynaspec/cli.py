@@ -30,7 +30,7 @@ def _add_generation_args(parser: argparse.ArgumentParser, target_default: str | 
     parser.add_argument("--cpu-verify", choices=["auto", "kernel", "shadow", "off"], default="auto",
                         help="multi-token forwards of a bf16 target on CPU (verification, prefill) for both runs: "
                              "the bf16 kernel, fp32 shadow weights, or PyTorch's own; auto = the kernel where it "
-                             "builds, else PyTorch's own (hf_dynaspec.cpu_verify)")
+                             "builds, else PyTorch's own (hf_dynaspec.kernels.verify_rows.patch)")
     parser.add_argument("--tree", nargs="?", const="", default=None, metavar="TOPK,DEPTH,TOTAL",
                         help="draft trees (EAGLE-2) instead of a chain; optional shape (default: the assistant's)")
     parser.add_argument("--json", default=None, metavar="OUT", help="also write the result as JSON")
@@ -70,6 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench_head.add_argument("--clusters", type=int, default=256)
     bench_head.add_argument("--repeats", type=int, default=30)
     bench_head.add_argument("--json", default=None)
+    bench_head.add_argument("--results", default=None, metavar="PATH",
+                            help="append the run to this results table (JSON lines, hf_dynaspec.bench.results_table)")
 
     push = commands.add_parser("push", help="check an assistant artifact loads, then upload it to the Hub")
     push.add_argument("artifact", help="assistant directory")
@@ -88,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _models(args) -> int:
-    from hf_dynaspec import zoo
+    import hf_dynaspec.zoo as zoo
 
     if args.models_command == "list":
         for name, model in sorted(zoo.ZOO.items()):
@@ -108,8 +110,8 @@ def _export_shortlist(args) -> int:
 
     from safetensors.torch import save_file
 
-    from hf_dynaspec import DynaSpecAssistant
-    from hf_dynaspec.shortlist.frequency import export_d2t_t2d, export_token_map
+    from hf_dynaspec.modeling.assistant import DynaSpecAssistant
+    from hf_dynaspec.modeling.shortlist.frequency import export_d2t_t2d, export_token_map
 
     assistant = DynaSpecAssistant.from_pretrained(args.assistant)
     ids = assistant.shortlists.static_list(args.ranking, args.size)
@@ -126,34 +128,29 @@ def _export_shortlist(args) -> int:
 
 
 def _generate(args, chat: bool | None) -> dict:
-    from hf_dynaspec import runner
+    from hf_dynaspec.bench import runner
 
     model, tokenizer = runner.load_target(args.target, args.dtype)
     verify_method = _enable_cpu_verify(model, args.cpu_verify)
     assistant, description = runner.load_assistant(args.assistant, model, args.target)
-    if args.num_draft_tokens:
-        assistant.config.num_draft_tokens = args.num_draft_tokens
-    if args.draft_confidence is not None:
-        assistant.config.draft_confidence = args.draft_confidence
-    if args.prompt_lookup is not None:
-        assistant.config.prompt_lookup_tokens = args.prompt_lookup
-    if args.lookup_veto is not None:
-        assistant.config.prompt_lookup_veto = args.lookup_veto
-    assistant.config.validate_drafter()  # the overrides above, checked with the same messages as a config
+    # The overrides, checked with the same messages as the options object.
+    assistant.generation_config = assistant.generation_config.with_options(
+        num_assistant_tokens=args.num_draft_tokens or None, assistant_confidence_threshold=args.draft_confidence,
+        prompt_lookup_num_tokens=args.prompt_lookup, prompt_lookup_veto=args.lookup_veto)
     input_ids = runner.encode_prompt(tokenizer, args.prompt, chat)
     assisted_kwargs = {"assistant_model": assistant}
     if args.tree is not None:
-        from hf_dynaspec.tree import parse_tree_shape, tree_generate
+        from hf_dynaspec.generation import parse_tree_shape, tree_generate
 
         assisted_kwargs = {"custom_generate": tree_generate, "drafter": assistant,
                            **parse_tree_shape(args.tree or None)}
     result = runner.compare_plain_and_assisted(model, tokenizer, assistant, input_ids, args.max_new_tokens,
                                                assisted_kwargs)
     result.update(target=args.target, assistant=description, dtype=args.dtype, max_new_tokens=args.max_new_tokens,
-                  num_draft_tokens=assistant.config.num_draft_tokens,
-                  draft_confidence=assistant.config.draft_confidence,
-                  prompt_lookup_tokens=assistant.config.prompt_lookup_tokens,
-                  prompt_lookup_veto=assistant.config.prompt_lookup_veto, cpu_verify=verify_method,
+                  num_draft_tokens=assistant.generation_config.num_assistant_tokens,
+                  draft_confidence=assistant.generation_config.assistant_confidence_threshold,
+                  prompt_lookup_tokens=assistant.generation_config.prompt_lookup_num_tokens,
+                  prompt_lookup_veto=assistant.generation_config.prompt_lookup_veto, cpu_verify=verify_method,
                   decoding="tree" if args.tree is not None else "chain")
     if args.json:
         with open(args.json, "w") as out:
@@ -163,8 +160,8 @@ def _generate(args, chat: bool | None) -> dict:
 
 def _enable_cpu_verify(model, choice: str) -> str | None:
     """Apply `--cpu-verify` to the target; return the method in use (None: PyTorch's own kernels)."""
-    from hf_dynaspec import cpu_verify
-    from hf_dynaspec.kernels import cpu_rows
+    from hf_dynaspec.kernels.verify_rows import loader as cpu_rows
+    from hf_dynaspec.kernels.verify_rows import patch as cpu_verify
 
     if choice == "off" or (choice == "auto" and not cpu_rows.available()):
         return None
@@ -197,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "export-shortlist":
         return _export_shortlist(args)
     if args.command == "push":
-        from hf_dynaspec.assistant import DynaSpecAssistant
+        from hf_dynaspec.modeling.assistant import DynaSpecAssistant
 
         assistant = DynaSpecAssistant.from_pretrained(args.artifact)
         print(assistant.push_to_hub(args.repo_id, private=args.private or None, endpoint=args.endpoint))
@@ -212,10 +209,10 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         return 0
     if args.command == "bench-head":
-        from hf_dynaspec.kernels import bench
+        from hf_dynaspec.bench import shortlist_head as bench
 
         result = bench.run(args.hidden, args.vocab, args.shortlist, args.dtype, args.batch, args.clusters, args.repeats)
-        bench.write(result, args.json)
+        bench.write(result, args.json, args.results)
         print(json.dumps({k: result[k] for k in ("full_ms", "shortlist_ms", "ratio", "path", "shortlist_rows", "blocks")}))
         return 0
     result = _generate(args, getattr(args, "chat", None))

@@ -21,11 +21,11 @@ class DraftStats:
     acceptance_histogram: list[int] = field(default_factory=list)
     accepted_per_pass: list[int] = field(default_factory=list)
     drafted_per_pass: list[int] = field(default_factory=list)
-    # Passes whose draft came from prompt lookup (hf_dynaspec.lookup) rather than the drafter, and their counts.
+    # Passes whose draft came from prompt lookup (hf_dynaspec.drafting.lookup) rather than the drafter, and their counts.
     lookup_passes: int = 0
     lookup_drafted: int = 0
     lookup_accepted: int = 0
-    lookup_vetoes: int = 0  # rounds whose lookup draft the drafter overruled (config.prompt_lookup_veto)
+    lookup_vetoes: int = 0  # rounds whose lookup draft the drafter overruled (generation_config.prompt_lookup_veto)
     shortlist_rows: int = 0  # summed over draft steps that used a shortlist
     shortlist_steps: int = 0
     # coverage at draft position j: was the target's own token at j inside the shortlist drafted from?

@@ -9,7 +9,7 @@ int32 and `topk_logp` [N, k] fp32 (the target's k most likely next tokens after 
 log-probabilities under the full-vocabulary softmax), `response_mask` [N] bool (True on response tokens),
 `offsets` [S + 1] int64 (sequence boundaries); with `--fused-hidden-states I,J,..` also `fused_hidden` [N, n*D] bf16
 (the target's `hidden_states[I]`, `hidden_states[J]`, ... side by side: the inputs of a drafter with
-`fused_hidden_state_ids`, see hf_dynaspec.config). Caching the top-k instead of the full distribution is what
+`fused_hidden_state_ids`, see hf_dynaspec.modeling.config). Caching the top-k instead of the full distribution is what
 makes the drafter's loss affordable: training never needs the target, and its head only over a few rows. A finished shard is never
 rewritten, so an interrupted run resumes at the next one.
 """
@@ -25,7 +25,7 @@ import torch
 from safetensors.torch import save_file
 from tqdm.auto import tqdm
 
-from hf_dynaspec.runner import load_target
+from hf_dynaspec.bench.runner import load_target
 from recipes.conversations import conversations, self_distilled, tokenize
 
 

@@ -29,9 +29,9 @@ import torch
 from tqdm.auto import tqdm
 
 from hf_dynaspec import DynaSpecAssistant
-from hf_dynaspec.runner import load_target
-from hf_dynaspec.shortlist import ClusterRouter, cluster_vocabulary, ranking_from_counts
-from hf_dynaspec.shortlist.frequency import count_tokens
+from hf_dynaspec.bench.runner import load_target
+from hf_dynaspec.modeling.shortlist import ClusterRouter, cluster_vocabulary, ranking_from_counts
+from hf_dynaspec.modeling.shortlist.frequency import count_tokens
 from recipes.conversations import conversations, tokenize
 
 
@@ -119,8 +119,8 @@ def router_examples_from_features(features: list[Path], drafter, cluster_of_toke
 @torch.no_grad()
 def vocabtrim_ranking(assistant, model, tokenizer, num_prompts: int, max_new_tokens: int) -> torch.Tensor:
     """VocabTrim: token ids ranked by how often the drafter itself drafts them on training prompts (greedy)."""
-    from hf_dynaspec.runner import encode_prompt
-    from hf_dynaspec.shortlist.frequency import count_tokens
+    from hf_dynaspec.bench.runner import encode_prompt
+    from hf_dynaspec.modeling.shortlist.frequency import count_tokens
 
     assistant.collect_draft_tokens = True
     drafted = []

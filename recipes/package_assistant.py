@@ -79,7 +79,7 @@ def main(argv=None):
 
     assistant = DynaSpecAssistant.from_pretrained(args.assistant, shortlist=args.shortlist,
                                                   max_clusters=args.max_clusters,
-                                                  prompt_lookup_tokens=args.prompt_lookup,
+                                                  prompt_lookup_num_tokens=args.prompt_lookup,
                                                   prompt_lookup_veto=args.lookup_veto)
     training = dict(assistant.card_data.get("training", {}))
     training["data"] = args.data or (

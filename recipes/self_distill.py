@@ -35,7 +35,7 @@ import torch
 from safetensors.torch import save_file
 from tqdm.auto import tqdm
 
-from hf_dynaspec.runner import load_target
+from hf_dynaspec.bench.runner import load_target
 from recipes.build_features import pack_shard, shard_path
 from recipes.data_paths import shared_data_dir
 

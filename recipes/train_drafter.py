@@ -10,7 +10,7 @@ the drafter also takes one step on its own predictions (EAGLE-3's training-time 
 sequences), which is what it does from the second draft position on.
 
 Fused features: with `--fused-hidden-states I,J,..` (shards built with the same option) the drafter's feature
-of a verified position is `fuse([rms(h_I) ; rms(h_J) ; .. ; f])` instead of `f` (see hf_dynaspec.config); regression
+of a verified position is `fuse([rms(h_I) ; rms(h_J) ; .. ; f])` instead of `f` (see hf_dynaspec.modeling.config); regression
 targets stay the post-norm `f`. Added to an `--init` drafter, `fuse` starts as a pass-through of `f`.
 
 Sampled-row loss: the shards keep the target's top-k next tokens, so the loss needs the head only over the
@@ -43,8 +43,8 @@ from tqdm.auto import tqdm
 from transformers import get_cosine_schedule_with_warmup
 
 from hf_dynaspec import DynaSpecAssistant
-from hf_dynaspec.drafter import causal_mask
-from hf_dynaspec.runner import load_target
+from hf_dynaspec.modeling.drafter import causal_mask
+from hf_dynaspec.bench.runner import load_target
 from recipes.build_features import parse_layer_ids
 
 
@@ -228,7 +228,7 @@ def collate(batch: list[Sequence], device) -> Batch:
 def drafter_features(drafter, batch: Batch) -> torch.Tensor:
     """The drafter's features of the batch's verified positions `[B, T, H]` in the drafter's dtype: the target's
     last hidden state, or for a fused drafter `fuse([fused states ; last hidden state])` (the order of
-    DynaSpecAssistant.select_target_hidden)."""
+    Drafter.select_target_hidden)."""
     target_features = batch.hidden
     if drafter.config.fused_hidden_state_ids:
         if batch.fused is None:

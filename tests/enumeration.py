@@ -1,7 +1,7 @@
 """Exact output distributions of one speculative round, by enumerating every random choice the code makes.
 
 The code under test draws its randomness from `torch.multinomial` (drafting, the residual, the bonus token),
-`torch.rand_like` (transformers' accept test, `r <= p(x) / q(x)`) and `hf_dynaspec.tree.verify.accepts` (the
+`torch.rand_like` (transformers' accept test, `r <= p(x) / q(x)`) and `hf_dynaspec.generation.tree_verify.accepts` (the
 tree's accept test). `enumerate_paths` replaces those three by a chooser that, instead of drawing, follows
 one branch and records the others, and re-runs the function depth-first until every branch has been
 followed once. Each path's weight is the product of the probabilities the code itself asked for, so the
@@ -26,9 +26,11 @@ import transformers.generation.utils as generation_utils
 from transformers import GenerationConfig
 from transformers.cache_utils import DynamicCache
 
-import hf_dynaspec.tree.verify as tree_verify
-from hf_dynaspec.tree.drafting import TreeDraftSession
-from hf_dynaspec.tree.structure import tree_attention_mask, tree_position_ids
+import hf_dynaspec.generation.tree_verify as tree_verify
+from hf_dynaspec.generation.candidate_generator import make_candidate_generator
+from hf_dynaspec.drafting.runtime import runtime_head
+from hf_dynaspec.drafting.tree import TreeDraftSession
+from hf_dynaspec.drafting.tree_structure import tree_attention_mask, tree_position_ids
 
 
 class _Chooser:
@@ -178,12 +180,12 @@ def chain_round(target, assistant, prompt: list[int], logits_processor, num_draf
     oracle = TargetOracle(target)
     input_ids = torch.tensor([prompt])
     config = GenerationConfig(do_sample=True, max_length=len(prompt) + num_draft_tokens + 1)
-    probe = assistant.make_candidate_generator(target, input_ids, config, logits_processor, {})
+    probe = make_candidate_generator(assistant, target, input_ids, config, logits_processor, {})
     with torch.no_grad():
         prefill = target(input_ids[:, :-1], **probe.model_kwargs_overrides)
 
     def draft():
-        generator = assistant.make_candidate_generator(target, input_ids, config, logits_processor, {})
+        generator = make_candidate_generator(assistant, target, input_ids, config, logits_processor, {})
         candidate_ids, candidate_logits = generator.get_candidates(input_ids, model_outputs=prefill)
         return candidate_ids, candidate_logits
 
@@ -223,11 +225,11 @@ def tree_round(target, assistant, prompt: list[int], logits_processor, top_k: in
     them. Returns (outcomes, the tree's node count)."""
     input_ids = torch.tensor([prompt])
     cache = DynamicCache(config=target.config)
-    selection = assistant.target_hidden_state_selection()
+    selection = assistant.drafter.hidden_state_selection()
     prefill = target(input_ids[:, :-1], past_key_values=cache, use_cache=True, output_hidden_states=selection)
     session = TreeDraftSession(assistant.drafter, assistant.config.vocab_size, top_k=top_k, depth=depth,
-                               total_tokens=total, head=assistant.runtime_head())
-    tree = session.propose_tree(input_ids, assistant.select_target_hidden(prefill.hidden_states))
+                               total_tokens=total, head=runtime_head(assistant, assistant.generation_config))
+    tree = session.propose_tree(input_ids, assistant.drafter.select_target_hidden(prefill.hidden_states))
     past_length = input_ids.shape[1] - 1
     out = target(input_ids=tree.token_ids[None], position_ids=tree_position_ids(tree, past_length),
                  attention_mask=tree_attention_mask(tree, past_length, target.dtype), past_key_values=cache,

@@ -16,9 +16,9 @@ from safetensors.torch import load_file, save_file
 
 from conftest import VOCAB, assisted_generate, plain_generate, random_assistant, tiny_target
 from hf_dynaspec import DynaSpecAssistant, tree_generate
-from hf_dynaspec.assistant import AssistantMismatchError
-from hf_dynaspec.checkpoints import ArtifactError
-from hf_dynaspec.integrity import IntegrityError
+from hf_dynaspec.modeling.assistant import AssistantMismatchError
+from hf_dynaspec.modeling.checkpoints import ArtifactError
+from hf_dynaspec.modeling.integrity import IntegrityError
 
 PROMPT = torch.tensor([[3, 14, 15, 9, 2]])
 

@@ -32,7 +32,7 @@ def target():
 
 @pytest.fixture(scope="module")
 def report_and_runs(target):
-    assistant = imitating_assistant(target, noise=0.3, num_draft_tokens=3)
+    assistant = imitating_assistant(target, noise=0.3, num_assistant_tokens=3)
     methods = build_methods(["vanilla", "eagle", "prompt-lookup:3"], assistant_factory=lambda **o: assistant)
     runs = []
     report = run_benchmark(target, methods, _prompts(), max_new_tokens=12, dtype="fp32", target_name="tiny",
@@ -64,7 +64,7 @@ def test_report_schema_and_pass_counting(report_and_runs):
 
 
 def test_lookup_share_and_acceptance_are_summed_over_runs(target):
-    assistant = imitating_assistant(target, noise=0.3, num_draft_tokens=2, prompt_lookup_tokens=3,
+    assistant = imitating_assistant(target, noise=0.3, num_assistant_tokens=2, prompt_lookup_num_tokens=3,
                                     prompt_lookup_min_ngram=1)
     methods = build_methods(["vanilla", "eagle"], assistant_factory=lambda **o: assistant)
     runs = []
@@ -133,7 +133,7 @@ def test_method_strings_are_validated():
     methods = build_methods(["frspec:32768", "dynaspec-fixed:8", "dynaspec", "dynaspec:48"],
                             assistant_factory=lambda **o: seen.append(o) or object())
     assert [m.key for m in methods] == ["frspec:32768", "dynaspec-fixed:8", "dynaspec", "dynaspec:48"]
-    off = {"draft_confidence": 0.0, "prompt_lookup_tokens": 0, "prompt_lookup_veto": 1.0}
+    off = {"assistant_confidence_threshold": 0.0, "prompt_lookup_num_tokens": 0, "prompt_lookup_veto": 1.0}
     assert seen == [{"shortlist": "frspec", "shortlist_size": 32768, **off},
                     {"shortlist": "dynaspec-fixed", "fixed_clusters": 8, **off},
                     {"shortlist": "dynaspec", **off}, {"shortlist": "dynaspec", "max_clusters": 48, **off}]
@@ -176,7 +176,7 @@ def test_table_and_plots_show_every_method(report_and_runs, tmp_path):
 
 
 def test_tree_methods_are_benchmarked_exact_with_their_passes_counted(target):
-    from hf_dynaspec.tree import tree_generate
+    from hf_dynaspec.generation import tree_generate
 
     assistant = imitating_assistant(target, noise=0.3, tree_top_k=3, tree_depth=3, tree_total_tokens=6)
     methods = build_methods(["vanilla", "eagle-tree"], assistant_factory=lambda **o: assistant)
@@ -200,10 +200,10 @@ def test_confidence_suffix_reaches_the_assistant_and_is_validated():
                             assistant_factory=lambda **o: seen.append(o) or object())
     assert [m.key for m in methods] == ["eagle@0.5", "dynaspec:8@0.25", "dynaspec:8"]
     # A key without a suffix turns the feature off explicitly: an artifact's own default must not leak in.
-    off = {"prompt_lookup_tokens": 0, "prompt_lookup_veto": 1.0}
-    assert seen == [{"shortlist": "full", "draft_confidence": 0.5, **off},
-                    {"shortlist": "dynaspec", "max_clusters": 8, "draft_confidence": 0.25, **off},
-                    {"shortlist": "dynaspec", "max_clusters": 8, "draft_confidence": 0.0, **off}]
+    off = {"prompt_lookup_num_tokens": 0, "prompt_lookup_veto": 1.0}
+    assert seen == [{"shortlist": "full", "assistant_confidence_threshold": 0.5, **off},
+                    {"shortlist": "dynaspec", "max_clusters": 8, "assistant_confidence_threshold": 0.25, **off},
+                    {"shortlist": "dynaspec", "max_clusters": 8, "assistant_confidence_threshold": 0.0, **off}]
     for bad, message in [("eagle@1.5", "in \\[0, 1\\)"), ("eagle@x", "in \\[0, 1\\)"),
                          ("vanilla@0.5", "assistant.s methods only"), ("dynaspec-tree@0.5", "not trees")]:
         with pytest.raises(ValueError, match=message):
@@ -215,11 +215,11 @@ def test_lookup_suffix_reaches_the_assistant_and_is_validated():
     build_methods(["dynaspec:8+lookup:5", "eagle@0.5+lookup", "frspec:1024+lookup:3"],
                   assistant_factory=lambda **o: seen.append(o) or object())
     unchecked = {"prompt_lookup_veto": 1.0}
-    assert seen == [{"shortlist": "dynaspec", "max_clusters": 8, "draft_confidence": 0.0, "prompt_lookup_tokens": 5,
+    assert seen == [{"shortlist": "dynaspec", "max_clusters": 8, "assistant_confidence_threshold": 0.0, "prompt_lookup_num_tokens": 5,
                      **unchecked},
-                    {"shortlist": "full", "draft_confidence": 0.5, "prompt_lookup_tokens": DEFAULT_LOOKUP_TOKENS,
+                    {"shortlist": "full", "assistant_confidence_threshold": 0.5, "prompt_lookup_num_tokens": DEFAULT_LOOKUP_TOKENS,
                      **unchecked},
-                    {"shortlist": "frspec", "shortlist_size": 1024, "draft_confidence": 0.0, "prompt_lookup_tokens": 3,
+                    {"shortlist": "frspec", "shortlist_size": 1024, "assistant_confidence_threshold": 0.0, "prompt_lookup_num_tokens": 3,
                      **unchecked}]
     for bad, message in [("eagle+lookup:0", "positive integer"), ("eagle+ngram", "the \\+ suffixes are"),
                          ("prompt-lookup+lookup", "assistant's methods only"), ("dynaspec-tree+lookup", "not trees")]:
@@ -242,7 +242,7 @@ def test_veto_suffix_reaches_the_assistant_and_is_validated(target):
     # symbols give lookup matches with wrong continuations, for the drafter to veto.
     methods = build_methods(["vanilla", "eagle+lookup:3+veto"],
                             assistant_factory=lambda **o: imitating_assistant(
-                                target, noise=0.3, num_draft_tokens=2, prompt_lookup_min_ngram=1, **o))
+                                target, noise=0.3, num_assistant_tokens=2, prompt_lookup_min_ngram=1, **o))
     generator = torch.Generator().manual_seed(0)
     prompts = [EncodedPrompt(f"p{i}", "code", torch.randint(0, 8, (1, 30), generator=generator)) for i in range(6)]
     report = run_benchmark(target, methods, prompts, max_new_tokens=8, dtype="fp32", target_name="tiny",
@@ -256,9 +256,9 @@ def test_draft_suffix_sets_each_methods_own_draft_length(target):
     seen = []
     build_methods(["dynaspec:8+lookup:5+draft:3", "eagle+draft:1", "dynaspec:8"],
                   assistant_factory=lambda **o: seen.append(o) or object())
-    assert seen[0]["num_draft_tokens"] == 3 and seen[0]["prompt_lookup_tokens"] == 5
-    assert seen[1]["num_draft_tokens"] == 1 and seen[1]["prompt_lookup_tokens"] == 0
-    assert "num_draft_tokens" not in seen[2]  # without +draft: the run's or the artifact's length
+    assert seen[0]["num_assistant_tokens"] == 3 and seen[0]["prompt_lookup_num_tokens"] == 5
+    assert seen[1]["num_assistant_tokens"] == 1 and seen[1]["prompt_lookup_num_tokens"] == 0
+    assert "num_assistant_tokens" not in seen[2]  # without +draft: the run's or the artifact's length
     for bad, message in [("eagle+draft", "needs the number"), ("eagle+draft:0", "positive integer"),
                          ("eagle+lookup+lookup:3", "each at most once"), ("dynaspec-tree+draft:2", "not trees|--tree"),
                          ("vanilla+draft:2", "assistant's methods only")]:
@@ -268,7 +268,7 @@ def test_draft_suffix_sets_each_methods_own_draft_length(target):
     # Interleaved in one run, each method drafts its own length (the run's default here is 2).
     methods = build_methods(["vanilla", "eagle+draft:1", "eagle+draft:3", "eagle"],
                             assistant_factory=lambda **o: imitating_assistant(target, noise=0.3,
-                                                                              **{"num_draft_tokens": 2, **o}))
+                                                                              **{"num_assistant_tokens": 2, **o}))
     report = run_benchmark(target, methods, _prompts(3), max_new_tokens=16, dtype="fp32", target_name="tiny",
                            progress=False)
     per_pass = {key: m["drafted_per_pass"] for key, m in report["methods"].items()}
@@ -284,7 +284,7 @@ def test_tree_method_strings():
     seen = []
     methods = build_methods(["eagle-tree", "dynaspec-tree", "dynaspec-tree:32"],
                             assistant_factory=lambda **o: seen.append(o) or object())
-    off = {"draft_confidence": 0.0, "prompt_lookup_tokens": 0, "prompt_lookup_veto": 1.0}
+    off = {"assistant_confidence_threshold": 0.0, "prompt_lookup_num_tokens": 0, "prompt_lookup_veto": 1.0}
     assert seen == [{"shortlist": "full", **off}, {"shortlist": "dynaspec", **off},
                     {"shortlist": "dynaspec", "max_clusters": 32, **off}]
     assert all("custom_generate" in m.generate_kwargs for m in methods)
@@ -335,10 +335,10 @@ def test_labelled_assistants_each_serve_their_own_methods():
     factories = {label: (lambda label: lambda **o: seen.append((label, o)) or object())(label) for label in ("old", "new")}
     methods = build_methods(keys, labelled_factories=factories)
     assert [m.key for m in methods] == keys
-    lookup = {"shortlist": "dynaspec", "max_clusters": 8, "draft_confidence": 0.0, "prompt_lookup_tokens": 5,
+    lookup = {"shortlist": "dynaspec", "max_clusters": 8, "assistant_confidence_threshold": 0.0, "prompt_lookup_num_tokens": 5,
               "prompt_lookup_veto": 1.0}
     assert seen == [("old", lookup), ("new", lookup),
-                    ("old", {"shortlist": "full", "draft_confidence": 0.0, "prompt_lookup_tokens": 0,
+                    ("old", {"shortlist": "full", "assistant_confidence_threshold": 0.0, "prompt_lookup_num_tokens": 0,
                              "prompt_lookup_veto": 1.0})]
     for bad, message in [("cur/eagle", "no assistant is labelled 'cur'"), ("old/vanilla", "assistant's methods only"),
                          ("eagle", "write LABEL/eagle"), ("old/eagle+draft", "needs the number")]:
@@ -350,8 +350,8 @@ def test_labelled_assistants_each_serve_their_own_methods():
 
 def test_two_assistants_interleaved_in_one_run_are_measured_apart(target):
     # A faithful drafter and a noisy one: a harness that mixed up their assistants would report equal taus.
-    assistants = {"good": imitating_assistant(target, num_draft_tokens=3),
-                  "noisy": imitating_assistant(target, noise=3.0, seed=5, num_draft_tokens=3)}
+    assistants = {"good": imitating_assistant(target, num_assistant_tokens=3),
+                  "noisy": imitating_assistant(target, noise=3.0, seed=5, num_assistant_tokens=3)}
     keys = expand_assistant_labels(["vanilla", "eagle"], list(assistants))
     methods = build_methods(keys, labelled_factories={k: (lambda a: lambda **o: a)(a) for k, a in assistants.items()})
     runs = []

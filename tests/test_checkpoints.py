@@ -15,6 +15,7 @@ from hf_dynaspec import (
     AssistantMismatchError,
     DynaSpecAssistant,
     DynaSpecConfig,
+    DynaSpecGenerationConfig,
     UnsupportedTargetError,
 )
 
@@ -74,11 +75,16 @@ def test_config_stamps_version_and_warns_on_unknown_keys():
     with pytest.raises(ValueError, match="aux_hidden_state_layer_ids"):
         DynaSpecConfig(drafter_kind="eagle3", draft_vocab_size=10, aux_hidden_state_layer_ids=[1])
     for bad in (1.0, -0.1):
-        with pytest.raises(ValueError, match="draft_confidence"):
-            DynaSpecConfig(draft_confidence=bad)
+        with pytest.raises(ValueError, match="assistant_confidence_threshold"):
+            DynaSpecGenerationConfig(assistant_confidence_threshold=bad)
+    with pytest.raises(TypeError, match="drafting options"):  # options are not architecture
+        DynaSpecConfig(num_assistant_tokens=3)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a key this release writes must not be reported as unknown
-        assert DynaSpecConfig.from_dict(DynaSpecConfig(draft_confidence=0.4).to_dict()).draft_confidence == 0.4
+        config = DynaSpecConfig(drafter_kind="eagle3", draft_vocab_size=10, aux_hidden_state_layer_ids=[1, 2, 3])
+        assert DynaSpecConfig.from_dict(config.to_dict()).to_dict() == config.to_dict()
+        options = DynaSpecGenerationConfig(assistant_confidence_threshold=0.4, tree_depth=6)
+        assert DynaSpecGenerationConfig.from_dict(options.to_dict()).drafting_options() == options.drafting_options()
 
 
 # -- published EAGLE layouts, built locally -------------------------------------------------------------
@@ -362,7 +368,8 @@ def test_push_to_hub_uploads_the_whole_artifact_over_http(tmp_path):
     with FakeHub() as hub:
         assistant.push_to_hub("me/assistant", token="hf_not_a_real_token", endpoint=hub.endpoint)
     files = hub.repos["me/assistant"]
-    assert sorted(files) == ["README.md", "card.json", "checksums.json", "config.json", "model.safetensors"]
+    assert sorted(files) == ["README.md", "card.json", "checksums.json", "config.json", "generation_config.json",
+                            "model.safetensors"]
     (tmp_path / "pulled").mkdir()
     for name, content in files.items():
         (tmp_path / "pulled" / name).write_bytes(content)
@@ -381,11 +388,11 @@ def test_model_card_says_what_is_and_is_not_recorded(tmp_path):
     assert "No measurements were recorded" in card and "No training record" in card
     assert not (tmp_path / "bare" / "card.json").exists()
     assert "prompt lookup" not in card
-    assistant.config.prompt_lookup_tokens = 5
+    assistant.generation_config.prompt_lookup_num_tokens = 5
     assistant.save_pretrained(tmp_path / "lookup")
     assert "prompt lookup first: up to 5 tokens copied after an earlier 2-3-gram match" in (
         tmp_path / "lookup" / "README.md").read_text()
-    assistant.config.prompt_lookup_tokens = 0
+    assistant.generation_config.prompt_lookup_num_tokens = 0
     assistant.card_data = {"training": {"command": "python -m recipes.train_drafter ..."},
                            "results": {"n_prompts": 7, "methods": {"vanilla": {"tau": None, "speedup": 1.0, "exact": True},
                                                                    "dynaspec": {"tau": 2.61, "avg_shortlist": 30123.4,

@@ -9,7 +9,7 @@ from safetensors.torch import load_file
 from conftest import VOCAB, tiny_target
 from hf_dynaspec import DynaSpecAssistant
 from hf_dynaspec.cli import main
-from hf_dynaspec.shortlist import cluster_vocabulary, load_token_list
+from hf_dynaspec.modeling.shortlist import cluster_vocabulary, load_token_list
 
 
 def test_export_shortlist_writes_sglang_map_and_d2t(tmp_path):

@@ -6,8 +6,9 @@ import pytest
 import torch
 
 from conftest import imitating_assistant, one_layer_target, tiny_target
-from hf_dynaspec import check_exactness, cpu_verify
-from hf_dynaspec.kernels import cpu_rows
+from hf_dynaspec import check_exactness
+from hf_dynaspec.kernels.verify_rows import patch as cpu_verify
+from hf_dynaspec.kernels.verify_rows import loader as cpu_rows
 
 needs_kernel = pytest.mark.skipif(not cpu_rows.available(), reason="needs x86-64 with AVX2/FMA and a C compiler")
 
@@ -82,7 +83,7 @@ def test_min_rows_sends_one_row_inputs_to_the_kernel_too(monkeypatch):
 @pytest.mark.parametrize("method", [pytest.param("kernel", marks=needs_kernel), "shadow"])
 def test_assisted_generation_with_cpu_verification_stays_exact_up_to_near_ties(method):
     target = one_layer_target("qwen2", seed=4).to(torch.bfloat16)
-    assistant = imitating_assistant(target, noise=0.3, num_draft_tokens=4)
+    assistant = imitating_assistant(target, noise=0.3, num_assistant_tokens=4)
     assert cpu_verify.enable(target, method=method) > 0
     try:
         for seed in range(4):
@@ -111,9 +112,8 @@ def test_a_bf16_target_routes_every_drafter_step_through_the_kernel_including_th
     # CPUs costs about one weight pass per row there, the kernel one per eight rows. A row cap on the drafter's
     # routing (it once had the default 16) sends long prompts back to the slow path.
     target = one_layer_target("qwen2", seed=5).to(torch.bfloat16)
-    assistant = imitating_assistant(target, noise=0.3, num_draft_tokens=2)
-    assert cpu_verify.enabled_method(assistant.drafter) == "kernel"
-    assert not cpu_verify.is_enabled(target)  # the target is the user's: attach() leaves it alone
+    assistant = imitating_assistant(target, noise=0.3, num_assistant_tokens=2)
+    assert not cpu_verify.is_enabled(assistant.drafter)  # attach() only binds: the runtime picks kernels
     kernel_rows = []
     kernel = cpu_rows.bf16_rows_matmul
     monkeypatch.setattr(cpu_rows, "bf16_rows_matmul", lambda x, w: kernel_rows.append(len(x)) or kernel(x, w))
@@ -122,6 +122,8 @@ def test_a_bf16_target_routes_every_drafter_step_through_the_kernel_including_th
     plain = target.generate(prompt, attention_mask=ones, max_new_tokens=12, do_sample=False)
     assisted = target.generate(prompt, attention_mask=ones, max_new_tokens=12, do_sample=False,
                                assistant_model=assistant)
+    assert cpu_verify.enabled_method(assistant.drafter) == "kernel"
+    assert not cpu_verify.is_enabled(target)  # the target is the user's: generate() leaves it alone
     # The prompt pass pairs the features of prompt positions 0..39 with the next tokens (the last one is the
     # prefill's token): 40 rows through each of the drafter's 8 Linear modules (fc, q/k/v/o, gate/up/down);
     # later steps take 1..3 rows each.

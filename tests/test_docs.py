@@ -41,7 +41,7 @@ def test_readme_python_blocks_run_as_written(monkeypatch):
         exec(compile(block, "README.md", "exec"), namespace)
     prompt = namespace["inputs"]["input_ids"]
     assert namespace["out"].shape[1] > prompt.shape[1]
-    assert namespace["assistant"].config.shortlist == "dynaspec"
+    assert namespace["assistant"].generation_config.shortlist == "dynaspec"
     # What the README promises: greedy output, up to bf16 near-ties, at every token.
     assert (greedy_gaps(namespace["model"], prompt, namespace["out"][0, prompt.shape[1]:]) <= 1.0).all()
     # docs/trees.md continues the README's quickstart (its model, inputs and assistant_path)
@@ -67,7 +67,7 @@ def test_quickstart_page_runs_as_written(monkeypatch):
                             namespace[name][0, prompt_length:]) <= 1.0).all(), name
     stats = namespace["assistant"].stats  # of its last call (sampling): the drafter drafted and was verified
     assert stats.verify_passes > 0 and stats.drafted >= stats.verify_passes
-    assert namespace["frspec"].config.shortlist == "frspec" and namespace["full"].config.shortlist == "full"
+    assert namespace["frspec"].generation_config.shortlist == "frspec" and namespace["full"].generation_config.shortlist == "full"
 
 
 def test_readme_test_command_is_what_ci_runs():

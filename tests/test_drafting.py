@@ -7,9 +7,10 @@ import torch
 
 from conftest import (VOCAB, assisted_generate, imitating_assistant, one_layer_target, plain_generate,
                       random_assistant, tiny_target)
-from hf_dynaspec.drafter import causal_mask
-from hf_dynaspec.drafting import ChainDraftSession
-from hf_dynaspec.kv_cache import DraftKVCache
+from hf_dynaspec.drafting.runtime import runtime_head
+from hf_dynaspec.modeling.drafter import causal_mask
+from hf_dynaspec.drafting.chain import ChainDraftSession
+from hf_dynaspec.drafting.kv_cache import DraftKVCache
 
 
 @pytest.mark.parametrize("kind", ["eagle", "eagle3"])
@@ -20,10 +21,10 @@ def test_incremental_drafts_equal_drafts_from_scratch(family, kind):
     sequence = torch.randint(0, VOCAB, (1, 30), generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
         hidden_states = target(sequence, output_hidden_states=True).hidden_states
-    features = assistant.select_target_hidden(hidden_states)  # [1, 30, D or 3D]
+    features = assistant.drafter.select_target_hidden(hidden_states)  # [1, 30, D or 3D]
 
     def session():
-        return ChainDraftSession(assistant.drafter, vocab_size=VOCAB, do_sample=True, head=assistant.runtime_head())
+        return ChainDraftSession(assistant.drafter, vocab_size=VOCAB, do_sample=True, head=runtime_head(assistant, assistant.generation_config))
 
     # Incremental: verified lengths grow 8 -> 9 -> 13 -> 20, drafting 4 speculative tokens in between,
     # as during generation (the speculative cache entries must be dropped each round).
@@ -65,11 +66,11 @@ def test_a_confident_draft_is_the_full_draft_cut_before_the_first_unlikely_token
     assistant = random_assistant(target, seed=4)
     sequence = torch.randint(0, VOCAB, (1, 12), generator=torch.Generator().manual_seed(5))
     with torch.no_grad():
-        features = assistant.select_target_hidden(target(sequence, output_hidden_states=True).hidden_states)
+        features = assistant.drafter.select_target_hidden(target(sequence, output_hidden_states=True).hidden_states)
 
     def draft(confidence):
         session = ChainDraftSession(assistant.drafter, vocab_size=VOCAB, do_sample=True,
-                                    head=assistant.runtime_head(), confidence=confidence)
+                                    head=runtime_head(assistant, assistant.generation_config), confidence=confidence)
         torch.manual_seed(0)  # the same samples, so a thresholded draft is a prefix of the full one
         return session.propose(sequence, features[:, :11], 6)
 
@@ -111,14 +112,16 @@ def test_kv_cache_keeps_its_history_through_every_growth():
 def captured_sessions(assistant, monkeypatch) -> list:
     """The ChainDraftSession of every generate() call with `assistant`, in order."""
     sessions = []
-    make = assistant.make_candidate_generator
+    from hf_dynaspec.generation import hook
+
+    make = hook.make_candidate_generator
 
     def capturing(*args, **kwargs):
         generator = make(*args, **kwargs)
         sessions.append(generator.session)
         return generator
 
-    monkeypatch.setattr(assistant, "make_candidate_generator", capturing)
+    monkeypatch.setattr(hook, "make_candidate_generator", capturing)
     return sessions
 
 
@@ -146,7 +149,7 @@ def assert_cache_matches_a_recomputation(assistant, target, session, sequence):
 
 def test_drafter_cache_equals_a_recomputation_after_generate(family, monkeypatch):
     target = tiny_target(family, seed=2)
-    assistant = random_assistant(target, seed=4, num_draft_tokens=3)
+    assistant = random_assistant(target, seed=4, num_assistant_tokens=3)
     sessions = captured_sessions(assistant, monkeypatch)
     prompt = torch.randint(0, VOCAB, (1, 9), generator=torch.Generator().manual_seed(1))
     out = target.generate(prompt, attention_mask=torch.ones_like(prompt), assistant_model=assistant,
@@ -160,7 +163,7 @@ def test_long_generation_stays_exact_and_in_step(family, monkeypatch):
     Output identical to plain greedy, drafts still accepted at the end as at the start, and the drafter
     cache equal to a recomputation over the whole output."""
     target = one_layer_target(family, seed=7, max_position_embeddings=2048)
-    assistant = imitating_assistant(target, num_draft_tokens=3)
+    assistant = imitating_assistant(target, num_assistant_tokens=3)
     sessions = captured_sessions(assistant, monkeypatch)
     prompt = torch.randint(0, VOCAB, (1, 12), generator=torch.Generator().manual_seed(2))
     plain = plain_generate(target, prompt, max_new_tokens=1100, do_sample=False)

@@ -16,8 +16,8 @@ from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogit
 from conftest import imitating_assistant, one_layer_target
 from enumeration import TargetOracle, chain_round, extended_joint, max_error, target_joint, tree_round
 from hf_dynaspec import DynaSpecAssistant
-from hf_dynaspec.drafting import ChainDraftSession
-from hf_dynaspec.shortlist import cluster_vocabulary
+from hf_dynaspec.drafting.chain import ChainDraftSession
+from hf_dynaspec.modeling.shortlist import cluster_vocabulary
 
 VOCAB = 6
 # The last token is the one the prefill produced; "2 4" occurs twice, so 1-gram lookup finds a continuation.
@@ -48,7 +48,7 @@ def noisy_assistant(target, **overrides):
 
 
 def shortlisted(target, tmp_path, strategy: str):
-    assistant = noisy_assistant(target, num_draft_tokens=2)
+    assistant = noisy_assistant(target, num_assistant_tokens=2)
     head = target.get_output_embeddings().weight.detach()
     assistant.shortlists.set_frequency_list(torch.tensor([3, 5, 2]), kind="frspec")
     assistant.shortlists.set_clusters(cluster_vocabulary(head, 3, always_ids=[0], seed=0))
@@ -73,13 +73,13 @@ def drafted_lengths(outcomes) -> set[int]:
 
 @pytest.mark.parametrize("kind", ["plain", "temperature", "top-k", "top-p"])
 def test_chain_round_is_exact(target, kind):
-    error, outcomes = chain_error(target, noisy_assistant(target, num_draft_tokens=2), kind)
+    error, outcomes = chain_error(target, noisy_assistant(target, num_assistant_tokens=2), kind)
     assert drafted_lengths(outcomes) == {1, 2, 3}, "some rounds must accept 0, 1 and 2 drafts"
     assert error < TOLERANCE, error
 
 
 def test_chain_round_with_three_drafts_is_exact(target):
-    error, outcomes = chain_error(target, noisy_assistant(target, num_draft_tokens=3), "temperature", 3)
+    error, outcomes = chain_error(target, noisy_assistant(target, num_assistant_tokens=3), "temperature", 3)
     assert drafted_lengths(outcomes) == {1, 2, 3, 4}
     assert error < TOLERANCE, error
 
@@ -100,7 +100,7 @@ def spy_on_drafts(monkeypatch) -> list:
 @pytest.mark.parametrize("kind", ["plain", "temperature"])
 def test_chain_round_with_a_confidence_stop_is_exact(target, kind, monkeypatch):
     drafts = spy_on_drafts(monkeypatch)
-    error, _ = chain_error(target, noisy_assistant(target, num_draft_tokens=2, draft_confidence=0.35), kind)
+    error, _ = chain_error(target, noisy_assistant(target, num_assistant_tokens=2, assistant_confidence_threshold=0.35), kind)
     lengths = {d.token_ids.shape[1] for d in drafts}
     assert 2 in lengths and lengths & {0, 1}, f"the stop must cut some drafts short and leave others: {lengths}"
     assert error < TOLERANCE, error
@@ -109,7 +109,7 @@ def test_chain_round_with_a_confidence_stop_is_exact(target, kind, monkeypatch):
 @pytest.mark.parametrize("veto", [1.0, 0.2])
 def test_chain_round_with_prompt_lookup_is_exact(target, veto, monkeypatch):
     drafts = spy_on_drafts(monkeypatch)
-    assistant = noisy_assistant(target, num_draft_tokens=2, prompt_lookup_tokens=2, prompt_lookup_min_ngram=1,
+    assistant = noisy_assistant(target, num_assistant_tokens=2, prompt_lookup_num_tokens=2, prompt_lookup_min_ngram=1,
                                 prompt_lookup_veto=veto)
     error, _ = chain_error(target, assistant, "temperature")
     looked_up = [d.looked_up for d in drafts]
@@ -127,7 +127,7 @@ def test_chain_round_through_a_shortlist_is_exact(target, tmp_path, strategy):
 
 def test_chain_round_with_an_eagle3_drafter_is_exact(target):
     assistant = DynaSpecAssistant.from_target(target, drafter_kind="eagle3", draft_vocab_size=4,
-                                              num_draft_tokens=2)
+                                              num_assistant_tokens=2)
     torch.manual_seed(0)
     with torch.no_grad():
         for name, param in assistant.named_parameters():
@@ -174,7 +174,7 @@ def _old_confidence_rule(self, scores, context):
 
 def test_enumeration_sees_the_old_confidence_rule(target, monkeypatch):
     monkeypatch.setattr(ChainDraftSession, "_choose", _old_confidence_rule)
-    error, _ = chain_error(target, noisy_assistant(target, num_draft_tokens=2, draft_confidence=0.35))
+    error, _ = chain_error(target, noisy_assistant(target, num_assistant_tokens=2, assistant_confidence_threshold=0.35))
     assert error > 1e-3, error
 
 
@@ -187,12 +187,12 @@ def test_enumeration_sees_draft_logits_before_the_temperature(target, monkeypatc
         return token, None if logits is None else self._to_full_vocab(*scores)
 
     monkeypatch.setattr(ChainDraftSession, "_choose", unprocessed)
-    error, _ = chain_error(target, noisy_assistant(target, num_draft_tokens=2), "temperature")
+    error, _ = chain_error(target, noisy_assistant(target, num_assistant_tokens=2), "temperature")
     assert error > 1e-3, error
 
 
 def test_enumeration_sees_an_unrenormalised_tree_residual(target, monkeypatch):
-    import hf_dynaspec.tree.verify as verify
+    import hf_dynaspec.generation.tree_verify as verify
 
     def without_renormalising(probs, children, tokens, generator):
         residual = probs

@@ -9,7 +9,7 @@ import torch
 
 from conftest import VOCAB, assisted_generate, imitating_assistant, one_layer_target, plain_generate, tiny_target
 from hf_dynaspec import DynaSpecAssistant, DynaSpecConfig, tree_generate
-from hf_dynaspec.assistant import AssistantMismatchError
+from hf_dynaspec.modeling.assistant import AssistantMismatchError
 
 
 def _prompt(seed: int, length: int) -> torch.Tensor:
@@ -58,14 +58,14 @@ def test_target_forward_selection_returns_the_fused_layers_then_the_last(family)
     ids = _prompt(0, 9)
     with torch.no_grad():
         every = target(input_ids=ids, output_hidden_states=True).hidden_states
-        selected = target(input_ids=ids, output_hidden_states=assistant.target_hidden_state_selection()).hidden_states
-    features = assistant.select_target_hidden(selected)
+        selected = target(input_ids=ids, output_hidden_states=assistant.drafter.hidden_state_selection()).hidden_states
+    features = assistant.drafter.select_target_hidden(selected)
     torch.testing.assert_close(features, torch.cat([every[2], every[0], every[-1]], dim=-1))
 
 
 def test_pass_through_fusion_changes_no_draft_and_trained_fusion_stays_exact(tmp_path, family):
     target = one_layer_target(family)
-    plain = imitating_assistant(target, noise=0.3, num_draft_tokens=3)
+    plain = imitating_assistant(target, noise=0.3, num_assistant_tokens=3)
     plain.save_pretrained(tmp_path / "plain")
     fused = DynaSpecAssistant.from_pretrained(tmp_path / "plain", target=target).add_feature_fusion([0])
     ids = _prompt(5, 7)

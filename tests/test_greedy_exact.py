@@ -14,12 +14,12 @@ def prompt(seed: int, length: int) -> torch.Tensor:
     return torch.randint(0, VOCAB, (1, length), generator=generator)
 
 
-@pytest.mark.parametrize("num_draft_tokens", [1, 3, 6])
+@pytest.mark.parametrize("num_assistant_tokens", [1, 3, 6])
 @pytest.mark.parametrize("prompt_length", [1, 5, 17])
-def test_greedy_identical_over_seeds(family, prompt_length, num_draft_tokens):
+def test_greedy_identical_over_seeds(family, prompt_length, num_assistant_tokens):
     target = one_layer_target(family)
     for seed in range(4):
-        assistant = imitating_assistant(target, noise=0.15, seed=seed, num_draft_tokens=num_draft_tokens)
+        assistant = imitating_assistant(target, noise=0.15, seed=seed, num_assistant_tokens=num_assistant_tokens)
         input_ids = prompt(seed, prompt_length)
         expected = plain_generate(target, input_ids, max_new_tokens=24, do_sample=False)
         got = assisted_generate(target, assistant, input_ids, max_new_tokens=24, do_sample=False)
@@ -33,7 +33,7 @@ def test_greedy_identical_with_deep_target_and_random_drafter(family):
     from conftest import tiny_target
 
     target = tiny_target(family, seed=3)
-    assistant = random_assistant(target, num_draft_tokens=5)
+    assistant = random_assistant(target, num_assistant_tokens=5)
     for seed in range(3):
         input_ids = prompt(100 + seed, 9)
         expected = plain_generate(target, input_ids, max_new_tokens=30, do_sample=False)
@@ -45,7 +45,7 @@ def test_drafts_are_accepted_when_the_drafter_imitates_the_target(family):
     # right target features at the right positions. The imitating drafter differs from the target only in
     # not seeing the first prompt token, so nearly all of its drafts must be accepted.
     target = one_layer_target(family)
-    assistant = imitating_assistant(target, noise=0.0, num_draft_tokens=4)
+    assistant = imitating_assistant(target, noise=0.0, num_assistant_tokens=4)
     for seed in range(3):
         assisted_generate(target, assistant, prompt(seed, 12), max_new_tokens=40)
         assert assistant.stats.acceptance_rate > 0.9, assistant.stats
@@ -59,7 +59,7 @@ def test_greedy_identical_with_a_confidence_threshold(family, confidence):
     target = one_layer_target(family)
     lengths = set()
     for seed in range(4):
-        assistant = imitating_assistant(target, noise=0.6, seed=seed, num_draft_tokens=4, draft_confidence=confidence)
+        assistant = imitating_assistant(target, noise=0.6, seed=seed, num_assistant_tokens=4, assistant_confidence_threshold=confidence)
         input_ids = prompt(seed, 7)
         expected = plain_generate(target, input_ids, max_new_tokens=30, do_sample=False)
         got = assisted_generate(target, assistant, input_ids, max_new_tokens=30, do_sample=False)
@@ -73,7 +73,7 @@ def test_greedy_identical_with_a_confidence_threshold(family, confidence):
 
 def test_a_drafter_never_confident_leaves_plain_decoding(family):
     target = one_layer_target(family)
-    assistant = imitating_assistant(target, noise=0.0, num_draft_tokens=3, draft_confidence=0.999999)
+    assistant = imitating_assistant(target, noise=0.0, num_assistant_tokens=3, assistant_confidence_threshold=0.999999)
     input_ids = prompt(3, 5)
     expected = plain_generate(target, input_ids, max_new_tokens=12)
     assert torch.equal(assisted_generate(target, assistant, input_ids, max_new_tokens=12), expected)
@@ -83,7 +83,7 @@ def test_a_drafter_never_confident_leaves_plain_decoding(family):
 @pytest.mark.parametrize("max_new_tokens", list(range(1, 14)))
 def test_max_new_tokens_hit_mid_draft(family, max_new_tokens):
     target = one_layer_target(family)
-    assistant = imitating_assistant(target, noise=0.0, num_draft_tokens=5)
+    assistant = imitating_assistant(target, noise=0.0, num_assistant_tokens=5)
     input_ids = prompt(7, 6)
     expected = plain_generate(target, input_ids, max_new_tokens=max_new_tokens)
     got = assisted_generate(target, assistant, input_ids, max_new_tokens=max_new_tokens)
@@ -93,7 +93,7 @@ def test_max_new_tokens_hit_mid_draft(family, max_new_tokens):
 
 def test_eos_inside_an_accepted_draft(family):
     target = one_layer_target(family)
-    assistant = imitating_assistant(target, noise=0.0, num_draft_tokens=6)
+    assistant = imitating_assistant(target, noise=0.0, num_assistant_tokens=6)
     input_ids = prompt(11, 6)
     free_run = plain_generate(target, input_ids, max_new_tokens=30)[0, input_ids.shape[1] :].tolist()
     eos_inside_accepted_chunk = 0
@@ -111,7 +111,7 @@ def test_eos_inside_an_accepted_draft(family):
 
 def test_logits_processors_are_honoured(family):
     target = one_layer_target(family)
-    assistant = imitating_assistant(target, noise=0.15, num_draft_tokens=4)
+    assistant = imitating_assistant(target, noise=0.15, num_assistant_tokens=4)
     options = dict(max_new_tokens=30, repetition_penalty=1.5, no_repeat_ngram_size=2, suppress_tokens=[3, 5])
     for seed in range(3):
         input_ids = prompt(20 + seed, 8)
@@ -133,7 +133,7 @@ class CollectingStreamer(BaseStreamer):
 
 def test_streamer_receives_exactly_the_output(family):
     target = one_layer_target(family)
-    assistant = imitating_assistant(target, noise=0.15, num_draft_tokens=4)
+    assistant = imitating_assistant(target, noise=0.15, num_assistant_tokens=4)
     input_ids = prompt(5, 8)
     streamer = CollectingStreamer()
     got = assisted_generate(target, assistant, input_ids, max_new_tokens=25, streamer=streamer)
@@ -149,7 +149,7 @@ def test_eagle3_drafter_greedy_identical(family):
 
     target = tiny_target(family, seed=4)
     assistant = DynaSpecAssistant.from_target(
-        target, drafter_kind="eagle3", draft_vocab_size=40, aux_hidden_state_layer_ids=[1, 2, 3], num_draft_tokens=3
+        target, drafter_kind="eagle3", draft_vocab_size=40, aux_hidden_state_layer_ids=[1, 2, 3], num_assistant_tokens=3
     )
     # A draft vocabulary of every other target id, the way EAGLE-3 keeps a subset.
     draft_to_target = torch.arange(0, 80, 2)

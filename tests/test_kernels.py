@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import pathlib
+
 import pytest
 import torch
 
-from hf_dynaspec.kernels.cpu import shortlist_head_blocks
-from hf_dynaspec.kernels.reference import shortlist_head_reference
+from hf_dynaspec.kernels.shortlist_head.cpu import shortlist_head_blocks
+from hf_dynaspec.kernels.shortlist_head.reference import shortlist_head_reference
 
 TOLERANCE = {torch.float32: dict(rtol=1e-5, atol=1e-5), torch.bfloat16: dict(rtol=2e-2, atol=2e-2)}
 
@@ -36,21 +38,25 @@ def test_block_path_matches_reference(dtype, batch, blocks):
 
 
 def test_bench_head_blocks_are_whole_clusters_totalling_about_s(tmp_path, monkeypatch):
-    from hf_dynaspec.kernels import bench
+    from hf_dynaspec.bench import shortlist_head as bench
 
     starts, ends = bench.cluster_blocks(vocab=5003, num_clusters=40, shortlist=600)
     total = sum(b - a for a, b in zip(starts, ends))
     assert 600 <= total <= 1.1 * 600 and len(starts) < 40
     assert starts == sorted(starts) and all(b > a for a, b in zip(starts, ends))
     assert all(b <= a2 for b, a2 in zip(ends, starts[1:]))  # disjoint
-    monkeypatch.setattr(bench, "CSV_PATH", tmp_path / "bench_head.csv")
     result = bench.run(16, 5003, 600, "fp32", 3, 40, repeats=3, compiled=False)
     assert result["path"] in ("reference", "cpu_blocks") and result["shortlist_rows"] == total
     assert result["ratio"] == result["paths_ms"][result["path"]] / result["full_ms"]
-    bench.write(result, str(tmp_path / "out.json"))
-    bench.write(result, None)
-    lines = (tmp_path / "bench_head.csv").read_text().splitlines()
-    assert len(lines) == 3 and "shortlist_ms" in lines[0]  # one header, then a row per run
+    from hf_dynaspec.bench.results_table import read_records
+
+    bench.write(result, str(tmp_path / "out.json"), str(tmp_path / "results.jsonl"))
+    bench.write(result, None, str(tmp_path / "results.jsonl"))
+    records = read_records(tmp_path / "results.jsonl", benchmark="shortlist_head")
+    assert len(records) == 2 and records[0]["method"] == result["path"]  # one record per run, appended
+    assert records[0]["metrics"]["ratio"] == result["ratio"] and "cpu_flags" in records[0]["host"]
     import json
 
     assert json.loads((tmp_path / "out.json").read_text())["ratio"] == result["ratio"]
+    package = pathlib.Path(bench.__file__).resolve().parents[1]
+    assert not list(package.rglob("*.csv")) and not list(package.rglob("*.jsonl"))  # nothing inside the package

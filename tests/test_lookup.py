@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from conftest import VOCAB, assisted_generate, imitating_assistant, one_layer_target, plain_generate
-from hf_dynaspec import DynaSpecConfig
-from hf_dynaspec.lookup import lookup_continuation, one_hot_logits
+from hf_dynaspec import DynaSpecGenerationConfig
+from hf_dynaspec.drafting.lookup import lookup_continuation, one_hot_logits
 
 
 def brute_force_continuation(ids: list[int], max_tokens: int, min_ngram: int, max_ngram: int) -> list[int]:
@@ -62,8 +62,8 @@ def test_greedy_identical_with_lookup_and_drafter_rounds_interleaved(family, loo
     target = one_layer_target(family)
     lookup = drafter = drafter_accepted = 0
     for seed in range(4):
-        assistant = imitating_assistant(target, noise=0.0, seed=seed, num_draft_tokens=3,
-                                        prompt_lookup_tokens=lookup_tokens, prompt_lookup_min_ngram=2)
+        assistant = imitating_assistant(target, noise=0.0, seed=seed, num_assistant_tokens=3,
+                                        prompt_lookup_num_tokens=lookup_tokens, prompt_lookup_min_ngram=2)
         input_ids = repeating_prompt(seed)
         expected = plain_generate(target, input_ids, max_new_tokens=40)
         got = assisted_generate(target, assistant, input_ids, max_new_tokens=40)
@@ -89,7 +89,7 @@ def test_lookup_drafts_stop_at_max_length(max_new_tokens, monkeypatch):
     monkeypatch.setattr(DraftStats, "record", lambda self, n, a, looked_up=False: recorded.append((n, looked_up))
                         or record(self, n, a, looked_up))
     target = one_layer_target("llama")
-    assistant = imitating_assistant(target, num_draft_tokens=2, prompt_lookup_tokens=8, prompt_lookup_min_ngram=1)
+    assistant = imitating_assistant(target, num_assistant_tokens=2, prompt_lookup_num_tokens=8, prompt_lookup_min_ngram=1)
     input_ids = repeating_prompt(5)
     expected = plain_generate(target, input_ids, max_new_tokens=max_new_tokens)
     got = assisted_generate(target, assistant, input_ids, max_new_tokens=max_new_tokens)
@@ -101,32 +101,32 @@ def test_lookup_drafts_stop_at_max_length(max_new_tokens, monkeypatch):
 
 def test_lookup_off_leaves_the_drafter_alone():
     target = one_layer_target("qwen2")
-    assistant = imitating_assistant(target, num_draft_tokens=3)
+    assistant = imitating_assistant(target, num_assistant_tokens=3)
     assisted_generate(target, assistant, repeating_prompt(1), max_new_tokens=20)
     assert assistant.stats.lookup_passes == 0 and assistant.stats.drafted > 0
 
 
-@pytest.mark.parametrize("bad", [dict(prompt_lookup_tokens=-1), dict(prompt_lookup_tokens=2.5),
+@pytest.mark.parametrize("bad", [dict(prompt_lookup_num_tokens=-1), dict(prompt_lookup_num_tokens=2.5),
                                  dict(prompt_lookup_min_ngram=0), dict(prompt_lookup_min_ngram=3,
-                                                                         prompt_lookup_max_ngram=2),
+                                                                         max_matching_ngram_size=2),
                                  dict(prompt_lookup_veto=1.5), dict(prompt_lookup_veto=-0.1),
                                  dict(prompt_lookup_veto="0.3"), dict(prompt_lookup_veto=None)])
-def test_config_refuses_bad_lookup_settings(bad):
+def test_options_refuse_bad_lookup_settings(bad):
     with pytest.raises(ValueError, match="prompt_lookup"):
-        DynaSpecConfig(hidden_size=32, num_attention_heads=4, intermediate_size=64, vocab_size=VOCAB, **bad)
+        DynaSpecGenerationConfig(**bad)
 
 
 def test_lookup_setting_round_trips_and_can_be_overridden(tmp_path):
     from hf_dynaspec import DynaSpecAssistant
 
     target = one_layer_target("llama")
-    imitating_assistant(target, prompt_lookup_tokens=5, prompt_lookup_max_ngram=4,
+    imitating_assistant(target, prompt_lookup_num_tokens=5, max_matching_ngram_size=4,
                         prompt_lookup_veto=0.25).save_pretrained(tmp_path)
     loaded = DynaSpecAssistant.from_pretrained(tmp_path)
-    assert (loaded.config.prompt_lookup_tokens, loaded.config.prompt_lookup_max_ngram) == (5, 4)
-    assert loaded.config.prompt_lookup_veto == 0.25
-    assert DynaSpecAssistant.from_pretrained(tmp_path, prompt_lookup_tokens=0).config.prompt_lookup_tokens == 0
-    assert DynaSpecAssistant.from_pretrained(tmp_path, prompt_lookup_veto=1.0).config.prompt_lookup_veto == 1.0
+    assert (loaded.generation_config.prompt_lookup_num_tokens, loaded.generation_config.max_matching_ngram_size) == (5, 4)
+    assert loaded.generation_config.prompt_lookup_veto == 0.25
+    assert DynaSpecAssistant.from_pretrained(tmp_path, prompt_lookup_num_tokens=0).generation_config.prompt_lookup_num_tokens == 0
+    assert DynaSpecAssistant.from_pretrained(tmp_path, prompt_lookup_veto=1.0).generation_config.prompt_lookup_veto == 1.0
 
 
 
@@ -135,7 +135,7 @@ def test_greedy_identical_when_the_drafter_vetoes_lookup_drafts(family, veto):
     target = one_layer_target(family)
     vetoes = 0
     for seed in range(4):
-        assistant = imitating_assistant(target, noise=0.5, seed=seed, num_draft_tokens=2, prompt_lookup_tokens=4,
+        assistant = imitating_assistant(target, noise=0.5, seed=seed, num_assistant_tokens=2, prompt_lookup_num_tokens=4,
                                         prompt_lookup_min_ngram=1, prompt_lookup_veto=veto)
         input_ids = repeating_prompt(seed)
         expected = plain_generate(target, input_ids, max_new_tokens=40)
@@ -147,7 +147,7 @@ def test_greedy_identical_when_the_drafter_vetoes_lookup_drafts(family, veto):
 
 
 def test_veto_compares_the_drafters_top_token_id_and_its_probability():
-    from hf_dynaspec.drafting import ChainDraftSession
+    from hf_dynaspec.drafting.chain import ChainDraftSession
 
     logits = torch.log(torch.tensor([[0.1, 0.6, 0.3]]))
     full = (logits, None)
@@ -174,7 +174,7 @@ def test_a_vetoing_drafter_keeps_wrong_lookup_drafts_out(monkeypatch):
                             or record(self, n, a, looked_up))
         vetoes = 0
         for seed in range(24):
-            assistant = imitating_assistant(target, num_draft_tokens=2, prompt_lookup_tokens=4,
+            assistant = imitating_assistant(target, num_assistant_tokens=2, prompt_lookup_num_tokens=4,
                                             prompt_lookup_min_ngram=1, prompt_lookup_veto=veto)
             input_ids = torch.randint(0, 8, (1, 30), generator=torch.Generator().manual_seed(seed))
             assert torch.equal(assisted_generate(target, assistant, input_ids, max_new_tokens=8),

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from transformers import StopStringCriteria, StoppingCriteriaList
 
+from hf_dynaspec.generation import tree_generate
 from hf_dynaspec import DynaSpecAssistant, check_exactness, zoo
 from hf_dynaspec.exactness import greedy_gaps
 
@@ -46,7 +48,7 @@ def prompt_ids(tokenizer, text):
 
 def assistant_for(model):
     """The shipped trained assistant if there is one, else a fresh one (exactness holds for any drafter)."""
-    from hf_dynaspec.runner import shipped_assistant_dir
+    from hf_dynaspec.bench.runner import shipped_assistant_dir
 
     shipped = shipped_assistant_dir(NAME)
     return DynaSpecAssistant.from_pretrained(shipped, target=model) if shipped else DynaSpecAssistant.from_target(model)
@@ -86,14 +88,14 @@ def test_bf16_divergences_are_near_ties(model_dir):
 def test_bf16_with_the_cpu_verification_kernel_matches_native_plain_up_to_near_ties(model_dir):
     """The kernel reroutes every multi-token forward (prefill and verification of 4 tokens): the assisted output
     must still equal native bf16 plain generate() or diverge at a near-tie."""
-    from hf_dynaspec import cpu_verify
-    from hf_dynaspec.kernels import cpu_rows
+    from hf_dynaspec.kernels.verify_rows import patch as cpu_verify
+    from hf_dynaspec.kernels.verify_rows import loader as cpu_rows
 
     if not cpu_rows.available():
         pytest.skip("the kernel needs x86-64 with AVX2/FMA and a C compiler")
     model, tokenizer = load(model_dir, torch.bfloat16)
     assistant = assistant_for(model)
-    assistant.config.num_draft_tokens = 3
+    assistant.generation_config.num_assistant_tokens = 3
     accepted = 0
     for text in PROMPTS:
         ids = prompt_ids(tokenizer, text)
@@ -128,7 +130,7 @@ def test_bench_command_on_the_dev_split(model_dir, tmp_path):
 
     from hf_dynaspec.bench.command import run
     from hf_dynaspec.cli import build_parser
-    from hf_dynaspec.runner import shipped_assistant_dir
+    from hf_dynaspec.bench.runner import shipped_assistant_dir
 
     from recipes.data_paths import shared_data_dir
 
@@ -160,15 +162,19 @@ def test_fp32_tree_decoding_greedy_identical_with_stop_strings(model_dir):
     accepted = 0
     for text in PROMPTS:
         ids = prompt_ids(tokenizer, text)
-        tree = assistant.generate(model, input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False,
-                                  max_new_tokens=32)[0, ids.shape[1]:]
+        tree = model.generate(custom_generate=tree_generate, drafter=assistant, input_ids=ids,
+                              attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=32)[0, ids.shape[1]:]
         assert torch.equal(tree, generate(model, ids)), text
         accepted += assistant.stats.accepted
     assert accepted > 0  # the shipped drafter's tree drafts are accepted on real text
     ids = prompt_ids(tokenizer, PROMPTS[0])
-    options = dict(stop_strings=["(", "\n\n"], tokenizer=tokenizer)
-    tree = assistant.generate(model, input_ids=ids, do_sample=False, max_new_tokens=32, **options)[0, ids.shape[1]:]
-    assert torch.equal(tree, generate(model, ids, **options))
+    # generate() does not hand `tokenizer` to a custom_generate callable, so stop strings go in as transformers'
+    # own stopping criterion.
+    stop = StoppingCriteriaList([StopStringCriteria(tokenizer=tokenizer, stop_strings=["(", "\n\n"])])
+    tree = model.generate(custom_generate=tree_generate, drafter=assistant, input_ids=ids, do_sample=False,
+                          max_new_tokens=32, stopping_criteria=stop)[0, ids.shape[1]:]
+    assert torch.equal(tree, generate(model, ids, stop_strings=["(", "\n\n"], tokenizer=tokenizer))
+    assert len(tree) < 32
 
 
 def test_generate_command_with_trees(model_dir, tmp_path):

@@ -9,7 +9,7 @@ import torch
 
 from conftest import VOCAB, one_layer_target
 from hf_dynaspec import DynaSpecAssistant
-from hf_dynaspec.shortlist import ClusterRouter
+from hf_dynaspec.modeling.shortlist import ClusterRouter
 from recipes.data_paths import shared_data_dir
 
 
@@ -188,19 +188,21 @@ def test_vocabtrim_ranking_counts_the_drafters_own_tokens(monkeypatch):
     from conftest import imitating_assistant
 
     target = one_layer_target("llama")
-    assistant = imitating_assistant(target, noise=0.3, num_draft_tokens=3)
+    assistant = imitating_assistant(target, noise=0.3, num_assistant_tokens=3)
     prompts = [torch.randint(0, VOCAB, (1, 6), generator=torch.Generator().manual_seed(i)) for i in range(3)]
     monkeypatch.setattr(build, "conversations", lambda: iter([("p", "r")] * 3))
-    monkeypatch.setattr("hf_dynaspec.runner.encode_prompt", lambda tokenizer, text, chat: prompts.pop())
+    monkeypatch.setattr("hf_dynaspec.bench.runner.encode_prompt", lambda tokenizer, text, chat: prompts.pop())
     drafted = []
-    original = assistant.make_candidate_generator
+    from hf_dynaspec.generation import hook
+
+    original = hook.make_candidate_generator
 
     def spy(*args, **kwargs):  # remember each call's drafts to recount them independently
         generator = original(*args, **kwargs)
         drafted.append(assistant.stats)
         return generator
 
-    monkeypatch.setattr(assistant, "make_candidate_generator", spy)
+    monkeypatch.setattr(hook, "make_candidate_generator", spy)
     ranking = build.vocabtrim_ranking(assistant, target, None, num_prompts=3, max_new_tokens=12)
     all_drafts = torch.cat([t for stats in drafted for t in stats.draft_token_ids])
     assert len(all_drafts) == sum(stats.drafted for stats in drafted) > 0
@@ -352,7 +354,7 @@ def test_build_features_refuses_to_resume_shards_of_another_file_range(tmp_path)
 def test_batched_self_distillation_answers_equal_single_stream_greedy():
     """Left padding must not change the answers, nor the hidden states captured during generation (fp32)."""
     from hf_dynaspec import zoo
-    from hf_dynaspec.runner import encode_prompt, load_target
+    from hf_dynaspec.bench.runner import encode_prompt, load_target
     from recipes.build_features import target_hidden
     from recipes.self_distill import answer_batch, generate_batch
 
@@ -443,7 +445,7 @@ def test_package_assistant_writes_bf16_weights_card_and_defaults(tmp_path):
         dtypes = {handle.get_tensor(key).dtype for key in handle.keys() if handle.get_tensor(key).is_floating_point()}
     assert dtypes == {torch.bfloat16}
     packaged = DynaSpecAssistant.from_pretrained(tmp_path / "out")
-    assert packaged.config.prompt_lookup_tokens == 3
+    assert packaged.generation_config.prompt_lookup_num_tokens == 3
     for (name, before), after in zip(source.state_dict().items(), packaged.state_dict().values()):
         assert torch.equal(before.to(torch.bfloat16).to(after.dtype), after), name
     card = json.loads((tmp_path / "out" / "card.json").read_text())

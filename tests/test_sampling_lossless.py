@@ -16,7 +16,7 @@ import transformers.generation.utils as generation_utils
 from scipy.stats import chisquare
 
 from conftest import imitating_assistant, one_layer_target
-from hf_dynaspec.drafting import ChainDraftSession
+from hf_dynaspec.drafting.chain import ChainDraftSession
 
 VOCAB = 8
 PROMPT = torch.tensor([[1, 4, 2]])
@@ -87,7 +87,7 @@ def fit_p_value(counts: torch.Tensor, probs: torch.Tensor) -> float:
 def setup():
     target = sampling_target()
     # A drafter that is right often but not always, with a distribution clearly different from the target's.
-    assistant = imitating_assistant(target, noise=1.0, seed=3, num_draft_tokens=2)
+    assistant = imitating_assistant(target, noise=1.0, seed=3, num_assistant_tokens=2)
     return target, assistant, exact_distribution(target)
 
 
@@ -133,11 +133,11 @@ def test_fit_rejects_draft_logits_that_were_not_sampled_from(setup, monkeypatch)
 def test_sampling_with_a_confidence_threshold_matches_the_target_distribution(setup):
     """Rounds cut short (or left empty) by the drafter's own confidence must not bias the samples."""
     target, assistant, probs = setup
-    assistant.config.draft_confidence = 0.5
+    assistant.generation_config.assistant_confidence_threshold = 0.5
     try:
         counts, acceptance_rate, *_ = sampled_counts(target, assistant)
     finally:
-        assistant.config.draft_confidence = 0.0
+        assistant.generation_config.assistant_confidence_threshold = 0.0
     assert 0.2 < acceptance_rate < 0.99, acceptance_rate
     assert fit_p_value(counts, probs) > 1e-3
 
@@ -148,11 +148,11 @@ def test_fit_rejects_the_old_confidence_rule(setup, monkeypatch):
 
     target, assistant, probs = setup
     monkeypatch.setattr(ChainDraftSession, "_choose", _old_confidence_rule)
-    assistant.config.draft_confidence = 0.5
+    assistant.generation_config.assistant_confidence_threshold = 0.5
     try:
         counts = sampled_counts(target, assistant)[0]
     finally:
-        assistant.config.draft_confidence = 0.0
+        assistant.generation_config.assistant_confidence_threshold = 0.0
     assert fit_p_value(counts, probs) < 1e-3
 
 
@@ -160,11 +160,11 @@ def test_sampling_with_prompt_lookup_matches_the_target_distribution(setup):
     """Lookup drafts are deterministic (one-hot q): accepting x with p(x) and resampling from p without x on
     rejection must leave the distribution unchanged. With 1-grams on 8 tokens, lookup drafts most rounds."""
     target, assistant, probs = setup
-    assistant.config.prompt_lookup_tokens, assistant.config.prompt_lookup_min_ngram = 2, 1
+    assistant.generation_config.prompt_lookup_num_tokens, assistant.generation_config.prompt_lookup_min_ngram = 2, 1
     try:
         counts, acceptance_rate, looked_up, _ = sampled_counts(target, assistant)
     finally:
-        assistant.config.prompt_lookup_tokens, assistant.config.prompt_lookup_min_ngram = 0, 2
+        assistant.generation_config.prompt_lookup_num_tokens, assistant.generation_config.prompt_lookup_min_ngram = 0, 2
     assert looked_up > 0 and 0.05 < acceptance_rate < 0.95, (looked_up, acceptance_rate)
     assert fit_p_value(counts, probs) > 1e-3
 
@@ -173,28 +173,28 @@ def test_sampling_with_vetoed_prompt_lookup_matches_the_target_distribution(setu
     """The drafter overrules some lookup drafts. The choice reads its argmax, not a sample, so each round's draft
     still comes from the distribution its logits describe (one-hot for lookup, the drafter's otherwise)."""
     target, assistant, probs = setup
-    config = assistant.config
-    config.prompt_lookup_tokens, config.prompt_lookup_min_ngram, config.prompt_lookup_veto = 2, 1, 0.2
+    config = assistant.generation_config
+    config.prompt_lookup_num_tokens, config.prompt_lookup_min_ngram, config.prompt_lookup_veto = 2, 1, 0.2
     try:
         counts, acceptance_rate, looked_up, vetoed = sampled_counts(target, assistant)
     finally:
-        config.prompt_lookup_tokens, config.prompt_lookup_min_ngram, config.prompt_lookup_veto = 0, 2, 1.0
+        config.prompt_lookup_num_tokens, config.prompt_lookup_min_ngram, config.prompt_lookup_veto = 0, 2, 1.0
     assert looked_up > 0 and vetoed > 0 and 0.05 < acceptance_rate < 0.95, (looked_up, vetoed, acceptance_rate)
     assert fit_p_value(counts, probs) > 1e-3
 
 
 def test_fit_rejects_lookup_drafts_treated_as_certain(setup, monkeypatch):
     """The same test must catch lookup drafts verified as if the target agreed with them (q = p)."""
-    import hf_dynaspec.drafting as drafting
+    import hf_dynaspec.drafting.chain as drafting
 
     target, assistant, probs = setup
-    assistant.config.prompt_lookup_tokens, assistant.config.prompt_lookup_min_ngram = 2, 1
+    assistant.generation_config.prompt_lookup_num_tokens, assistant.generation_config.prompt_lookup_min_ngram = 2, 1
     # Uniform q instead of one-hot: accepts x with min(1, p(x) * V) -- far too often.
     monkeypatch.setattr(drafting, "one_hot_logits", lambda ids, vocab: torch.zeros(1, ids.shape[1], vocab))
     try:
         counts = sampled_counts(target, assistant)[0]
     finally:
-        assistant.config.prompt_lookup_tokens, assistant.config.prompt_lookup_min_ngram = 0, 2
+        assistant.generation_config.prompt_lookup_num_tokens, assistant.generation_config.prompt_lookup_min_ngram = 0, 2
     assert fit_p_value(counts, probs) < 1e-3
 
 
@@ -202,7 +202,7 @@ def test_fit_rejects_lookup_drafts_treated_as_certain(setup, monkeypatch):
 def test_sampling_through_a_shortlist_matches_the_target_distribution(setup, tmp_path, strategy):
     """Drafts come from a shortlist (-inf outside it): the residual must still restore the target's distribution."""
     from hf_dynaspec import DynaSpecAssistant
-    from hf_dynaspec.shortlist import cluster_vocabulary
+    from hf_dynaspec.modeling.shortlist import cluster_vocabulary
 
     target, assistant, probs = setup
     head = target.get_output_embeddings().weight.detach()

@@ -15,7 +15,7 @@ import torch
 from safetensors import safe_open
 
 from hf_dynaspec import DynaSpecConfig, zoo
-from hf_dynaspec.runner import SHIPPED_ASSISTANTS
+from hf_dynaspec.bench.runner import SHIPPED_ASSISTANTS
 
 MAX_BYTES = 60 * 1024 * 1024  # the recipes issue: each shipped artifact under ~60 MB
 SHIPPED = sorted(path for path in SHIPPED_ASSISTANTS.iterdir() if path.is_dir())

@@ -6,11 +6,13 @@ import pytest
 import torch
 
 from conftest import VOCAB, assisted_generate, imitating_assistant, one_layer_target, plain_generate, tiny_target
+from hf_dynaspec.drafting.runtime import runtime_head
 from hf_dynaspec import ArtifactError, DynaSpecAssistant
-from hf_dynaspec.shortlist import clusters_at_position, cluster_vocabulary, load_token_list
-from hf_dynaspec.shortlist.frequency import export_d2t_t2d, export_token_map, ranking_from_counts
-from hf_dynaspec.shortlist.router import ClusterRouter
-from hf_dynaspec.shortlist.selector import ClusterHead
+from hf_dynaspec.drafting.budget import clusters_at_position
+from hf_dynaspec.modeling.shortlist import cluster_vocabulary, load_token_list
+from hf_dynaspec.modeling.shortlist.frequency import export_d2t_t2d, export_token_map, ranking_from_counts
+from hf_dynaspec.modeling.shortlist.router import ClusterRouter
+from hf_dynaspec.drafting.selector import ClusterHead
 
 ALWAYS = [0, 1]  # stand-ins for EOS / special tokens
 STRATEGIES = ["full", "frspec", "vocabtrim", "dynaspec", "dynaspec-fixed"]
@@ -23,7 +25,7 @@ def add_shortlists(assistant, target, num_clusters=8, seed=0):
     assistant.shortlists.set_frequency_list(torch.randperm(VOCAB, generator=generator)[:60], kind="frspec")
     assistant.shortlists.set_frequency_list(torch.randperm(VOCAB, generator=generator)[:40], kind="vocabtrim")
     assistant.shortlists.set_clusters(cluster_vocabulary(head, num_clusters, always_ids=ALWAYS, seed=seed))
-    assistant.config.max_clusters, assistant.config.fixed_clusters = 4, 2
+    assistant.generation_config.max_clusters, assistant.generation_config.fixed_clusters = 4, 2
     assistant.to(target.dtype)
     return assistant
 
@@ -82,7 +84,7 @@ def test_shortlist_size_cap_keeps_the_best_clusters():
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_greedy_identical_with_every_strategy(family, strategy, tmp_path):
     target = one_layer_target(family)
-    assistant = add_shortlists(imitating_assistant(target, noise=0.15, num_draft_tokens=3), target)
+    assistant = add_shortlists(imitating_assistant(target, noise=0.15, num_assistant_tokens=3), target)
     assistant.save_pretrained(tmp_path)
     assistant = DynaSpecAssistant.from_pretrained(tmp_path, target=target, shortlist=strategy)
     for seed in range(3):
@@ -99,9 +101,9 @@ def test_greedy_identical_with_every_strategy(family, strategy, tmp_path):
 
 def test_position_aware_budget_shrinks_the_shortlist_with_depth():
     target = one_layer_target("llama")
-    assistant = add_shortlists(imitating_assistant(target, num_draft_tokens=4), target)
-    assistant.config.shortlist = "dynaspec"
-    session_head = assistant.runtime_head()
+    assistant = add_shortlists(imitating_assistant(target, num_assistant_tokens=4), target)
+    assistant.generation_config.shortlist = "dynaspec"
+    session_head = runtime_head(assistant, assistant.generation_config)
     e, h = torch.randn(1, 32), torch.randn(1, 32)
     sizes = [len(session_head.scores(torch.randn(1, 32), session_head.plan(e, h, t)).token_ids) for t in range(4)]
     assert sizes[0] == sizes[1] > sizes[2] >= sizes[3] > len(ALWAYS)
@@ -176,21 +178,21 @@ def test_ranking_from_counts():
 def test_runtime_head_is_reused_until_something_it_depends_on_changes():
     target = tiny_target("llama")
     assistant = add_shortlists(DynaSpecAssistant.from_target(target, shortlist="dynaspec"), target)
-    first = assistant.runtime_head()
-    assert assistant.runtime_head() is first
+    first = runtime_head(assistant, assistant.generation_config)
+    assert runtime_head(assistant, assistant.generation_config) is first
     with torch.no_grad():
         assistant.shortlists.router.out.weight.normal_()
-    second = assistant.runtime_head()
+    second = runtime_head(assistant, assistant.generation_config)
     assert second is not first
-    assistant.config.max_clusters = 2
-    assert assistant.runtime_head() is not second and assistant.runtime_head().max_clusters == 2
+    assistant.generation_config.max_clusters = 2
+    assert runtime_head(assistant, assistant.generation_config) is not second and runtime_head(assistant, assistant.generation_config).max_clusters == 2
 
 
 def test_planned_scores_equal_sequential_choice():
     # On CPU the router runs inline; the plan/scores split must give exactly the clusters chosen directly.
     target = tiny_target("qwen2")
     assistant = add_shortlists(DynaSpecAssistant.from_target(target, shortlist="dynaspec"), target)
-    head = assistant.runtime_head()
+    head = runtime_head(assistant, assistant.generation_config)
     e, h, hidden = torch.randn(1, 32), torch.randn(1, 32), torch.randn(1, 32)
     for position in range(4):
         planned = head.scores(hidden, head.plan(e, h, position))
@@ -203,7 +205,7 @@ def test_planned_scores_equal_sequential_choice():
 def test_side_stream_router_equals_sequential_on_cuda():
     target = tiny_target("qwen2").cuda()
     assistant = add_shortlists(DynaSpecAssistant.from_target(target, shortlist="dynaspec"), target)
-    head = assistant.runtime_head()
+    head = runtime_head(assistant, assistant.generation_config)
     assert head.side_stream.stream is not None
     e, h, hidden = (torch.randn(1, 32, device="cuda") for _ in range(3))
     for position in range(4):
@@ -223,8 +225,8 @@ def test_a_lookup_draft_kept_after_the_veto_check_adds_no_shortlist_to_the_stati
     stats = {}
     for veto in (1.0, 0.999):
         assistant = add_shortlists(DynaSpecAssistant.from_target(target, shortlist="frspec"), target)
-        config = assistant.config
-        config.prompt_lookup_tokens, config.prompt_lookup_min_ngram, config.prompt_lookup_veto = 3, 1, veto
+        config = assistant.generation_config
+        config.prompt_lookup_num_tokens, config.prompt_lookup_min_ngram, config.prompt_lookup_veto = 3, 1, veto
         output = assisted_generate(target, assistant, prompt, max_new_tokens=24)
         assert torch.equal(output, plain_generate(target, prompt, max_new_tokens=24))
         s = assistant.stats

@@ -1,4 +1,4 @@
-"""Tree decoding (hf_dynaspec.tree): masks, positions, cache compaction, greedy identity, lossless sampling."""
+"""Tree decoding (hf_dynaspec.generation.tree): masks, positions, cache compaction, greedy identity, lossless sampling."""
 
 from __future__ import annotations
 
@@ -9,11 +9,12 @@ import torch
 from transformers import StoppingCriteria
 
 from conftest import VOCAB, imitating_assistant, one_layer_target, plain_generate, random_assistant, tiny_target
+from hf_dynaspec.drafting.runtime import runtime_head
 from hf_dynaspec import tree_generate
-from hf_dynaspec.tree import DraftTree, tree_attention_mask, tree_position_ids
-from hf_dynaspec.tree import verify as tree_verify
-from hf_dynaspec.tree.drafting import TreeDraftSession
-from hf_dynaspec.tree.verify import accept_path, compact_cache
+from hf_dynaspec.drafting.tree_structure import DraftTree, tree_attention_mask, tree_position_ids
+from hf_dynaspec.generation import tree_verify
+from hf_dynaspec.drafting.tree import TreeDraftSession
+from hf_dynaspec.generation.tree_verify import accept_path, compact_cache
 
 
 def random_tree(seed: int, size: int, vocab: int = VOCAB) -> DraftTree:
@@ -106,7 +107,7 @@ def test_compacted_cache_equals_recomputation(family, seed):
 def test_drafted_tree_shape_and_ranking(family):
     target = one_layer_target(family)
     assistant = imitating_assistant(target, noise=0.3)
-    session = TreeDraftSession(assistant.drafter, VOCAB, head=assistant.runtime_head(), top_k=3, depth=4,
+    session = TreeDraftSession(assistant.drafter, VOCAB, head=runtime_head(assistant, assistant.generation_config), top_k=3, depth=4,
                                total_tokens=10)
     ids = prompt(0, 8)
     with torch.no_grad():
@@ -127,7 +128,7 @@ def test_tree_of_top_k_one_is_a_chain_and_an_imitating_drafter_fills_it(family):
     target = one_layer_target(family)
     assistant = imitating_assistant(target, noise=0.0)
     for seed in range(3):
-        assistant.generate(target, input_ids=prompt(seed, 12), max_new_tokens=40,
+        target.generate(custom_generate=tree_generate, drafter=assistant, input_ids=prompt(seed, 12), max_new_tokens=40,
                            tree_top_k=1, tree_depth=4, tree_total_tokens=4)
         assert assistant.stats.tau > 4.0, assistant.stats
 
@@ -156,7 +157,7 @@ def test_greedy_identical_with_a_deep_target_and_random_drafter(family):
     for seed in range(3):
         input_ids = prompt(100 + seed, 9)
         expected = plain_generate(target, input_ids, max_new_tokens=30)
-        assert torch.equal(assistant.generate(target, input_ids=input_ids, max_new_tokens=30), expected)
+        assert torch.equal(target.generate(custom_generate=tree_generate, drafter=assistant, input_ids=input_ids, max_new_tokens=30), expected)
 
 
 @pytest.mark.parametrize("max_new_tokens", [1, 2, 3, 5, 8])
@@ -165,7 +166,7 @@ def test_max_new_tokens_hit_inside_an_accepted_path(family, max_new_tokens):
     assistant = imitating_assistant(target, noise=0.0)
     input_ids = prompt(7, 6)
     expected = plain_generate(target, input_ids, max_new_tokens=max_new_tokens)
-    got = assistant.generate(target, input_ids=input_ids, max_new_tokens=max_new_tokens, tree_top_k=1, tree_depth=6,
+    got = target.generate(custom_generate=tree_generate, drafter=assistant, input_ids=input_ids, max_new_tokens=max_new_tokens, tree_top_k=1, tree_depth=6,
                              tree_total_tokens=6)
     assert torch.equal(got, expected)
     stats = assistant.stats  # the statistics count committed tokens: prefill token + per pass accepted + 1
@@ -179,7 +180,7 @@ def test_eos_inside_an_accepted_path_stops_like_plain_generate(family):
     free = plain_generate(target, input_ids, max_new_tokens=20)[0, 8:].tolist()
     eos = free[5]  # a token that appears mid-way through a draftable stretch
     expected = plain_generate(target, input_ids, max_new_tokens=20, eos_token_id=eos)
-    got = assistant.generate(target, input_ids=input_ids, max_new_tokens=20, eos_token_id=eos, tree_top_k=1,
+    got = target.generate(custom_generate=tree_generate, drafter=assistant, input_ids=input_ids, max_new_tokens=20, eos_token_id=eos, tree_top_k=1,
                              tree_depth=6, tree_total_tokens=6)
     assert torch.equal(got, expected)
     assert got[0, -1] == eos and got.shape[1] < 8 + 20
@@ -195,7 +196,7 @@ def test_custom_stopping_criteria_and_processors_are_honoured(family):
     input_ids = prompt(4, 10)
     options = dict(max_new_tokens=30, repetition_penalty=1.7, no_repeat_ngram_size=2)
     expected = plain_generate(target, input_ids, stopping_criteria=[StopAfterTokens()], **options)
-    got = assistant.generate(target, input_ids=input_ids, stopping_criteria=[StopAfterTokens()], **options)
+    got = target.generate(custom_generate=tree_generate, drafter=assistant, input_ids=input_ids, stopping_criteria=[StopAfterTokens()], **options)
     assert torch.equal(got, expected) and got.shape[1] == 19
 
 
@@ -205,7 +206,7 @@ def test_return_dict_with_scores_matches_plain_generate(family):
     input_ids = prompt(2, 6)
     options = dict(max_new_tokens=12, return_dict_in_generate=True, output_scores=True, output_logits=True)
     expected = plain_generate(target, input_ids, **options)
-    got = assistant.generate(target, input_ids=input_ids, **options)
+    got = target.generate(custom_generate=tree_generate, drafter=assistant, input_ids=input_ids, **options)
     assert torch.equal(got.sequences, expected.sequences)
     assert len(got.scores) == len(expected.scores) == 12
     for a, b in zip(got.scores + got.logits, expected.scores + expected.logits):
@@ -215,7 +216,7 @@ def test_return_dict_with_scores_matches_plain_generate(family):
 @pytest.mark.parametrize("strategy", ["frspec", "dynaspec", "dynaspec-fixed"])
 def test_greedy_identical_through_shortlists(tmp_path, strategy):
     from hf_dynaspec import DynaSpecAssistant
-    from hf_dynaspec.shortlist import cluster_vocabulary
+    from hf_dynaspec.modeling.shortlist import cluster_vocabulary
 
     target = one_layer_target("qwen2")
     assistant = imitating_assistant(target, noise=0.2)
@@ -229,7 +230,7 @@ def test_greedy_identical_through_shortlists(tmp_path, strategy):
     for seed in range(3):
         input_ids = prompt(seed, 9)
         expected = plain_generate(target, input_ids, max_new_tokens=24)
-        got = shortlisted.generate(target, input_ids=input_ids, max_new_tokens=24, tree_depth=4)
+        got = target.generate(custom_generate=tree_generate, drafter=shortlisted, input_ids=input_ids, max_new_tokens=24, tree_depth=4)
         assert torch.equal(got, expected)
         assert shortlisted.stats.avg_shortlist < VOCAB
 
@@ -240,16 +241,16 @@ def test_clear_errors_for_unsupported_inputs():
     assistant = imitating_assistant(target)
     two = prompt(0, 5).repeat(2, 1)
     with pytest.raises(ValueError, match="batch size 2"):
-        assistant.generate(target, input_ids=two, attention_mask=torch.ones_like(two), max_new_tokens=4)
+        target.generate(custom_generate=tree_generate, drafter=assistant, input_ids=two, attention_mask=torch.ones_like(two), max_new_tokens=4)
     with pytest.raises(ValueError, match="num_beams"):
-        assistant.generate(target, input_ids=prompt(0, 5), num_beams=2, max_new_tokens=4)
+        target.generate(custom_generate=tree_generate, drafter=assistant, input_ids=prompt(0, 5), num_beams=2, max_new_tokens=4)
     with pytest.raises(ValueError, match="needs the assistant"):
         target.generate(prompt(0, 5), custom_generate=tree_generate, max_new_tokens=4)
-    with pytest.raises(ValueError, match="do not pass assistant_model"):
-        assistant.generate(target, input_ids=prompt(0, 5), assistant_model=assistant)
+    with pytest.raises(TypeError, match="does not generate by itself"):
+        assistant.generate(target, input_ids=prompt(0, 5))
     other = one_layer_target("llama", seed=1)
     with pytest.raises(ValueError, match="different target"):
-        assistant.generate(other, input_ids=prompt(0, 5), max_new_tokens=4)
+        other.generate(custom_generate=tree_generate, drafter=assistant, input_ids=prompt(0, 5), max_new_tokens=4)
 
 
 # -- sampling ------------------------------------------------------------------------------------------------
@@ -285,7 +286,7 @@ def sampled_pairs(target, assistant, num_samples: int) -> tuple[torch.Tensor, fl
     drafted = accepted = 0
     torch.manual_seed(4321)
     for _ in range(num_samples):
-        out = assistant.generate(target, input_ids=SAMPLING_PROMPT, do_sample=True, temperature=TEMPERATURE, top_k=0,
+        out = target.generate(custom_generate=tree_generate, drafter=assistant, input_ids=SAMPLING_PROMPT, do_sample=True, temperature=TEMPERATURE, top_k=0,
                                  top_p=1.0, max_new_tokens=3, tree_top_k=3, tree_depth=2, tree_total_tokens=5)
         x1, x2 = out[0, 3:5].tolist()
         counts[x1, x2] += 1
@@ -342,7 +343,7 @@ def test_caches_that_cannot_be_compacted_are_refused():
     from transformers import Qwen2Config
     from transformers.cache_utils import DynamicCache
 
-    from hf_dynaspec.tree.verify import check_tree_cache
+    from hf_dynaspec.generation.tree_verify import check_tree_cache
 
     config = Qwen2Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, use_sliding_window=True, sliding_window=8,
@@ -355,9 +356,9 @@ def test_caches_that_cannot_be_compacted_are_refused():
 def test_dynaspec_budget_applies_per_tree_depth(tmp_path, monkeypatch):
     """Depth d of the tree is scored with k(d - 1) clusters, chosen from the router scores of all its frontier nodes."""
     from hf_dynaspec import DynaSpecAssistant
-    from hf_dynaspec.shortlist import cluster_vocabulary
-    from hf_dynaspec.shortlist.budget import clusters_at_position
-    from hf_dynaspec.shortlist.selector import ClusterHead
+    from hf_dynaspec.modeling.shortlist import cluster_vocabulary
+    from hf_dynaspec.drafting.budget import clusters_at_position
+    from hf_dynaspec.drafting.selector import ClusterHead
 
     target = one_layer_target("llama")
     assistant = imitating_assistant(target, noise=0.2)
@@ -374,7 +375,7 @@ def test_dynaspec_budget_applies_per_tree_depth(tmp_path, monkeypatch):
         return chosen
 
     monkeypatch.setattr(ClusterHead, "_clusters_from", recording)
-    shortlisted.generate(target, input_ids=prompt(1, 9), max_new_tokens=8, tree_top_k=3, tree_depth=4,
+    target.generate(custom_generate=tree_generate, drafter=shortlisted, input_ids=prompt(1, 9), max_new_tokens=8, tree_top_k=3, tree_depth=4,
                          tree_total_tokens=12)
     first_round = calls[:4]
     assert [c[0] for c in first_round] == [0, 1, 2, 3]
@@ -383,7 +384,7 @@ def test_dynaspec_budget_applies_per_tree_depth(tmp_path, monkeypatch):
 
 
 def test_tree_shape_strings():
-    from hf_dynaspec.tree import parse_tree_shape
+    from hf_dynaspec.generation import parse_tree_shape
 
     assert parse_tree_shape("8,6,24") == {"tree_top_k": 8, "tree_depth": 6, "tree_total_tokens": 24}
     assert parse_tree_shape(None) == {}
@@ -405,7 +406,7 @@ def test_greedy_identical_with_an_eagle3_drafter(family, monkeypatch):
     for seed in range(3):
         input_ids = prompt(200 + seed, 7)
         expected = plain_generate(target, input_ids, max_new_tokens=20)
-        got = assistant.generate(target, input_ids=input_ids, max_new_tokens=20, tree_top_k=3, tree_depth=3,
+        got = target.generate(custom_generate=tree_generate, drafter=assistant, input_ids=input_ids, max_new_tokens=20, tree_top_k=3, tree_depth=3,
                                  tree_total_tokens=7)
         assert torch.equal(got, expected)
         assert assistant.stats.verify_passes > 0

@@ -11,8 +11,8 @@ import torch
 
 pytest.importorskip("triton", reason="install the 'triton' extra to test the kernel")
 
-from hf_dynaspec.kernels.reference import shortlist_head_reference  # noqa: E402
-from hf_dynaspec.kernels.triton_head import shortlist_head_triton  # noqa: E402
+from hf_dynaspec.kernels.shortlist_head.reference import shortlist_head_reference  # noqa: E402
+from hf_dynaspec.kernels.shortlist_head.triton_kernel import shortlist_head_triton  # noqa: E402
 
 VOCAB, HIDDEN = 1237, 72  # neither a multiple of the kernel's 64-row / 64-column tiles
 TOLERANCE = dict(rtol=1e-4, atol=1e-4)

@@ -32,7 +32,7 @@ def add_parser(commands) -> None:
                        help="tree shape for the *-tree methods (default: the assistant's config)")
     bench.add_argument("--dtype", choices=["bf16", "fp32"], default="bf16")
     bench.add_argument("--cpu-verify", nargs="?", const="auto", default=None, choices=["auto", "kernel", "shadow"],
-                       help="every multi-token forward of a bf16 target on CPU through hf_dynaspec.cpu_verify "
+                       help="every multi-token forward of a bf16 target on CPU through hf_dynaspec.kernels.verify_rows.patch "
                             "(the bf16 kernel, or fp32 shadow weights): verification and prefill, for every "
                             "method, vanilla included")
     bench.add_argument("--json", default=None, metavar="OUT")
@@ -42,13 +42,13 @@ def add_parser(commands) -> None:
 def run(args) -> dict:
     import torch
 
-    from hf_dynaspec.assistant import DynaSpecAssistant
+    from hf_dynaspec.modeling.assistant import DynaSpecAssistant
     from hf_dynaspec.bench.harness import run_benchmark
     from hf_dynaspec.bench.methods import build_methods, expand_assistant_labels
     from hf_dynaspec.bench.prompts import encode_prompts, load_prompts
     from hf_dynaspec.bench.report import markdown_table, write_plots
-    from hf_dynaspec.runner import load_target, shipped_assistant_dir
-    from hf_dynaspec.tree import parse_tree_shape
+    from hf_dynaspec.bench.runner import load_target, shipped_assistant_dir
+    from hf_dynaspec.generation import parse_tree_shape
 
     assistants = parse_assistant_options(args.assistant)  # before loading anything: bad options fail fast
     keys = expand_assistant_labels([k.strip() for k in args.methods.split(",") if k.strip()],
@@ -64,7 +64,7 @@ def run(args) -> dict:
     def factory_for(path: str):
         def assistant_factory(**overrides):
             # A method's own +draft:K wins over --num-draft-tokens.
-            options = {"num_draft_tokens": args.num_draft_tokens, **tree, **overrides}
+            options = {"num_assistant_tokens": args.num_draft_tokens, **tree, **overrides}
             return DynaSpecAssistant.from_pretrained(path, target=target, **options)
         return assistant_factory
 
@@ -74,7 +74,7 @@ def run(args) -> dict:
     draft_model = load_target(args.draft_model, args.dtype)[0] if args.draft_model else None
     cpu_verify_method = None
     if args.cpu_verify:
-        from hf_dynaspec import cpu_verify
+        from hf_dynaspec.kernels.verify_rows import patch as cpu_verify
 
         cpu_verify.enable(target, max_rows=cpu_verify.ANY_ROWS, method=args.cpu_verify)
         cpu_verify_method = cpu_verify.enabled_method(target)

@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from hf_dynaspec.assistant import DynaSpecAssistant
-from hf_dynaspec.tree import tree_generate
+from hf_dynaspec.modeling.assistant import DynaSpecAssistant
+from hf_dynaspec.generation import tree_generate
 
 DEFAULT_LOOKUP_TOKENS = 7  # 8 rows per verification pass: one sweep of the CPU kernel (cpu_verify)
 
@@ -91,18 +91,18 @@ def parse_plus_suffixes(key: str) -> dict[str, int | float]:
     for suffix in suffixes:
         name, _, arg = suffix.partition(":")
         name, arg = name.strip(), arg.strip() or None
-        if name == "lookup" and "prompt_lookup_tokens" not in overrides:
-            overrides["prompt_lookup_tokens"] = _positive_int(key, arg, DEFAULT_LOOKUP_TOKENS)
+        if name == "lookup" and "prompt_lookup_num_tokens" not in overrides:
+            overrides["prompt_lookup_num_tokens"] = _positive_int(key, arg, DEFAULT_LOOKUP_TOKENS)
         elif name == "veto" and "prompt_lookup_veto" not in overrides:
             overrides["prompt_lookup_veto"] = _probability(key, arg)
-        elif name == "draft" and "num_draft_tokens" not in overrides:
+        elif name == "draft" and "num_assistant_tokens" not in overrides:
             if arg is None:
                 raise ValueError(f"method {key!r}: +draft needs the number of draft tokens, e.g. {head}+draft:3")
-            overrides["num_draft_tokens"] = _positive_int(key, arg)
+            overrides["num_assistant_tokens"] = _positive_int(key, arg)
         else:
             raise ValueError(f"method {key!r}: the + suffixes are +lookup[:N], +veto[:P] and +draft:K, each at most "
                              f"once, e.g. {head}+lookup:5+draft:3")
-    if "prompt_lookup_veto" in overrides and "prompt_lookup_tokens" not in overrides:
+    if "prompt_lookup_veto" in overrides and "prompt_lookup_num_tokens" not in overrides:
         raise ValueError(f"method {key!r}: +veto checks lookup drafts, so it needs +lookup, e.g. {head}+lookup:5+veto")
     return overrides
 
@@ -144,6 +144,20 @@ def _positive_int(key: str, arg: str | None, default: int | None = None) -> int:
     if value <= 0:
         raise ValueError(f"method {key!r}: the argument must be a positive integer")
     return value
+
+
+def _shortlist_overrides(name: str, key: str, arg: str | None) -> dict:
+    """The shortlist options an assistant method key selects (e.g. `frspec:4096`)."""
+    return {
+        "eagle": lambda: {"shortlist": "full"},
+        "frspec": lambda: {"shortlist": "frspec", "shortlist_size": _positive_int(key, arg)},
+        "vocabtrim": lambda: {"shortlist": "vocabtrim", "shortlist_size": _positive_int(key, arg)},
+        "dynaspec-fixed": lambda: {"shortlist": "dynaspec-fixed", "fixed_clusters": _positive_int(key, arg)},
+        "dynaspec": lambda: {"shortlist": "dynaspec", **({"max_clusters": _positive_int(key, arg)} if arg else {})},
+        "eagle-tree": lambda: {"shortlist": "full"},
+        "dynaspec-tree": lambda: {"shortlist": "dynaspec",
+                                  **({"max_clusters": _positive_int(key, arg)} if arg else {})},
+    }[name]()
 
 
 def build_methods(
@@ -189,36 +203,27 @@ def build_methods(
         elif name in ASSISTANT_METHODS:
             if factory is None:
                 raise ValueError(f"method {key!r} needs an assistant: pass --assistant PATH")
-            overrides = {
-                "eagle": lambda: {"shortlist": "full"},
-                "frspec": lambda: {"shortlist": "frspec", "shortlist_size": _positive_int(key, arg)},
-                "vocabtrim": lambda: {"shortlist": "vocabtrim", "shortlist_size": _positive_int(key, arg)},
-                "dynaspec-fixed": lambda: {"shortlist": "dynaspec-fixed", "fixed_clusters": _positive_int(key, arg)},
-                "dynaspec": lambda: {"shortlist": "dynaspec", **({"max_clusters": _positive_int(key, arg)} if arg else {})},
-                "eagle-tree": lambda: {"shortlist": "full"},
-                "dynaspec-tree": lambda: {"shortlist": "dynaspec",
-                                          **({"max_clusters": _positive_int(key, arg)} if arg else {})},
-            }[name]()
+            overrides = _shortlist_overrides(name, key, arg)
             if name in ("eagle", "eagle-tree") and arg is not None:
                 raise ValueError(f"method {key!r}: {name!r} takes no argument")
             confidence = parse_confidence(key)
             plus = parse_plus_suffixes(key)
             if name.endswith("-tree") and confidence is not None:
                 raise ValueError(f"method {key!r}: a draft confidence applies to chain drafting, not trees")
-            if name.endswith("-tree") and "prompt_lookup_tokens" in plus:
+            if name.endswith("-tree") and "prompt_lookup_num_tokens" in plus:
                 raise ValueError(f"method {key!r}: prompt lookup applies to chain drafting, not trees")
             if name.endswith("-tree") and "prompt_lookup_veto" in plus:
                 raise ValueError(f"method {key!r}: +veto checks prompt lookup, which applies to chain drafting")
-            if name.endswith("-tree") and "num_draft_tokens" in plus:
+            if name.endswith("-tree") and "num_assistant_tokens" in plus:
                 raise ValueError(f"method {key!r}: +draft sets a chain's length; a tree's size comes from --tree")
             # The key describes the whole method: without a suffix its feature is off, whatever default the
             # artifact's config carries (a shipped config may turn prompt lookup on). The draft length is not a
             # feature: without +draft it is the run's (--num-draft-tokens) or the artifact's.
-            overrides["draft_confidence"] = confidence or 0.0
-            overrides["prompt_lookup_tokens"] = plus.get("prompt_lookup_tokens", 0)
+            overrides["assistant_confidence_threshold"] = confidence or 0.0
+            overrides["prompt_lookup_num_tokens"] = plus.get("prompt_lookup_num_tokens", 0)
             overrides["prompt_lookup_veto"] = plus.get("prompt_lookup_veto", 1.0)
-            if "num_draft_tokens" in plus:
-                overrides["num_draft_tokens"] = plus["num_draft_tokens"]
+            if "num_assistant_tokens" in plus:
+                overrides["num_assistant_tokens"] = plus["num_assistant_tokens"]
             assistant = factory(**overrides)
             if name.endswith("-tree"):
                 methods.append(Method(key, {"custom_generate": tree_generate, "drafter": assistant}, assistant))

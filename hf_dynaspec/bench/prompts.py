@@ -81,7 +81,7 @@ def encode_prompts(tokenizer, prompts: list[BenchPrompt], answer_first_turn=None
     With `answer_first_turn(input_ids [1, T]) -> str` (the target's greedy answer), each MT-Bench prompt with
     a second turn also yields `<id>/turn2`: [turn 1, that answer, turn 2] through the chat template.
     """
-    from hf_dynaspec.runner import encode_prompt
+    from hf_dynaspec.bench.runner import encode_prompt
 
     encoded = []
     for p in prompts:

@@ -1,0 +1,209 @@
+"""Chain drafting: turn the target's verified hidden states into K draft tokens.
+
+One `ChainDraftSession` lives for one `generate()` call. Its drafter cache holds one entry per *pair*
+(target feature of position i, token i+1) for every verified position, plus the speculative entries of the
+last draft, which are dropped at the start of the next round. Each round runs K drafter steps: the first
+consumes every newly verified position at once, the others one drafted token each.
+
+Legend: B batch (always 1 here), T tokens, D target hidden, H drafter hidden, V target vocab, S shortlist,
+K draft tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from hf_dynaspec.modeling.drafter import Drafter, causal_mask
+from hf_dynaspec.drafting.kv_cache import DraftKVCache
+from hf_dynaspec.drafting.lookup import one_hot_logits
+
+
+@dataclass
+class Draft:
+    """What a round of drafting hands to the verifier."""
+
+    token_ids: torch.Tensor  # [1, K] target vocabulary ids
+    # [1, K, V] float32 logits whose softmax is exactly the distribution each draft token was sampled from
+    # (-inf outside the shortlist); None for greedy drafting, where the verifier ignores them.
+    logits: torch.Tensor | None
+    looked_up: bool = False  # the tokens are a prompt-lookup draft the drafter did not veto
+
+
+class ChainDraftSession:
+    """Drafting state of one generate() call.
+
+    `head` is the runtime shortlist head (hf_dynaspec.drafting.selector) an eagle drafter scores through;
+    None uses the drafter's own head (EAGLE-3's reduced vocabulary). With `confidence` > 0 a round stops before
+    the first position where the drafter's most likely token has a probability below it, possibly with no token
+    at all: where verifying k tokens costs much more than one (CPUs), an unlikely draft costs more than it is
+    expected to save.
+
+    Why sampling stays exact: the stop reads the drafter's distribution q_k at position k *before* a token is
+    drawn from it (its largest probability), never the drawn token. Whether position k is drafted is then a
+    function of the context (prompt and the tokens drafted before k, which are the committed ones whenever
+    position k is verified at all), and when it is drafted the token is an unconditioned sample of q_k, the very
+    distribution handed to the verifier. Stopping on q_k(x) of the sampled x instead would keep x more often
+    where q_k(x) is large, so the verifier would see drafts from a distribution other than q_k
+    (tests/test_enumeration.py computes the resulting bias exactly). Greedy drafting is unchanged: its token is
+    the most likely one.
+    """
+
+    def __init__(self, drafter: Drafter, vocab_size: int, do_sample: bool, logits_processor=None, head=None,
+                 confidence: float = 0.0):
+        if head is None and not drafter.has_own_head:
+            raise ValueError("an eagle drafter scores the target's head through a runtime head: pass head=")
+        self.drafter = drafter
+        self.head = head
+        self.shortlists_of_last_draft: list[torch.Tensor | None] = []  # ids scored at each draft position
+        self.vocab_size = vocab_size
+        self.confidence = confidence
+        self.do_sample = do_sample
+        self.logits_processor = logits_processor if logits_processor is not None and len(logits_processor) else None
+        self.cache = DraftKVCache()
+        self.num_verified_pairs = 0  # drafter cache entries computed from target features
+        self.shortlist_ids = drafter.draft_to_target_ids() if drafter.has_own_head else None
+
+    @torch.no_grad()
+    def propose(self, input_ids: torch.Tensor, new_target_hidden: torch.Tensor, num_draft_tokens: int,
+                lookup: torch.Tensor | None = None, lookup_veto: float = 1.0) -> Draft:
+        """Draft up to `num_draft_tokens` tokens continuing `input_ids` `[1, N]` (fewer under `confidence`).
+
+        `new_target_hidden` `[1, >=T_new, D or 3D]`: target features from the last verification pass, whose
+        first `T_new = N - 1 - (pairs already cached)` positions are now verified.
+
+        `lookup` `[1, n]`: a prompt-lookup draft (not capped by `num_draft_tokens`: it costs nothing to make). It
+        is the round's draft (`looked_up=True`) unless the drafter vetoes it: its own most likely first token
+        differs from `lookup[0, 0]` and has a probability above `lookup_veto` (1.0: never, and the drafter only
+        absorbs the verified positions). The check reads the drafter's argmax, never a sample, so the choice
+        between the two drafts is a fixed function of the context and sampling stays exact.
+        """
+        checked = lookup is not None and lookup_veto < 1.0
+        hidden, plan = self.consume_verified(input_ids, new_target_hidden, plan=lookup is None or checked)
+        drafter = self.drafter
+        device = input_ids.device
+        seq_len = input_ids.shape[1]
+        draft_ids, draft_logits = [], []
+        self.shortlists_of_last_draft = []
+        context = input_ids
+        first_scores = self._score(hidden, plan) if checked else None
+        if lookup is not None and (not checked or not self._vetoes(first_scores, int(lookup[0, 0]), lookup_veto)):
+            self.shortlists_of_last_draft = []  # the veto check's shortlist drafted nothing: keep it out of the stats
+            logits = one_hot_logits(lookup, self.vocab_size) if self.do_sample else None
+            return Draft(token_ids=lookup, logits=logits, looked_up=True)
+        for k in range(num_draft_tokens):
+            scores = first_scores if k == 0 and first_scores is not None else self._score(hidden, plan)
+            token_id, logits = self._choose(scores, context)
+            if token_id is None:  # the drafter is not confident enough at this position
+                break
+            draft_ids.append(token_id)
+            if logits is not None:
+                draft_logits.append(logits)
+            if k + 1 == num_draft_tokens:
+                break
+            if self.logits_processor is not None:  # only processors read the drafted context
+                context = torch.cat([context, token_id], dim=1)
+            position_ids = torch.full((1, 1), seq_len - 1 + k, device=device, dtype=torch.long)
+            token_embed = drafter.embed(token_id)
+            plan = self._plan(token_embed[:, -1], hidden[:, -1], k + 1)
+            hidden = drafter.step(token_embed, hidden, position_ids, self.cache, None)
+        return Draft(
+            token_ids=torch.cat(draft_ids, dim=1) if draft_ids else input_ids.new_empty((1, 0)),
+            logits=torch.stack(draft_logits, dim=1) if draft_logits else None,
+        )
+
+    @torch.no_grad()
+    def consume_verified(self, input_ids: torch.Tensor, new_target_hidden: torch.Tensor, plan: bool = True):
+        """Run the drafter over the newly verified positions; return its last hidden `[1, 1, H]` (which predicts
+        the token after `input_ids`) and the shortlist plan for draft position 0 (None with `plan=False`, for a
+        round that drafts by prompt lookup and only keeps the drafter's cache in step).
+
+        Drops the speculative entries of the previous draft from the drafter cache first.
+        """
+        seq_len = input_ids.shape[1]
+        start = self.num_verified_pairs
+        num_new = seq_len - 1 - start
+        if num_new < 1 or new_target_hidden.shape[1] < num_new:
+            raise RuntimeError(
+                f"drafter out of step with the target: {num_new} new verified positions, "
+                f"{new_target_hidden.shape[1]} target hidden states"
+            )
+        drafter = self.drafter
+        device = input_ids.device
+        self.cache.crop(start)
+        hidden_in = drafter.fuse_target_hidden(new_target_hidden[:, :num_new])
+        token_embeds = drafter.embed(input_ids[:, start + 1 : seq_len])
+        position_ids = torch.arange(start, seq_len - 1, device=device)[None]
+        # The router reads the inputs of the step whose output it shortlists (E(x_t), h_{t-1}): it is started
+        # before the drafter's layer so that on CUDA the two overlap.
+        plan = self._plan(token_embeds[:, -1], hidden_in[:, -1], 0) if plan else None
+        # The mask reads the cache's own length, so a cache out of step with `start` shows up as wrong drafts
+        # (tests/test_drafting.py compares the cache with a recomputation), not as a shape error deep in attention.
+        mask = causal_mask(num_new, self.cache.length, device)
+        hidden = drafter.step(token_embeds, hidden_in, position_ids, self.cache, mask)
+        self.num_verified_pairs = seq_len - 1
+        return hidden[:, -1:], plan
+
+    def _plan(self, token_embed: torch.Tensor, hidden_in: torch.Tensor, position: int):
+        return self.head.plan(token_embed, hidden_in, position) if self.head is not None else None
+
+    def _score(self, hidden, plan) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Hidden `[1, 1, H]` -> (logits `[1, S]` over the rows scored, their target ids `[S]`; None when the
+        rows are the whole vocabulary). Records the ids for the shortlist statistics."""
+        if self.head is not None:
+            scores = self.head.scores(hidden[:, -1], plan)
+            logits, shortlist_ids = scores.logits, scores.token_ids
+        else:
+            logits = self.drafter.draft_vocab_logits(hidden)[:, -1].float()
+            shortlist_ids = self.shortlist_ids
+        self.shortlists_of_last_draft.append(shortlist_ids)
+        return logits, shortlist_ids
+
+    @staticmethod
+    def _vetoes(scores: tuple[torch.Tensor, torch.Tensor | None], lookup_token: int, veto: float) -> bool:
+        """Does the drafter's most likely token, differing from `lookup_token` with a probability above `veto`
+        (softmax over the rows scored), overrule a lookup draft?"""
+        logits, shortlist_ids = scores
+        idx = int(logits.argmax(dim=-1))
+        top = idx if shortlist_ids is None else int(shortlist_ids[idx])
+        if top == lookup_token:
+            return False
+        return veto <= 0.0 or float(logits[0].float().softmax(dim=-1)[idx]) > veto
+
+    def _choose(self, scores, context) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """`_score`'s (logits, ids) -> (draft token id `[1, 1]`, or None to stop the round under `confidence`;
+        the full-vocabulary logits `[1, V]` the token was drawn from when sampling, else None).
+
+        The confidence test runs before the draw and reads only the distribution (see the class docstring)."""
+        logits, shortlist_ids = scores
+        if not self.do_sample and self.logits_processor is None:
+            if not self._confident(logits):
+                return None, None
+            idx = logits.argmax(dim=-1, keepdim=True)
+            return (idx if shortlist_ids is None else shortlist_ids[idx]), None
+        full = self._to_full_vocab(logits, shortlist_ids)
+        if self.logits_processor is not None:
+            full = self.logits_processor(context, full)
+        if not self._confident(full):
+            return None, None
+        if self.do_sample:
+            return torch.multinomial(full.softmax(dim=-1), num_samples=1), full
+        return full.argmax(dim=-1, keepdim=True), None
+
+    def _confident(self, logits: torch.Tensor) -> bool:
+        """Is the largest probability of softmax(logits `[1, S]`) at least `confidence`? (Over the rows scored: a
+        shortlist's mass is renormalised.) Always true with `confidence` off, which needs no softmax."""
+        if self.confidence <= 0.0:
+            return True
+        return float(logits.float().softmax(dim=-1).max()) >= self.confidence
+
+    def _to_full_vocab(self, logits: torch.Tensor, shortlist_ids: torch.Tensor | None) -> torch.Tensor:
+        """Shortlist logits `[1, S]` -> `[1, V]` with -inf outside the shortlist."""
+        if shortlist_ids is None:
+            if logits.shape[-1] != self.vocab_size:  # head rows beyond the tokenizer are still rows
+                raise RuntimeError(f"drafter head has {logits.shape[-1]} rows, target {self.vocab_size}")
+            return logits
+        full = logits.new_full((logits.shape[0], self.vocab_size), float("-inf"))
+        full[:, shortlist_ids] = logits
+        return full

@@ -1,0 +1,54 @@
+"""What an attached assistant needs at run time that the artifact does not hold.
+
+- `runtime_head(assistant, options)`: the shortlist head an eagle drafter scores through, built from the
+  artifact's stored components and the drafting options, and reused across generate() calls while nothing it
+  depends on has changed (building one copies rows: the whole permuted head for DynaSpec).
+- `prepare_for_target(assistant, target)`: route the drafter's Linear layers through the CPU bf16 rows kernel
+  where it applies.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from hf_dynaspec.drafting.selector import build_head
+from hf_dynaspec.kernels.verify_rows import loader as verify_rows_loader
+from hf_dynaspec.kernels.verify_rows import patch as verify_rows_patch
+
+_HEAD_CACHE = "_dynaspec_runtime_head"
+
+
+def runtime_head(assistant, options):
+    """The head drafting scores through (None: a drafter with its own reduced head, EAGLE-3)."""
+    if assistant.drafter.has_own_head:
+        if options.shortlist != "full":
+            raise ValueError(
+                "An eagle3 drafter has its own static draft vocabulary (d2t); shortlist strategies apply to eagle "
+                f"drafters that borrow the target's head. Use shortlist='full', got {options.shortlist!r}."
+            )
+        return None
+    head = assistant.drafter.target.lm_head
+    if getattr(head, "bias", None) is not None:
+        raise ValueError("targets whose LM head has a bias are not supported by the shortlisted head yet")
+    key = (options.shortlist, options.shortlist_size, options.max_clusters, options.fixed_clusters,
+           options.max_shortlist_size, head.weight.data_ptr(), head.weight._version,
+           tuple((t.data_ptr(), t._version) for t in assistant.shortlists.state_dict().values()))
+    cached = assistant.__dict__.get(_HEAD_CACHE)
+    if cached is None or cached[0] != key:
+        cached = (key, build_head(options.shortlist, head.weight, assistant.shortlists, options))
+        assistant.__dict__[_HEAD_CACHE] = cached
+    return cached[1]
+
+
+def prepare_for_target(assistant, target) -> None:
+    """Route the drafter's Linear layers through the CPU rows kernel for a bf16 target on CPU (idempotent).
+
+    The drafter's first step of a round reads every newly verified position (1..K+1 rows); the kernel makes
+    those rows cost one weight pass instead of one each (no extra memory). Its one-row product is faster than
+    PyTorch's too, so the drafter's one-token steps use it as well (34.1 -> 32.0 ms per 2-token draft,
+    benchmarks/results/drafter_one_row_05b.json). No row cap: the drafter's pass over the prompt (its first step
+    of a generate() call) is 4-5x faster through the kernel too (741 rows: 1,754 -> 401 ms,
+    benchmarks/results/drafter_prompt_pass_05b.json).
+    """
+    if target.dtype == torch.bfloat16 and target.device.type == "cpu" and verify_rows_loader.available():
+        verify_rows_patch.enable(assistant.drafter, method="kernel", min_rows=1, max_rows=verify_rows_patch.ANY_ROWS)

@@ -1,0 +1,126 @@
+"""Chain drafting inside transformers' assisted generation: a `CandidateGenerator` fed with the target's outputs.
+
+Our generator uses the channel `requires_model_outputs` / `model_kwargs_overrides` (transformers >= 5.8),
+through which transformers hands over the hidden states of the verification pass that already ran (no extra
+target forward).
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers.generation.candidate_generator import CandidateGenerator
+
+from hf_dynaspec.drafting.chain import ChainDraftSession
+from hf_dynaspec.drafting.lookup import lookup_continuation
+from hf_dynaspec.drafting.runtime import runtime_head
+from hf_dynaspec.generation.attachment import ensure_attached
+from hf_dynaspec.generation.checks import check_chain_inputs
+from hf_dynaspec.modeling.options import DynaSpecGenerationConfig
+from hf_dynaspec.stats import DraftStats
+
+
+def call_options(assistant, generation_config) -> DynaSpecGenerationConfig:
+    """The drafting options of one generate() call: `assistant.generation_config`.
+
+    As for transformers' own assistants (AssistedCandidateGenerator reads `num_assistant_tokens` and
+    `assistant_confidence_threshold` from the assistant model's generation config), per-call values of those
+    fields are not read: generate() fills unset fields with transformers' global defaults (20 tokens, threshold
+    0.4) before any candidate generator sees them, so a value set on the call cannot be told from a default.
+    `prompt_lookup_num_tokens` has no such default: set on the call, it is refused with the fix rather than
+    silently dropped."""
+    if getattr(generation_config, "prompt_lookup_num_tokens", None) is not None:
+        raise ValueError(
+            "prompt_lookup_num_tokens was passed to generate() together with a DynaSpecAssistant: set it on the "
+            "assistant instead (assistant.generation_config.prompt_lookup_num_tokens = N, or "
+            "DynaSpecAssistant.from_pretrained(..., prompt_lookup_num_tokens=N)), so that lookup and the drafter "
+            "share each round."
+        )
+    return assistant.generation_config
+
+
+def make_candidate_generator(assistant, target, input_ids, generation_config, logits_processor, model_kwargs):
+    """What `generate(assistant_model=assistant)` drafts with (called through hf_dynaspec.generation.hook)."""
+    ensure_attached(assistant, target)
+    check_chain_inputs(input_ids, generation_config, model_kwargs)
+    options = call_options(assistant, generation_config)
+    assistant.stats = DraftStats()
+    session = ChainDraftSession(
+        assistant.drafter,
+        vocab_size=assistant.config.vocab_size,
+        do_sample=bool(generation_config.do_sample),
+        logits_processor=logits_processor,
+        head=runtime_head(assistant, options),
+        confidence=options.assistant_confidence_threshold,
+    )
+    return EagleCandidateGenerator(assistant, session, options, max_length=generation_config.max_length)
+
+
+class EagleCandidateGenerator(CandidateGenerator):
+    """transformers' candidate-generator contract, fed with the target's verification outputs.
+
+    The first call returns no candidates so that the target runs the prefill (and returns its hidden
+    states); every later call drafts from the hidden states of the pass that just verified. With
+    `prompt_lookup_num_tokens`, a round first tries prompt lookup (hf_dynaspec.drafting.lookup) and runs the
+    drafter only when the context's last n-gram has no earlier occurrence (or, with `prompt_lookup_veto`, when
+    the drafter overrules the lookup draft's first token); the drafter's cache still absorbs every verified
+    position, so it is ready whenever it is needed next.
+    """
+
+    requires_model_outputs = True
+
+    def __init__(self, assistant, session: ChainDraftSession, options: DynaSpecGenerationConfig, max_length: int):
+        self.assistant = assistant
+        self.session = session
+        self.options = options
+        self.max_length = max_length
+        self.model_kwargs_overrides = {"output_hidden_states": assistant.drafter.hidden_state_selection()}
+        # Tokens drafted for the pass being verified; None for the prefill, which is not a decoding pass.
+        self._drafted_last_round: int | None = None
+        self._looked_up_last_round = False
+
+    def get_candidates(self, input_ids, model_outputs=None, is_first_iteration=False, **kwargs):
+        self._looked_up_last_round = False
+        if is_first_iteration or model_outputs is None:
+            self._drafted_last_round = None
+            return input_ids, None
+        # Leave room for the target's own token after the drafts (as transformers' generators do).
+        room = self.max_length - input_ids.shape[1] - 1
+        budget = min(self.options.num_assistant_tokens, room)
+        if budget < 1:
+            self._drafted_last_round = 0
+            self.session.shortlists_of_last_draft = []
+            return input_ids, None
+        target_hidden = self.assistant.drafter.select_target_hidden(model_outputs.hidden_states)
+        looked_up = self._look_up(input_ids, room)
+        draft = self.session.propose(input_ids, target_hidden, budget, lookup=looked_up,
+                                     lookup_veto=self.options.prompt_lookup_veto)
+        self._looked_up_last_round = draft.looked_up
+        stats = self.assistant.stats
+        if looked_up is not None and not draft.looked_up:
+            stats.lookup_vetoes += 1
+        self._drafted_last_round = draft.token_ids.shape[1]
+        if not self._drafted_last_round:  # the drafter was not confident enough: a plain one-token pass
+            return input_ids, None
+        if self.assistant.collect_draft_tokens and not draft.looked_up:
+            stats.draft_token_ids.append(draft.token_ids[0])
+        return torch.cat([input_ids, draft.token_ids], dim=1), draft.logits
+
+    def _look_up(self, input_ids: torch.Tensor, room: int) -> torch.Tensor | None:
+        """Prompt-lookup draft `[1, n]` (1 <= n <= room) for `input_ids` `[1, N]`, or None (off, or no earlier
+        match). Not capped by num_assistant_tokens: a lookup draft costs nothing to make."""
+        options = self.options
+        if options.prompt_lookup_num_tokens <= 0:
+            return None
+        continuation = lookup_continuation(
+            input_ids[0], min(options.prompt_lookup_num_tokens, room),
+            options.prompt_lookup_min_ngram, options.max_matching_ngram_size,
+        )
+        return continuation[None] if len(continuation) else None
+
+    def update_candidate_strategy(self, input_ids, scores, num_matches):
+        if self._drafted_last_round is None:
+            return
+        stats = self.assistant.stats
+        stats.record(self._drafted_last_round, int(num_matches), looked_up=self._looked_up_last_round)
+        committed = input_ids[0, -(int(num_matches) + 1) :]  # the target's tokens at draft positions 0..n
+        stats.record_shortlists(self.session.shortlists_of_last_draft, committed)

@@ -1,0 +1,42 @@
+"""Inputs to `generate()` that assisted decoding cannot honour exactly: refused with the reason and the fix.
+
+Called by the chain candidate generator (hf_dynaspec.modeling.assistant) before the first round; tree decoding has its
+own, stricter checks (hf_dynaspec.generation.tree).
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def check_chain_inputs(input_ids: torch.Tensor, generation_config, model_kwargs: dict) -> None:
+    """Raise ValueError for a generate() call that chain drafting would not decode exactly as asked."""
+    if input_ids.shape[0] != 1:
+        raise ValueError(
+            f"DynaSpecAssistant with model.generate(assistant_model=...) drafts for one sequence at a time "
+            f"(transformers' assisted decoding supports batch size 1); got batch size {input_ids.shape[0]}. "
+            "Call generate once per prompt."
+        )
+    if input_ids.shape[1] == 0:
+        raise ValueError("the prompt is empty: generate() needs at least one input token (e.g. the tokenizer's "
+                         "BOS token) to condition on")
+    # None: unset in a GenerationConfig built by hand, i.e. the default of 1.
+    if (generation_config.num_beams or 1) != 1 or (generation_config.num_return_sequences or 1) != 1:
+        raise ValueError(
+            f"assisted decoding is greedy or sampled decoding of one sequence; got num_beams="
+            f"{generation_config.num_beams}, num_return_sequences={generation_config.num_return_sequences}. "
+            "Beam search would silently become greedy search: drop the assistant for beam search, or set "
+            "num_beams=1 and num_return_sequences=1."
+        )
+    if getattr(generation_config, "assistant_ensemble_weight", None) is not None:
+        raise ValueError(
+            "assistant_ensemble_weight relaxes verification towards the drafter's distribution, so the output no "
+            "longer follows the target's (transformers documents it as biased). hf-dynaspec is lossless by "
+            "design: drop assistant_ensemble_weight."
+        )
+    attention_mask = model_kwargs.get("attention_mask")
+    if attention_mask is not None and not bool(attention_mask.all()):
+        raise ValueError(
+            "DynaSpecAssistant does not support padded inputs (the attention_mask has zeros); pass the "
+            "prompt without padding."
+        )

@@ -1,0 +1,185 @@
+"""Tree decoding: our own decoding loop, plugged into `generate()` through `custom_generate`.
+
+    from hf_dynaspec import tree_generate
+    out = model.generate(**inputs, custom_generate=tree_generate, drafter=assistant, max_new_tokens=128)
+
+`generate()` does the set-up (generation config, logits processors incl. sampling warpers, stopping
+criteria, max length, an empty DynamicCache) and calls `tree_generate`. Each round: the drafter grows a tree
+from the target's hidden states of the last pass, the target reads the whole tree in one forward (tree mask,
+tree positions), the accepted path is chosen (hf_dynaspec.generation.tree_verify), the cache is compacted to that path,
+and the committed tokens are checked one by one against the stopping criteria, so that output stops exactly
+where plain `generate()` stops.
+
+Legend: L sequence length, N tree nodes, V vocabulary, D target hidden.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers.cache_utils import DynamicCache
+from transformers.generation.utils import GenerateDecoderOnlyOutput
+
+from hf_dynaspec.drafting.runtime import runtime_head
+from hf_dynaspec.drafting.tree import TreeDraftSession
+from hf_dynaspec.drafting.tree_structure import tree_attention_mask, tree_position_ids
+from hf_dynaspec.generation.attachment import ensure_attached
+from hf_dynaspec.generation.tree_verify import accept_path, check_tree_cache, compact_cache
+from hf_dynaspec.stats import DraftStats
+
+
+@torch.no_grad()
+def tree_generate(
+    model,
+    input_ids: torch.Tensor,
+    logits_processor,
+    stopping_criteria,
+    generation_config,
+    drafter=None,
+    tree_top_k: int | None = None,
+    tree_depth: int | None = None,
+    tree_total_tokens: int | None = None,
+    **model_kwargs,
+):
+    """`custom_generate` callable: speculative decoding with EAGLE-2 draft trees and tree verification.
+
+    `drafter`: a DynaSpecAssistant for `model` (named `drafter` because generate() keeps `assistant_model`
+    for its own assisted mode). `tree_top_k`, `tree_depth`, `tree_total_tokens` override the assistant's
+    drafting options (`assistant.generation_config`). Returns the sequences `[1, L]`, or a
+    `GenerateDecoderOnlyOutput` with `return_dict_in_generate`.
+    """
+    if drafter is None:
+        raise ValueError(
+            "tree_generate needs the assistant: model.generate(..., custom_generate=tree_generate, drafter=assistant)"
+        )
+    assistant = ensure_attached(drafter, model, argument="drafter")
+    _check_inputs(input_ids, generation_config, model_kwargs)
+    options = assistant.generation_config.with_options(
+        tree_top_k=tree_top_k, tree_depth=tree_depth, tree_total_tokens=tree_total_tokens)
+    cache = _empty_cache(model, model_kwargs)
+    session = TreeDraftSession(
+        assistant.drafter, assistant.config.vocab_size, head=runtime_head(assistant, options),
+        top_k=options.tree_top_k, depth=options.tree_depth, total_tokens=options.tree_total_tokens,
+    )
+    stats = assistant.stats = DraftStats()
+    hidden_selection = assistant.drafter.hidden_state_selection()
+    do_sample = bool(generation_config.do_sample)
+    scores, raw_logits = [], []
+
+    input_ids, processed, logits, target_hidden = _prefill(model, assistant, input_ids, cache, logits_processor,
+                                                           do_sample)
+    scores.append(processed)
+    raw_logits.append(logits)
+    done = bool(stopping_criteria(input_ids, processed).any())
+
+    while not done:
+        past_length = input_ids.shape[1] - 1  # the root (last token) is not in the cache yet
+        room = generation_config.max_length - input_ids.shape[1]
+        tree = session.propose_tree(input_ids, target_hidden, max_depth=room - 1)
+        out = model(
+            input_ids=tree.token_ids[None],
+            position_ids=tree_position_ids(tree, past_length),
+            attention_mask=tree_attention_mask(tree, past_length, model.dtype),
+            past_key_values=cache,
+            use_cache=True,
+            output_hidden_states=hidden_selection,
+        )
+        path = accept_path(tree, out.logits[0].float(), input_ids, logits_processor, do_sample)
+        kept = [0] + path.nodes
+        compact_cache(cache, past_length, kept)
+        target_hidden = assistant.drafter.select_target_hidden(out.hidden_states)[:, kept]
+        new_tokens = torch.cat([tree.token_ids[path.nodes], input_ids.new_tensor([path.next_token])])
+        input_ids, committed, done = _commit(input_ids, new_tokens, path, stopping_criteria, scores, raw_logits)
+        # A stop inside the path commits fewer tokens than were accepted: count what was committed.
+        stats.record(len(tree) - 1, committed - 1)
+        stats.record_shortlists(session.shortlists_of_last_draft, new_tokens)
+
+    if generation_config.return_dict_in_generate:
+        return GenerateDecoderOnlyOutput(
+            sequences=input_ids,
+            scores=tuple(scores) if generation_config.output_scores else None,
+            logits=tuple(raw_logits) if generation_config.output_logits else None,
+            past_key_values=cache if generation_config.use_cache else None,
+        )
+    return input_ids
+
+
+def _commit(input_ids, new_tokens, path, stopping_criteria, scores: list, raw_logits: list):
+    """Append the accepted tokens `[n]` to `input_ids` `[1, L]` one by one until the stopping criteria fire (they
+    see each committed prefix, as they would one token at a time); -> (input_ids, tokens committed, stopped)."""
+    extended = torch.cat([input_ids, new_tokens[None]], dim=1)
+    committed, done = 0, False
+    for processed, logits in zip(path.scores, path.logits):
+        committed += 1
+        scores.append(processed)
+        raw_logits.append(logits)
+        if stopping_criteria(extended[:, : input_ids.shape[1] + committed], processed).any():
+            done = True
+            break
+    return extended[:, : input_ids.shape[1] + committed], committed, done
+
+
+def _empty_cache(model, model_kwargs: dict):
+    """The call's cache (or a new DynamicCache), checked to be one tree verification can compact, and empty."""
+    cache = model_kwargs.get("past_key_values")
+    if cache is None:
+        cache = DynamicCache(config=model.config)
+    check_tree_cache(cache)
+    if cache.get_seq_length():
+        raise ValueError("tree decoding starts from an empty cache; pass the whole prompt without past_key_values")
+    return cache
+
+
+def _prefill(model, assistant, input_ids, cache, logits_processor, do_sample):
+    """The target's pass over the prompt `[1, L]`: -> (input_ids with its token `[1, L+1]`, processed scores and
+    raw logits `[1, V]` of that token, the drafter's features of the prompt `[1, L, F]`)."""
+    prompt_length = input_ids.shape[1]
+    out = model(
+        input_ids=input_ids,
+        position_ids=torch.arange(prompt_length, device=input_ids.device)[None],
+        past_key_values=cache,
+        use_cache=True,
+        output_hidden_states=assistant.drafter.hidden_state_selection(),
+        logits_to_keep=1,
+    )
+    logits = out.logits[:, -1].float()
+    processed = logits_processor(input_ids, logits) if len(logits_processor) else logits
+    if do_sample:
+        token = torch.multinomial(processed.softmax(dim=-1), 1)
+    else:
+        token = processed.argmax(dim=-1, keepdim=True)
+    target_hidden = assistant.drafter.select_target_hidden(out.hidden_states)
+    return torch.cat([input_ids, token], dim=1), processed, logits, target_hidden
+
+
+def _check_inputs(input_ids: torch.Tensor, generation_config, model_kwargs: dict) -> None:
+    if generation_config.num_beams != 1 or generation_config.num_return_sequences != 1:
+        raise ValueError("tree decoding is greedy or sampled decoding: set num_beams=1 and num_return_sequences=1")
+    if input_ids.shape[1] == 0:
+        raise ValueError("the prompt is empty: generate() needs at least one input token (e.g. the tokenizer's "
+                         "BOS token) to condition on")
+    if input_ids.shape[0] != 1:
+        raise ValueError(
+            f"tree decoding drafts for one sequence at a time; got batch size {input_ids.shape[0]}. "
+            "Call generate once per prompt (padding-aware tree masks for batches are not implemented)."
+        )
+    attention_mask = model_kwargs.get("attention_mask")
+    if attention_mask is not None and not bool(attention_mask.all()):
+        raise ValueError("tree decoding does not support padded inputs (the attention_mask has zeros)")
+    if not generation_config.use_cache:
+        raise ValueError("tree decoding needs the KV cache: do not pass use_cache=False")
+    if generation_config.output_attentions or generation_config.output_hidden_states:
+        raise ValueError("tree decoding does not return attentions or hidden states; drop output_attentions / "
+                         "output_hidden_states")
+
+
+def parse_tree_shape(text: str | None) -> dict:
+    """"TOPK,DEPTH,TOTAL" (command lines) -> `tree_top_k`, `tree_depth`, `tree_total_tokens` (empty when None)."""
+    if text is None:
+        return {}
+    try:
+        top_k, depth, total = (int(v) for v in text.split(","))
+    except ValueError:
+        raise ValueError(f"--tree takes three integers TOPK,DEPTH,TOTAL (e.g. 4,4,12), got {text!r}") from None
+    if min(top_k, depth, total) < 1:
+        raise ValueError(f"--tree values must be positive, got {text!r}")
+    return {"tree_top_k": top_k, "tree_depth": depth, "tree_total_tokens": total}

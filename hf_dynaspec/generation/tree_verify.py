@@ -1,0 +1,105 @@
+"""Choosing the accepted path of a verified tree, and keeping only that path in the target's KV cache.
+
+Greedy: walk from the root, following the child whose token is the target's (processed) argmax; the first
+argmax with no matching child is the target's own next token. Every committed token is the argmax of the
+target's logits on its exact prefix, so the output equals plain greedy decoding.
+
+Sampling (lossless multi-draft acceptance): the tree's children are deterministic proposals, i.e. each is a
+draft distribution concentrated on one token. At a node with target distribution p, try the children in
+order: accept child x with probability p(x); on rejection set p(x) = 0 and renormalise (the residual of a
+point-mass draft) and try the next child; when none is accepted, sample the next token from what remains.
+Each step's output is then distributed exactly as p: the recursive rejection sampling of SpecInfer with
+one-hot draft distributions.
+
+Legend: N tree nodes, V vocabulary, P cached prefix length.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from transformers.cache_utils import DynamicCache, DynamicLayer
+
+from hf_dynaspec.drafting.tree_structure import DraftTree
+
+
+@dataclass
+class AcceptedPath:
+    nodes: list[int]  # accepted draft nodes, root excluded, root-to-leaf order
+    next_token: int  # the target's own token after the last accepted node
+    scores: list  # per committed token: the processed logits row `[1, V]` it was chosen from
+    logits: list  # per committed token: the raw logits row `[1, V]`
+
+
+def accept_path(tree: DraftTree, logits: torch.Tensor, input_ids: torch.Tensor, logits_processor=None,
+                do_sample: bool = False, generator: torch.Generator | None = None) -> AcceptedPath:
+    """Walk the verified tree. `logits` `[N, V]` float32: the target's logits at each node; `input_ids` `[1, L]`
+    ends with the root token. `logits_processor` (transformers' list, incl. sampling warpers) is applied to each
+    row on its exact context, as plain `generate()` would."""
+    children = tree.children()
+    tokens = tree.token_ids.tolist()
+    processing = logits_processor is not None and len(logits_processor) > 0
+    node, nodes, processed_rows, raw_rows = 0, [], [], []
+    while True:
+        raw = row = logits[node][None]
+        if processing:  # processors read the context: the prefix and the accepted path so far
+            context = torch.cat([input_ids, tree.token_ids[nodes][None]], dim=1)
+            row = logits_processor(context, row.clone())  # some processors write in place
+        processed_rows.append(row)
+        raw_rows.append(raw)
+        if do_sample:
+            chosen, token = _sample_step(row[0].softmax(dim=-1), children[node], tokens, generator)
+        else:
+            token = int(row[0].argmax())
+            chosen = next((c for c in children[node] if tokens[c] == token), None)
+        if chosen is None:
+            return AcceptedPath(nodes, token, processed_rows, raw_rows)
+        nodes.append(chosen)
+        node = chosen
+
+
+def _sample_step(probs: torch.Tensor, children: list[int], tokens: list[int], generator) -> tuple[int | None, int]:
+    """One node of the sampling walk: (accepted child or None, the token committed at this step)."""
+    residual = probs
+    for child in children:
+        token = tokens[child]
+        if accepts(residual[token], generator):
+            return child, token
+        residual = residual.clone()
+        residual[token] = 0
+        residual = residual / residual.sum()
+    return None, int(torch.multinomial(residual, 1, generator=generator))
+
+
+def accepts(probability: torch.Tensor, generator: torch.Generator | None) -> bool:
+    """A Bernoulli(`probability`) draw (a 0-d tensor). Its own function so that tests/enumeration.py can follow
+    both outcomes with their exact weights instead of sampling."""
+    return bool(torch.rand((), generator=generator, device=probability.device) < probability)
+
+
+def check_tree_cache(cache) -> None:
+    """Tree verification writes speculative entries and compacts them: it needs plain full-attention layers."""
+    if not isinstance(cache, DynamicCache) or any(type(layer) is not DynamicLayer for layer in cache.layers):
+        kinds = sorted({type(layer).__name__ for layer in getattr(cache, "layers", [])})
+        raise ValueError(
+            f"tree decoding needs a DynamicCache of full-attention layers, got {type(cache).__name__} {kinds}. "
+            "Sliding-window, static, quantized and linear-attention caches are not supported: use chain drafting "
+            "(model.generate(..., assistant_model=assistant)) for this model."
+        )
+
+
+def compact_cache(cache: DynamicCache, past_length: int, path: list[int]) -> None:
+    """Keep the prefix `[0, P)` and the entries of tree nodes `path` (root first), dropping the rest of the tree.
+
+    Moves the kept keys/values into place; nothing is recomputed.
+    """
+    end = past_length + len(path)
+    index = None
+    for layer in cache.layers:
+        if index is None or index.device != layer.keys.device:
+            index = torch.tensor(path, device=layer.keys.device) + past_length
+        layer.keys[..., past_length:end, :] = layer.keys.index_select(-2, index)
+        layer.values[..., past_length:end, :] = layer.values.index_select(-2, index)
+        layer.keys = layer.keys[..., :end, :]
+        layer.values = layer.values[..., :end, :]

@@ -1,0 +1,380 @@
+"""`DynaSpecAssistant`: the artifact, and the drop-in `assistant_model` for `generate()`.
+
+    model = AutoModelForCausalLM.from_pretrained(target_path, dtype=torch.bfloat16)
+    assistant = DynaSpecAssistant.from_pretrained(assistant_path, target=model)
+    out = model.generate(**inputs, assistant_model=assistant, max_new_tokens=256)
+    assistant.stats.tau
+
+It is a `PreTrainedModel` (save_pretrained / push_to_hub as usual, safetensors only) whose weights are only
+the drafter's own; the target's embedding, final norm and LM head are borrowed at `attach(target)`. Its files:
+config.json (`DynaSpecConfig`, what it is), model.safetensors, generation_config.json
+(`DynaSpecGenerationConfig`, how it drafts by default), checksums.json, card.json and a README model card.
+How it drafts at run time lives in hf_dynaspec.drafting and hf_dynaspec.generation, which this module never
+imports: `import hf_dynaspec` installs the generate() route.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+from transformers import PreTrainedModel
+
+from hf_dynaspec.errors import ArtifactError, AssistantMismatchError
+from hf_dynaspec.modeling import checkpoints, integrity, model_card
+from hf_dynaspec.modeling.config import DynaSpecConfig
+from hf_dynaspec.modeling.drafter import TargetParts, build_drafter
+from hf_dynaspec.modeling.families import family_classes
+from hf_dynaspec.modeling.options import (
+    LEGACY_NAMES,
+    OPTION_DEFAULTS,
+    DynaSpecGenerationConfig,
+    normalise_option_names,
+    split_legacy_options,
+)
+from hf_dynaspec.modeling.shortlist.artifact import VocabShortlists
+from hf_dynaspec.stats import DraftStats
+
+GENERATION_CONFIG_NAME = "generation_config.json"
+
+
+class DynaSpecAssistant(PreTrainedModel):
+    config_class = DynaSpecConfig
+    base_model_prefix = "drafter"
+    main_input_name = "input_ids"
+    _supports_sdpa = True
+
+    def __init__(self, config: DynaSpecConfig):
+        super().__init__(config)
+        self.drafter = build_drafter(config)
+        # How it drafts by default (generation_config.json); generate() options override it per call.
+        self.generation_config = DynaSpecGenerationConfig()
+        self.shortlists = VocabShortlists(config)
+        self.stats = DraftStats()
+        # Runtime option, never saved: keep every drafted token id in `stats` (to build a VocabTrim list).
+        self.collect_draft_tokens = False
+        # How the artifact was made and what it measured (card.json): the model card is rendered from it.
+        self.card_data: dict = {}
+        # Plain attribute (not a submodule): the target is never saved nor moved with the assistant.
+        self.__dict__["_target"] = None
+        self.post_init()
+
+    def _init_weights(self, module: nn.Module) -> None:
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, std=0.02)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+
+    # -- creation ------------------------------------------------------------------------------------
+    @classmethod
+    def from_target(cls, target: PreTrainedModel, **overrides) -> "DynaSpecAssistant":
+        """A fresh, untrained assistant for `target` (EAGLE-1/2 drafter), attached to it.
+
+        `overrides`: `DynaSpecConfig` fields (e.g. `drafter_kind="eagle3"`) and drafting options
+        (`DynaSpecGenerationConfig` fields, e.g. `num_assistant_tokens=3`).
+
+        The decoder layer is initialised from the target's last decoder layer and `fc` passes the target
+        feature through, which is a starting point for training, not a useful drafter by itself.
+        """
+        options, config_overrides = _split_options(overrides)
+        text = target.config.get_text_config()
+        family_classes(text.model_type)  # clear error for families the drafter cannot mirror
+        head_rows = target.get_output_embeddings().weight.shape[0]
+        kwargs = dict(
+            drafter_kind="eagle",
+            layer_family=text.model_type,
+            target_model_type=text.model_type,
+            target_name_or_path=getattr(target.config, "_name_or_path", None) or None,
+            target_revision=getattr(target.config, "_commit_hash", None),
+            target_fingerprint=integrity.target_fingerprint(target),
+            vocab_size=head_rows,
+            target_hidden_size=text.hidden_size,
+            hidden_size=text.hidden_size,
+            intermediate_size=text.intermediate_size,
+            num_attention_heads=text.num_attention_heads,
+            num_key_value_heads=getattr(text, "num_key_value_heads", None) or text.num_attention_heads,
+            head_dim=getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads,
+            rms_norm_eps=text.rms_norm_eps,
+            rope_parameters=dict(text.rope_parameters),
+            max_position_embeddings=text.max_position_embeddings,
+            hidden_act=text.hidden_act,
+            attention_bias=bool(getattr(text, "attention_bias", False)),
+            fc_bias=False,
+            use_target_norm=True,
+        )
+        if config_overrides.get("drafter_kind") == "eagle3":
+            layers = text.num_hidden_layers
+            # EAGLE-3's default: hidden states entering layers 2, L//2 and L-3 (clamped for tiny targets).
+            kwargs["aux_hidden_state_layer_ids"] = [min(2, layers), layers // 2, max(layers - 3, 0)]
+            kwargs["draft_vocab_size"] = min(32000, head_rows)
+        kwargs.update(config_overrides)
+        assistant = cls(DynaSpecConfig(**kwargs))
+        assistant.generation_config = assistant.generation_config.with_options(**options)
+        if assistant.config.drafter_kind == "eagle":
+            assistant._init_from_last_layer(target)
+            if assistant.config.fused_hidden_state_ids:  # post_init drew it at random: start as a pass-through
+                assistant.drafter.add_feature_fusion()
+        return assistant.attach(target)
+
+    @torch.no_grad()
+    def _init_from_last_layer(self, target: PreTrainedModel) -> None:
+        last = target.get_decoder().layers[-1].state_dict()
+        own = self.drafter.layers[0].state_dict()
+        if own["mlp.down_proj.weight"].shape[1] < last["mlp.down_proj.weight"].shape[1]:
+            last = narrow_mlp(last, own["mlp.down_proj.weight"].shape[1])
+        matching = {k: v for k, v in last.items() if k in own and own[k].shape == v.shape}
+        self.drafter.layers[0].load_state_dict(matching, strict=False)
+        hidden = self.config.hidden_size
+        weight = torch.zeros(hidden, 2 * hidden)
+        weight[:, hidden:] = torch.eye(hidden)
+        self.drafter.fc.weight.copy_(weight)
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        pretrained_model_name_or_path: str | os.PathLike,
+        *,
+        target: PreTrainedModel | None = None,
+        revision: str | None = None,
+        dtype: torch.dtype | None = None,
+        allow_different_target: bool = False,
+        **kwargs,
+    ) -> "DynaSpecAssistant":
+        """Load an assistant from a local directory or a Hub repo id: our format, EAGLE-1/2 or EAGLE-3.
+
+        With `target`, the assistant is checked against it, cast to its dtype/device and attached. Keyword
+        arguments named like a drafting option (`DynaSpecGenerationConfig`: `shortlist`, `num_assistant_tokens`,
+        `tree_depth`, ...) override the artifact's generation_config.json for this object (config.json is never
+        changed by loading); the others go to `huggingface_hub.snapshot_download`. Only JSON and safetensors files
+        are read; pickled checkpoints are refused. The weights are checked against the artifact's
+        `checksums.json` and for NaN/inf; `attach` refuses a target other than the one the assistant was made
+        for (its embedding/LM-head fingerprint) unless `allow_different_target=True`. An artifact written by
+        hf-dynaspec 0.1 (drafting options inside config.json) loads with a FutureWarning.
+        """
+        options, hub_kwargs = _split_options(kwargs)
+        directory = checkpoints.resolve_artifact_dir(pretrained_model_name_or_path, revision, **hub_kwargs)
+        config_dict = checkpoints.read_config_dict(directory)
+        integrity.verify_checksums(directory)
+        state = checkpoints.read_state_dict(directory)
+        layout = checkpoints.detect_layout(config_dict, set(state), directory / checkpoints.CONFIG_NAME)
+        legacy_options = {}
+        if layout == "dynaspec":
+            config_dict, legacy_options = split_legacy_options(config_dict)
+            config = DynaSpecConfig.from_dict(config_dict)
+        else:
+            num_layers = target.config.get_text_config().num_hidden_layers if target is not None else None
+            config_kwargs = checkpoints.eagle_config_kwargs(config_dict, layout, num_layers)
+            if target is not None:
+                config_kwargs["target_model_type"] = target.config.get_text_config().model_type
+            config_kwargs["target_name_or_path"] = config_dict.get("_name_or_path") or str(pretrained_model_name_or_path)
+            state = checkpoints.eagle_state_dict(state, layout, config_kwargs)
+            config = DynaSpecConfig(**config_kwargs)
+        assistant = cls(config)
+        assistant.generation_config = _read_generation_config(directory, legacy_options).with_options(**options)
+        assistant._load_checked(state, directory)
+        assistant.card_data = model_card.read_card_data(directory)
+        if dtype is not None:
+            assistant.to(dtype)
+        assistant.eval()
+        return assistant.attach(target, allow_different_target) if target is not None else assistant
+
+    def _load_checked(self, state: dict[str, torch.Tensor], directory) -> None:
+        expected = self.state_dict()
+        # Empty shortlist components (a published EAGLE checkpoint has none) need no stored tensor.
+        state = {**{k: v for k, v in expected.items() if v.numel() == 0}, **state}
+        missing = sorted(set(expected) - set(state))
+        unexpected = sorted(set(state) - set(expected))
+        wrong_shape = sorted(k for k in set(state) & set(expected) if state[k].shape != expected[k].shape)
+        if missing or unexpected or wrong_shape:
+            details = []
+            if missing:
+                details.append(f"missing {missing[:8]}")
+            if unexpected:
+                details.append(f"unexpected {unexpected[:8]}")
+            if wrong_shape:
+                details.append(
+                    "wrong shape " + ", ".join(f"{k} {tuple(state[k].shape)} != {tuple(expected[k].shape)}"
+                                              for k in wrong_shape[:4])
+                )
+            raise ArtifactError(
+                f"The weights in {directory} do not match its config ({'; '.join(details)}). "
+                "The artifact is corrupt or was written by an incompatible version; re-save or re-download it."
+            )
+        broken = integrity.non_finite_tensors(state)
+        if broken:
+            raise ArtifactError(
+                f"The weights in {directory} hold NaN or inf values ({', '.join(broken[:6])}): a diverged training "
+                "run or a corrupted file. Use an earlier checkpoint or retrain; such a drafter would draft nothing "
+                "useful."
+            )
+        # Keep the stored dtype: a round trip is bit-exact.
+        self.load_state_dict(state, strict=True, assign=True)
+
+    # -- the target ------------------------------------------------------------------------------------
+    @property
+    def target(self) -> PreTrainedModel | None:
+        return self._target
+
+    def attach(self, target: PreTrainedModel, allow_different_target: bool = False) -> "DynaSpecAssistant":
+        """Check the assistant fits `target`, borrow its embedding/final norm/LM head, match dtype and device.
+
+        `allow_different_target=True` accepts a target whose weights differ from those the assistant was made
+        for (same shapes and family; a deliberate reuse, e.g. on another fine-tune): output stays exact, only
+        acceptance may drop."""
+        self._check_compatible(target, allow_different_target)
+        decoder = target.get_decoder()
+        self.drafter.target = TargetParts(
+            embed_tokens=target.get_input_embeddings(),
+            final_norm=decoder.norm,
+            lm_head=target.get_output_embeddings(),
+        )
+        self.__dict__["_target"] = target
+        # d2t/t2d are integer/bool buffers; `.to(dtype)` leaves them alone.
+        self.to(device=target.device, dtype=target.dtype)
+        return self
+
+    def _check_compatible(self, target: PreTrainedModel, allow_different_target: bool = False) -> None:
+        config = self.config
+        text = target.config.get_text_config()
+        problems = []
+        head_rows = target.get_output_embeddings().weight.shape[0]
+        if config.vocab_size != head_rows:
+            problems.append(f"vocabulary {config.vocab_size} vs the target's {head_rows} LM-head rows")
+        if config.target_hidden_size != text.hidden_size:
+            problems.append(f"hidden size {config.target_hidden_size} vs the target's {text.hidden_size}")
+        if config.target_model_type and config.target_model_type != text.model_type:
+            problems.append(f"target family {config.target_model_type!r} vs {text.model_type!r}")
+        for layer_ids in (config.aux_hidden_state_layer_ids, config.fused_hidden_state_ids):
+            if layer_ids and max(layer_ids) > text.num_hidden_layers:
+                problems.append(f"reads hidden_states{layer_ids} but the target has only {text.num_hidden_layers} layers")
+        if not problems and config.target_fingerprint and not allow_different_target:
+            mismatch = integrity.fingerprint_mismatch(config.target_fingerprint, target)
+            if mismatch:
+                raise AssistantMismatchError(
+                    f"This assistant was trained for {config.target_name_or_path or 'another model'}, not for this "
+                    f"target: the shapes match but {mismatch}. Load the assistant made for this model, or train one "
+                    "(recipes/); to reuse it on purpose (output stays exact, acceptance may drop), pass "
+                    "allow_different_target=True to from_pretrained or attach."
+                )
+        if problems:
+            raise AssistantMismatchError(
+                f"This assistant was built for another target ({config.target_name_or_path or 'unknown'}): "
+                + "; ".join(problems)
+                + ". Load or train an assistant for this target (DynaSpecAssistant.from_target(model) makes a "
+                "fresh one)."
+            )
+
+    # -- changing the architecture ------------------------------------------------------------------
+    def add_feature_fusion(self, fused_hidden_state_ids: list[int]) -> "DynaSpecAssistant":
+        """Make an eagle drafter fuse the target's `hidden_states[i]` for each given i with its last hidden state
+        (see `DynaSpecConfig.fused_hidden_state_ids`). The new `fuse` passes the last hidden state through, so
+        drafts are unchanged until the drafter is trained with fused features (recipes.train_drafter)."""
+        if self.config.drafter_kind != "eagle":
+            raise ValueError(f"feature fusion applies to eagle drafters, this one is {self.config.drafter_kind!r}")
+        if self.config.fused_hidden_state_ids:
+            raise ValueError(f"this drafter already fuses hidden_states{self.config.fused_hidden_state_ids}")
+        self.config.fused_hidden_state_ids = list(fused_hidden_state_ids)
+        try:
+            self.config.validate_drafter()
+            if self._target is not None:
+                self._check_compatible(self._target)
+        except Exception:
+            self.config.fused_hidden_state_ids = None
+            raise
+        self.drafter.add_feature_fusion()
+        weight = self.drafter.fc.weight
+        self.drafter.fuse.to(device=weight.device, dtype=weight.dtype)
+        if self._target is not None:  # route the new Linear through the CPU kernel like the drafter's others
+            self.attach(self._target)
+        return self
+
+    def save_pretrained(self, save_directory: str | os.PathLike, *args, **kwargs) -> None:
+        """Save config.json + model.safetensors (transformers), generation_config.json, checksums.json (the weights' sha256), card.json and
+        a generated README.md model card."""
+        super().save_pretrained(save_directory, *args, **kwargs)
+        directory = Path(save_directory)
+        # Drafting defaults beside the artifact (PreTrainedModel saves a generation config only for models that
+        # generate themselves).
+        self.generation_config.save_pretrained(directory)
+        integrity.write_checksums(directory)
+        if self.card_data:
+            (directory / model_card.CARD_DATA_NAME).write_text(json.dumps(self.card_data, indent=2) + "\n")
+        (directory / "README.md").write_text(model_card.render_model_card(self.config, self.generation_config, self.card_data))
+
+    def push_to_hub(
+        self,
+        repo_id: str,
+        *,
+        private: bool | None = None,
+        token: str | None = None,
+        revision: str | None = None,
+        commit_message: str = "Upload hf-dynaspec assistant",
+        endpoint: str | None = None,
+    ):
+        """Upload the whole artifact (config, weights incl. clusters/router/frequency lists, card.json and the
+        model card; never the target) to a Hub repo. `endpoint`: another Hub server (default: HF_ENDPOINT)."""
+        import tempfile
+
+        from huggingface_hub import HfApi
+
+        api = HfApi(token=token, endpoint=endpoint)
+        api.create_repo(repo_id, private=private, exist_ok=True)
+        with tempfile.TemporaryDirectory() as folder:
+            self.save_pretrained(folder)
+            return api.upload_folder(
+                repo_id=repo_id, folder_path=folder, revision=revision, commit_message=commit_message
+            )
+
+    def generate(self, *args, **kwargs):
+        raise TypeError(
+            "DynaSpecAssistant does not generate by itself: chain drafting is model.generate(..., "
+            "assistant_model=assistant); tree drafting is model.generate(..., custom_generate=hf_dynaspec.tree_generate, "
+            "drafter=assistant) (assistant.generate(model, ...) was removed in 0.2)."
+        )
+
+    def forward(self, *args, **kwargs):
+        raise TypeError(
+            "DynaSpecAssistant is not called directly: pass it to model.generate(..., assistant_model=assistant)."
+        )
+
+
+def narrow_mlp(layer_state: dict[str, torch.Tensor], width: int) -> dict[str, torch.Tensor]:
+    """A decoder layer's state dict with its gated MLP cut to the `width` intermediate channels that matter most.
+
+    Channel i contributes down_proj[:, i] * act(gate_proj[i] . x) * (up_proj[i] . x); the product of the three
+    vectors' norms bounds that for a unit-norm x, so those with the largest product are kept (in their original
+    order). It lets a drafter narrower than the target's last layer (a smaller artifact, e.g. for a 1.5B target)
+    still start from that layer rather than from random weights.
+    """
+    gate, up, down = (layer_state[f"mlp.{name}.weight"] for name in ("gate_proj", "up_proj", "down_proj"))
+    score = gate.float().norm(dim=1) * up.float().norm(dim=1) * down.float().norm(dim=0)
+    keep = score.topk(width).indices.sort().values
+    narrowed = dict(layer_state)
+    narrowed["mlp.gate_proj.weight"] = gate[keep]
+    narrowed["mlp.up_proj.weight"] = up[keep]
+    narrowed["mlp.down_proj.weight"] = down[:, keep]
+    return narrowed
+
+
+
+def _split_options(kwargs: dict) -> tuple[dict, dict]:
+    """Keyword arguments -> (drafting options, current names; the rest)."""
+    option_names = set(OPTION_DEFAULTS) | set(LEGACY_NAMES)
+    options = normalise_option_names({k: v for k, v in kwargs.items() if k in option_names})
+    return options, {k: v for k, v in kwargs.items() if k not in option_names}
+
+
+def _read_generation_config(directory: Path, legacy_options: dict) -> DynaSpecGenerationConfig:
+    """The artifact's drafting defaults: generation_config.json, else the options an old config.json held."""
+    path = directory / GENERATION_CONFIG_NAME
+    if path.is_file():
+        try:
+            stored = json.loads(path.read_text())
+        except json.JSONDecodeError as error:
+            raise ArtifactError(f"{path} is not valid JSON ({error}); re-save or re-download it.") from error
+        stored.pop("transformers_version", None)
+        return DynaSpecGenerationConfig(**{**legacy_options, **stored})
+    return DynaSpecGenerationConfig(**legacy_options)

@@ -1,0 +1,211 @@
+"""Reading assistant artifacts: our own format and the published EAGLE-1/2 and EAGLE-3 layouts.
+
+Everything is read from safetensors and JSON; nothing is ever unpickled. File names live here and nowhere
+else.
+
+Layouts recognised (see ../shared/TRANSFORMERS.md):
+- `dynaspec`: `config.json` with `model_type: "dynaspec"`, `model.safetensors` with keys `drafter.*`.
+- `eagle` (EAGLE-1/2): llama-style config with `num_hidden_layers: 1` (+ `bias`), keys `fc.*`, `layers.0.*`.
+- `eagle3`: config with `draft_vocab_size` (optionally `target_hidden_size`,
+  `eagle_config.eagle_aux_hidden_state_layer_ids`), keys `fc.weight`, `midlayer.*` (vLLM: `layers.0.*`),
+  `norm.weight`, `lm_head.weight`, `d2t` (vLLM: `draft_id_to_target_id`), `t2d`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file
+
+from hf_dynaspec.errors import ArtifactError
+from hf_dynaspec.modeling.config import REQUIRED_SAVED_KEYS
+
+CONFIG_NAME = "config.json"
+WEIGHTS_NAME = "model.safetensors"
+WEIGHTS_INDEX_NAME = "model.safetensors.index.json"
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".ckpt")
+DRAFTER_PREFIX = "drafter."
+# Keys some EAGLE checkpoints carry that the drafter borrows from the target instead.
+BORROWED_KEYS = ("embed_tokens.weight",)
+
+
+def resolve_artifact_dir(path_or_repo_id: str | os.PathLike, revision: str | None = None, **hub_kwargs) -> Path:
+    """A local directory, or a Hub repo id downloaded (JSON + safetensors only) with huggingface_hub."""
+    path = Path(path_or_repo_id)
+    if path.is_dir():
+        return path
+    if path.exists():
+        raise ArtifactError(f"{path} is a file; pass the directory that holds {CONFIG_NAME} and {WEIGHTS_NAME}.")
+    from huggingface_hub import snapshot_download
+
+    try:
+        local = snapshot_download(
+            repo_id=str(path_or_repo_id),
+            revision=revision,
+            allow_patterns=["*.json", "*.safetensors", "*.md"],
+            **hub_kwargs,
+        )
+    except Exception as err:  # huggingface_hub raises many types; the message is what matters
+        raise ArtifactError(
+            f"{path_or_repo_id!r} is neither a local directory nor a Hub repo that could be downloaded "
+            f"({type(err).__name__}: {err}). Pass a local directory, or check the repo id and your connection."
+        ) from err
+    return Path(local)
+
+
+def read_config_dict(directory: Path) -> dict:
+    config_path = directory / CONFIG_NAME
+    if not config_path.is_file():
+        raise ArtifactError(f"{directory} has no {CONFIG_NAME}: not an assistant artifact (or an incomplete copy).")
+    try:
+        config = json.loads(config_path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ArtifactError(f"{config_path} is corrupt ({err}); re-download or re-save the assistant.") from err
+    if not isinstance(config, dict):
+        raise ArtifactError(f"{config_path} must hold a JSON object, found {type(config).__name__}.")
+    return config
+
+
+def read_state_dict(directory: Path) -> dict[str, torch.Tensor]:
+    """All tensors of the artifact's safetensors files (one file, or shards named by an index)."""
+    index_path = directory / WEIGHTS_INDEX_NAME
+    if index_path.is_file():
+        try:
+            shard_names = sorted(set(json.loads(index_path.read_text())["weight_map"].values()))
+        except (json.JSONDecodeError, KeyError, TypeError) as err:
+            raise ArtifactError(f"{index_path} is corrupt ({err}).") from err
+        files = [directory / name for name in shard_names]
+    else:
+        files = sorted(directory.glob("*.safetensors"))
+    if not files:
+        pickles = sorted(p.name for p in directory.iterdir() if p.suffix in PICKLE_SUFFIXES)
+        if pickles:
+            raise ArtifactError(
+                f"{directory} holds only pickled weights ({', '.join(pickles)}). hf-dynaspec never unpickles "
+                "files; convert them once in a trusted environment, e.g. "
+                "`safetensors.torch.save_file(torch.load(f, weights_only=True), 'model.safetensors')`."
+            )
+        raise ArtifactError(f"{directory} has no {WEIGHTS_NAME}: the artifact is incomplete.")
+    state: dict[str, torch.Tensor] = {}
+    for file in files:
+        if not file.is_file():
+            raise ArtifactError(f"{file} is listed in {WEIGHTS_INDEX_NAME} but missing.")
+        try:
+            state.update(load_file(str(file)))
+        except (SafetensorError, OSError, ValueError) as err:
+            raise ArtifactError(f"{file} is corrupt or not a safetensors file ({err}); re-download it.") from err
+    return state
+
+
+def detect_layout(config: dict, keys: set[str], where: str | Path = "config.json") -> str:
+    if config.get("model_type") == "dynaspec" or (
+        "model_type" not in config and keys and all(k.startswith(("drafter.", "shortlists.")) for k in keys)
+    ):
+        _check_saved_keys(config, where)
+        return "dynaspec"
+    if "draft_vocab_size" in config or any(k.startswith("midlayer.") for k in keys) or "d2t" in keys:
+        return "eagle3"
+    if "fc.weight" in keys and any(k.startswith("layers.0.") for k in keys):
+        return "eagle"
+    raise ArtifactError(
+        "Not a recognised assistant checkpoint: expected a hf-dynaspec artifact (config model_type "
+        "'dynaspec'), an EAGLE-1/2 checkpoint (fc.*, layers.0.*) or an EAGLE-3 checkpoint (fc.weight, "
+        f"midlayer.*, d2t, draft_vocab_size). Found config model_type={config.get('model_type')!r} and "
+        f"keys {sorted(keys)[:6]}..."
+    )
+
+
+def _check_saved_keys(config: dict, where) -> None:
+    """A hf-dynaspec config.json must name its type and state the drafter's shape: refuse a damaged one
+    by naming the missing keys, instead of failing later on a default that describes another drafter."""
+
+    missing = [key for key in ("model_type", *REQUIRED_SAVED_KEYS) if key not in config]
+    if missing:
+        raise ArtifactError(
+            f"{where} lacks {missing}, which every hf-dynaspec assistant's config.json states (the weights are "
+            "an hf-dynaspec assistant's). The file was truncated or edited: restore it from the original artifact "
+            "or re-save the assistant with save_pretrained."
+        )
+
+
+def _rope_parameters(config: dict) -> dict:
+    if isinstance(config.get("rope_parameters"), dict):
+        return dict(config["rope_parameters"])
+    params = dict(config.get("rope_scaling") or {})
+    params["rope_type"] = params.pop("type", None) or params.get("rope_type") or "default"
+    params["rope_theta"] = float(config.get("rope_theta", 10000.0))
+    return params
+
+
+def eagle_config_kwargs(config: dict, layout: str, target_num_layers: int | None) -> dict:
+    """DynaSpecConfig keyword arguments for a published EAGLE config (llama-style)."""
+    hidden = config["hidden_size"]
+    heads = config["num_attention_heads"]
+    kwargs = dict(
+        drafter_kind=layout,
+        layer_family="llama",
+        vocab_size=config["vocab_size"],
+        target_hidden_size=config.get("target_hidden_size") or hidden,
+        hidden_size=hidden,
+        intermediate_size=config["intermediate_size"],
+        num_attention_heads=heads,
+        num_key_value_heads=config.get("num_key_value_heads") or heads,
+        head_dim=config.get("head_dim") or hidden // heads,
+        rms_norm_eps=config.get("rms_norm_eps", 1e-6),
+        rope_parameters=_rope_parameters(config),
+        max_position_embeddings=config.get("max_position_embeddings", 32768),
+        hidden_act=config.get("hidden_act", "silu"),
+        attention_bias=bool(config.get("attention_bias", False)),
+    )
+    if layout == "eagle":
+        # EAGLE-1/2 regress the target's post-norm feature and apply the LM head to it directly.
+        kwargs.update(fc_bias=bool(config.get("bias", True)), use_target_norm=False)
+        return kwargs
+    layer_ids = (config.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
+    if layer_ids is not None:
+        # These name layer *outputs*; hidden_states[i + 1] is the output of layer i.
+        aux = [int(i) + 1 for i in layer_ids]
+    elif target_num_layers is not None:
+        # EAGLE-3's default: hidden states entering layers 2, L//2 and L-3.
+        aux = [2, target_num_layers // 2, target_num_layers - 3]
+    else:
+        raise ArtifactError(
+            "This EAGLE-3 checkpoint does not name the target layers it reads "
+            "(eagle_config.eagle_aux_hidden_state_layer_ids); load it with target=<model> so the default "
+            "layers {2, L//2, L-3} can be taken from the target."
+        )
+    kwargs.update(
+        fc_bias=False,
+        draft_vocab_size=config.get("draft_vocab_size") or config["vocab_size"],
+        aux_hidden_state_layer_ids=aux,
+    )
+    return kwargs
+
+
+def eagle_state_dict(state: dict[str, torch.Tensor], layout: str, config_kwargs: dict) -> dict[str, torch.Tensor]:
+    """Published EAGLE keys -> our keys (`drafter.` prefix, vLLM renames undone, borrowed weights dropped)."""
+    state = {k: v for k, v in state.items() if k not in BORROWED_KEYS}
+    if layout == "eagle3":
+        state = {("midlayer." + k[len("layers.0."):] if k.startswith("layers.0.") else k): v for k, v in state.items()}
+        if "draft_id_to_target_id" in state:
+            state["d2t"] = state.pop("draft_id_to_target_id")
+        draft_vocab, vocab = config_kwargs["draft_vocab_size"], config_kwargs["vocab_size"]
+        if "d2t" not in state:
+            if draft_vocab != vocab:
+                raise ArtifactError(
+                    f"This EAGLE-3 checkpoint has a reduced draft vocabulary ({draft_vocab} of {vocab} tokens) but "
+                    "no `d2t` map, so its draft ids cannot be turned into target ids (acceptance would silently "
+                    "collapse). Use the checkpoint's complete upload, which includes `d2t` and `t2d`."
+                )
+            state["d2t"] = torch.zeros(draft_vocab, dtype=torch.long)
+        state["d2t"] = state["d2t"].long()
+        if "t2d" not in state:
+            t2d = torch.zeros(vocab, dtype=torch.bool)
+            t2d[torch.arange(draft_vocab) + state["d2t"]] = True
+            state["t2d"] = t2d
+        state["t2d"] = state["t2d"].bool()
+    return {DRAFTER_PREFIX + k: v for k, v in state.items()}

@@ -1,0 +1,231 @@
+"""The EAGLE drafter: one decoder layer of the target's family fed with the target's own hidden states.
+
+Two architectures, one subclass each of `Drafter` (`build_drafter(config)` picks by `config.drafter_kind`):
+
+- `"eagle"` (EAGLE-1/2): `x = fc([E(token) ; f])` -> decoder layer without input norm -> `f_next`
+  (the target's final norm applied when `use_target_norm`) -> the target's LM head. `f` is the target's
+  last hidden state (post-norm) for verified positions, and the drafter's own `f_next` while drafting ahead.
+- `"eagle3"` (EAGLE-3): `h = fc([h_low ; h_mid ; h_high])` once for target features, then a `midlayer`
+  whose attention reads `[input_layernorm(E(token)) ; hidden_norm(h)]` (2H wide), its own `norm` and a
+  reduced-vocabulary `lm_head` whose rows map to target ids through `d2t`.
+
+An eagle drafter may also fuse several target layers into its feature (`config.fused_hidden_state_ids`):
+`f = fuse([rms(h_i) ; ... ; h_last])` for verified positions (rms: parameter-free RMS normalisation), EAGLE-3's multi-layer input kept in EAGLE-1/2's
+feature space (the drafter still regresses and feeds back post-norm features and scores the target's head).
+
+The state-dict keys are the published EAGLE layouts (`fc.*`, `layers.0.*` / `midlayer.*`, `norm.*`,
+`lm_head.*`, `d2t`, `t2d`). Embedding, final norm and LM head of the target are borrowed, never stored.
+
+Legend: B batch, T tokens, D target hidden, H drafter hidden, V target vocab, S shortlist (draft vocab).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from hf_dynaspec.modeling.config import DynaSpecConfig
+from hf_dynaspec.modeling.families import family_classes, layer_config_for
+
+
+@dataclass
+class TargetParts:
+    """Modules borrowed from the target (never registered as submodules, so never saved)."""
+
+    embed_tokens: nn.Module
+    final_norm: nn.Module
+    lm_head: nn.Module
+
+
+def causal_mask(num_new: int, past_length: int, device: torch.device) -> torch.Tensor | None:
+    """Boolean mask `[1, 1, num_new, past_length + num_new]`: new position i sees keys <= past_length + i.
+
+    None for a single new position (it sees everything), which lets SDPA take its fastest path.
+    """
+    if num_new == 1:
+        return None
+    key_pos = torch.arange(past_length + num_new, device=device)
+    query_pos = torch.arange(past_length, past_length + num_new, device=device)
+    return (key_pos[None, :] <= query_pos[:, None])[None, None]
+
+
+class Drafter(nn.Module):
+    """What drafting sessions rely on, whatever the architecture.
+
+    - `hidden_state_selection()` / `select_target_hidden(hidden_states)`: which of the target's hidden states
+      the drafter reads, and how they become its features `[B, T, F]`;
+    - `fuse_target_hidden(features)` -> `[B, T, H]`, `embed(token_ids)`, `step(...)` -> `[B, T, H]`;
+    - `has_own_head`: False when the drafter scores the target's LM head (through a runtime shortlist head),
+      True when it has its own reduced-vocabulary head (`draft_vocab_logits`, `draft_to_target_ids`).
+    """
+
+    has_own_head = False
+
+    def __init__(self, config: DynaSpecConfig):
+        super().__init__()
+        self.config = config
+        classes = family_classes(config.layer_family)
+        self.rotary_emb = classes.rotary_embedding(config=layer_config_for(config))
+        self.target: TargetParts | None = None
+
+    def new_decoder_layer(self) -> nn.Module:
+        """A decoder layer of the configured family (the drafter's one layer, before its EAGLE changes)."""
+        return family_classes(self.config.layer_family).decoder_layer(layer_config_for(self.config), layer_idx=0)
+
+    def hidden_state_selection(self) -> int | list[int]:
+        """The `output_hidden_states` selection the target's forward must return (indices of hidden_states)."""
+        raise NotImplementedError
+
+    def select_target_hidden(self, hidden_states: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        """The target's hidden-state tuple -> this drafter's features `[B, T, F]`."""
+        raise NotImplementedError
+
+    def fuse_target_hidden(self, target_hidden: torch.Tensor) -> torch.Tensor:
+        """Target features `[B, T, F]` -> drafter hidden `[B, T, H]`."""
+        raise NotImplementedError
+
+    def embed(self, token_ids: torch.Tensor) -> torch.Tensor:
+        return self.target.embed_tokens(token_ids)
+
+    def step(self, token_embeds: torch.Tensor, hidden: torch.Tensor, position_ids: torch.Tensor, cache,
+             attention_mask: torch.Tensor | None) -> torch.Tensor:
+        """Pairs (embedding of token t+1 `[B, T, D]`, hidden of position t `[B, T, H]`) -> next hidden `[B, T, H]`.
+
+        `cache` gets the T new keys/values appended; `attention_mask` is `causal_mask(T, cache_length)`.
+        """
+        raise NotImplementedError
+
+
+class EagleDrafter(Drafter):
+    """EAGLE-1/2: `fc([E(token) ; f])` -> one decoder layer without input norm -> the target's final norm and head.
+    Optionally fuses several target layers into `f` (`config.fused_hidden_state_ids`)."""
+
+    def __init__(self, config: DynaSpecConfig):
+        super().__init__(config)
+        if config.hidden_size != config.target_hidden_size:
+            raise ValueError(
+                "An eagle drafter feeds its output back as a target feature, so hidden_size "
+                f"({config.hidden_size}) must equal target_hidden_size ({config.target_hidden_size})."
+            )
+        hidden = config.hidden_size
+        layer = self.new_decoder_layer()
+        self.fc = nn.Linear(2 * hidden, hidden, bias=config.fc_bias)
+        # Inputs are already normalised features: EAGLE-1/2 drop the layer's input norm.
+        layer.input_layernorm = nn.Identity()
+        self.layers = nn.ModuleList([layer])
+        if config.fused_hidden_state_ids:
+            self.add_feature_fusion()
+
+    @torch.no_grad()
+    def add_feature_fusion(self) -> None:
+        """Create `fuse` for `config.fused_hidden_state_ids` as a pass-through of the last hidden state, so that
+        fusion added to a trained drafter leaves its drafts unchanged until training moves it."""
+        dim = self.config.target_hidden_size
+        num_extra = len(self.config.fused_hidden_state_ids)
+        self.fuse = nn.Linear((num_extra + 1) * dim, dim, bias=False)
+        weight = torch.zeros(dim, (num_extra + 1) * dim)
+        weight[:, num_extra * dim :] = torch.eye(dim)
+        self.fuse.weight.copy_(weight)
+
+    def hidden_state_selection(self) -> int | list[int]:
+        if self.config.fused_hidden_state_ids:
+            return list(self.config.fused_hidden_state_ids) + [-1]
+        return -1
+
+    def select_target_hidden(self, hidden_states: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        """`[B, T, D]`, or `[B, T, (n+1)D]` with n fused layers (the last hidden state last)."""
+        fused = self.config.fused_hidden_state_ids
+        if fused:
+            return torch.cat([hidden_states[i] for i in fused] + [hidden_states[-1]], dim=-1)
+        return hidden_states[-1]
+
+    def fuse_target_hidden(self, target_hidden: torch.Tensor) -> torch.Tensor:
+        if self.config.fused_hidden_state_ids:
+            # The fused states come from inside the residual stream, unnormalised: their scale differs by
+            # layer by orders of magnitude (and a few channels carry huge activations), so each is
+            # RMS-normalised first. The last hidden state is post-norm already.
+            dim = self.config.target_hidden_size
+            *inner, last = target_hidden.split(dim, dim=-1)
+            inner = [F.rms_norm(h.float(), (dim,), eps=self.config.rms_norm_eps).to(h.dtype) for h in inner]
+            return self.fuse(torch.cat(inner + [last], dim=-1))
+        return target_hidden
+
+    def step(self, token_embeds, hidden, position_ids, cache, attention_mask):
+        position_embeddings = self.rotary_emb(hidden, position_ids)
+        fused = self.fc(torch.cat([token_embeds, hidden], dim=-1))
+        out = self.layers[0](
+            fused,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            past_key_values=cache,
+            position_embeddings=position_embeddings,
+        )
+        out = out[0] if isinstance(out, tuple) else out
+        return self.target.final_norm(out) if self.config.use_target_norm else out
+
+
+class Eagle3Drafter(Drafter):
+    """EAGLE-3: `fc` over three target layers once, a `midlayer` reading `[norm(E(token)) ; norm(h)]`, its own norm
+    and reduced-vocabulary head whose rows map to target ids through `d2t`."""
+
+    has_own_head = True
+
+    def __init__(self, config: DynaSpecConfig):
+        super().__init__(config)
+        hidden = config.hidden_size
+        layer = self.new_decoder_layer()
+        self.fc = nn.Linear(3 * config.target_hidden_size, hidden, bias=config.fc_bias)
+        attention = layer.self_attn
+        for name in ("q_proj", "k_proj", "v_proj"):
+            old = getattr(attention, name)
+            setattr(attention, name, nn.Linear(2 * hidden, old.out_features, bias=old.bias is not None))
+        rms_norm = family_classes(config.layer_family).rms_norm
+        layer.hidden_norm = rms_norm(hidden, eps=config.rms_norm_eps)
+        self.midlayer = layer
+        self.norm = rms_norm(hidden, eps=config.rms_norm_eps)
+        self.lm_head = nn.Linear(hidden, config.draft_vocab_size, bias=False)
+        self.register_buffer("d2t", torch.zeros(config.draft_vocab_size, dtype=torch.long))
+        self.register_buffer("t2d", torch.zeros(config.vocab_size, dtype=torch.bool))
+
+    def hidden_state_selection(self) -> list[int]:
+        return list(self.config.aux_hidden_state_layer_ids)
+
+    def select_target_hidden(self, hidden_states: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        """`[B, T, 3D]`: the three aux hidden states side by side."""
+        return torch.cat([hidden_states[i] for i in self.config.aux_hidden_state_layer_ids], dim=-1)
+
+    def fuse_target_hidden(self, target_hidden: torch.Tensor) -> torch.Tensor:
+        return self.fc(target_hidden)
+
+    def step(self, token_embeds, hidden, position_ids, cache, attention_mask):
+        position_embeddings = self.rotary_emb(hidden, position_ids)
+        layer = self.midlayer
+        attn_in = torch.cat([layer.input_layernorm(token_embeds), layer.hidden_norm(hidden)], dim=-1)
+        attn_out, _ = layer.self_attn(
+            hidden_states=attn_in,
+            position_embeddings=position_embeddings,
+            attention_mask=attention_mask,
+            past_key_values=cache,
+        )
+        hidden = hidden + attn_out
+        return hidden + layer.mlp(layer.post_attention_layernorm(hidden))
+
+    def draft_vocab_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Its own head: hidden `[B, T, H]` -> logits `[B, T, S]` over the draft vocabulary (rows map to target
+        ids through `draft_to_target_ids`)."""
+        return self.lm_head(self.norm(hidden))
+
+    def draft_to_target_ids(self) -> torch.Tensor:
+        """Target id of each draft-vocabulary row, `[S]`."""
+        return torch.arange(self.d2t.shape[0], device=self.d2t.device) + self.d2t
+
+
+DRAFTER_CLASSES = {"eagle": EagleDrafter, "eagle3": Eagle3Drafter}
+
+
+def build_drafter(config: DynaSpecConfig) -> Drafter:
+    """The drafter module `config.drafter_kind` names."""
+    return DRAFTER_CLASSES[config.drafter_kind](config)

@@ -1,0 +1,137 @@
+"""Model cards (README.md) for assistant artifacts, with huggingface_hub's ModelCard.
+
+What the card says comes from the artifact itself: its config (target, drafter kind, shortlist components)
+and `card.json`, which the recipes fill with how the artifact was made (`training`: data, tokens, steps, wall
+time, commands) and what it measured (`results`: an `hf-dynaspec bench` report). Nothing is invented: a
+card without measurements says that none were recorded.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+CARD_DATA_NAME = "card.json"
+
+
+def read_card_data(directory: Path) -> dict:
+    path = Path(directory) / CARD_DATA_NAME
+    if not path.is_file():
+        return {}
+    data = json.loads(path.read_text())
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} must hold a JSON object")
+    return data
+
+
+def _results_table(results: dict) -> str:
+    rows = ["| method | tau | avg shortlist | speedup | exact |", "| --- | ---: | ---: | ---: | --- |"]
+    for key, m in results.get("methods", {}).items():
+        tau = "-" if m.get("tau") is None else f"{m['tau']:.2f}"
+        shortlist = "-" if m.get("avg_shortlist") is None else f"{m['avg_shortlist']:,.0f}"
+        speedup = "-" if m.get("speedup") is None else f"{m['speedup']:.2f}x"
+        rows.append(f"| {key} | {tau} | {shortlist} | {speedup} | {'yes' if m.get('exact') else 'no'} |")
+    header = (f"Measured with `hf-dynaspec bench` on {results.get('n_prompts', '?')} prompts, "
+              f"{results.get('max_new_tokens', '?')} new tokens, {results.get('dtype', '?')} on "
+              f"{results.get('device', '?')}, greedy, batch 1.")
+    command = results.get("command")
+    return header + "\n\n" + "\n".join(rows) + (f"\n\nCommand:\n\n```bash\n{command}\n```" if command else "")
+
+
+def _value_text(value) -> str:
+    if isinstance(value, float):
+        return f"{value:,.0f}" if value.is_integer() or abs(value) >= 1000 else f"{value:.4g}"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    return str(value)
+
+
+def _bullets(record, indent: str = "") -> list[str]:
+    """A JSON record as nested markdown bullets (dicts by key, lists item by item)."""
+    lines = []
+    items = record.items() if isinstance(record, dict) else enumerate(record, start=1)
+    for key, value in items:
+        if isinstance(value, (dict, list)) and value:
+            lines.append(f"{indent}- {key}:")
+            lines += _bullets(value, indent + "  ")
+        else:
+            lines.append(f"{indent}- {key}: {_value_text(value)}")
+    return lines
+
+
+def _training_text(training) -> str:
+    """The `training` record of card.json: bullets, with command lines (`commands`/`command`) as a bash block."""
+    if not isinstance(training, dict):
+        return "No training record was stored with this artifact."
+    commands = [training[k] for k in ("commands", "command") if isinstance(training.get(k), str)]
+    text = "\n".join(_bullets({k: v for k, v in training.items() if k not in ("commands", "command")}))
+    if commands:
+        text += "\n\nCommands:\n\n```bash\n" + "\n".join(c.strip() for c in commands) + "\n```"
+    return text.strip()
+
+
+def render_model_card(config, options, card_data: dict) -> str:
+    """README.md text for an assistant with `config` (DynaSpecConfig) and `card_data` (see module docstring)."""
+    from huggingface_hub import ModelCard, ModelCardData
+
+    target = config.target_name_or_path or "unknown"
+    metadata = ModelCardData(
+        library_name="hf-dynaspec",
+        base_model=target if "/" in target and not target.startswith(("/", ".")) else None,
+        tags=["speculative-decoding", "eagle", "dynaspec", config.drafter_kind],
+        license=card_data.get("license"),
+    )
+    kind = {"eagle": "EAGLE-1/2 (one decoder layer on the target's last hidden state)",
+            "eagle3": "EAGLE-3 (fused low/mid/high target layers)"}[config.drafter_kind]
+    if config.drafter_kind == "eagle" and config.fused_hidden_state_ids:
+        kind = (f"EAGLE-1/2 (one decoder layer) on the target's last hidden state fused with its hidden_states"
+                f"{config.fused_hidden_state_ids}")
+    components = [f"- default shortlist strategy: `{options.shortlist}`"]
+    if options.prompt_lookup_num_tokens:
+        components.append(f"- prompt lookup first: up to {options.prompt_lookup_num_tokens} tokens copied after an earlier "
+                          f"{options.prompt_lookup_min_ngram}-{options.max_matching_ngram_size}-gram match; "
+                          "the drafter otherwise"
+                          + ("" if options.prompt_lookup_veto >= 1.0 else
+                             f" (and where its own first token differs with probability above "
+                             f"{options.prompt_lookup_veto:g})"))
+    if config.num_clusters:
+        components.append(f"- vocabulary clusters: {config.num_clusters} (spherical k-means on the LM head) "
+                          f"and a router (hidden {config.router_hidden_size})")
+    if config.frequency_list_size:
+        components.append(f"- FR-Spec frequency list: {config.frequency_list_size:,} ranked tokens")
+    if config.vocabtrim_list_size:
+        components.append(f"- VocabTrim list: {config.vocabtrim_list_size:,} ranked tokens")
+    training_text = _training_text(card_data.get("training"))
+    results = card_data.get("results")
+    results_text = _results_table(results) if results else "No measurements were recorded with this artifact."
+    body = f"""
+# hf-dynaspec assistant for {target}
+
+A speculative-decoding assistant for `{target}` ({config.vocab_size:,}-token vocabulary): drafter {kind},
+{options.num_assistant_tokens} draft tokens per step. Verification uses the target's full vocabulary, so greedy
+output is the target's own (up to bf16 near-ties) and sampling keeps its distribution.
+
+## Use
+
+```python
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from hf_dynaspec import DynaSpecAssistant
+
+model = AutoModelForCausalLM.from_pretrained("{target}")
+assistant = DynaSpecAssistant.from_pretrained("<this repo or directory>", target=model)
+out = model.generate(**inputs, assistant_model=assistant, max_new_tokens=128)
+```
+
+## Components
+
+{chr(10).join(components)}
+
+## How it was made
+
+{training_text}
+
+## Results
+
+{results_text}
+"""
+    return str(ModelCard.from_template(metadata, template_str="---\n{{ card_data }}\n---\n" + body))

@@ -1,0 +1,169 @@
+"""`DynaSpecGenerationConfig`: how an assistant drafts, apart from what it is.
+
+The options a drafting run reads (draft length, confidence stop, prompt lookup, which LM-head rows the drafter
+scores, the tree's shape) are generation options, not architecture: they live in a `GenerationConfig`
+subclass, `assistant.generation_config`, saved beside the artifact as generation_config.json and never in
+config.json. Where transformers has a field for the same knob, its name is used; as for transformers' own
+assistants (whose `num_assistant_tokens` is read from the assistant model's generation config), a run reads
+them from the assistant: `assistant.generation_config.num_assistant_tokens = 4`.
+
+| option | transformers field | meaning |
+| --- | --- | --- |
+| K draft tokens per round (chain) | `num_assistant_tokens` | default 2 |
+| confidence stop (chain) | `assistant_confidence_threshold` | stop before a position whose top probability is below it; 0 = off |
+| prompt lookup tokens | `prompt_lookup_num_tokens` | 0 = off |
+| longest n-gram looked up | `max_matching_ngram_size` | default 3 |
+
+and our own: `prompt_lookup_min_ngram`, `prompt_lookup_veto`, `shortlist`, `shortlist_size`, `max_clusters`,
+`fixed_clusters`, `max_shortlist_size`, `tree_top_k`, `tree_depth`, `tree_total_tokens` (the docstring of
+`DynaSpecGenerationConfig` says what each does).
+
+Artifacts written before this split kept these keys in config.json, some under older names
+(`num_draft_tokens`, `draft_confidence`, `prompt_lookup_tokens`, `prompt_lookup_max_ngram`):
+`split_legacy_options` takes them out of a config dict, with a FutureWarning, so that they still load.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+from transformers import GenerationConfig
+
+SHORTLIST_STRATEGIES = ("full", "frspec", "vocabtrim", "dynaspec", "dynaspec-fixed")
+
+# Defaults of every drafting option (the transformers-named ones included).
+OPTION_DEFAULTS: dict[str, Any] = {
+    "num_assistant_tokens": 2,
+    "assistant_confidence_threshold": 0.0,
+    "prompt_lookup_num_tokens": 0,
+    "prompt_lookup_min_ngram": 2,
+    "max_matching_ngram_size": 3,
+    "prompt_lookup_veto": 1.0,
+    "shortlist": "full",
+    "shortlist_size": None,
+    "max_clusters": 16,
+    "fixed_clusters": 8,
+    "max_shortlist_size": None,
+    "tree_top_k": 4,
+    "tree_depth": 4,
+    "tree_total_tokens": 8,
+}
+# Options that transformers' GenerationConfig has too: a value set on a generate() call overrides ours.
+TRANSFORMERS_FIELDS = ("num_assistant_tokens", "assistant_confidence_threshold", "prompt_lookup_num_tokens",
+                       "max_matching_ngram_size")
+# Names used by hf-dynaspec 0.1 (in config.json and as keyword arguments) -> the option's name now.
+LEGACY_NAMES = {
+    "num_draft_tokens": "num_assistant_tokens",
+    "draft_confidence": "assistant_confidence_threshold",
+    "prompt_lookup_tokens": "prompt_lookup_num_tokens",
+    "prompt_lookup_max_ngram": "max_matching_ngram_size",
+}
+# Every key an old config.json may hold that is an option now (under its old or its current name).
+LEGACY_CONFIG_KEYS = set(LEGACY_NAMES) | (set(OPTION_DEFAULTS) - set(TRANSFORMERS_FIELDS))
+
+
+class DynaSpecGenerationConfig(GenerationConfig):
+    """Drafting options of a `DynaSpecAssistant` (`assistant.generation_config`), with these defaults:
+
+    - `num_assistant_tokens` (2): K, tokens drafted per verification (chain drafting). 2 is the measured optimum
+      for the shipped 0.5B assistant on 2-core CPUs (docs/results.md); better drafters and GPUs want 4-6.
+    - `assistant_confidence_threshold` (0.0): chain drafting stops before the first position whose most likely
+      draft token has a probability below this (read before drawing, so sampling stays exact); a round may then
+      draft nothing. 0 always drafts K tokens.
+    - `prompt_lookup_num_tokens` (0): when > 0, a round first looks the context's last n-gram up in the context
+      and drafts up to this many of the tokens that followed it instead of running the drafter. 0: off.
+    - `prompt_lookup_min_ngram` (2), `max_matching_ngram_size` (3): the n-gram sizes tried, longest first.
+    - `prompt_lookup_veto` (1.0): the drafter overrules a lookup draft when its own most likely first token
+      differs and has a probability above this. 1.0 never vetoes (and skips the check).
+    - `shortlist` ("full"): the LM-head rows an eagle drafter scores: "full", "frspec" / "vocabtrim" (the first
+      `shortlist_size` ids of a stored frequency ranking), "dynaspec" (router-chosen clusters with the
+      position-aware budget from `max_clusters`, capped by `max_shortlist_size`) or "dynaspec-fixed"
+      (`fixed_clusters` at every position). The stored components are built by recipes/build_shortlists.py.
+    - `tree_top_k` (4), `tree_depth` (4), `tree_total_tokens` (8): EAGLE-2 tree drafting: children per expanded
+      node and nodes expanded per depth, maximum depth, draft tokens kept (the target verifies
+      tree_total_tokens + 1 tokens per pass). Sized for CPU verification (docs/trees.md).
+    """
+
+    def __init__(self, **kwargs):
+        values = {name: kwargs.pop(name, default) for name, default in OPTION_DEFAULTS.items()}
+        super().__init__(**kwargs)
+        for name, value in values.items():
+            setattr(self, name, value)
+        self.validate_options()
+
+    def drafting_options(self) -> dict[str, Any]:
+        """Only the drafting options, `{name: value}`."""
+        return {name: getattr(self, name) for name in OPTION_DEFAULTS}
+
+    def validate_options(self) -> None:
+        """Raise `ValueError` naming the bad option and the fix."""
+        for name in ("num_assistant_tokens", "tree_top_k", "tree_depth", "tree_total_tokens", "max_clusters",
+                     "fixed_clusters"):
+            _check(_is_int(getattr(self, name)) and getattr(self, name) >= 1, name, "a positive integer")
+        for name in ("shortlist_size", "max_shortlist_size"):
+            value = getattr(self, name)
+            _check(value is None or (_is_int(value) and value >= 1), name, "a positive integer or None")
+        threshold = self.assistant_confidence_threshold
+        _check(_is_number(threshold) and 0.0 <= threshold < 1.0, "assistant_confidence_threshold",
+               "a probability threshold in [0, 1) (0 turns the confidence stop off)")
+        _check(_is_int(self.prompt_lookup_num_tokens) and self.prompt_lookup_num_tokens >= 0,
+               "prompt_lookup_num_tokens", "an integer >= 0 (0 turns prompt lookup off)")
+        low, high = self.prompt_lookup_min_ngram, self.max_matching_ngram_size
+        _check(_is_int(low) and _is_int(high) and 1 <= low <= high, "prompt_lookup_min_ngram",
+               f"an integer with 1 <= prompt_lookup_min_ngram <= max_matching_ngram_size (got {low!r} and {high!r})")
+        veto = self.prompt_lookup_veto
+        _check(_is_number(veto) and 0.0 <= veto <= 1.0, "prompt_lookup_veto",
+               "a probability in [0, 1] above which the drafter's disagreeing top token overrules a lookup draft "
+               "(1.0 turns the check off)")
+        _check(self.shortlist in SHORTLIST_STRATEGIES, "shortlist", f"one of {SHORTLIST_STRATEGIES}")
+
+    def with_options(self, **options) -> "DynaSpecGenerationConfig":
+        """A validated copy with `options` (current or legacy names) set; None values are ignored."""
+        values = {**self.to_dict(), **{k: v for k, v in normalise_option_names(options).items() if v is not None}}
+        values.pop("transformers_version", None)
+        return DynaSpecGenerationConfig(**values)
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _check(ok: bool, name: str, expected: str) -> None:
+    if not ok:
+        raise ValueError(f"DynaSpecGenerationConfig.{name} must be {expected}.")
+
+
+def normalise_option_names(options: dict[str, Any], where: str = "keyword argument") -> dict[str, Any]:
+    """Map legacy option names to the current ones, with a FutureWarning naming each."""
+    renamed = {}
+    for name, value in options.items():
+        if name in LEGACY_NAMES:
+            warnings.warn(f"the {where} {name!r} is now the drafting option {LEGACY_NAMES[name]!r} "
+                          "(DynaSpecGenerationConfig); the old name will be removed in hf-dynaspec 0.3.",
+                          FutureWarning, stacklevel=3)
+            name = LEGACY_NAMES[name]
+        elif name not in OPTION_DEFAULTS:
+            raise TypeError(f"unknown drafting option {name!r}; the options are {sorted(OPTION_DEFAULTS)}")
+        renamed[name] = value
+    return renamed
+
+
+def split_legacy_options(config_dict: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """An old config.json dict -> (the architecture part, the drafting options it held, current names).
+
+    Warns once (FutureWarning) when there were any: re-saving the artifact moves them to generation_config.json."""
+    architecture = {k: v for k, v in config_dict.items() if k not in LEGACY_CONFIG_KEYS}
+    legacy = {k: v for k, v in config_dict.items() if k in LEGACY_CONFIG_KEYS}
+    if legacy:
+        warnings.warn(
+            f"this artifact's config.json holds drafting options {sorted(legacy)} (written by hf-dynaspec 0.1); "
+            "they now live in generation_config.json (DynaSpecGenerationConfig). They are used as the defaults; "
+            "save the assistant again (save_pretrained) to move them.",
+            FutureWarning, stacklevel=3,
+        )
+    return architecture, {LEGACY_NAMES.get(k, k): v for k, v in legacy.items()}

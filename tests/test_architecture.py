@@ -1,0 +1,102 @@
+"""The package's layout: each folder imports only downward, no import circle, small modules and functions.
+
+Every import counts, those inside functions too (a circle "resolved" by a function-level import is still a
+circle). Layers, bottom to top (docs/architecture.md):
+    leaves (errors, version, stats, zoo, exactness) < kernels, modeling < drafting < generation < bench < cli
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "hf_dynaspec"
+LEAVES = {"errors", "version", "stats", "zoo", "exactness"}
+LAYER = {"kernels": 1, "modeling": 1, "drafting": 2, "generation": 3, "bench": 4, "cli": 5}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_of(path: Path) -> set[str]:
+    """hf_dynaspec modules imported anywhere in `path` (`from hf_dynaspec.a import b` counts a.b if it is one)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "hf_dynaspec":
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names if alias.name.split(".")[0] == "hf_dynaspec")
+    return found
+
+
+MODULES = {module_name(path): path for path in PACKAGE.rglob("*.py")}
+GRAPH = {name: {dep for dep in imports_of(path) if dep in MODULES and dep != name} for name, path in MODULES.items()}
+
+
+def group(name: str) -> str:
+    """The folder (or leaf module) a module belongs to: hf_dynaspec.drafting.chain -> drafting."""
+    parts = name.split(".")
+    return parts[1] if len(parts) > 1 else "package"
+
+
+def rank(name: str) -> int:
+    if name == "hf_dynaspec":
+        return 99  # the package's public face imports everything; nothing may import it
+    folder = group(name)
+    return 0 if folder in LEAVES else LAYER[folder]
+
+
+def test_every_module_is_placed_in_a_layer():
+    unplaced = sorted(name for name in MODULES if name != "hf_dynaspec" and group(name) not in LEAVES | set(LAYER))
+    assert not unplaced, f"add these to a layer in tests/test_architecture.py and docs/architecture.md: {unplaced}"
+
+
+def test_imports_go_only_downward_or_within_a_folder():
+    upward = sorted(
+        f"{name} -> {dep}" for name, deps in GRAPH.items() for dep in deps
+        if group(dep) != group(name) and rank(dep) >= rank(name)
+    )
+    assert not upward, upward
+
+
+def test_nothing_imports_the_package_itself():
+    assert not [name for name, deps in GRAPH.items() if "hf_dynaspec" in deps and name != "hf_dynaspec"]
+
+
+def test_no_import_circle():
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(name: str, path: list[str]) -> None:
+        state[name] = 1
+        for dep in sorted(GRAPH[name]):
+            if state.get(dep) == 1:
+                pytest.fail("import circle: " + " -> ".join(path[path.index(dep):] + [dep]))
+            if dep not in state:
+                visit(dep, path + [dep])
+        state[name] = 2
+
+    for name in sorted(MODULES):
+        if name not in state:
+            visit(name, [name])
+
+
+def test_the_graph_test_sees_a_planted_circle(monkeypatch):
+    """Mutation check of the test above: a function-level import back up is reported."""
+    planted = dict(GRAPH)
+    planted["hf_dynaspec.modeling.assistant"] = GRAPH["hf_dynaspec.modeling.assistant"] | {"hf_dynaspec.generation.tree"}
+    upward = [(n, d) for n, deps in planted.items() for d in deps if group(d) != group(n) and rank(d) >= rank(n)]
+    assert ("hf_dynaspec.modeling.assistant", "hf_dynaspec.generation.tree") in upward
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_modules_and_functions_stay_small(name):
+    source = MODULES[name].read_text()
+    assert source.count("\n") <= 400, f"{name} has {source.count(chr(10))} lines (split it: ~400 at most)"
+    long = [(node.name, node.end_lineno - node.lineno + 1) for node in ast.walk(ast.parse(source))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > 80]
+    assert not long, f"{name}: functions over 80 lines: {long}"
