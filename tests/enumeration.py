@@ -17,6 +17,8 @@ Legend: V vocabulary, K draft length, L tokens compared.
 
 from __future__ import annotations
 
+import inspect
+
 import itertools
 from contextlib import contextmanager
 from functools import lru_cache
@@ -208,7 +210,11 @@ def chain_round(target, assistant, prompt: list[int], logits_processor, num_draf
 
 def _verify(candidate_ids, candidate_logits, num_drafted, new_logits) -> tuple[int, ...]:
     if num_drafted > 0 and candidate_logits is not None:
-        valid, _ = generation_utils._speculative_sampling(candidate_ids, candidate_logits, num_drafted, new_logits)
+        # Releases before 5.24 take a fifth argument, whether the candidate sequence already meets a stopping
+        # criterion (never here: no EOS in these rounds).
+        extra = [False] * ("is_done_candidate" in inspect.signature(generation_utils._speculative_sampling).parameters)
+        valid, _ = generation_utils._speculative_sampling(candidate_ids, candidate_logits, num_drafted, new_logits,
+                                                          *extra)
         return tuple(valid[0].tolist())
     # transformers' other branch: sample every position from p, keep drafts up to the first mismatch.
     selected = torch.multinomial(new_logits.softmax(-1)[0], num_samples=1).squeeze(1)

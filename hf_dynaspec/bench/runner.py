@@ -13,7 +13,7 @@ import torch
 
 from hf_dynaspec.modeling.assistant import DynaSpecAssistant
 from hf_dynaspec.exactness import check_exactness
-from hf_dynaspec.zoo import ZOO, resolve_model_path
+from hf_dynaspec.zoo import resolve_model_path
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 # Trained assistants shipped with the repository, one directory per zoo target name.
@@ -101,7 +101,3 @@ def compare_plain_and_assisted(model, tokenizer, assistant, input_ids, max_new_t
         "plain_new_tokens": len(plain.new_ids),
         "assisted_new_tokens": len(assisted.new_ids),
     }
-
-
-def known_targets() -> list[str]:
-    return sorted(ZOO)

@@ -14,11 +14,11 @@ from pathlib import Path
 import torch
 
 from hf_dynaspec.bench.results_table import append_records, make_record
+from hf_dynaspec.bench.runner import DTYPES
 from hf_dynaspec.kernels.shortlist_head import triton_available
 from hf_dynaspec.kernels.shortlist_head.cpu import shortlist_head_blocks
 from hf_dynaspec.kernels.shortlist_head.reference import shortlist_head_reference
 
-DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 
 
 def cluster_blocks(vocab: int, num_clusters: int, shortlist: int, seed: int = 0) -> tuple[list[int], list[int]]:

@@ -52,7 +52,16 @@ def make_candidate_generator(assistant, target, input_ids, generation_config, lo
         head=runtime_head(assistant, options),
         confidence=options.assistant_confidence_threshold,
     )
-    return EagleCandidateGenerator(assistant, session, options, max_length=generation_config.max_length)
+    return EagleCandidateGenerator(assistant, session, options, max_length=generation_config.max_length,
+                                   eos_token_ids=_eos_token_ids(generation_config))
+
+
+def _eos_token_ids(generation_config) -> torch.Tensor | None:
+    """The call's EOS ids `[E]` (generate() has put them on the config as a tensor), or None."""
+    eos = getattr(generation_config, "_eos_token_tensor", None)
+    if eos is None and generation_config.eos_token_id is not None:
+        eos = torch.tensor(generation_config.eos_token_id).reshape(-1)
+    return None if eos is None or not eos.numel() else eos.reshape(-1)
 
 
 class EagleCandidateGenerator(CandidateGenerator):
@@ -68,8 +77,10 @@ class EagleCandidateGenerator(CandidateGenerator):
 
     requires_model_outputs = True
 
-    def __init__(self, assistant, session: ChainDraftSession, options: DynaSpecGenerationConfig, max_length: int):
+    def __init__(self, assistant, session: ChainDraftSession, options: DynaSpecGenerationConfig, max_length: int,
+                 eos_token_ids: torch.Tensor | None = None):
         self.assistant = assistant
+        self.eos_token_ids = eos_token_ids
         self.session = session
         self.options = options
         self.max_length = max_length
@@ -94,6 +105,7 @@ class EagleCandidateGenerator(CandidateGenerator):
         looked_up = self._look_up(input_ids, room)
         draft = self.session.propose(input_ids, target_hidden, budget, lookup=looked_up,
                                      lookup_veto=self.options.prompt_lookup_veto)
+        draft = self._end_at_eos(draft)
         self._looked_up_last_round = draft.looked_up
         stats = self.assistant.stats
         if looked_up is not None and not draft.looked_up:
@@ -104,6 +116,20 @@ class EagleCandidateGenerator(CandidateGenerator):
         if self.assistant.collect_draft_tokens and not draft.looked_up:
             stats.draft_token_ids.append(draft.token_ids[0])
         return torch.cat([input_ids, draft.token_ids], dim=1), draft.logits
+
+    def _end_at_eos(self, draft):
+        """Cut the draft after its first EOS, as transformers' own candidate generators end theirs: releases
+        before 5.24 commit every accepted token and check the stopping criteria only on the last one, so tokens
+        drafted past an EOS would be appended after it. The cut reads tokens already drawn and drops only
+        positions that follow an EOS, whose tokens are never part of the output: sampling stays exact."""
+        if self.eos_token_ids is None or not draft.token_ids.shape[1]:
+            return draft
+        is_eos = torch.isin(draft.token_ids[0], self.eos_token_ids.to(draft.token_ids.device))
+        if not bool(is_eos.any()):
+            return draft
+        keep = int(is_eos.nonzero()[0, 0]) + 1
+        logits = draft.logits[:, :keep] if draft.logits is not None else None
+        return type(draft)(token_ids=draft.token_ids[:, :keep], logits=logits, looked_up=draft.looked_up)
 
     def _look_up(self, input_ids: torch.Tensor, room: int) -> torch.Tensor | None:
         """Prompt-lookup draft `[1, n]` (1 <= n <= room) for `input_ids` `[1, N]`, or None (off, or no earlier

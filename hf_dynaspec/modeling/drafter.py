@@ -21,6 +21,8 @@ Legend: B batch, T tokens, D target hidden, H drafter hidden, V target vocab, S 
 
 from __future__ import annotations
 
+import functools
+import inspect
 from dataclasses import dataclass
 
 import torch
@@ -38,6 +40,13 @@ class TargetParts:
     embed_tokens: nn.Module
     final_norm: nn.Module
     lm_head: nn.Module
+
+
+@functools.cache
+def cache_argument(forward) -> str:
+    """The name a layer's forward takes its KV cache by: `cache` from transformers 5.24 (`past_key_values`, the
+    name of earlier releases, is deprecated there), `past_key_values` before."""
+    return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
 
 
 def causal_mask(num_new: int, past_length: int, device: torch.device) -> torch.Tensor | None:
@@ -160,8 +169,8 @@ class EagleDrafter(Drafter):
             fused,
             attention_mask=attention_mask,
             position_ids=position_ids,
-            past_key_values=cache,
             position_embeddings=position_embeddings,
+            **{cache_argument(type(self.layers[0]).forward): cache},
         )
         out = out[0] if isinstance(out, tuple) else out
         return self.target.final_norm(out) if self.config.use_target_norm else out
@@ -208,7 +217,7 @@ class Eagle3Drafter(Drafter):
             hidden_states=attn_in,
             position_embeddings=position_embeddings,
             attention_mask=attention_mask,
-            past_key_values=cache,
+            **{cache_argument(type(layer.self_attn).forward): cache},
         )
         hidden = hidden + attn_out
         return hidden + layer.mlp(layer.post_attention_layernorm(hidden))

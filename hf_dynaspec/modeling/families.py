@@ -51,10 +51,6 @@ def family_classes(model_type: str) -> FamilyClasses:
     )
 
 
-def target_text_config(target) -> PretrainedConfig:
-    return target.config.get_text_config()
-
-
 def layer_config_for(drafter_config) -> PretrainedConfig:
     """A one-layer config of the target's family with the drafter's sizes (what the layer classes read)."""
     family_classes(drafter_config.layer_family)  # raises for unsupported families

@@ -49,7 +49,7 @@ OPTION_DEFAULTS: dict[str, Any] = {
     "tree_depth": 4,
     "tree_total_tokens": 8,
 }
-# Options that transformers' GenerationConfig has too: a value set on a generate() call overrides ours.
+# Options that transformers' GenerationConfig has too (same name, same meaning).
 TRANSFORMERS_FIELDS = ("num_assistant_tokens", "assistant_confidence_threshold", "prompt_lookup_num_tokens",
                        "max_matching_ngram_size")
 # Names used by hf-dynaspec 0.1 (in config.json and as keyword arguments) -> the option's name now.
