@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import time
 
 import torch
 from transformers import DynamicCache
@@ -24,28 +22,29 @@ from hf_dynaspec.drafting.runtime import runtime_head
 from hf_dynaspec import DynaSpecAssistant
 from hf_dynaspec.drafting.chain import ChainDraftSession
 from hf_dynaspec.bench.runner import load_target
+from hf_dynaspec.bench.timer import interleaved_medians
 
 
-@torch.no_grad()
-def verify_ms(model, prefix, k):
-    cache = DynamicCache(config=model.config)
-    model(input_ids=prefix, past_key_values=cache, use_cache=True, logits_to_keep=1)
-    new = torch.randint(0, 1000, (1, k))
-    start = time.perf_counter()
-    model(input_ids=new, past_key_values=cache, use_cache=True, logits_to_keep=k)
-    return (time.perf_counter() - start) * 1000
+def verify_case(model, prefix, k):
+    """Factory: the prefix cached (untimed), then one forward over k new tokens."""
+    def factory():
+        cache = DynamicCache(config=model.config)
+        model(input_ids=prefix, past_key_values=cache, use_cache=True, logits_to_keep=1)
+        new = torch.randint(0, 1000, (1, k))
+        return lambda: model(input_ids=new, past_key_values=cache, use_cache=True, logits_to_keep=k)
+    return factory
 
 
-@torch.no_grad()
-def draft_ms_per_token(assistant, prefix, k):
-    session = ChainDraftSession(assistant.drafter, assistant.config.vocab_size, do_sample=False,
-                                head=runtime_head(assistant, assistant.generation_config))
-    hidden = torch.randn(1, prefix.shape[1] - 1, assistant.config.target_hidden_size, dtype=assistant.dtype)
-    session.propose(prefix, hidden, 1)  # drafter prefill, not timed
-    extended = torch.cat([prefix, prefix[:, -1:]], dim=1)
-    start = time.perf_counter()
-    session.propose(extended, hidden[:, :1], k)
-    return (time.perf_counter() - start) * 1000 / k
+def draft_case(assistant, prefix, k):
+    """Factory: a session whose drafter prefill is done (untimed), then one propose of k tokens."""
+    def factory():
+        session = ChainDraftSession(assistant.drafter, assistant.config.vocab_size, do_sample=False,
+                                    head=runtime_head(assistant, assistant.generation_config))
+        hidden = torch.randn(1, prefix.shape[1] - 1, assistant.config.target_hidden_size, dtype=assistant.dtype)
+        session.propose(prefix, hidden, 1)
+        extended = torch.cat([prefix, prefix[:, -1:]], dim=1)
+        return lambda: session.propose(extended, hidden[:, :1], k)
+    return factory
 
 
 def main():
@@ -60,13 +59,11 @@ def main():
     model, _ = load_target(args.target, args.dtype)
     assistant = DynaSpecAssistant.from_target(model)
     prefix = torch.randint(0, 1000, (1, args.prefix))
-    samples = {"t1": [], "t_draft": [], **{f"verify_{k + 1}": [] for k in range(1, args.max_k + 1)}}
-    for _ in range(args.repeats):  # interleave every measurement in each repeat
-        samples["t1"].append(verify_ms(model, prefix, 1))
-        samples["t_draft"].append(draft_ms_per_token(assistant, prefix, 4))
-        for k in range(1, args.max_k + 1):
-            samples[f"verify_{k + 1}"].append(verify_ms(model, prefix, k + 1))
-    median = {key: statistics.median(values) for key, values in samples.items()}
+    cases = {"t1": verify_case(model, prefix, 1), "t_draft": draft_case(assistant, prefix, 4),
+             **{f"verify_{k + 1}": verify_case(model, prefix, k + 1) for k in range(1, args.max_k + 1)}}
+    with torch.no_grad():
+        median = interleaved_medians(cases, args.repeats)  # hf_dynaspec.bench.timer: interleaved, medians
+    median["t_draft"] /= 4  # per drafted token
     expected = {}
     for a in (0.5, 0.6, 0.7, 0.8, 0.9):
         expected[str(a)] = {}

@@ -26,8 +26,8 @@ import torch
 
 from hf_dynaspec import DynaSpecAssistant
 from hf_dynaspec.bench.command import parse_assistant_options
-from hf_dynaspec.bench.prompts import encode_prompts, load_prompts
-from hf_dynaspec.bench.runner import DTYPES, encode_prompt, load_target
+from hf_dynaspec.bench.prompts import encode_prompt, encode_prompts, load_prompts
+from hf_dynaspec.bench.runner import DTYPES, load_target
 from recipes.train_drafter import draft_pass
 
 PROMPTS = [

@@ -46,7 +46,7 @@ MUTATIONS = [
     Mutation("features: the last rows of the pass instead of the first", "hf_dynaspec/drafting/chain.py",
              "drafter.fuse_target_hidden(new_target_hidden[:, :num_new])",
              "drafter.fuse_target_hidden(new_target_hidden[:, -num_new:])", ["tests/test_drafting.py"]),
-    Mutation("features: the layer before the last", "hf_dynaspec/modeling/assistant.py",
+    Mutation("features: the layer before the last", "hf_dynaspec/modeling/drafter.py",
              ["        return hidden_states[-1]\n", "        return -1\n"],
              ["        return hidden_states[-2]\n", "        return -2\n"], ["tests/test_drafting.py"]),
     Mutation("features: positions shifted by one", "hf_dynaspec/drafting/chain.py",

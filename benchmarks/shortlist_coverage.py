@@ -22,7 +22,8 @@ import torch
 from tqdm.auto import tqdm
 
 from hf_dynaspec import DynaSpecAssistant
-from hf_dynaspec.bench.runner import encode_prompt, load_target
+from hf_dynaspec.bench.prompts import encode_prompt
+from hf_dynaspec.bench.runner import load_target
 from hf_dynaspec.drafting.selector import build_head
 from recipes.data_paths import shared_data_dir
 
@@ -59,13 +60,11 @@ def main():
     heads = {}
     for spec in args.strategies.split(","):
         name, _, arg = spec.partition(":")
-        config = assistant.config
-        config.shortlist_size = int(arg) if name in ("frspec", "vocabtrim") else None
-        if name == "dynaspec":
-            config.max_clusters = int(arg)
-        if name == "dynaspec-fixed":
-            config.fixed_clusters = int(arg)
-        heads[spec] = build_head(name, head_weight, assistant.shortlists, config)
+        options = assistant.generation_config.with_options(
+            shortlist_size=int(arg) if name in ("frspec", "vocabtrim") else None,
+            max_clusters=int(arg) if name == "dynaspec" else None,
+            fixed_clusters=int(arg) if name == "dynaspec-fixed" else None)
+        heads[spec] = build_head(name, head_weight, assistant.shortlists, options)
     hits = defaultdict(lambda: defaultdict(lambda: torch.zeros(args.positions)))
     rows = defaultdict(lambda: torch.zeros(args.positions))
     checked = defaultdict(int)

@@ -129,6 +129,7 @@ def _export_shortlist(args) -> int:
 
 def _generate(args, chat: bool | None) -> dict:
     from hf_dynaspec.bench import runner
+    from hf_dynaspec.bench.prompts import encode_prompt
 
     model, tokenizer = runner.load_target(args.target, args.dtype)
     verify_method = _enable_cpu_verify(model, args.cpu_verify)
@@ -137,7 +138,7 @@ def _generate(args, chat: bool | None) -> dict:
     assistant.generation_config = assistant.generation_config.with_options(
         num_assistant_tokens=args.num_draft_tokens or None, assistant_confidence_threshold=args.draft_confidence,
         prompt_lookup_num_tokens=args.prompt_lookup, prompt_lookup_veto=args.lookup_veto)
-    input_ids = runner.encode_prompt(tokenizer, args.prompt, chat)
+    input_ids = encode_prompt(tokenizer, args.prompt, chat)
     assisted_kwargs = {"assistant_model": assistant}
     if args.tree is not None:
         from hf_dynaspec.generation import parse_tree_shape, tree_generate

@@ -119,7 +119,7 @@ def router_examples_from_features(features: list[Path], drafter, cluster_of_toke
 @torch.no_grad()
 def vocabtrim_ranking(assistant, model, tokenizer, num_prompts: int, max_new_tokens: int) -> torch.Tensor:
     """VocabTrim: token ids ranked by how often the drafter itself drafts them on training prompts (greedy)."""
-    from hf_dynaspec.bench.runner import encode_prompt
+    from hf_dynaspec.bench.prompts import encode_prompt
     from hf_dynaspec.modeling.shortlist.frequency import count_tokens
 
     assistant.collect_draft_tokens = True

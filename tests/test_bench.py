@@ -392,3 +392,33 @@ def test_a_labelled_report_narrows_to_one_assistant_for_its_card():
         single_assistant_view(report, "v8")
     with pytest.raises(ValueError, match="one unlabelled assistant"):
         single_assistant_view({**report, "assistant": "outputs/package"}, "v7")
+
+
+def test_the_shared_timer_interleaves_and_keeps_set_up_out_of_the_time():
+    """hf_dynaspec.bench.timer: each case's factory (its set-up) runs before every measurement but is not timed;
+    the starting case rotates from repeat to repeat."""
+    import time
+
+    from hf_dynaspec.bench.timer import interleaved_medians
+
+    order = []
+
+    def case(name: str, setup_s: float, run_s: float):
+        def factory():
+            time.sleep(setup_s)
+            return lambda: (order.append(name), time.sleep(run_s))
+        return factory
+    medians = interleaved_medians({"a": case("a", 0.03, 0.002), "b": case("b", 0.0, 0.012)}, repeats=4, warmup=0)
+    assert 1.5 < medians["a"] < 10 and 11 < medians["b"] < 25, medians  # a's 30 ms set-up is not counted
+    assert order == ["a", "b", "b", "a", "a", "b", "b", "a"]
+
+
+def test_results_table_records_say_what_and_where(tmp_path):
+    from hf_dynaspec.bench.results_table import append_records, make_record, read_records
+
+    record = make_record("generate", "dynaspec:8", {"tau": 2.0}, target="t", assistant_version="8", command="cmd")
+    append_records(tmp_path / "r" / "table.jsonl", [record, make_record("generate", "vanilla", {}, command="cmd")])
+    rows = read_records(tmp_path / "r" / "table.jsonl", method="dynaspec:8")
+    assert len(rows) == 1 and rows[0]["metrics"] == {"tau": 2.0} and rows[0]["assistant_version"] == "8"
+    assert {"cpu", "cpu_flags", "cores"} <= set(rows[0]["host"]) and rows[0]["date"].endswith("+00:00")
+    assert rows[0]["torch"] and rows[0]["transformers"] and rows[0]["command"] == "cmd"

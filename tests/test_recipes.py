@@ -191,7 +191,7 @@ def test_vocabtrim_ranking_counts_the_drafters_own_tokens(monkeypatch):
     assistant = imitating_assistant(target, noise=0.3, num_assistant_tokens=3)
     prompts = [torch.randint(0, VOCAB, (1, 6), generator=torch.Generator().manual_seed(i)) for i in range(3)]
     monkeypatch.setattr(build, "conversations", lambda: iter([("p", "r")] * 3))
-    monkeypatch.setattr("hf_dynaspec.bench.runner.encode_prompt", lambda tokenizer, text, chat: prompts.pop())
+    monkeypatch.setattr("hf_dynaspec.bench.prompts.encode_prompt", lambda tokenizer, text, chat: prompts.pop())
     drafted = []
     from hf_dynaspec.generation import hook
 
@@ -354,7 +354,8 @@ def test_build_features_refuses_to_resume_shards_of_another_file_range(tmp_path)
 def test_batched_self_distillation_answers_equal_single_stream_greedy():
     """Left padding must not change the answers, nor the hidden states captured during generation (fp32)."""
     from hf_dynaspec import zoo
-    from hf_dynaspec.bench.runner import encode_prompt, load_target
+    from hf_dynaspec.bench.prompts import encode_prompt
+    from hf_dynaspec.bench.runner import load_target
     from recipes.build_features import target_hidden
     from recipes.self_distill import answer_batch, generate_batch
 

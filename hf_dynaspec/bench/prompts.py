@@ -75,14 +75,24 @@ def load_prompts(files: list[str | Path], limit_per_category: int | None = None)
     return prompts
 
 
+def encode_prompt(tokenizer, prompt: str, chat: bool | None) -> torch.Tensor:
+    """`[1, T]` prompt ids; with `chat` (default: when the tokenizer has a template) the chat template is applied."""
+    if chat is None:
+        chat = bool(getattr(tokenizer, "chat_template", None))
+    if chat:
+        ids = tokenizer.apply_chat_template(
+            [{"role": "user", "content": prompt}], add_generation_prompt=True, return_tensors="pt", return_dict=True
+        )["input_ids"]
+        return ids
+    return tokenizer(prompt, return_tensors="pt").input_ids
+
+
 def encode_prompts(tokenizer, prompts: list[BenchPrompt], answer_first_turn=None) -> list[EncodedPrompt]:
     """Apply the tokenizer's chat template (when it has one) to each prompt's first turn.
 
     With `answer_first_turn(input_ids [1, T]) -> str` (the target's greedy answer), each MT-Bench prompt with
     a second turn also yields `<id>/turn2`: [turn 1, that answer, turn 2] through the chat template.
     """
-    from hf_dynaspec.bench.runner import encode_prompt
-
     encoded = []
     for p in prompts:
         first = encode_prompt(tokenizer, p.text, None)

@@ -5,13 +5,13 @@ Shared by `hf-dynaspec generate` and `hf-dynaspec demo` (and the benchmark harne
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from hf_dynaspec.modeling.assistant import DynaSpecAssistant
+from hf_dynaspec.bench.harness import timed_run
+from hf_dynaspec.bench.methods import Method
 from hf_dynaspec.exactness import check_exactness
 from hf_dynaspec.zoo import resolve_model_path
 
@@ -46,34 +46,6 @@ def load_assistant(assistant: str | None, target, target_name: str) -> tuple[Dyn
     return DynaSpecAssistant.from_pretrained(assistant, target=target), assistant
 
 
-def encode_prompt(tokenizer, prompt: str, chat: bool | None) -> torch.Tensor:
-    """`[1, T]` prompt ids; with `chat` (default: when the tokenizer has a template) the chat template is applied."""
-    if chat is None:
-        chat = bool(getattr(tokenizer, "chat_template", None))
-    if chat:
-        ids = tokenizer.apply_chat_template(
-            [{"role": "user", "content": prompt}], add_generation_prompt=True, return_tensors="pt", return_dict=True
-        )["input_ids"]
-        return ids
-    return tokenizer(prompt, return_tensors="pt").input_ids
-
-
-@dataclass
-class Timed:
-    new_ids: torch.Tensor  # [N] generated tokens
-    seconds: float
-
-    @property
-    def tokens_per_s(self) -> float:
-        return len(self.new_ids) / self.seconds if self.seconds > 0 else float("nan")
-
-
-def timed_generate(model, input_ids: torch.Tensor, **kwargs) -> Timed:
-    start = time.perf_counter()
-    out = model.generate(input_ids, attention_mask=torch.ones_like(input_ids), do_sample=False, **kwargs)
-    return Timed(out[0, input_ids.shape[1] :], time.perf_counter() - start)
-
-
 def compare_plain_and_assisted(model, tokenizer, assistant, input_ids, max_new_tokens: int,
                                assisted_kwargs: dict | None = None) -> dict:
     """Greedy plain vs assisted on one prompt (a short warm-up of both first), with the near-tie check.
@@ -81,10 +53,11 @@ def compare_plain_and_assisted(model, tokenizer, assistant, input_ids, max_new_t
     `assisted_kwargs`: the generate() arguments of the assisted run (default: chain drafting,
     `assistant_model=assistant`; tree decoding passes `custom_generate` and `drafter`)."""
     assisted_kwargs = assisted_kwargs if assisted_kwargs is not None else {"assistant_model": assistant}
-    timed_generate(model, input_ids, max_new_tokens=4)
-    timed_generate(model, input_ids, max_new_tokens=4, **assisted_kwargs)
-    plain = timed_generate(model, input_ids, max_new_tokens=max_new_tokens)
-    assisted = timed_generate(model, input_ids, max_new_tokens=max_new_tokens, **assisted_kwargs)
+    plain_method, assisted_method = Method("vanilla"), Method("assisted", assisted_kwargs, assistant)
+    for method in (plain_method, assisted_method):  # warm-up: first calls allocate caches and build heads
+        timed_run(model, method, input_ids, 4)
+    plain = timed_run(model, plain_method, input_ids, max_new_tokens)
+    assisted = timed_run(model, assisted_method, input_ids, max_new_tokens)
     stats = assistant.stats.as_dict()
     divergence = check_exactness(model, input_ids, plain.new_ids, assisted.new_ids)
     return {

@@ -7,14 +7,13 @@ produces on real heads, added in random order until about S rows. Each path incl
 from __future__ import annotations
 
 import json
-import statistics
-import time
 from pathlib import Path
 
 import torch
 
 from hf_dynaspec.bench.results_table import append_records, make_record
 from hf_dynaspec.bench.runner import DTYPES
+from hf_dynaspec.bench.timer import interleaved_medians
 from hf_dynaspec.kernels.shortlist_head import triton_available
 from hf_dynaspec.kernels.shortlist_head.cpu import shortlist_head_blocks
 from hf_dynaspec.kernels.shortlist_head.reference import shortlist_head_reference
@@ -65,8 +64,8 @@ def run(hidden_size: int, vocab: int, shortlist: int, dtype: str, batch: int, cl
     rows = torch.cat([torch.arange(a, b) for a, b in zip(starts, ends)]).to(device)
     paths = {
         "full": lambda: (hidden @ weight.T).argmax(-1),
-        "reference": lambda: shortlist_head_reference(hidden, weight, starts, ends, token_order)[0].argmax(-1),
-        "cpu_blocks": lambda: shortlist_head_blocks(hidden, weight, starts, ends, token_order)[0].argmax(-1),
+        "reference": lambda: shortlist_head_reference(hidden, weight, starts, ends, token_order).scores.argmax(-1),
+        "cpu_blocks": lambda: shortlist_head_blocks(hidden, weight, starts, ends, token_order).scores.argmax(-1),
     }
     if compiled:
         gather_head = _compiled_gather_head()
@@ -75,20 +74,10 @@ def run(hidden_size: int, vocab: int, shortlist: int, dtype: str, batch: int, cl
         from hf_dynaspec.kernels.shortlist_head.triton_kernel import shortlist_head_triton
 
         paths["triton"] = lambda: shortlist_head_triton(hidden, weight, starts, ends, token_order).argmax
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    times = {name: [] for name in paths}
     with torch.no_grad():
-        for fn in paths.values():  # warm-up (and compilation)
+        for fn in paths.values():  # compilation, outside the measurements
             fn()
-            fn()
-        for _ in range(repeats):
-            for name, fn in paths.items():  # interleaved
-                sync()
-                start = time.perf_counter()
-                fn()
-                sync()
-                times[name].append((time.perf_counter() - start) * 1000)
-    median = {name: statistics.median(values) for name, values in times.items()}
+        median = interleaved_medians({name: (lambda fn=fn: fn) for name, fn in paths.items()}, repeats)
     best = min((name for name in paths if name != "full"), key=median.get)
     return {
         "full_ms": median["full"], "shortlist_ms": median[best], "ratio": median[best] / median["full"], "path": best,

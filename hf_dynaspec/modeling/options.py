@@ -67,7 +67,7 @@ class DynaSpecGenerationConfig(GenerationConfig):
     """Drafting options of a `DynaSpecAssistant` (`assistant.generation_config`), with these defaults:
 
     - `num_assistant_tokens` (2): K, tokens drafted per verification (chain drafting). 2 is the measured optimum
-      for the shipped 0.5B assistant on 2-core CPUs (docs/results.md); better drafters and GPUs want 4-6.
+      for the shipped 0.5B assistant on 2-core CPUs (benchmarks/results/NOTEBOOK.md); better drafters and GPUs want 4-6.
     - `assistant_confidence_threshold` (0.0): chain drafting stops before the first position whose most likely
       draft token has a probability below this (read before drawing, so sampling stays exact); a round may then
       draft nothing. 0 always drafts K tokens.

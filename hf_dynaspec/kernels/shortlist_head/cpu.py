@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import torch
 
+from hf_dynaspec.kernels.shortlist_head.output import ShortlistHeadOutput
+
 
 @torch.no_grad()
 def shortlist_head_blocks(
     hidden: torch.Tensor, permuted_weight: torch.Tensor, block_starts: list[int], block_ends: list[int],
     token_order: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """hidden `[B, D]`, permuted_weight `[V, D]`, blocks `[start, end)`, token_order `[V]` -> (scores `[B, S]`, ids `[S]`)."""
+) -> ShortlistHeadOutput:
+    """hidden `[B, D]`, permuted_weight `[V, D]`, blocks `[start, end)`, token_order `[V]` -> scores `[B, S]`, ids `[S]`."""
     size = sum(b - a for a, b in zip(block_starts, block_ends))
     scores = torch.empty(hidden.shape[0], size, dtype=hidden.dtype, device=hidden.device)
     ids = torch.empty(size, dtype=torch.long, device=hidden.device)
@@ -24,4 +26,4 @@ def shortlist_head_blocks(
         torch.mm(hidden, permuted_weight[a:b].T, out=scores[:, start : start + b - a])
         ids[start : start + b - a] = token_order[a:b]
         start += b - a
-    return scores.float(), ids
+    return ShortlistHeadOutput(scores.float(), ids)

@@ -15,6 +15,8 @@ import os
 
 import torch
 
+from hf_dynaspec.kernels.shortlist_head.output import ShortlistHeadOutput
+
 from hf_dynaspec.kernels.shortlist_head.cpu import shortlist_head_blocks
 
 
@@ -31,11 +33,11 @@ def triton_available() -> bool:
 
 
 def shortlist_head(hidden: torch.Tensor, permuted_weight: torch.Tensor, block_starts: list[int],
-                   block_ends: list[int], token_order: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Scores `[B, S]` (float32) and target ids `[S]` of the selected row blocks of a permuted head `[V, D]`."""
+                   block_ends: list[int], token_order: torch.Tensor) -> ShortlistHeadOutput:
+    """Scores `[B, S]` (float32), target ids `[S]` and the reductions over S (fused on the Triton path) of the
+    selected row blocks of a permuted head `[V, D]`."""
     if permuted_weight.is_cuda and triton_available():
         from hf_dynaspec.kernels.shortlist_head.triton_kernel import shortlist_head_triton
 
-        out = shortlist_head_triton(hidden, permuted_weight, block_starts, block_ends, token_order)
-        return out.scores, out.token_ids
+        return shortlist_head_triton(hidden, permuted_weight, block_starts, block_ends, token_order)
     return shortlist_head_blocks(hidden, permuted_weight, block_starts, block_ends, token_order)

@@ -7,17 +7,19 @@ from __future__ import annotations
 
 import torch
 
+from hf_dynaspec.kernels.shortlist_head.output import ShortlistHeadOutput
+
 
 def shortlist_head_reference(
     hidden: torch.Tensor, permuted_weight: torch.Tensor, block_starts: list[int], block_ends: list[int],
     token_order: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor]:
+) -> ShortlistHeadOutput:
     """Scores of the selected row blocks of a permuted head.
 
     hidden `[B, D]`, permuted_weight `[V, D]`, blocks `[start, end)` of rows, token_order `[V]` (target id of
-    each permuted row) -> (scores `[B, S]` float32, target ids `[S]`), rows in block order. Gathers the rows
+    each permuted row) -> scores `[B, S]` float32 and target ids `[S]`, rows in block order. Gathers the rows
     into a fresh tensor on every call: simple and slow (the reason the fast paths exist).
     """
     rows = torch.cat([torch.arange(a, b) for a, b in zip(block_starts, block_ends)]).to(permuted_weight.device)
     scores = hidden.float() @ permuted_weight.index_select(0, rows).float().T
-    return scores, token_order[rows]
+    return ShortlistHeadOutput(scores, token_order[rows])

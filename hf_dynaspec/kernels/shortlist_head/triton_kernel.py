@@ -14,9 +14,10 @@ before the import (see `hf_dynaspec.kernels.triton_available`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import torch
+
+from hf_dynaspec.kernels.shortlist_head.output import ShortlistHeadOutput
 import triton
 import triton.language as tl
 
@@ -61,20 +62,6 @@ def _shortlist_head_kernel(
     tl.store(tile_max_ptr + partial, tile_max, mask=b_ok)
     tl.store(tile_arg_ptr + partial, out_start + tile_arg, mask=b_ok)
     tl.store(tile_sumexp_ptr + partial, tile_sumexp, mask=b_ok)
-
-
-@dataclass
-class ShortlistHeadOutput:
-    scores: torch.Tensor  # [B, S] float32, shortlist-local (rows in block order)
-    token_ids: torch.Tensor  # [S] target id of each shortlist column
-    argmax: torch.Tensor  # [B] shortlist-local column of the best score (first one on ties)
-    max: torch.Tensor  # [B] float32
-    logsumexp: torch.Tensor  # [B] float32, over the shortlist
-
-    @property
-    def argmax_token_ids(self) -> torch.Tensor:
-        """[B] target ids of the best-scored rows."""
-        return self.token_ids[self.argmax]
 
 
 def _tiles(block_starts: torch.Tensor, block_ends: torch.Tensor, block_n: int):

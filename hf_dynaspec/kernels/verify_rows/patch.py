@@ -14,7 +14,7 @@ token rows (verification); one-token decoding and long prefills keep the model's
 
 Both accumulate in fp32 and round to the model's dtype, as PyTorch's bf16 kernels do, so results differ from
 them only in summation order: the same near-tie effect that any multi-token forward already has (see
-hf_dynaspec.exactness). Measurements: docs/results.md.
+hf_dynaspec.exactness). Measurements: benchmarks/results/NOTEBOOK.md.
 """
 
 from __future__ import annotations

@@ -60,3 +60,24 @@ def test_bench_head_blocks_are_whole_clusters_totalling_about_s(tmp_path, monkey
     assert json.loads((tmp_path / "out.json").read_text())["ratio"] == result["ratio"]
     package = pathlib.Path(bench.__file__).resolve().parents[1]
     assert not list(package.rglob("*.csv")) and not list(package.rglob("*.jsonl"))  # nothing inside the package
+
+
+def test_every_backend_returns_one_type_with_the_reductions():
+    """The dispatcher keeps what the backend computed: one `ShortlistHeadOutput`, whose argmax / max / log-sum-exp
+    are those of its scores (computed on demand on CPU, fused in the Triton kernel)."""
+    from hf_dynaspec.kernels.shortlist_head import ShortlistHeadOutput, shortlist_head
+
+    generator = torch.Generator().manual_seed(7)
+    weight = torch.randn(300, 16, generator=generator)
+    hidden = torch.randn(2, 16, generator=generator)
+    token_order = torch.randperm(300, generator=generator)
+    starts, ends = [0, 120, 250], [64, 200, 300]
+    outputs = [f(hidden, weight, starts, ends, token_order)
+               for f in (shortlist_head_reference, shortlist_head_blocks, shortlist_head)]
+    for out in outputs:
+        assert isinstance(out, ShortlistHeadOutput)
+        assert torch.equal(out.argmax, out.scores.argmax(-1))
+        torch.testing.assert_close(out.max, out.scores.max(-1).values)
+        torch.testing.assert_close(out.logsumexp, torch.logsumexp(out.scores, -1))
+        assert torch.equal(out.argmax_token_ids, out.token_ids[out.scores.argmax(-1)])
+    torch.testing.assert_close(outputs[1].logsumexp, outputs[0].logsumexp)

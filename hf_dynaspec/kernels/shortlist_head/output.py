@@ -1,0 +1,50 @@
+"""`ShortlistHeadOutput`: what every backend of the shortlisted head returns.
+
+The Triton kernel fuses the row-wise argmax, max and log-sum-exp into the matmul's epilogue and hands them
+over; the CPU and reference paths compute them from the scores only when asked (they cost a pass over `[B, S]`
+that greedy drafting, which reads the scores anyway, does not need).
+
+Legend: B batch, S shortlist rows.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class ShortlistHeadOutput:
+    """scores `[B, S]` float32 (rows in block order), token_ids `[S]` (target id of each column), and the
+    reductions over S: `argmax` `[B]` (first column on ties), `max` `[B]`, `logsumexp` `[B]` float32."""
+
+    def __init__(self, scores: torch.Tensor, token_ids: torch.Tensor, argmax: torch.Tensor | None = None,
+                 max: torch.Tensor | None = None, logsumexp: torch.Tensor | None = None):
+        self.scores = scores
+        self.token_ids = token_ids
+        self._argmax, self._max, self._logsumexp = argmax, max, logsumexp
+
+    @property
+    def argmax(self) -> torch.Tensor:
+        if self._argmax is None:
+            self._argmax = self.scores.argmax(-1)
+        return self._argmax
+
+    @property
+    def max(self) -> torch.Tensor:
+        if self._max is None:
+            self._max = self.scores.gather(-1, self.argmax[:, None])[:, 0]
+        return self._max
+
+    @property
+    def logsumexp(self) -> torch.Tensor:
+        if self._logsumexp is None:
+            self._logsumexp = torch.logsumexp(self.scores, dim=-1)
+        return self._logsumexp
+
+    @property
+    def argmax_token_ids(self) -> torch.Tensor:
+        """`[B]` target ids of the best-scored rows."""
+        return self.token_ids[self.argmax]
+
+    def __iter__(self):
+        """`scores, token_ids = output`: the two tensors every caller reads."""
+        return iter((self.scores, self.token_ids))
