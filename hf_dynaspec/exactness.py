@@ -39,16 +39,24 @@ def first_divergence(reference_ids: torch.Tensor, candidate_ids: torch.Tensor) -
 
 @contextlib.contextmanager
 def _float32_weights(model: torch.nn.Module):
-    """Temporarily upcast `model` to float32; restoring bf16/fp16 afterwards is exact."""
-    original = next(model.parameters()).dtype
-    if original == torch.float32:
+    """Temporarily upcast `model`'s floating parameters and buffers to float32, then give each its own dtype back.
+
+    Restoring tensor by tensor matters: a bf16 model keeps some buffers in float32 (rotary `inv_freq`), which a
+    blanket `model.to(torch.bfloat16)` would round for good. Going up to float32 and back is exact for bf16/fp16
+    values. The upcast needs twice the weights' memory while it lasts (on a GPU, check on a copy of the model if
+    that does not fit)."""
+    tensors = [t for t in [*model.parameters(), *model.buffers()] if t.is_floating_point()]
+    dtypes = [t.dtype for t in tensors]
+    if all(dtype == torch.float32 for dtype in dtypes):
         yield model
         return
-    model.float()
+    for tensor in tensors:
+        tensor.data = tensor.data.float()
     try:
         yield model
     finally:
-        model.to(original)
+        for tensor, dtype in zip(tensors, dtypes):
+            tensor.data = tensor.data.to(dtype)
 
 
 @torch.no_grad()

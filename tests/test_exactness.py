@@ -43,3 +43,15 @@ def test_bf16_model_is_restored_bit_exactly():
     assert divergence.margin is not None
     after = target.state_dict()
     assert all(after[k].dtype == torch.bfloat16 and torch.equal(after[k], before[k]) for k in before)
+
+
+def test_every_tensor_gets_its_own_dtype_back():
+    """A bf16 model may keep buffers in float32 (rotary inv_freq, as from_pretrained leaves it); the fp32 check
+    must not round them to bf16 on the way back (a blanket `model.to(bf16)` did)."""
+    target = tiny_target("llama").to(torch.bfloat16)
+    rotary = target.model.rotary_emb
+    rotary.inv_freq = rotary.inv_freq.float() + 1e-4  # fp32 values bf16 cannot hold
+    kept = rotary.inv_freq.clone()
+    check_exactness(target, torch.tensor([[1, 2, 3]]), torch.tensor([4, 5]), torch.tensor([4, 6]))
+    assert rotary.inv_freq.dtype == torch.float32 and torch.equal(rotary.inv_freq, kept)
+    assert all(p.dtype == torch.bfloat16 for p in target.parameters())

@@ -160,3 +160,20 @@ def test_eagle3_drafter_greedy_identical(family):
         expected = plain_generate(target, input_ids, max_new_tokens=20)
         got = assisted_generate(target, assistant, input_ids, max_new_tokens=20)
         assert torch.equal(got, expected)
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+def test_fp16_greedy_is_exact_up_to_near_ties(family):
+    """fp16 (a T4's dtype) on CPU: every assisted output equals plain greedy's or parts from it at a near-tie."""
+    from hf_dynaspec import check_exactness
+
+    target = one_layer_target(family).to(torch.float16)
+    assistant = imitating_assistant(target, noise=0.15, num_assistant_tokens=3)
+    assert assistant.drafter.fc.weight.dtype == torch.float16  # attach followed the target's dtype
+    for seed in range(3):
+        input_ids = prompt(seed, 10)
+        expected = plain_generate(target, input_ids, max_new_tokens=30)
+        got = assisted_generate(target, assistant, input_ids, max_new_tokens=30)
+        divergence = check_exactness(target, input_ids, expected[0, 10:], got[0, 10:])
+        assert divergence is None or divergence.near_tie, divergence
+    assert assistant.stats.accepted > 0

@@ -99,8 +99,10 @@ def test_assisted_generation_with_cpu_verification_stays_exact_up_to_near_ties(m
         cpu_verify.disable(target)
 
 
-def test_fp32_models_are_left_alone_and_methods_are_checked():
+def test_fp32_models_are_left_alone_and_methods_are_checked(monkeypatch):
     model = tiny_target("llama")
+    # Nothing to reroute (fp32 here; a model on a GPU likewise): the kernel must not even be built.
+    monkeypatch.setattr(cpu_rows, "available", lambda: pytest.fail("the kernel was built for a model it cannot serve"))
     assert cpu_verify.enable(model) == 0 and not cpu_verify.is_enabled(model)
     with pytest.raises(ValueError, match="one of"):
         cpu_verify.enable(model, method="fast")

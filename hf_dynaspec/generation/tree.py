@@ -52,6 +52,7 @@ def tree_generate(
             "tree_generate needs the assistant: model.generate(..., custom_generate=tree_generate, drafter=assistant)"
         )
     assistant = ensure_attached(drafter, model, argument="drafter")
+    _check_attention(model)
     _check_inputs(input_ids, generation_config, model_kwargs)
     options = assistant.generation_config.with_options(
         tree_top_k=tree_top_k, tree_depth=tree_depth, tree_total_tokens=tree_total_tokens)
@@ -149,6 +150,18 @@ def _prefill(model, assistant, input_ids, cache, logits_processor, do_sample):
         token = processed.argmax(dim=-1, keepdim=True)
     target_hidden = assistant.drafter.select_target_hidden(out.hidden_states)
     return torch.cat([input_ids, token], dim=1), processed, logits, target_hidden
+
+
+def _check_attention(model) -> None:
+    """Tree verification hands the target a 4-D additive mask (each node sees its ancestors only); flash
+    attention kernels take no such mask and would attend causally over the flattened tree: wrong logits."""
+    implementation = str(getattr(model.config, "_attn_implementation", None) or "")
+    if implementation.startswith("flash") or "paged" in implementation:
+        raise ValueError(
+            f"tree decoding needs an attention implementation that applies a 4-D tree mask; this target uses "
+            f"{implementation!r}. Load it with attn_implementation='sdpa' (or 'eager'), or draft a chain with "
+            "assistant_model=assistant, which flash attention serves."
+        )
 
 
 def _check_inputs(input_ids: torch.Tensor, generation_config, model_kwargs: dict) -> None:

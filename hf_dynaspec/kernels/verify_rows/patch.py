@@ -78,20 +78,25 @@ def enable(model: nn.Module, max_rows: int = 16, method: str = "auto", min_rows:
     """
     if not 1 <= min_rows <= max_rows:
         raise ValueError(f"cpu_verify.enable needs 1 <= min_rows <= max_rows, got {min_rows} and {max_rows}")
-    method = resolve_method(method)
+    if method not in METHODS:
+        raise ValueError(f"cpu_verify method must be one of {METHODS}, got {method!r}")
     disable(model)
+    # Only bf16/fp16 Linear layers on the CPU are rerouted: a model on a GPU (or in fp32) has none, and must not
+    # pay for compiling the kernel.
+    candidates = [m for m in model.modules() if isinstance(m, nn.Linear) and m.weight.device.type == "cpu"
+                  and m.weight.dtype in (torch.bfloat16, torch.float16)]
+    if not candidates:
+        return 0
+    method = resolve_method(method)
     patched = 0
-    for module in model.modules():
-        if isinstance(module, nn.Linear) and module.weight.dtype in (torch.bfloat16, torch.float16):
-            if module.weight.device.type != "cpu":
-                continue
-            module_method = method if module.weight.dtype == torch.bfloat16 else "shadow"
-            forward, shadow = _patched_forward(module, min_rows, max_rows, module_method)
-            module.__dict__["forward"] = forward  # instance attribute: shadows the class method
-            module.__dict__[_PATCHED] = module_method
-            if shadow is not None:
-                module.__dict__[_SHADOW] = shadow
-            patched += 1
+    for module in candidates:
+        module_method = method if module.weight.dtype == torch.bfloat16 else "shadow"
+        forward, shadow = _patched_forward(module, min_rows, max_rows, module_method)
+        module.__dict__["forward"] = forward  # instance attribute: shadows the class method
+        module.__dict__[_PATCHED] = module_method
+        if shadow is not None:
+            module.__dict__[_SHADOW] = shadow
+        patched += 1
     return patched
 
 

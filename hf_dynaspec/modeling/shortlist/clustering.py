@@ -67,7 +67,9 @@ def cluster_vocabulary(
     clustered_ids = keep.nonzero().flatten()
     if num_clusters < 1 or num_clusters > len(clustered_ids):
         raise ValueError(f"num_clusters must be in [1, {len(clustered_ids)}], got {num_clusters}")
-    rows = torch.nn.functional.normalize(head_weight[clustered_ids].float(), dim=-1)
+    # k-means runs in scikit-learn, on the CPU: bring the rows over once, whatever device the head is on.
+    rows = torch.nn.functional.normalize(head_weight.detach()[clustered_ids.to(head_weight.device)].float().cpu(),
+                                         dim=-1)
     generator = torch.Generator().manual_seed(seed)
     if sample_size is not None and sample_size < len(rows):
         fit_rows = rows[torch.randperm(len(rows), generator=generator)[:sample_size]]
