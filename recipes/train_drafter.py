@@ -382,7 +382,9 @@ def main(argv=None):
     accelerator = Accelerator(cpu=not torch.cuda.is_available(),
                               mixed_precision="no" if not torch.cuda.is_available() else "bf16")
     target, _ = load_target(args.target, "fp32")
-    target.requires_grad_(False)
+    # The drafter borrows the target's embedding, final norm and LM head (not submodules: accelerate's prepare
+    # does not move them), so the target goes where the drafter will train, before the assistant attaches to it.
+    target = target.to(accelerator.device).requires_grad_(False)
     fused_ids = parse_layer_ids(args.fused_hidden_states)
     overrides = {"intermediate_size": args.intermediate_size} if args.intermediate_size else {}
     if args.init:
