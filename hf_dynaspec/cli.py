@@ -16,7 +16,9 @@ def _add_generation_args(parser: argparse.ArgumentParser, target_default: str | 
     parser.add_argument("--assistant", default=None,
                         help="assistant directory or Hub id (default: the best one shipped for the target)")
     parser.add_argument("--max-new-tokens", type=int, default=128)
-    parser.add_argument("--dtype", choices=["bf16", "fp32"], default="bf16")
+    parser.add_argument("--dtype", choices=["bf16", "fp16", "fp32"], default="bf16",
+                        help="the target's dtype (fp16 for GPUs without bf16, e.g. a T4)")
+    parser.add_argument("--device", default="auto", help="auto (CUDA when there is one, else CPU), cpu, cuda, cuda:1, ...")
     parser.add_argument("--num-draft-tokens", type=int, default=None, help="override the assistant's draft length")
     parser.add_argument("--draft-confidence", type=float, default=None, metavar="P",
                         help="override the assistant's draft_confidence: stop a draft before a token the drafter "
@@ -131,7 +133,7 @@ def _generate(args, chat: bool | None) -> dict:
     from hf_dynaspec.bench import runner
     from hf_dynaspec.bench.prompts import encode_prompt
 
-    model, tokenizer = runner.load_target(args.target, args.dtype)
+    model, tokenizer = runner.load_target(args.target, args.dtype, args.device)
     verify_method = _enable_cpu_verify(model, args.cpu_verify)
     assistant, description = runner.load_assistant(args.assistant, model, args.target)
     # The overrides, checked with the same messages as the options object.

@@ -81,8 +81,8 @@ def check_exactness(
     if position >= len(reference_ids) or position >= len(candidate_ids):
         return Divergence(position, -1, -1, None, False)
     ref_token, cand_token = int(reference_ids[position]), int(candidate_ids[position])
-    device = prompt_ids.device
-    prefix = torch.cat([prompt_ids.flatten(), reference_ids[:position].to(device)])[None]
+    device = next(model.parameters()).device  # the prompt may come from a tokenizer (CPU), the model be on a GPU
+    prefix = torch.cat([prompt_ids.flatten().to(device), reference_ids[:position].to(device)])[None]
     with _float32_weights(model):
         logits = model(input_ids=prefix, use_cache=False, logits_to_keep=1).logits[0, -1].float()
     margin = abs(float(logits[ref_token] - logits[cand_token]))
@@ -97,8 +97,9 @@ def greedy_gaps(model, prompt_ids: torch.Tensor, generated_ids: torch.Tensor) ->
     `check_exactness` stops at the first divergence; this checks every token of one output, including those
     after a near-tie, where the two outputs legitimately part. One forward over prompt + output.
     """
-    generated_ids = generated_ids.flatten().to(prompt_ids.device)
-    sequence = torch.cat([prompt_ids.flatten(), generated_ids])[None]
+    device = next(model.parameters()).device
+    generated_ids = generated_ids.flatten().to(device)
+    sequence = torch.cat([prompt_ids.flatten().to(device), generated_ids])[None]
     with _float32_weights(model):
         logits = model(input_ids=sequence, use_cache=False).logits[0].float()
     rows = logits[prompt_ids.shape[-1] - 1 : -1]  # the row before each generated token predicts it

@@ -43,3 +43,25 @@ def test_generate_requires_a_prompt(capsys):
         main(["generate", "--target", "x"])
     assert exit_info.value.code == 2  # argparse's usage error, not a crash further in
     assert "--prompt" in capsys.readouterr().err
+
+
+def test_dtype_and_device_reach_the_target(monkeypatch):
+    """`--dtype fp16 --device ...` (a T4 user's flags) are parsed and handed to load_target; "auto" picks CUDA only
+    when there is one."""
+    import torch
+
+    from hf_dynaspec.bench import runner
+    from hf_dynaspec.cli import build_parser
+
+    args = build_parser().parse_args(["generate", "--prompt", "x", "--target", "t", "--dtype", "fp16",
+                                      "--device", "cpu"])
+    assert (args.dtype, args.device) == ("fp16", "cpu")
+    bench = build_parser().parse_args(["bench", "--target", "t", "--dtype", "fp16", "--methods", "vanilla",
+                                       "--prompts", "p.jsonl"])
+    assert (bench.dtype, bench.device) == ("fp16", "auto")
+    assert runner.DTYPES["fp16"] == torch.float16
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert runner.resolve_device("auto") == torch.device("cpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert runner.resolve_device("auto") == torch.device("cuda")
+    assert runner.resolve_device("cuda:1") == torch.device("cuda", 1)

@@ -30,7 +30,8 @@ def add_parser(commands) -> None:
     bench.add_argument("--num-draft-tokens", type=int, default=None, help="override the assistant's draft length")
     bench.add_argument("--tree", default=None, metavar="TOPK,DEPTH,TOTAL",
                        help="tree shape for the *-tree methods (default: the assistant's config)")
-    bench.add_argument("--dtype", choices=["bf16", "fp32"], default="bf16")
+    bench.add_argument("--dtype", choices=["bf16", "fp16", "fp32"], default="bf16")
+    bench.add_argument("--device", default="auto", help="auto (CUDA when there is one, else CPU), cpu, cuda, ...")
     bench.add_argument("--cpu-verify", nargs="?", const="auto", default=None, choices=["auto", "kernel", "shadow"],
                        help="every multi-token forward of a bf16 target on CPU through hf_dynaspec.kernels.verify_rows.patch "
                             "(the bf16 kernel, or fp32 shadow weights): verification and prefill, for every "
@@ -54,7 +55,7 @@ def run(args) -> dict:
     keys = expand_assistant_labels([k.strip() for k in args.methods.split(",") if k.strip()],
                                    [label for label in assistants if label is not None])
     prompts = load_prompts(args.prompts.split(","), args.limit_per_category)
-    target, tokenizer = load_target(args.target, args.dtype)
+    target, tokenizer = load_target(args.target, args.dtype, args.device)
     if not assistants:
         shipped = shipped_assistant_dir(args.target)
         assistants = {None: str(shipped)} if shipped else {}
@@ -71,7 +72,7 @@ def run(args) -> dict:
     def no_assistant(**_):
         raise ValueError(f"no assistant ships for {args.target}: pass --assistant PATH")
 
-    draft_model = load_target(args.draft_model, args.dtype)[0] if args.draft_model else None
+    draft_model = load_target(args.draft_model, args.dtype, args.device)[0] if args.draft_model else None
     cpu_verify_method = None
     if args.cpu_verify:
         from hf_dynaspec.kernels.verify_rows import patch as cpu_verify

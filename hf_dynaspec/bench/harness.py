@@ -47,6 +47,7 @@ class Run:
 
 def timed_run(target, method: Method, input_ids: torch.Tensor, max_new_tokens: int) -> Run:
     """Greedy generate with `method`, timed, counting the target's forward passes."""
+    input_ids = input_ids.to(target.device)
     forward_ends: list[float] = []
     handle = target.register_forward_hook(lambda *_: forward_ends.append(time.perf_counter()))
     start = time.perf_counter()
