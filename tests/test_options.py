@@ -8,6 +8,7 @@ import json
 import warnings
 
 import pytest
+from transformers import GenerationConfig
 import torch
 from conftest import VOCAB, imitating_assistant, one_layer_target, plain_generate
 
@@ -121,3 +122,22 @@ def test_chain_generate_refuses_what_it_does_not_implement():
     assistant = imitating_assistant(target, prompt_lookup_num_tokens=3)
     with pytest.raises(ValueError, match="prompt_lookup_num_tokens"):
         target.generate(prompt(0, 6), max_new_tokens=4, custom_generate=chain_generate, drafter=assistant)
+
+
+def test_drafts_end_at_their_first_eos_where_transformers_does_not_crop(monkeypatch):
+    """transformers < 5.18 appends every accepted token; the generator then ends a draft at its first EOS (tokens
+    and the draft logits alike). Newer releases crop themselves, and the generator skips the cut (a host sync)."""
+    from hf_dynaspec.drafting.chain import Draft
+    from hf_dynaspec.generation import candidate_generator as cg
+
+    config = GenerationConfig(eos_token_id=[7, 9])
+    monkeypatch.setattr(cg, "TRANSFORMERS_CROPS_AT_EOS", False)
+    eos = cg._eos_token_ids_to_cut(config, torch.device("cpu"))
+    generator = cg.EagleCandidateGenerator.__new__(cg.EagleCandidateGenerator)
+    generator.eos_token_ids = eos
+    draft = Draft(token_ids=torch.tensor([[3, 9, 7, 4]]), logits=torch.randn(1, 4, 11))
+    cut = generator._end_at_eos(draft)
+    assert cut.token_ids.tolist() == [[3, 9]] and torch.equal(cut.logits, draft.logits[:, :2])
+    assert generator._end_at_eos(Draft(torch.tensor([[3, 4]]), None)).token_ids.tolist() == [[3, 4]]
+    monkeypatch.setattr(cg, "TRANSFORMERS_CROPS_AT_EOS", True)
+    assert cg._eos_token_ids_to_cut(config, torch.device("cpu")) is None

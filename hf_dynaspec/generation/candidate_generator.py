@@ -8,6 +8,8 @@ target forward).
 from __future__ import annotations
 
 import torch
+import transformers
+from packaging import version
 from transformers.generation.candidate_generator import CandidateGenerator
 
 from hf_dynaspec.drafting.chain import ChainDraftSession
@@ -17,6 +19,8 @@ from hf_dynaspec.generation.attachment import ensure_attached
 from hf_dynaspec.generation.checks import check_chain_inputs
 from hf_dynaspec.modeling.options import DynaSpecGenerationConfig
 from hf_dynaspec.stats import DraftStats
+
+TRANSFORMERS_CROPS_AT_EOS = version.Version(transformers.__version__) >= version.Version("5.18.0")
 
 
 def call_options(assistant, generation_config) -> DynaSpecGenerationConfig:
@@ -53,15 +57,21 @@ def make_candidate_generator(assistant, target, input_ids, generation_config, lo
         confidence=options.assistant_confidence_threshold,
     )
     return EagleCandidateGenerator(assistant, session, options, max_length=generation_config.max_length,
-                                   eos_token_ids=_eos_token_ids(generation_config))
+                                   eos_token_ids=_eos_token_ids_to_cut(generation_config, input_ids.device))
 
 
-def _eos_token_ids(generation_config) -> torch.Tensor | None:
-    """The call's EOS ids `[E]` (generate() has put them on the config as a tensor), or None."""
+def _eos_token_ids_to_cut(generation_config, device: torch.device) -> torch.Tensor | None:
+    """The call's EOS ids `[E]` on `device`, where drafts must end at an EOS themselves; else None.
+
+    transformers >= 5.18 crops the accepted tokens at the first EOS in its own loop; earlier releases commit every
+    accepted token and check the stopping criteria on the last one only. The cut costs a host sync per round, so
+    it is made only where transformers does not crop."""
+    if TRANSFORMERS_CROPS_AT_EOS:
+        return None
     eos = getattr(generation_config, "_eos_token_tensor", None)
     if eos is None and generation_config.eos_token_id is not None:
-        eos = torch.tensor(generation_config.eos_token_id).reshape(-1)
-    return None if eos is None or not eos.numel() else eos.reshape(-1)
+        eos = torch.tensor(generation_config.eos_token_id)
+    return None if eos is None or not eos.numel() else eos.reshape(-1).to(device)
 
 
 class EagleCandidateGenerator(CandidateGenerator):
@@ -119,12 +129,12 @@ class EagleCandidateGenerator(CandidateGenerator):
 
     def _end_at_eos(self, draft):
         """Cut the draft after its first EOS, as transformers' own candidate generators end theirs: releases
-        before 5.24 commit every accepted token and check the stopping criteria only on the last one, so tokens
+        before 5.18 commit every accepted token and check the stopping criteria only on the last one, so tokens
         drafted past an EOS would be appended after it. The cut reads tokens already drawn and drops only
         positions that follow an EOS, whose tokens are never part of the output: sampling stays exact."""
         if self.eos_token_ids is None or not draft.token_ids.shape[1]:
             return draft
-        is_eos = torch.isin(draft.token_ids[0], self.eos_token_ids.to(draft.token_ids.device))
+        is_eos = torch.isin(draft.token_ids[0], self.eos_token_ids)
         if not bool(is_eos.any()):
             return draft
         keep = int(is_eos.nonzero()[0, 0]) + 1
