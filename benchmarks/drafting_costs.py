@@ -1,7 +1,7 @@
 """What drafting costs: one script for the drafter's step, its one-row products and its pass over a prompt.
 
     python benchmarks/drafting_costs.py --what step --assistant assistants/qwen2.5-coder-0.5b-instruct \
-        --strategies full,frspec:16384,dynaspec-fixed:16,dynaspec:32
+        --strategies eagle,frspec:16384,dynaspec-fixed:16,dynaspec:32
     python benchmarks/drafting_costs.py --what one-row --assistant assistants/qwen2.5-coder-0.5b-instruct
     python benchmarks/drafting_costs.py --what prompt-pass --rows 16,147,741
 
@@ -25,6 +25,7 @@ import argparse
 import torch
 
 from hf_dynaspec import DynaSpecAssistant
+from hf_dynaspec.bench.methods import parse_method, shortlist_overrides
 from hf_dynaspec.bench.results_table import append_records, make_record
 from hf_dynaspec.bench.runner import load_assistant, load_target
 from hf_dynaspec.bench.timer import interleaved_medians
@@ -35,17 +36,6 @@ from hf_dynaspec.kernels.verify_rows import patch as cpu_verify
 from hf_dynaspec.modeling.drafter import causal_mask
 
 CONTEXT = 200
-
-
-def strategy_options(spec: str) -> dict:
-    """"dynaspec:32" -> the drafting options that select it."""
-    name, _, arg = spec.partition(":")
-    options = {"shortlist": name}
-    if arg:
-        key = {"frspec": "shortlist_size", "vocabtrim": "shortlist_size", "dynaspec": "max_clusters",
-               "dynaspec-fixed": "fixed_clusters"}[name]
-        options[key] = int(arg)
-    return options
 
 
 def drafting_case(assistant, head, draft_tokens: int):
@@ -68,7 +58,7 @@ def step_costs(assistant, strategies: list[str], draft_tokens: int, repeats: int
     embed = drafter.embed(torch.tensor([[5]]))
     cases = {}
     for spec in strategies:
-        head = runtime_head(assistant, assistant.generation_config.with_options(**strategy_options(spec)))
+        head = runtime_head(assistant, assistant.generation_config.with_options(**shortlist_overrides(*parse_method(spec), spec)))
         cases[f"{spec} propose"] = drafting_case(assistant, head, draft_tokens)
         plan = head.plan(embed[:, -1], hidden, 0)
         cases[f"{spec} head"] = lambda head=head, plan=plan: lambda: head.scores(hidden, plan).logits.argmax(-1)
@@ -126,7 +116,8 @@ def main(argv=None) -> None:
     parser.add_argument("--what", choices=["step", "one-row", "prompt-pass"], required=True)
     parser.add_argument("--target", default="qwen2.5-coder-0.5b-instruct")
     parser.add_argument("--assistant", default=None, help="default: the one shipped for --target")
-    parser.add_argument("--strategies", default="full,frspec:16384,dynaspec-fixed:16,dynaspec:32")
+    parser.add_argument("--strategies", default="eagle,frspec:16384,dynaspec-fixed:16,dynaspec:32",
+                        help="bench method keys of the chain heads (eagle: the full head)")
     parser.add_argument("--draft-tokens", type=int, default=2)
     parser.add_argument("--rows", default="16,147,741", help="prompt lengths for --what prompt-pass")
     parser.add_argument("--repeats", type=int, default=15)

@@ -146,8 +146,9 @@ def _positive_int(key: str, arg: str | None, default: int | None = None) -> int:
     return value
 
 
-def _shortlist_overrides(name: str, key: str, arg: str | None) -> dict:
-    """The shortlist options an assistant method key selects (e.g. `frspec:4096`)."""
+def shortlist_overrides(name: str, arg: str | None, key: str) -> dict:
+    """The shortlist options an assistant method selects: `parse_method("frspec:4096")` -> ("frspec", "4096") ->
+    {"shortlist": "frspec", "shortlist_size": 4096}; `key` names the method in errors."""
     return {
         "eagle": lambda: {"shortlist": "full"},
         "frspec": lambda: {"shortlist": "frspec", "shortlist_size": _positive_int(key, arg)},
@@ -203,7 +204,7 @@ def build_methods(
         elif name in ASSISTANT_METHODS:
             if factory is None:
                 raise ValueError(f"method {key!r} needs an assistant: pass --assistant PATH")
-            overrides = _shortlist_overrides(name, key, arg)
+            overrides = shortlist_overrides(name, arg, key)
             if name in ("eagle", "eagle-tree") and arg is not None:
                 raise ValueError(f"method {key!r}: {name!r} takes no argument")
             confidence = parse_confidence(key)
