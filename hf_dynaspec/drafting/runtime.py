@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import torch
+import torch.nn as nn
 
 from hf_dynaspec.drafting.selector import build_head
 from hf_dynaspec.kernels.verify_rows import loader as verify_rows_loader
@@ -50,5 +51,10 @@ def prepare_for_target(assistant, target) -> None:
     of a generate() call) is 4-5x faster through the kernel too (741 rows: 1,754 -> 401 ms,
     benchmarks/results/drafter_prompt_pass_05b.json).
     """
-    if target.dtype == torch.bfloat16 and target.device.type == "cpu" and verify_rows_loader.available():
-        verify_rows_patch.enable(assistant.drafter, method="kernel", min_rows=1, max_rows=verify_rows_patch.ANY_ROWS)
+    drafter = assistant.drafter
+    if not (target.dtype == torch.bfloat16 and target.device.type == "cpu" and verify_rows_loader.available()):
+        verify_rows_patch.disable(drafter)  # e.g. re-attached to an fp32 or GPU target since an earlier call
+    elif any(isinstance(m, nn.Linear) and not verify_rows_patch.is_enabled(m) for m in drafter.modules()):
+        # Only when a Linear is not routed yet (first call, or one added since, e.g. feature fusion's `fuse`):
+        # re-patching rebuilds every module's forward.
+        verify_rows_patch.enable(drafter, method="kernel", min_rows=1, max_rows=verify_rows_patch.ANY_ROWS)

@@ -287,7 +287,7 @@ class DynaSpecAssistant(PreTrainedModel):
         self.drafter.add_feature_fusion()
         weight = self.drafter.fc.weight
         self.drafter.fuse.to(device=weight.device, dtype=weight.dtype)
-        if self._target is not None:  # route the new Linear through the CPU kernel like the drafter's others
+        if self._target is not None:  # re-check against the target; the next generate() routes `fuse` like the others
             self.attach(self._target)
         return self
 
