@@ -138,7 +138,8 @@ def test_chain_round_with_an_eagle3_drafter_is_exact(target):
 
 
 @pytest.mark.parametrize("kind", ["plain", "top-k"])
-@pytest.mark.parametrize("shape", [(2, 2, 3), (3, 2, 5)])
+# (1, 3, 3): a width-1 tree, the shape chain_generate (the public chain route) runs.
+@pytest.mark.parametrize("shape", [(2, 2, 3), (3, 2, 5), (1, 3, 3)])
 def test_tree_round_is_exact(target, kind, shape):
     top_k, depth, total = shape
     lp = processors(kind)
