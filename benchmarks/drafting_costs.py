@@ -61,7 +61,7 @@ def step_costs(assistant, strategies: list[str], draft_tokens: int, repeats: int
         head = runtime_head(assistant, assistant.generation_config.with_options(**shortlist_overrides(*parse_method(spec), spec)))
         cases[f"{spec} propose"] = drafting_case(assistant, head, draft_tokens)
         plan = head.plan(embed[:, -1], hidden, 0)
-        cases[f"{spec} head"] = lambda head=head, plan=plan: lambda: head.scores(hidden, plan).logits.argmax(-1)
+        cases[f"{spec} head"] = lambda head=head, plan=plan: lambda: head.scores(hidden, plan).argmax
         if plan is not None:
             cases[f"{spec} router"] = lambda: lambda: assistant.shortlists.router(embed[:, -1], hidden)
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import torch
+
 
 @dataclass
 class DraftStats:
@@ -26,13 +28,17 @@ class DraftStats:
     lookup_drafted: int = 0
     lookup_accepted: int = 0
     lookup_vetoes: int = 0  # rounds whose lookup draft the drafter overruled (generation_config.prompt_lookup_veto)
-    shortlist_rows: int = 0  # summed over draft steps that used a shortlist
-    shortlist_steps: int = 0
-    # coverage at draft position j: was the target's own token at j inside the shortlist drafted from?
-    coverage_hits: list[int] = field(default_factory=list)
-    coverage_checked: list[int] = field(default_factory=list)
+    # Shortlist rows summed over draft steps that used a shortlist, and coverage at draft position j (was the
+    # target's own token at j inside the shortlist drafted from?): read through the properties below.
+    _shortlist_rows: int = 0
+    _shortlist_steps: int = 0
+    _coverage_hits: list[int] = field(default_factory=list)
+    _coverage_checked: list[int] = field(default_factory=list)
     # The drafted token ids of every pass, kept only when `assistant.collect_draft_tokens` is set (VocabTrim).
     draft_token_ids: list = field(default_factory=list)
+    # Shortlist counts still on the device: (position, rows `[]`, hit `[]` or None), read on first access, so
+    # that recording a round never waits on an accelerator.
+    _pending: list = field(default_factory=list, repr=False)
 
     def record(self, num_drafted: int, num_accepted: int, looked_up: bool = False) -> None:
         self.verify_passes += 1
@@ -49,18 +55,52 @@ class DraftStats:
         self.acceptance_histogram[num_accepted] += 1
 
     def record_shortlists(self, shortlist_ids: list, target_tokens) -> None:
-        """`shortlist_ids[j]`: ids scored at draft position j (None = full head); `target_tokens[j]`: target's token."""
+        """`shortlist_ids[j]`: ids scored at draft position j (None = full head; -1 marks padding columns);
+        `target_tokens[j]`: the target's token there. Kept as device tensors until a statistic is read."""
         for position, ids in enumerate(shortlist_ids):
             if ids is None:
                 continue
-            self.shortlist_rows += len(ids)
-            self.shortlist_steps += 1
-            if position < len(target_tokens):
-                while len(self.coverage_checked) <= position:
-                    self.coverage_checked.append(0)
-                    self.coverage_hits.append(0)
-                self.coverage_checked[position] += 1
-                self.coverage_hits[position] += int(bool((ids == target_tokens[position]).any()))
+            rows = (ids >= 0).sum()
+            hit = (ids == target_tokens[position]).any() if position < len(target_tokens) else None
+            self._pending.append((position, rows, hit))
+
+    def _settle(self) -> None:
+        """Fold the pending device counts into the totals: one read for all of them."""
+        if not self._pending:
+            return
+        values = torch.stack([torch.stack([rows, hit.long() if hit is not None else torch.full_like(rows, -1)])
+                              for _, rows, hit in self._pending]).tolist()
+        for (position, _, _), (rows, hit) in zip(self._pending, values):
+            self._shortlist_rows += int(rows)
+            self._shortlist_steps += 1
+            if hit < 0:
+                continue
+            while len(self._coverage_checked) <= position:
+                self._coverage_checked.append(0)
+                self._coverage_hits.append(0)
+            self._coverage_checked[position] += 1
+            self._coverage_hits[position] += int(hit)
+        self._pending = []
+
+    @property
+    def shortlist_rows(self) -> int:
+        self._settle()
+        return self._shortlist_rows
+
+    @property
+    def shortlist_steps(self) -> int:
+        self._settle()
+        return self._shortlist_steps
+
+    @property
+    def coverage_hits(self) -> list[int]:
+        self._settle()
+        return self._coverage_hits
+
+    @property
+    def coverage_checked(self) -> list[int]:
+        self._settle()
+        return self._coverage_checked
 
     @property
     def avg_shortlist(self) -> float | None:

@@ -9,6 +9,8 @@ rule violations and check that the same comparison sees them, far above the tole
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
@@ -17,6 +19,7 @@ from conftest import imitating_assistant, one_layer_target
 from enumeration import TargetOracle, chain_round, extended_joint, max_error, target_joint, tree_round
 from hf_dynaspec import DynaSpecAssistant
 from hf_dynaspec.drafting.chain import ChainDraftSession
+from hf_dynaspec.drafting.device_paths import accelerator_paths_on_cpu
 from hf_dynaspec.modeling.shortlist import cluster_vocabulary
 
 VOCAB = 6
@@ -97,10 +100,15 @@ def spy_on_drafts(monkeypatch) -> list:
     return drafts
 
 
+@pytest.mark.parametrize("form", ["cpu", "accelerator"])
 @pytest.mark.parametrize("kind", ["plain", "temperature"])
-def test_chain_round_with_a_confidence_stop_is_exact(target, kind, monkeypatch):
+def test_chain_round_with_a_confidence_stop_is_exact(target, kind, form, monkeypatch):
+    """Both forms of the stop: at once (CPU) and deferred to one read at the round's end (accelerators), where
+    the positions past the stop are drawn and then dropped."""
     drafts = spy_on_drafts(monkeypatch)
-    error, _ = chain_error(target, noisy_assistant(target, num_assistant_tokens=2, assistant_confidence_threshold=0.35), kind)
+    assistant = noisy_assistant(target, num_assistant_tokens=2, assistant_confidence_threshold=0.35)
+    with accelerator_paths_on_cpu() if form == "accelerator" else contextlib.nullcontext():
+        error, _ = chain_error(target, assistant, kind)
     lengths = {d.token_ids.shape[1] for d in drafts}
     assert 2 in lengths and lengths & {0, 1}, f"the stop must cut some drafts short and leave others: {lengths}"
     assert error < TOLERANCE, error
@@ -118,10 +126,13 @@ def test_chain_round_with_prompt_lookup_is_exact(target, veto, monkeypatch):
     assert error < TOLERANCE, error
 
 
+@pytest.mark.parametrize("form", ["cpu", "accelerator"])
 @pytest.mark.parametrize("strategy", ["frspec", "dynaspec"])
-def test_chain_round_through_a_shortlist_is_exact(target, tmp_path, strategy):
+def test_chain_round_through_a_shortlist_is_exact(target, tmp_path, strategy, form):
+    """`accelerator`: the padded device-side shortlist (padding columns must never be drawn)."""
     assistant = shortlisted(target, tmp_path, strategy)
-    error, _ = chain_error(target, assistant, "temperature")
+    with accelerator_paths_on_cpu() if form == "accelerator" else contextlib.nullcontext():
+        error, _ = chain_error(target, assistant, "temperature")
     assert error < TOLERANCE, error
 
 
@@ -151,10 +162,12 @@ def test_tree_round_is_exact(target, kind, shape):
     assert error < TOLERANCE, error
 
 
-def test_tree_round_through_a_shortlist_is_exact(target, tmp_path):
+@pytest.mark.parametrize("form", ["cpu", "accelerator"])
+def test_tree_round_through_a_shortlist_is_exact(target, tmp_path, form):
     assistant = shortlisted(target, tmp_path, "dynaspec")
     lp = processors("temperature")
-    outcomes, _ = tree_round(target, assistant, PROMPT, lp, 2, 2, 4)
+    with accelerator_paths_on_cpu() if form == "accelerator" else contextlib.nullcontext():
+        outcomes, _ = tree_round(target, assistant, PROMPT, lp, 2, 2, 4)
     oracle = TargetOracle(target, lp)
     assert max_error(extended_joint(oracle, PROMPT, outcomes, 3), target_joint(oracle, PROMPT, 3)) < TOLERANCE
 
@@ -162,15 +175,14 @@ def test_tree_round_through_a_shortlist_is_exact(target, tmp_path):
 # -- the comparison sees broken rules --------------------------------------------------------------------
 def _old_confidence_rule(self, scores, context):
     """The rule shipped before: draw x from q, then stop when q(x) < confidence (the draw decides)."""
-    logits, shortlist_ids = scores
-    full = self._to_full_vocab(logits, shortlist_ids)
+    full = self._to_full_vocab(scores.scores, scores.token_ids)
     if self.logits_processor is not None:
         full = self.logits_processor(context, full)
     probs = full.softmax(-1)
     token = torch.multinomial(probs, num_samples=1)
     if float(probs[0, token]) < self.confidence:
-        return None, None
-    return token, full
+        return None, None, None
+    return token, full, None
 
 
 def test_enumeration_sees_the_old_confidence_rule(target, monkeypatch):
@@ -184,8 +196,8 @@ def test_enumeration_sees_draft_logits_before_the_temperature(target, monkeypatc
     choose = ChainDraftSession._choose
 
     def unprocessed(self, scores, context):
-        token, logits = choose(self, scores, context)
-        return token, None if logits is None else self._to_full_vocab(*scores)
+        token, logits, confident = choose(self, scores, context)
+        return token, None if logits is None else self._to_full_vocab(scores.scores, scores.token_ids), confident
 
     monkeypatch.setattr(ChainDraftSession, "_choose", unprocessed)
     error, _ = chain_error(target, noisy_assistant(target, num_assistant_tokens=2), "temperature")

@@ -148,14 +148,15 @@ def test_greedy_identical_when_the_drafter_vetoes_lookup_drafts(family, veto):
 
 def test_veto_compares_the_drafters_top_token_id_and_its_probability():
     from hf_dynaspec.drafting.chain import ChainDraftSession
+    from hf_dynaspec.kernels.shortlist_head import ShortlistHeadOutput
 
     logits = torch.log(torch.tensor([[0.1, 0.6, 0.3]]))
-    full = (logits, None)
+    full = ShortlistHeadOutput(logits, None)
     assert not ChainDraftSession._vetoes(full, 1, veto=0.0)  # the drafter agrees: never a veto
     assert ChainDraftSession._vetoes(full, 2, veto=0.0)
     assert ChainDraftSession._vetoes(full, 2, veto=0.5) and not ChainDraftSession._vetoes(full, 2, veto=0.7)
     # Over a shortlist the argmax is a row index; what counts is the vocabulary id of that row.
-    shortlisted = (logits, torch.tensor([40, 17, 8]))
+    shortlisted = ShortlistHeadOutput(logits, torch.tensor([40, 17, 8]))
     assert not ChainDraftSession._vetoes(shortlisted, 17, veto=0.0)
     assert ChainDraftSession._vetoes(shortlisted, 1, veto=0.0)
 

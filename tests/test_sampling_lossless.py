@@ -123,8 +123,8 @@ def test_fit_rejects_draft_logits_that_were_not_sampled_from(setup, monkeypatch)
     choose = ChainDraftSession._choose
 
     def sharpened(self, *args):  # returns logits of another distribution than the sampled one
-        token_id, logits = choose(self, *args)
-        return token_id, None if logits is None else logits * 3.0
+        token_id, logits, confident = choose(self, *args)
+        return token_id, None if logits is None else logits * 3.0, confident
 
     monkeypatch.setattr(ChainDraftSession, "_choose", sharpened)
     assert fit_p_value(sampled_counts(target, assistant)[0], probs) < 1e-3

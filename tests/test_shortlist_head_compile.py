@@ -23,30 +23,35 @@ DTYPES = ("fp16", "bf16", "fp32")
 
 COMPILE_ALL = r"""
 import json, sys
+import torch
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from hf_dynaspec.kernels.shortlist_head.triton_kernel import _shortlist_head_kernel
+from hf_dynaspec.kernels.shortlist_head.triton_kernel import _indexed_head_kernel, launch_constants
 
-def signature(dtype):
-    pointers = {"hidden_ptr": "*" + dtype, "weight_ptr": "*" + dtype, "scores_ptr": "*fp32", "tile_max_ptr": "*fp32",
-                "tile_arg_ptr": "*i64", "tile_sumexp_ptr": "*fp32", "tile_row_ptr": "*i64", "tile_end_ptr": "*i64",
-                "tile_out_ptr": "*i64"}
-    scalars = {n: "i32" for n in ("batch", "dim", "num_tiles", "stride_hidden", "stride_weight", "stride_scores")}
-    return {**pointers, **scalars, "BLOCK_B": "constexpr", "BLOCK_N": "constexpr", "BLOCK_D": "constexpr"}
+DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+
+def signature(dtype, constants):
+    pointers = {"hidden_ptr": "*" + dtype, "weight_ptr": "*" + dtype, "row_ids_ptr": "*i64", "scores_ptr": "*fp32",
+                "tile_max_ptr": "*fp32", "tile_arg_ptr": "*i64", "tile_sumexp_ptr": "*fp32"}
+    scalars = {n: "i32" for n in ("batch", "dim", "num_columns", "num_tiles", "stride_hidden", "stride_weight",
+                                  "stride_scores")}
+    return {**pointers, **scalars, **{name: "constexpr" for name in constants}}
 
 results = {}
 for capability in (75, 80, 90):
-    for dtype in ("fp16", "bf16", "fp32"):
-        # The block sizes shortlist_head_triton launches with (batch padded to 16 rows; 64 x 64 tiles).
-        source = ASTSource(fn=_shortlist_head_kernel, signature=signature(dtype),
-                           constexprs={"BLOCK_B": 16, "BLOCK_N": 64, "BLOCK_D": 64})
-        try:
-            compiled = triton.compile(source, target=GPUTarget("cuda", capability, 32))
-            results[f"{capability}/{dtype}"] = {"cubin_bytes": len(compiled.asm["cubin"]),
-                                                "targets_sm": f"sm_{capability}" in compiled.asm["ptx"]}
-        except Exception as error:
-            results[f"{capability}/{dtype}"] = {"error": f"{type(error).__name__}: {error}"[:300]}
+    for dtype in DTYPES:
+        for batch in (1, 5):  # the GEMV path and the tl.dot path, with the constants the launcher picks
+            constants = launch_constants(DTYPES[dtype], batch, (capability // 10, capability % 10))
+            source = ASTSource(fn=_indexed_head_kernel, signature=signature(dtype, constants), constexprs=constants)
+            key = f"{capability}/{dtype}/{batch}"
+            try:
+                compiled = triton.compile(source, target=GPUTarget("cuda", capability, 32))
+                ptx = compiled.asm["ptx"]
+                results[key] = {"cubin_bytes": len(compiled.asm["cubin"]), "targets_sm": f"sm_{capability}" in ptx,
+                                "tensor_cores": "mma" in ptx, "upcast": constants["UPCAST"]}
+            except Exception as error:
+                results[key] = {"error": f"{type(error).__name__}: {error}"[:300]}
 print(json.dumps({"triton": triton.__version__, "results": results}))
 """
 
@@ -62,7 +67,14 @@ def compiled() -> dict:
 
 @pytest.mark.parametrize("capability", CAPABILITIES, ids=lambda c: f"sm_{c}_{CAPABILITIES[c]}")
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_the_kernel_compiles_for_each_gpu_and_dtype(compiled, capability, dtype):
-    result = compiled["results"][f"{capability}/{dtype}"]
+@pytest.mark.parametrize("batch", [1, 5], ids=["gemv", "dot"])
+def test_the_kernel_compiles_for_each_gpu_and_dtype(compiled, capability, dtype, batch):
+    result = compiled["results"][f"{capability}/{dtype}/{batch}"]
     assert "error" not in result, f"triton {compiled['triton']}: {result}"
     assert result["cubin_bytes"] > 0 and result["targets_sm"], result
+    # Several rows of fp16/bf16 go through tensor cores (mma) on sm_80 and sm_90; fp32 uses an IEEE fp32 dot by
+    # design (triton_kernel.launch_constants), and for sm_75 Triton emits FMA code even for fp16 (checked: no mma
+    # in the PTX), so a T4 runs the kernel on CUDA cores whatever the dtype.
+    tensor_core_dtype = dtype in ("fp16", "bf16") and capability >= 80
+    if batch > 1:
+        assert result["tensor_cores"] == tensor_core_dtype, result

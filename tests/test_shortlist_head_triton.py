@@ -1,7 +1,8 @@
 """The Triton shortlisted-head kernel under the Triton interpreter (CPU) against the pure-torch reference.
 
 TRITON_INTERPRET=1 must be set before anything imports Triton (transformers does): tests/conftest.py sets
-it. `.ci/run` installs Triton (the `triton` extra), so these tests run there.
+it. `.ci/run` installs Triton (the `triton` extra), so these tests run there. Both launch forms run: the
+batch-1 GEMV path and the `tl.dot` path (batch > 1).
 """
 
 from __future__ import annotations
@@ -11,65 +12,81 @@ import torch
 
 pytest.importorskip("triton", reason="install the 'triton' extra to test the kernel")
 
-from hf_dynaspec.kernels.shortlist_head.reference import shortlist_head_reference  # noqa: E402
-from hf_dynaspec.kernels.shortlist_head.triton_kernel import shortlist_head_triton  # noqa: E402
+from hf_dynaspec.kernels.shortlist_head.reference import indexed_head_reference  # noqa: E402
+from hf_dynaspec.kernels.shortlist_head.triton_kernel import indexed_head_triton, launch_constants  # noqa: E402
 
-VOCAB, HIDDEN = 1237, 72  # neither a multiple of the kernel's 64-row / 64-column tiles
+VOCAB, HIDDEN = 1237, 200  # neither a multiple of the kernel's 64-column tiles nor of its 64/128-wide D chunks
 TOLERANCE = dict(rtol=1e-4, atol=1e-4)
 
 
-def _case(batch: int, dtype: torch.dtype, blocks: str, seed: int = 0):
-    generator = torch.Generator().manual_seed(seed + batch)
+def _row_ids(kind: str, generator) -> torch.Tensor:
+    """Row ids as the cluster table makes them: whole clusters padded with -1 to a common width."""
+    if kind == "dense":
+        return torch.randperm(VOCAB, generator=generator)[:301]
+    if kind == "single-row":
+        return torch.tensor([17])
+    width = 97
+    clusters = [torch.randperm(VOCAB, generator=generator)[: int(n)] for n in (97, 40, 1, 0, 63)]
+    padded = [torch.cat([c, torch.full((width - len(c),), -1)]) for c in clusters]
+    return torch.cat(padded)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("batch", [1, 3, 17])
+@pytest.mark.parametrize("kind", ["dense", "padded", "single-row"])
+def test_kernel_matches_reference(dtype, batch, kind):
+    generator = torch.Generator().manual_seed(batch)
     weight = torch.randn(VOCAB, HIDDEN, generator=generator).to(dtype)
     hidden = torch.randn(batch, HIDDEN, generator=generator).to(dtype)
-    token_order = torch.randperm(VOCAB, generator=generator)
-    bounds = sorted(set([0, VOCAB] + torch.randint(1, VOCAB, (12,), generator=generator).tolist()))
-    pairs = list(zip(bounds[:-1], bounds[1:]))
-    chosen = {"one": pairs[2:3], "all": pairs, "scattered": pairs[::3], "single-row": [(17, 18), (600, 731)]}[blocks]
-    return hidden, weight, [a for a, _ in chosen], [b for _, b in chosen], token_order
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("batch", [1, 3, 8])
-@pytest.mark.parametrize("blocks", ["one", "all", "scattered", "single-row"])
-def test_kernel_matches_reference(dtype, batch, blocks):
-    hidden, weight, starts, ends, token_order = _case(batch, dtype, blocks)
-    out = shortlist_head_triton(hidden, weight, starts, ends, token_order)
-    # The reference upcasts bf16 to fp32 before multiplying, as the kernel does: only summation order differs.
-    expected, expected_ids = shortlist_head_reference(hidden, weight, starts, ends, token_order)
-    assert torch.equal(out.token_ids, expected_ids)
-    assert out.scores.shape == expected.shape == (batch, sum(b - a for a, b in zip(starts, ends)))
-    torch.testing.assert_close(out.scores, expected, **TOLERANCE)
-    torch.testing.assert_close(out.max, expected.max(-1).values, **TOLERANCE)
-    torch.testing.assert_close(out.logsumexp, expected.logsumexp(-1), **TOLERANCE)
-    top2 = expected.topk(min(2, expected.shape[1]), -1).values
-    clear = (top2[:, 0] - top2[:, -1] > 1e-3) | (expected.shape[1] == 1)
-    assert torch.equal(out.argmax[clear], expected.argmax(-1)[clear])
-    assert torch.equal(out.argmax_token_ids[clear], expected_ids[expected.argmax(-1)][clear])
+    row_ids = _row_ids(kind, generator)
+    out = indexed_head_triton(hidden, weight, row_ids)
+    # The reference multiplies in fp32 what the kernel upcasts under the interpreter: only summation order differs.
+    expected = indexed_head_reference(hidden.float(), weight.float(), row_ids)
+    assert out.token_ids is row_ids and out.scores.shape == (batch, len(row_ids))
+    padding = row_ids < 0
+    assert torch.isneginf(out.scores[:, padding]).all()
+    torch.testing.assert_close(out.scores[:, ~padding], expected.scores[:, ~padding], **TOLERANCE)
+    torch.testing.assert_close(out.max, expected.scores.max(-1).values, **TOLERANCE)
+    torch.testing.assert_close(out.logsumexp, expected.scores.logsumexp(-1), **TOLERANCE)
+    top2 = expected.scores.topk(min(2, int((~padding).sum())), -1).values
+    clear = top2[:, 0] - top2[:, -1] > 1e-3 if top2.shape[1] > 1 else torch.ones(batch, dtype=torch.bool)
+    assert torch.equal(out.argmax[clear], expected.scores.argmax(-1)[clear])
+    assert (out.argmax_token_ids >= 0).all()
 
 
 def test_ties_resolve_to_the_first_column_like_torch():
     weight = torch.zeros(200, 16)
     weight[[5, 70, 150]] = 1.0  # the same best score in three tiles
     hidden = torch.ones(2, 16)
-    out = shortlist_head_triton(hidden, weight, [0, 128], [100, 200], torch.arange(200))
+    row_ids = torch.cat([torch.arange(100), torch.full((28,), -1), torch.arange(128, 200)])
+    out = indexed_head_triton(hidden, weight, row_ids)
     assert out.argmax.tolist() == [5, 5]
-    # log-sum-exp over the 172 selected rows: 3 score 16, the other 169 score 0
+    # log-sum-exp over the 172 real rows: 3 score 16, the other 169 score 0; padding adds nothing
     expected = 16.0 + torch.log(3 + 169 * torch.exp(torch.tensor(-16.0)))
     torch.testing.assert_close(out.logsumexp, expected.expand(2))
 
 
-def test_launcher_rejects_bad_shapes_and_blocks():
-    hidden, weight, starts, ends, token_order = _case(3, torch.float32, "all")
+def test_launch_constants_pick_the_gemv_path_at_batch_1_and_tensor_cores_where_they_exist():
+    gemv = launch_constants(torch.bfloat16, 1, (9, 0))
+    assert gemv["BLOCK_B"] == 1 and not gemv["USE_DOT"]  # no padding of one row to 16
+    dot = launch_constants(torch.bfloat16, 5, (8, 0))
+    assert dot["USE_DOT"] and dot["BLOCK_B"] == 16 and not dot["UPCAST"] and not dot["IEEE_DOT"]
+    t4 = launch_constants(torch.bfloat16, 5, (7, 5))  # no bf16 tensor cores on sm_75: upcast, fp32 dot
+    assert t4["UPCAST"] and t4["IEEE_DOT"]
+    assert not launch_constants(torch.float16, 5, (7, 5))["UPCAST"]  # fp16 tensor cores exist on a T4
+    assert launch_constants(torch.float32, 5, (9, 0))["IEEE_DOT"]  # no TF32: the reference's scores
+    assert launch_constants(torch.float16, 5, None, interpreter=True)["UPCAST"]
+
+
+def test_launcher_rejects_bad_inputs_without_reading_values():
+    weight, hidden, row_ids = torch.randn(VOCAB, 72), torch.randn(3, 72), torch.arange(10)
     with pytest.raises(ValueError, match="hidden size 71"):
-        shortlist_head_triton(hidden[:, :71], weight, starts, ends, token_order)
-    with pytest.raises(ValueError, match="0 <= start < end <= V"):
-        shortlist_head_triton(hidden, weight, [5], [VOCAB + 1], token_order)
-    with pytest.raises(ValueError, match="0 <= start < end <= V"):
-        shortlist_head_triton(hidden, weight, [9], [9], token_order)
+        indexed_head_triton(hidden[:, :71], weight, row_ids)
     with pytest.raises(ValueError, match="dtype"):
-        shortlist_head_triton(hidden.double(), weight, starts, ends, token_order)
+        indexed_head_triton(hidden.double(), weight, row_ids)
     with pytest.raises(ValueError, match="contiguous"):
-        shortlist_head_triton(hidden, weight.T.contiguous().T, starts, ends, token_order)
-    with pytest.raises(ValueError, match="token_order"):
-        shortlist_head_triton(hidden, weight, starts, ends, token_order[:-1])
+        indexed_head_triton(hidden, weight.T.contiguous().T, row_ids)
+    with pytest.raises(ValueError, match="int64"):
+        indexed_head_triton(hidden, weight, row_ids.int())
+    with pytest.raises(ValueError, match="non-empty"):
+        indexed_head_triton(hidden, weight, row_ids[:0])

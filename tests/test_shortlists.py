@@ -48,16 +48,41 @@ def test_clustering_is_a_reproducible_partition():
         clusters.validate(VOCAB + 1)
 
 
-def test_permuted_head_with_all_clusters_equals_the_full_head():
+@pytest.mark.parametrize("indexed", [False, True], ids=["permuted-blocks", "indexed-rows"])
+def test_cluster_head_with_all_clusters_equals_the_full_head(indexed):
     target = tiny_target("qwen2")
     assistant = add_shortlists(DynaSpecAssistant.from_target(target), target)
     head = target.get_output_embeddings().weight.detach()
-    cluster_head = ClusterHead(head, assistant.shortlists, max_clusters=8, position_aware=False)
+    cluster_head = ClusterHead(head, assistant.shortlists, max_clusters=8, position_aware=False, indexed=indexed)
     hidden = torch.randn(1, 32)
     scores = cluster_head.scores(hidden, cluster_head.plan(torch.randn(1, 32), torch.randn(1, 32), 0))
-    assert len(scores.token_ids) == VOCAB
+    real = scores.token_ids >= 0  # the indexed form pads every cluster to the widest one
+    assert sorted(scores.token_ids[real].tolist()) == list(range(VOCAB))
+    assert torch.isneginf(scores.scores[0, ~real]).all() and indexed == bool((~real).any())
     full = (hidden @ head.T).float()
-    torch.testing.assert_close(scores.logits[0], full[0, scores.token_ids])
+    torch.testing.assert_close(scores.scores[0, real], full[0, scores.token_ids[real]])
+    assert int(scores.argmax_token_ids[0]) == int(full.argmax())
+
+
+def test_indexed_and_permuted_cluster_heads_score_the_same_rows_at_every_position():
+    """The accelerator form (padded row table indexed by the router's top-k, size cap on the device) selects
+    exactly the rows of the CPU form, position by position, with and without the cap."""
+    target = tiny_target("llama")
+    assistant = add_shortlists(DynaSpecAssistant.from_target(target), target)
+    head = target.get_output_embeddings().weight.detach()
+    generator = torch.Generator().manual_seed(4)
+    for cap in (None, 30, 1):
+        heads = [ClusterHead(head, assistant.shortlists, 6, True, max_shortlist_size=cap, indexed=i) for i in (0, 1)]
+        for position in range(5):
+            e, h, hidden = (torch.randn(2, 32, generator=generator) for _ in range(3))
+            blocks, indexed = (x.scores(hidden, x.plan(e, h, position)) for x in heads)
+            real = indexed.token_ids >= 0
+            assert sorted(indexed.token_ids[real].tolist()) == sorted(blocks.token_ids.tolist()), (cap, position)
+            order = torch.argsort(indexed.token_ids[real])
+            torch.testing.assert_close(indexed.scores[:, real][:, order], blocks.scores[:, torch.argsort(blocks.token_ids)])
+            assert torch.equal(heads[1].shortlist_ids(e, h, position).sort().values,
+                               heads[0].shortlist_ids(e, h, position).sort().values)
+            assert heads[1].min_rows == heads[0].min_rows <= int(real.sum())
 
 
 def test_position_aware_budget_matches_the_formula():

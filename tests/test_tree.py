@@ -89,7 +89,7 @@ def test_compacted_cache_equals_recomputation(family, seed):
         tree.token_ids[None], past_key_values=cache, use_cache=True,
         position_ids=tree_position_ids(tree, 7), attention_mask=tree_attention_mask(tree, 7, target.dtype),
     )
-    compact_cache(cache, 7, path)
+    compact_cache(cache, 7, torch.tensor(path))
     reference = DynamicCache(config=target.config)
     target(torch.cat([prefix, tree.token_ids[path][None]], dim=1), past_key_values=reference, use_cache=True)
     assert cache.get_seq_length() == 7 + len(path)

@@ -15,7 +15,9 @@ from dataclasses import dataclass
 
 import torch
 
+from hf_dynaspec.kernels.shortlist_head import ShortlistHeadOutput
 from hf_dynaspec.modeling.drafter import Drafter, causal_mask
+from hf_dynaspec.drafting.device_paths import use_accelerator_paths
 from hf_dynaspec.drafting.kv_cache import DraftKVCache
 from hf_dynaspec.drafting.lookup import one_hot_logits
 
@@ -48,6 +50,12 @@ class ChainDraftSession:
     where q_k(x) is large, so the verifier would see drafts from a distribution other than q_k
     (tests/test_enumeration.py computes the resulting bias exactly). Greedy drafting is unchanged: its token is
     the most likely one.
+
+    Host decisions: on the CPU the confidence stop ends a round at once (a value read on the host costs nothing
+    there, and every skipped step saves a drafter pass). On an accelerator (`defer_host_decisions`, the default
+    off the CPU, see drafting/device_paths.py) every step's token and confidence stay on the device and the round reads them back once, at
+    its end, cutting the draft before the first unconfident position: the same draft, one host sync per round
+    instead of one per step (tests/test_sync_budget.py counts them).
     """
 
     def __init__(self, drafter: Drafter, vocab_size: int, do_sample: bool, logits_processor=None, head=None,
@@ -64,6 +72,7 @@ class ChainDraftSession:
         self.cache = DraftKVCache()
         self.num_verified_pairs = 0  # drafter cache entries computed from target features
         self.shortlist_ids = drafter.draft_to_target_ids() if drafter.has_own_head else None
+        self.defer_host_decisions = use_accelerator_paths(next(drafter.parameters()).device)
 
     @torch.no_grad()
     def propose(self, input_ids: torch.Tensor, new_target_hidden: torch.Tensor, num_draft_tokens: int,
@@ -92,12 +101,14 @@ class ChainDraftSession:
             self.shortlists_of_last_draft = []  # the veto check's shortlist drafted nothing: keep it out of the stats
             logits = one_hot_logits(lookup, self.vocab_size) if self.do_sample else None
             return Draft(token_ids=lookup, logits=logits, looked_up=True)
+        confident = []  # per drafted position: 0-d bool tensors, read once at the end (deferred decisions)
         for k in range(num_draft_tokens):
             scores = first_scores if k == 0 and first_scores is not None else self._score(hidden, plan)
-            token_id, logits = self._choose(scores, context)
+            token_id, logits, is_confident = self._choose(scores, context)
             if token_id is None:  # the drafter is not confident enough at this position
                 break
             draft_ids.append(token_id)
+            confident.append(is_confident)
             if logits is not None:
                 draft_logits.append(logits)
             if k + 1 == num_draft_tokens:
@@ -108,6 +119,10 @@ class ChainDraftSession:
             token_embed = drafter.embed(token_id)
             plan = self._plan(token_embed[:, -1], hidden[:, -1], k + 1)
             hidden = drafter.step(token_embed, hidden, position_ids, self.cache, None)
+        if self.defer_host_decisions and draft_ids and confident[0] is not None:
+            keep = int(torch.stack(confident).long().cumprod(0).sum())  # the round's one host sync
+            draft_ids, draft_logits = draft_ids[:keep], draft_logits[:keep]
+            self.shortlists_of_last_draft = self.shortlists_of_last_draft[:keep]
         return Draft(
             token_ids=torch.cat(draft_ids, dim=1) if draft_ids else input_ids.new_empty((1, 0)),
             logits=torch.stack(draft_logits, dim=1) if draft_logits else None,
@@ -148,62 +163,59 @@ class ChainDraftSession:
     def _plan(self, token_embed: torch.Tensor, hidden_in: torch.Tensor, position: int):
         return self.head.plan(token_embed, hidden_in, position) if self.head is not None else None
 
-    def _score(self, hidden, plan) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Hidden `[1, 1, H]` -> (logits `[1, S]` over the rows scored, their target ids `[S]`; None when the
-        rows are the whole vocabulary). Records the ids for the shortlist statistics."""
+    def _score(self, hidden, plan) -> ShortlistHeadOutput:
+        """Hidden `[1, 1, H]` -> the scores `[1, S]` of the rows scored and their target ids `[S]` (None when the
+        rows are the whole vocabulary; -1 in padding columns). Records the ids for the shortlist statistics."""
         if self.head is not None:
             scores = self.head.scores(hidden[:, -1], plan)
-            logits, shortlist_ids = scores.logits, scores.token_ids
         else:
-            logits = self.drafter.draft_vocab_logits(hidden)[:, -1].float()
-            shortlist_ids = self.shortlist_ids
-        self.shortlists_of_last_draft.append(shortlist_ids)
-        return logits, shortlist_ids
+            scores = ShortlistHeadOutput(self.drafter.draft_vocab_logits(hidden)[:, -1].float(), self.shortlist_ids)
+        self.shortlists_of_last_draft.append(scores.token_ids)
+        return scores
 
     @staticmethod
-    def _vetoes(scores: tuple[torch.Tensor, torch.Tensor | None], lookup_token: int, veto: float) -> bool:
+    def _vetoes(scores: ShortlistHeadOutput, lookup_token: int, veto: float) -> bool:
         """Does the drafter's most likely token, differing from `lookup_token` with a probability above `veto`
         (softmax over the rows scored), overrule a lookup draft?"""
-        logits, shortlist_ids = scores
-        idx = int(logits.argmax(dim=-1))
-        top = idx if shortlist_ids is None else int(shortlist_ids[idx])
-        if top == lookup_token:
+        if int(scores.argmax_token_ids[0]) == lookup_token:
             return False
-        return veto <= 0.0 or float(logits[0].float().softmax(dim=-1)[idx]) > veto
+        return veto <= 0.0 or float(scores.scores[0].softmax(dim=-1)[scores.argmax[0]]) > veto
 
-    def _choose(self, scores, context) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        """`_score`'s (logits, ids) -> (draft token id `[1, 1]`, or None to stop the round under `confidence`;
-        the full-vocabulary logits `[1, V]` the token was drawn from when sampling, else None).
+    def _choose(self, scores: ShortlistHeadOutput, context):
+        """-> (draft token id `[1, 1]`, or None to stop the round under `confidence`; the full-vocabulary logits
+        `[1, V]` the token was drawn from when sampling, else None; whether the position passes `confidence`, a
+        0-d bool tensor, or None with the threshold off).
 
-        The confidence test runs before the draw and reads only the distribution (see the class docstring)."""
-        logits, shortlist_ids = scores
-        if not self.do_sample and self.logits_processor is None:
-            if not self._confident(logits):
-                return None, None
-            idx = logits.argmax(dim=-1, keepdim=True)
-            return (idx if shortlist_ids is None else shortlist_ids[idx]), None
-        full = self._to_full_vocab(logits, shortlist_ids)
-        if self.logits_processor is not None:
-            full = self.logits_processor(context, full)
-        if not self._confident(full):
-            return None, None
+        The confidence test reads only the distribution, before any draw (see the class docstring); deferred, the
+        token is drawn anyway and the round's end drops it."""
+        full = None
+        if self.do_sample or self.logits_processor is not None:
+            full = self._to_full_vocab(scores.scores, scores.token_ids)
+            if self.logits_processor is not None:
+                full = self.logits_processor(context, full)
+        confident = self._confident(scores.scores if full is None else full)
+        if confident is not None and not self.defer_host_decisions and not bool(confident):
+            return None, None, None
+        if full is None:
+            return scores.argmax_token_ids[:, None], None, confident
         if self.do_sample:
-            return torch.multinomial(full.softmax(dim=-1), num_samples=1), full
-        return full.argmax(dim=-1, keepdim=True), None
+            return torch.multinomial(full.softmax(dim=-1), num_samples=1), full, confident
+        return full.argmax(dim=-1, keepdim=True), None, confident
 
-    def _confident(self, logits: torch.Tensor) -> bool:
-        """Is the largest probability of softmax(logits `[1, S]`) at least `confidence`? (Over the rows scored: a
-        shortlist's mass is renormalised.) Always true with `confidence` off, which needs no softmax."""
+    def _confident(self, logits: torch.Tensor) -> torch.Tensor | None:
+        """Is the largest probability of softmax(logits `[1, S]`) at least `confidence`? A 0-d bool tensor on the
+        logits' device (over the rows scored: a shortlist's mass is renormalised); None with `confidence` off."""
         if self.confidence <= 0.0:
-            return True
-        return float(logits.float().softmax(dim=-1).max()) >= self.confidence
+            return None
+        return logits.float().softmax(dim=-1).max() >= self.confidence
 
     def _to_full_vocab(self, logits: torch.Tensor, shortlist_ids: torch.Tensor | None) -> torch.Tensor:
-        """Shortlist logits `[1, S]` -> `[1, V]` with -inf outside the shortlist."""
+        """Shortlist logits `[1, S]` -> `[1, V]` with -inf outside the shortlist (padding columns, id -1, land in
+        a spare column that is cut off)."""
         if shortlist_ids is None:
             if logits.shape[-1] != self.vocab_size:  # head rows beyond the tokenizer are still rows
                 raise RuntimeError(f"drafter head has {logits.shape[-1]} rows, target {self.vocab_size}")
             return logits
-        full = logits.new_full((logits.shape[0], self.vocab_size), float("-inf"))
-        full[:, shortlist_ids] = logits
-        return full
+        full = logits.new_full((logits.shape[0], self.vocab_size + 1), float("-inf"))
+        full[:, torch.where(shortlist_ids >= 0, shortlist_ids, self.vocab_size)] = logits
+        return full[:, : self.vocab_size]

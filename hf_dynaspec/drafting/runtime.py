@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
+from hf_dynaspec.drafting.device_paths import use_accelerator_paths
 from hf_dynaspec.drafting.selector import build_head
 from hf_dynaspec.kernels.verify_rows import loader as verify_rows_loader
 from hf_dynaspec.kernels.verify_rows import patch as verify_rows_patch
@@ -32,7 +33,8 @@ def runtime_head(assistant, options):
     if getattr(head, "bias", None) is not None:
         raise ValueError("targets whose LM head has a bias are not supported by the shortlisted head yet")
     key = (options.shortlist, options.shortlist_size, options.max_clusters, options.fixed_clusters,
-           options.max_shortlist_size, head.weight.data_ptr(), head.weight._version,
+           options.max_shortlist_size, head.weight.data_ptr(), head.weight._version, head.weight.device,
+           use_accelerator_paths(head.weight.device),
            tuple((t.data_ptr(), t._version) for t in assistant.shortlists.state_dict().values()))
     cached = assistant.__dict__.get(_HEAD_CACHE)
     if cached is None or cached[0] != key:

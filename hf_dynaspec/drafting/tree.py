@@ -42,88 +42,95 @@ class TreeDraftSession(ChainDraftSession):
     def propose_tree(self, input_ids: torch.Tensor, new_target_hidden: torch.Tensor,
                      max_depth: int | None = None) -> DraftTree:
         """A draft tree rooted at the last token of `input_ids` `[1, L]` (see ChainDraftSession.propose for
-        `new_target_hidden`). `max_depth` caps the depth (e.g. near max_length)."""
+        `new_target_hidden`). `max_depth` caps the depth (e.g. near max_length).
+
+        Every value stays on the drafter's device: the candidates' parents, scores and the frontier's attention
+        rows are tensors whose shapes depend only on the tree sizes, so drafting a tree never waits on an
+        accelerator (tests/test_sync_budget.py)."""
         depth = self.depth if max_depth is None else max(1, min(self.depth, max_depth))
         hidden, plan = self.consume_verified(input_ids, new_target_hidden)
         self.shortlists_of_last_draft = []
+        device = input_ids.device
         log_probs, ids = self._log_probs(hidden[0], plan)  # [1, S]
-        k = min(self.top_k, log_probs.shape[-1])
+        k = self._children_per_node(log_probs)
         scores, rows = log_probs[0].topk(k)
-        # Candidates, in creation order: token ids, parent candidate (-1 = root), cumulative score, depth.
+        # Candidates, in creation order (blocks per depth): token ids, parent candidate (-1 = root), cumulative
+        # score, depth.
         cand_tokens = [self._row_ids(ids, rows)]
-        cand_parents = [-1] * k
+        cand_parents = [torch.full((k,), -1, dtype=torch.long, device=device)]
         cand_scores = [scores]
-        cand_depths = [1] * k
-        frontier = list(range(k))
+        cand_depths = [torch.full((k,), 1, dtype=torch.long, device=device)]
+        num_candidates = k
+        frontier = torch.arange(k, device=device)  # candidate index of each frontier node
         frontier_tokens, frontier_scores = cand_tokens[0], scores
         parent_hidden = hidden[0].expand(k, -1)  # [R, H]: the drafter state that predicted each frontier node
-        slot_of: dict[int, int] = {}  # candidate -> its entry in the drafter cache, once expanded
+        # [R, tree slots]: the drafter-cache slots (after the verified prefix) each frontier node may read
+        tree_rows = torch.ones(k, 0, dtype=torch.bool, device=device)
         seq_len = input_ids.shape[1]
         for d in range(1, depth):
+            num_frontier = frontier.shape[0]
             embeds = self.drafter.embed(frontier_tokens[None])  # [1, R, D]
             plan = self._plan(embeds[0], parent_hidden, d)
-            mask = self._frontier_mask(frontier, cand_parents, slot_of, frontier_tokens.device)
-            first_slot = self.cache.length
-            position_ids = torch.full((1, len(frontier)), seq_len - 2 + d, device=frontier_tokens.device,
-                                      dtype=torch.long)
+            # Its ancestors' slots (its parent's row) and its own new slot.
+            tree_rows = torch.cat([tree_rows, torch.eye(num_frontier, dtype=torch.bool, device=device)], dim=1)
+            mask = torch.cat([torch.ones(num_frontier, self.num_verified_pairs, dtype=torch.bool, device=device),
+                              tree_rows], dim=1)[None, None]
+            position_ids = torch.full((1, num_frontier), seq_len - 2 + d, device=device, dtype=torch.long)
             new_hidden = self.drafter.step(embeds, parent_hidden[None], position_ids, self.cache, mask)[0]  # [R, H]
-            for j, c in enumerate(frontier):
-                slot_of[c] = first_slot + j
             log_probs, ids = self._log_probs(new_hidden, plan)  # [R, S]
-            k = min(self.top_k, log_probs.shape[-1])
+            k = self._children_per_node(log_probs)
             child_lp, child_rows = log_probs.topk(k, dim=-1)  # [R, k]
             child_scores = (frontier_scores[:, None] + child_lp).reshape(-1)  # [R * k]
-            first = len(cand_parents)
+            first = num_candidates
+            num_candidates += child_scores.shape[0]
             cand_tokens.append(self._row_ids(ids, child_rows.reshape(-1)))
-            cand_parents.extend(c for c in frontier for _ in range(k))
+            cand_parents.append(frontier[:, None].expand(num_frontier, k).reshape(-1))
             cand_scores.append(child_scores)
-            cand_depths.extend([d + 1] * child_scores.shape[0])
+            cand_depths.append(torch.full((child_scores.shape[0],), d + 1, dtype=torch.long, device=device))
             if d + 1 == depth:
                 break
             best = child_scores.topk(min(self.top_k, child_scores.shape[0])).indices
-            frontier = [first + i for i in best.tolist()]
+            frontier = first + best
             frontier_tokens, frontier_scores = cand_tokens[-1][best], child_scores[best]
             parent_hidden = new_hidden[best // k]
-        return self._select(input_ids[0, -1:], torch.cat(cand_tokens), cand_parents, torch.cat(cand_scores),
-                            cand_depths)
+            tree_rows = tree_rows[best // k]
+        return self._select(input_ids[0, -1:], torch.cat(cand_tokens), torch.cat(cand_parents),
+                            torch.cat(cand_scores), torch.cat(cand_depths), depth)
 
     # -- pieces ------------------------------------------------------------------------------------------
     def _log_probs(self, hidden: torch.Tensor, plan) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Drafter hidden `[R, H]` -> log-probabilities over its shortlist `[R, S]` and the shortlist ids."""
         if self.head is not None:
             scores = self.head.scores(hidden, plan)
-            logits, ids = scores.logits, scores.token_ids
+            logits, ids = scores.scores, scores.token_ids
         else:
             logits, ids = self.drafter.draft_vocab_logits(hidden).float(), self.shortlist_ids
         self.shortlists_of_last_draft.append(ids)
         return logits.log_softmax(dim=-1), ids
 
+    def _children_per_node(self, log_probs: torch.Tensor) -> int:
+        """top_k, capped by the rows a shortlist surely has (padding columns, scored -inf, are never drafted)."""
+        rows = log_probs.shape[-1] if self.head is None else min(log_probs.shape[-1], self.head.min_rows)
+        return min(self.top_k, rows)
+
     @staticmethod
     def _row_ids(ids: torch.Tensor | None, rows: torch.Tensor) -> torch.Tensor:
         return rows if ids is None else ids[rows]
 
-    def _frontier_mask(self, frontier: list[int], parents: list[int], slot_of: dict[int, int],
-                       device: torch.device) -> torch.Tensor:
-        """Bool mask `[1, 1, R, cache + R]`: the verified prefix, the node's expanded ancestors, itself."""
-        cached = self.cache.length
-        mask = torch.zeros(len(frontier), cached + len(frontier), dtype=torch.bool, device=device)
-        mask[:, : self.num_verified_pairs] = True
-        for j, c in enumerate(frontier):
-            mask[j, cached + j] = True
-            ancestor = parents[c]
-            while ancestor >= 0:
-                mask[j, slot_of[ancestor]] = True
-                ancestor = parents[ancestor]
-        return mask[None, None]
-
-    def _select(self, root: torch.Tensor, tokens: torch.Tensor, parents: list[int], scores: torch.Tensor,
-                depths: list[int]) -> DraftTree:
-        """Keep the `total_tokens` best candidates (ties: shallower first, so parents precede children)."""
-        score_list = scores.tolist()
-        ranked = sorted(range(len(parents)), key=lambda c: (-score_list[c], depths[c], c))
-        rank = {c: r for r, c in enumerate(ranked)}
-        kept = sorted(ranked[: self.total_tokens], key=lambda c: (depths[c], rank[c]))
-        node_of = {c: i + 1 for i, c in enumerate(kept)}  # candidate -> tree node (0 is the root)
-        tree_parents = [-1] + [0 if parents[c] < 0 else node_of[parents[c]] for c in kept]
-        token_ids = torch.cat([root, tokens[kept]])
-        return DraftTree.from_parents(token_ids, tree_parents)
+    def _select(self, root: torch.Tensor, tokens: torch.Tensor, parents: torch.Tensor, scores: torch.Tensor,
+                depths: torch.Tensor, max_depth: int) -> DraftTree:
+        """Keep the `total_tokens` best candidates `[M]` (ties: created first, hence shallower first, so parents
+        precede children) as a tree in (depth, rank) order; all on the device."""
+        ranked = torch.sort(scores, descending=True, stable=True).indices
+        kept = ranked[: self.total_tokens]
+        kept = kept[torch.sort(depths[kept], stable=True).indices]
+        node_of = torch.zeros_like(parents)  # candidate -> tree node (0 is the root)
+        node_of[kept] = torch.arange(1, kept.shape[0] + 1, device=kept.device)
+        kept_parents = parents[kept]
+        tree_parents = torch.where(kept_parents < 0, 0, node_of[kept_parents.clamp(min=0)])
+        return DraftTree(
+            token_ids=torch.cat([root, tokens[kept]]),
+            parents=torch.cat([torch.full((1,), -1, dtype=torch.long, device=kept.device), tree_parents]),
+            depths=torch.cat([torch.zeros(1, dtype=torch.long, device=kept.device), depths[kept]]),
+            max_depth=max_depth,
+        )

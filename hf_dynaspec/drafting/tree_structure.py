@@ -21,6 +21,9 @@ class DraftTree:
     token_ids: torch.Tensor  # [N] long, target vocabulary ids; token_ids[0] is the root
     parents: torch.Tensor  # [N] long, parents[0] = -1, parents[i] < i
     depths: torch.Tensor  # [N] long, depths[0] = 0, depths[i] = depths[parents[i]] + 1
+    # an upper bound of max(depths), known on the host (the drafter's depth): the ancestor matrix then needs no
+    # value from the device
+    max_depth: int | None = None
 
     @classmethod
     def from_parents(cls, token_ids: torch.Tensor, parents: list[int]) -> "DraftTree":
@@ -33,7 +36,7 @@ class DraftTree:
                 raise ValueError(f"node {i} has parent {p}: parents must precede their children")
             depths[i] = depths[p] + 1
         device = token_ids.device
-        return cls(token_ids, torch.tensor(parents, device=device), torch.tensor(depths, device=device))
+        return cls(token_ids, torch.tensor(parents, device=device), torch.tensor(depths, device=device), max(depths))
 
     def __len__(self) -> int:
         return self.token_ids.shape[0]
@@ -46,11 +49,19 @@ class DraftTree:
         return kids
 
     def ancestor_matrix(self) -> torch.Tensor:
-        """`[N, N]` bool: entry (i, j) is True when node j is node i or one of its ancestors."""
+        """`[N, N]` bool: entry (i, j) is True when node j is node i or one of its ancestors.
+
+        One vectorised step per depth level (each adds every node's parent's row to its own), a handful of
+        device operations whatever the tree's size, and no value read back from the device."""
         n = len(self)
-        visible = torch.eye(n, dtype=torch.bool, device=self.parents.device)
-        for i, p in enumerate(self.parents.tolist()[1:], start=1):
-            visible[i] |= visible[p]  # parents come first, so row p is already complete
+        device = self.parents.device
+        own = torch.eye(n, dtype=torch.bool, device=device)
+        has_parent = (self.parents >= 0)[:, None]
+        parent = self.parents.clamp(min=0)
+        visible = own
+        levels = self.max_depth if self.max_depth is not None else n - 1
+        for _ in range(levels):
+            visible = own | (visible[parent] & has_parent)
         return visible
 
     def path_to(self, node: int) -> list[int]:

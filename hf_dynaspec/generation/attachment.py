@@ -30,7 +30,8 @@ def ensure_attached(assistant, target, argument: str = "assistant_model") -> Dyn
 def _follow_target_dtype_and_device(assistant, target) -> None:
     """The target was cast or moved after `attach` (e.g. `model.to(torch.bfloat16)`): follow it, loudly."""
     weight = assistant.drafter.fc.weight
-    if weight.dtype != target.dtype or weight.device != target.device:
+    head = target.get_output_embeddings().weight  # the drafter sits with the head (modeling.drafter.drafting_device)
+    if weight.dtype != target.dtype or weight.device != head.device:
         warnings.warn(
             f"the target is now {target.dtype} on {target.device}, the assistant was attached as {weight.dtype} "
             f"on {weight.device}; re-attaching it to follow the target. Call assistant.attach(model) after "

@@ -85,14 +85,12 @@ def tree_generate(
             output_hidden_states=hidden_selection,
         )
         path = accept_path(tree, out.logits[0].float(), input_ids, logits_processor, do_sample)
-        kept = [0] + path.nodes
-        compact_cache(cache, past_length, kept)
-        target_hidden = assistant.drafter.select_target_hidden(out.hidden_states)[:, kept]
-        new_tokens = torch.cat([tree.token_ids[path.nodes], input_ids.new_tensor([path.next_token])])
-        input_ids, committed, done = _commit(input_ids, new_tokens, path, stopping_criteria, scores, raw_logits)
+        compact_cache(cache, past_length, path.kept_index)
+        target_hidden = assistant.drafter.select_target_hidden(out.hidden_states)[:, path.kept_index]
+        input_ids, committed, done = _commit(input_ids, path.new_tokens, path, stopping_criteria, scores, raw_logits)
         # A stop inside the path commits fewer tokens than were accepted: count what was committed.
         stats.record(len(tree) - 1, committed - 1)
-        stats.record_shortlists(session.shortlists_of_last_draft, new_tokens)
+        stats.record_shortlists(session.shortlists_of_last_draft, path.new_tokens)
 
     if generation_config.return_dict_in_generate:
         return GenerateDecoderOnlyOutput(
@@ -105,18 +103,17 @@ def tree_generate(
 
 
 def _commit(input_ids, new_tokens, path, stopping_criteria, scores: list, raw_logits: list):
-    """Append the accepted tokens `[n]` to `input_ids` `[1, L]` one by one until the stopping criteria fire (they
-    see each committed prefix, as they would one token at a time); -> (input_ids, tokens committed, stopped)."""
+    """Append the accepted tokens `[n]` to `input_ids` `[1, L]` up to the first whose prefix meets the stopping
+    criteria (they see each committed prefix, as they would one token at a time); -> (input_ids, tokens committed,
+    stopped). The n checks are stacked and read back at once: one host sync, not one per token."""
     extended = torch.cat([input_ids, new_tokens[None]], dim=1)
-    committed, done = 0, False
-    for processed, logits in zip(path.scores, path.logits):
-        committed += 1
-        scores.append(processed)
-        raw_logits.append(logits)
-        if stopping_criteria(extended[:, : input_ids.shape[1] + committed], processed).any():
-            done = True
-            break
-    return extended[:, : input_ids.shape[1] + committed], committed, done
+    length = input_ids.shape[1]
+    stops = torch.stack([stopping_criteria(extended[:, : length + i + 1], processed).any()
+                         for i, processed in enumerate(path.scores)]).tolist()
+    committed = stops.index(True) + 1 if True in stops else len(stops)
+    scores.extend(path.scores[:committed])
+    raw_logits.extend(path.logits[:committed])
+    return extended[:, : length + committed], committed, True in stops
 
 
 def _empty_cache(model, model_kwargs: dict):

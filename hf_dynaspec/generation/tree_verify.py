@@ -30,6 +30,10 @@ class AcceptedPath:
     next_token: int  # the target's own token after the last accepted node
     scores: list  # per committed token: the processed logits row `[1, V]` it was chosen from
     logits: list  # per committed token: the raw logits row `[1, V]`
+    # On the tree's device: the kept nodes `[1 + n]` (root first) and the committed tokens `[n + 1]`, so that the
+    # caller compacts the cache and appends the tokens without uploading host lists.
+    kept_index: torch.Tensor
+    new_tokens: torch.Tensor
 
 
 def accept_path(tree: DraftTree, logits: torch.Tensor, input_ids: torch.Tensor, logits_processor=None,
@@ -37,9 +41,11 @@ def accept_path(tree: DraftTree, logits: torch.Tensor, input_ids: torch.Tensor, 
     """Walk the verified tree. `logits` `[N, V]` float32: the target's logits at each node; `input_ids` `[1, L]`
     ends with the root token. `logits_processor` (transformers' list, incl. sampling warpers) is applied to each
     row on its exact context, as plain `generate()` would."""
+    processing = logits_processor is not None and len(logits_processor) > 0
+    if not do_sample and not processing:
+        return greedy_path(tree, logits)
     children = tree.children()
     tokens = tree.token_ids.tolist()
-    processing = logits_processor is not None and len(logits_processor) > 0
     node, nodes, processed_rows, raw_rows = 0, [], [], []
     while True:
         raw = row = logits[node][None]
@@ -54,9 +60,36 @@ def accept_path(tree: DraftTree, logits: torch.Tensor, input_ids: torch.Tensor, 
             token = int(row[0].argmax())
             chosen = next((c for c in children[node] if tokens[c] == token), None)
         if chosen is None:
-            return AcceptedPath(nodes, token, processed_rows, raw_rows)
+            device = tree.token_ids.device  # the sampled walk reads values on the host anyway: upload its result
+            return AcceptedPath(nodes, token, processed_rows, raw_rows,
+                                kept_index=torch.tensor([0] + nodes, device=device),
+                                new_tokens=torch.tensor([tokens[n] for n in nodes] + [token], device=device))
         nodes.append(chosen)
         node = chosen
+
+
+def greedy_path(tree: DraftTree, logits: torch.Tensor) -> AcceptedPath:
+    """The greedy walk computed on the device and read back once. A node is on the accepted path when every
+    node from the root down to it carries the target's argmax at its parent; siblings carry distinct tokens (one
+    top-k each), so these nodes form one chain and its deepest node ends the path."""
+    device = logits.device
+    targets = logits.argmax(dim=-1)  # [N]
+    matches = tree.token_ids == targets[tree.parents.clamp(min=0)]
+    matches[0] = True  # the root is committed already
+    visible = tree.ancestor_matrix()
+    on_path = ~(visible & ~matches[None, :]).any(dim=-1)
+    # `[1]`, not a 0-d tensor: indexing with a 0-d tensor reads it on the host (a sync per index).
+    last = torch.where(on_path, tree.depths, -1).argmax(dim=0, keepdim=True)
+    n = len(tree)
+    levels = (tree.max_depth if tree.max_depth is not None else n - 1) + 1
+    # The path's nodes in index order (= depth order: parents precede children), then padding.
+    index = torch.sort(torch.where(visible[last][0], torch.arange(n, device=device), n)).values[:levels]
+    host = torch.cat([tree.depths[last], targets[last], index]).tolist()  # the one host read
+    length, next_token, nodes = host[0] + 1, host[1], host[2 : 2 + host[0] + 1]
+    kept_index = index[:length]
+    rows = [row[None] for row in logits[kept_index].unbind(0)]
+    new_tokens = torch.cat([tree.token_ids[kept_index[1:]], targets[last]])
+    return AcceptedPath(nodes[1:], next_token, rows, rows, kept_index=kept_index, new_tokens=new_tokens)
 
 
 def _sample_step(probs: torch.Tensor, children: list[int], tokens: list[int], generator) -> tuple[int | None, int]:
@@ -89,16 +122,17 @@ def check_tree_cache(cache) -> None:
         )
 
 
-def compact_cache(cache: DynamicCache, past_length: int, path: list[int]) -> None:
-    """Keep the prefix `[0, P)` and the entries of tree nodes `path` (root first), dropping the rest of the tree.
+def compact_cache(cache: DynamicCache, past_length: int, path: torch.Tensor) -> None:
+    """Keep the prefix `[0, P)` and the entries of tree nodes `path` `[n]` (root first, a long tensor), dropping
+    the rest of the tree.
 
     Moves the kept keys/values into place; nothing is recomputed.
     """
-    end = past_length + len(path)
+    end = past_length + path.shape[0]
     index = None
     for layer in cache.layers:
         if index is None or index.device != layer.keys.device:
-            index = torch.tensor(path, device=layer.keys.device) + past_length
+            index = path.to(layer.keys.device) + past_length
         layer.keys[..., past_length:end, :] = layer.keys.index_select(-2, index)
         layer.values[..., past_length:end, :] = layer.values.index_select(-2, index)
         layer.keys = layer.keys[..., :end, :]

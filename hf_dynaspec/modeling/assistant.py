@@ -26,7 +26,7 @@ from transformers import PreTrainedModel
 from hf_dynaspec.errors import ArtifactError, AssistantMismatchError
 from hf_dynaspec.modeling import checkpoints, integrity, model_card
 from hf_dynaspec.modeling.config import DynaSpecConfig
-from hf_dynaspec.modeling.drafter import TargetParts, build_drafter
+from hf_dynaspec.modeling.drafter import TargetParts, build_drafter, drafting_device
 from hf_dynaspec.modeling.families import family_classes
 from hf_dynaspec.modeling.options import (
     LEGACY_NAMES,
@@ -226,14 +226,28 @@ class DynaSpecAssistant(PreTrainedModel):
         acceptance may drop."""
         self._check_compatible(target, allow_different_target)
         decoder = target.get_decoder()
-        self.drafter.target = TargetParts(
+        parts = TargetParts(
             embed_tokens=target.get_input_embeddings(),
             final_norm=decoder.norm,
             lm_head=target.get_output_embeddings(),
         )
+        device = drafting_device(parts)
+        self.drafter.target = parts
         self.__dict__["_target"] = target
         # d2t/t2d are integer/bool buffers; `.to(dtype)` leaves them alone.
-        self.to(device=target.device, dtype=target.dtype)
+        self.to(device=device, dtype=target.dtype)
+        return self
+
+    def _apply(self, fn, recurse: bool = True):
+        """`.to(...)`, `.half()`, `.cuda()` ... of an attached assistant also move the target parts its forward
+        borrows (embedding, final norm, LM head: the target's own modules), so that everything a draft or
+        training step reads follows; the rest of the target stays where it is. To move a whole model, move the
+        target (`model.to(...)`): the assistant follows it at the next generate()."""
+        super()._apply(fn, recurse)
+        parts = self.drafter.target
+        if parts is not None and recurse:
+            for module in {id(m): m for m in (parts.embed_tokens, parts.final_norm, parts.lm_head)}.values():
+                module._apply(fn)
         return self
 
     def _check_compatible(self, target: PreTrainedModel, allow_different_target: bool = False) -> None:

@@ -42,6 +42,31 @@ class TargetParts:
     lm_head: nn.Module
 
 
+def drafting_device(parts: TargetParts) -> torch.device:
+    """The device a drafter runs on: that of the target parts it borrows, which must share one, since every
+    draft step reads the embedding and the LM head (a device map may have put them apart, or offloaded them)."""
+    devices = {}
+    for name, module in (("embedding", parts.embed_tokens), ("final norm", parts.final_norm),
+                         ("LM head", parts.lm_head)):
+        weight = next(module.parameters(), None)
+        if weight is not None:
+            devices[name] = weight.device
+    placement = ", ".join(f"{name} on {device}" for name, device in devices.items())
+    if any(device.type == "meta" for device in devices.values()):
+        raise ValueError(
+            f"the target's {placement}: offloaded (meta) weights cannot be read by the drafter at every step. Load "
+            "the target with its embedding, final norm and LM head on a GPU or the CPU (e.g. device_map={'': 0}, or "
+            "a device_map that keeps model.embed_tokens, model.norm and lm_head off 'disk'/'meta')."
+        )
+    if len(set(devices.values())) > 1:
+        raise ValueError(
+            f"the target's {placement}: the drafter reads all three at every step, so they must share one device. "
+            "Load the target with a device_map that puts model.embed_tokens, model.norm and lm_head on the same "
+            "device (e.g. device_map={'': 0}, or a custom map with the decoder layers split across GPUs)."
+        )
+    return next(iter(devices.values()))
+
+
 @functools.cache
 def cache_argument(forward) -> str:
     """The name a layer's forward takes its KV cache by: `cache` from transformers 5.24 (`past_key_values`, the
@@ -147,8 +172,9 @@ class EagleDrafter(Drafter):
     def select_target_hidden(self, hidden_states: tuple[torch.Tensor, ...]) -> torch.Tensor:
         """`[B, T, D]`, or `[B, T, (n+1)D]` with n fused layers (the last hidden state last)."""
         fused = self.config.fused_hidden_state_ids
-        if fused:
-            return torch.cat([hidden_states[i] for i in fused] + [hidden_states[-1]], dim=-1)
+        if fused:  # with a device map, earlier layers may sit on other devices than the last (no-op otherwise)
+            last = hidden_states[-1]
+            return torch.cat([hidden_states[i].to(last.device) for i in fused] + [last], dim=-1)
         return hidden_states[-1]
 
     def fuse_target_hidden(self, target_hidden: torch.Tensor) -> torch.Tensor:
@@ -204,7 +230,8 @@ class Eagle3Drafter(Drafter):
 
     def select_target_hidden(self, hidden_states: tuple[torch.Tensor, ...]) -> torch.Tensor:
         """`[B, T, 3D]`: the three aux hidden states side by side."""
-        return torch.cat([hidden_states[i] for i in self.config.aux_hidden_state_layer_ids], dim=-1)
+        device = self.fc.weight.device  # with a device map the three layers may sit on different devices
+        return torch.cat([hidden_states[i].to(device) for i in self.config.aux_hidden_state_layer_ids], dim=-1)
 
     def fuse_target_hidden(self, target_hidden: torch.Tensor) -> torch.Tensor:
         return self.fc(target_hidden)

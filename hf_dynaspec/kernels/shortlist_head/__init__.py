@@ -1,9 +1,10 @@
-"""The shortlisted LM head: scores of the rows of a permuted head `[V, D]` that a shortlist selects.
+"""The shortlisted LM head: scores of the head rows a shortlist selects.
 
-`shortlist_head` (dispatch.py) picks the backend; every backend returns a `ShortlistHeadOutput`.
+`shortlist_head` (blocks of a permuted head, CPU) and `indexed_head` (row ids into the head, accelerators)
+pick the backend (dispatch.py); every backend returns a `ShortlistHeadOutput`.
 """
 
-from hf_dynaspec.kernels.shortlist_head.dispatch import shortlist_head, triton_available
+from hf_dynaspec.kernels.shortlist_head.dispatch import indexed_head, shortlist_head, triton_available
 from hf_dynaspec.kernels.shortlist_head.output import ShortlistHeadOutput
 
-__all__ = ["ShortlistHeadOutput", "shortlist_head", "triton_available"]
+__all__ = ["ShortlistHeadOutput", "indexed_head", "shortlist_head", "triton_available"]

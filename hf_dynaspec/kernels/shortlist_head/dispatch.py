@@ -1,10 +1,14 @@
-"""Kernels for the shortlisted LM head: a Triton kernel on GPU, block matmuls on CPU, a torch reference.
+"""Kernels for the shortlisted LM head: a Triton kernel on GPU, block matmuls on CPU, torch references.
+
+Two forms of a shortlist:
+- blocks of a cluster-permuted copy of the head (`shortlist_head`): the CPU fast path, where contiguous
+  blocks make BLAS fast and host-side lists cost nothing;
+- row ids into the target's own head (`indexed_head`), -1 for padding: the accelerator form, whose shapes do
+  not depend on the router's choice, so a draft step never waits on the device. CUDA tensors with Triton go
+  to the Triton kernel, everything else to the gather reference.
 
 Triton is optional: this is the one place that decides whether it can be used, so that the package imports
-and the CPU suite passes without it. `shortlist_head` dispatches: CUDA tensors with Triton installed go to
-`triton_head.shortlist_head_triton`; everything else to `cpu.shortlist_head_blocks` (measured on CPU against
-the gather reference and torch.compile in docs/kernels.md). `reference.shortlist_head_reference` is the
-ground truth of the tests.
+and the CPU suite passes without it.
 """
 
 from __future__ import annotations
@@ -15,9 +19,9 @@ import os
 
 import torch
 
-from hf_dynaspec.kernels.shortlist_head.output import ShortlistHeadOutput
-
 from hf_dynaspec.kernels.shortlist_head.cpu import shortlist_head_blocks
+from hf_dynaspec.kernels.shortlist_head.output import ShortlistHeadOutput
+from hf_dynaspec.kernels.shortlist_head.reference import indexed_head_reference
 
 
 @functools.cache
@@ -34,10 +38,16 @@ def triton_available() -> bool:
 
 def shortlist_head(hidden: torch.Tensor, permuted_weight: torch.Tensor, block_starts: list[int],
                    block_ends: list[int], token_order: torch.Tensor) -> ShortlistHeadOutput:
-    """Scores `[B, S]` (float32), target ids `[S]` and the reductions over S (fused on the Triton path) of the
-    selected row blocks of a permuted head `[V, D]`."""
-    if permuted_weight.is_cuda and triton_available():
-        from hf_dynaspec.kernels.shortlist_head.triton_kernel import shortlist_head_triton
-
-        return shortlist_head_triton(hidden, permuted_weight, block_starts, block_ends, token_order)
+    """Scores `[B, S]` (float32) and target ids `[S]` of the selected row blocks of a permuted head `[V, D]`
+    (block matmuls into one output; the CPU form)."""
     return shortlist_head_blocks(hidden, permuted_weight, block_starts, block_ends, token_order)
+
+
+def indexed_head(hidden: torch.Tensor, weight: torch.Tensor, row_ids: torch.Tensor) -> ShortlistHeadOutput:
+    """Scores `[B, S]` (float32, -inf in padding columns), ids `[S]` (= row_ids, -1 = padding) and the
+    reductions over S (fused on the Triton path) of the rows `row_ids` of the head `weight` `[V, D]`."""
+    if weight.is_cuda and triton_available():
+        from hf_dynaspec.kernels.shortlist_head.triton_kernel import indexed_head_triton
+
+        return indexed_head_triton(hidden, weight, row_ids)
+    return indexed_head_reference(hidden, weight, row_ids)

@@ -13,10 +13,11 @@ import torch
 
 
 class ShortlistHeadOutput:
-    """scores `[B, S]` float32 (rows in block order), token_ids `[S]` (target id of each column), and the
-    reductions over S: `argmax` `[B]` (first column on ties), `max` `[B]`, `logsumexp` `[B]` float32."""
+    """scores `[B, S]` float32, token_ids `[S]` (target id of each column; -1 marks a padding column, scored
+    -inf; None when the columns are the whole vocabulary in order), and the reductions over S: `argmax` `[B]`
+    (first column on ties), `max` `[B]`, `logsumexp` `[B]` float32."""
 
-    def __init__(self, scores: torch.Tensor, token_ids: torch.Tensor, argmax: torch.Tensor | None = None,
+    def __init__(self, scores: torch.Tensor, token_ids: torch.Tensor | None, argmax: torch.Tensor | None = None,
                  max: torch.Tensor | None = None, logsumexp: torch.Tensor | None = None):
         self.scores = scores
         self.token_ids = token_ids
@@ -43,7 +44,12 @@ class ShortlistHeadOutput:
     @property
     def argmax_token_ids(self) -> torch.Tensor:
         """`[B]` target ids of the best-scored rows."""
-        return self.token_ids[self.argmax]
+        return self.argmax if self.token_ids is None else self.token_ids[self.argmax]
+
+    @property
+    def top_probability(self) -> torch.Tensor:
+        """`[B]` the largest probability of softmax(scores): exp(max - logsumexp), from the fused reductions."""
+        return torch.exp(self.max - self.logsumexp)
 
     def __iter__(self):
         """`scores, token_ids = output`: the two tensors every caller reads."""

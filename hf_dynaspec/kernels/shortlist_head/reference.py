@@ -23,3 +23,12 @@ def shortlist_head_reference(
     rows = torch.cat([torch.arange(a, b) for a, b in zip(block_starts, block_ends)]).to(permuted_weight.device)
     scores = hidden.float() @ permuted_weight.index_select(0, rows).float().T
     return ShortlistHeadOutput(scores, token_order[rows])
+
+
+def indexed_head_reference(hidden: torch.Tensor, weight: torch.Tensor, row_ids: torch.Tensor) -> ShortlistHeadOutput:
+    """Scores of the head rows `row_ids` `[S]` (-1 = a padding column, scored -inf) for hidden `[B, D]`, weight
+    `[V, D]` -> scores `[B, S]` float32 and token ids `[S]` (= row_ids). The device-side shortlist's ground truth,
+    and its path wherever Triton cannot run: a gather and a matmul, no host sync."""
+    rows = weight.index_select(0, row_ids.clamp(min=0))
+    scores = (hidden.to(weight.dtype) @ rows.T).float()
+    return ShortlistHeadOutput(scores.masked_fill(row_ids < 0, float("-inf")), row_ids)

@@ -1,82 +1,115 @@
-"""Triton kernel of the shortlisted LM head: block-selected GEMV/GEMM fused with argmax, max and sum-exp.
+"""Triton kernel of the shortlisted LM head: rows read through an index, fused with argmax, max and sum-exp.
 
-The head is permuted so that every cluster is a contiguous block of rows; a shortlist is a list of row
-blocks. The launcher cuts the blocks into tiles of `BLOCK_N` rows (the last tile of a block is partial and
-masked, so blocks need not be multiples of anything) and launches one program per tile. Each program reads
-its rows once, multiplies them with all `B` hidden states (fp32 accumulation), writes the tile's scores into
-the shortlist-local output and reduces the tile to (max, argmax, sum of exp(score - max)) per batch row.
-Combining the per-tile partials (a few hundred numbers) gives the shortlist's argmax and log-sum-exp, which
-is what greedy drafting and a softmax over the shortlist need; top-k is `scores.topk` on the output.
+The shortlist arrives as `row_ids` `[S]`: the head rows to score, column by column, with -1 for padding
+columns (a cluster shortlist is a padded table of per-cluster rows indexed by the router's top-k, so its shape
+never depends on the data and nothing is read back to the host). There is no permuted copy of the head: every
+program gathers its `BLOCK_N` rows straight from the target's head (each row is contiguous, so the loads stay
+coalesced along D).
+
+Per tile of `BLOCK_N` columns a program multiplies its rows with all `B` hidden states, writes the scores
+(-inf in padding columns) and reduces the tile to (max, argmax, sum of exp(score - max)) per batch row;
+combining a few hundred partials in torch gives the shortlist's argmax and log-sum-exp.
+
+- batch 1 (chain drafting): a GEMV path, no padding of the batch to 16 rows;
+- batch > 1 (tree frontiers): `tl.dot` in the weights' dtype with fp32 accumulation, i.e. tensor cores for
+  fp16/bf16 on sm_80+; fp32 weights use an IEEE fp32 dot (no TF32: scores stay those of the reference);
+- bf16 on cards without bf16 tensor cores (sm_75, T4) and everything under the Triton interpreter (which
+  computes bf16 arithmetic wrongly) upcast to fp32 after the load: `launch_constants` decides, and the AOT
+  compile test compiles exactly what it returns.
 
 Import this module only when Triton can run: on a CUDA device, or on CPU under `TRITON_INTERPRET=1` set
-before the import (see `hf_dynaspec.kernels.triton_available`).
+before the import (see `hf_dynaspec.kernels.shortlist_head.triton_available`).
+Legend: B batch, D hidden, V head rows, S shortlist columns (padding included).
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import os
 
 import torch
-
-from hf_dynaspec.kernels.shortlist_head.output import ShortlistHeadOutput
 import triton
 import triton.language as tl
+
+from hf_dynaspec.kernels.shortlist_head.output import ShortlistHeadOutput
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
 @triton.jit
-def _shortlist_head_kernel(
-    hidden_ptr, weight_ptr, scores_ptr, tile_max_ptr, tile_arg_ptr, tile_sumexp_ptr,
-    tile_row_ptr, tile_end_ptr, tile_out_ptr,
-    batch, dim, num_tiles, stride_hidden, stride_weight, stride_scores,
+def _indexed_head_kernel(
+    hidden_ptr, weight_ptr, row_ids_ptr, scores_ptr, tile_max_ptr, tile_arg_ptr, tile_sumexp_ptr,
+    batch, dim, num_columns, num_tiles, stride_hidden, stride_weight, stride_scores,
     BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    USE_DOT: tl.constexpr, UPCAST: tl.constexpr, IEEE_DOT: tl.constexpr,
 ):
     tile = tl.program_id(0)
-    row_start = tl.load(tile_row_ptr + tile)
-    row_end = tl.load(tile_end_ptr + tile)
-    out_start = tl.load(tile_out_ptr + tile)
+    columns = tile * BLOCK_N + tl.arange(0, BLOCK_N)
+    column_ok = columns < num_columns
+    rows = tl.load(row_ids_ptr + columns, mask=column_ok, other=-1)
+    row_ok = rows >= 0  # padding columns read nothing
     offs_b = tl.arange(0, BLOCK_B)
-    offs_n = tl.arange(0, BLOCK_N)
-    rows = row_start + offs_n
-    row_ok = rows < row_end  # the last tile of a block is partial: never read past the block
     b_ok = offs_b < batch
     acc = tl.zeros((BLOCK_B, BLOCK_N), dtype=tl.float32)
     for d0 in range(0, dim, BLOCK_D):
         offs_d = d0 + tl.arange(0, BLOCK_D)
         d_ok = offs_d < dim
-        # Loads are cast to fp32 before any arithmetic: fp32 accumulation on GPU, and the Triton interpreter
-        # computes bf16 arithmetic wrongly, so bf16 must never reach an operation there.
         h = tl.load(hidden_ptr + offs_b[:, None] * stride_hidden + offs_d[None, :],
-                    mask=b_ok[:, None] & d_ok[None, :], other=0.0).to(tl.float32)
+                    mask=b_ok[:, None] & d_ok[None, :], other=0.0)
         w = tl.load(weight_ptr + rows[:, None].to(tl.int64) * stride_weight + offs_d[None, :],
-                    mask=row_ok[:, None] & d_ok[None, :], other=0.0).to(tl.float32)
-        acc += tl.dot(h, tl.trans(w), input_precision="ieee")
+                    mask=row_ok[:, None] & d_ok[None, :], other=0.0)
+        if UPCAST:
+            h = h.to(tl.float32)
+            w = w.to(tl.float32)
+        if USE_DOT:
+            if IEEE_DOT:
+                acc += tl.dot(h, tl.trans(w), input_precision="ieee")
+            else:
+                acc += tl.dot(h, tl.trans(w))  # fp16/bf16 operands, fp32 accumulator: tensor cores
+        else:  # BLOCK_B == 1: a row-times-tile product, fp32 accumulation
+            acc += tl.sum(w.to(tl.float32) * h.to(tl.float32), axis=1)[None, :]
     acc = tl.where(row_ok[None, :], acc, float("-inf"))
-    columns = out_start + offs_n
     tl.store(scores_ptr + offs_b[:, None] * stride_scores + columns[None, :], acc,
-             mask=b_ok[:, None] & row_ok[None, :])
+             mask=b_ok[:, None] & column_ok[None, :])
     tile_max = tl.max(acc, axis=1)
     tile_arg = tl.argmax(acc, axis=1, tie_break_left=True)
-    tile_sumexp = tl.sum(tl.exp(acc - tile_max[:, None]), axis=1)
+    empty = tile_max == float("-inf")  # a tile of padding only: contributes nothing to the sum
+    tile_sumexp = tl.sum(tl.exp(acc - tl.where(empty, 0.0, tile_max)[:, None]), axis=1)
     partial = offs_b * num_tiles + tile
     tl.store(tile_max_ptr + partial, tile_max, mask=b_ok)
-    tl.store(tile_arg_ptr + partial, out_start + tile_arg, mask=b_ok)
-    tl.store(tile_sumexp_ptr + partial, tile_sumexp, mask=b_ok)
+    tl.store(tile_arg_ptr + partial, tile * BLOCK_N + tile_arg, mask=b_ok)
+    tl.store(tile_sumexp_ptr + partial, tl.where(empty, 0.0, tile_sumexp), mask=b_ok)
 
 
-def _tiles(block_starts: torch.Tensor, block_ends: torch.Tensor, block_n: int):
-    """Per tile: first row, end of its block, and first output column; `[num_tiles]` int64 each."""
-    sizes = block_ends - block_starts
-    per_block = (sizes + block_n - 1) // block_n
-    block_of_tile = torch.repeat_interleave(torch.arange(len(sizes), device=sizes.device), per_block)
-    first_tile = torch.cumsum(per_block, 0) - per_block
-    within = torch.arange(len(block_of_tile), device=sizes.device) - first_tile[block_of_tile]
-    out_offsets = torch.cumsum(sizes, 0) - sizes
-    rows = block_starts[block_of_tile] + within * block_n
-    return rows, block_ends[block_of_tile], out_offsets[block_of_tile] + within * block_n
+def interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET") == "1"
 
 
-def _validate(hidden, weight, block_starts, block_ends, token_order):
+@functools.cache
+def _capability(device_index: int) -> tuple[int, int]:
+    return torch.cuda.get_device_capability(device_index)
+
+
+def launch_constants(dtype: torch.dtype, batch: int, capability: tuple[int, int] | None,
+                     interpreter: bool = False) -> dict:
+    """The constexprs the launcher uses for `dtype` (of the weights), `batch` rows and a card of `capability`
+    (major, minor); the compile test compiles these exact specialisations."""
+    use_dot = batch > 1
+    bf16_without_tensor_cores = dtype == torch.bfloat16 and capability is not None and capability < (8, 0)
+    return {
+        "BLOCK_B": max(16, triton.next_power_of_2(batch)) if use_dot else 1,
+        "BLOCK_N": 64,
+        "BLOCK_D": 64 if use_dot else 128,
+        "USE_DOT": use_dot,
+        "UPCAST": interpreter or bf16_without_tensor_cores,
+        "IEEE_DOT": dtype == torch.float32 or interpreter or bf16_without_tensor_cores,
+    }
+
+
+def _validate(hidden: torch.Tensor, weight: torch.Tensor, row_ids: torch.Tensor) -> None:
+    """Shape, dtype and device checks: metadata only, so that a draft step never waits on the GPU. The row ids'
+    values are the caller's contract (built from validated clusters; -1 = padding)."""
     if hidden.dim() != 2 or weight.dim() != 2:
         raise ValueError(f"hidden must be [B, D] and weight [V, D]; got {tuple(hidden.shape)} and {tuple(weight.shape)}")
     if hidden.shape[1] != weight.shape[1]:
@@ -86,42 +119,38 @@ def _validate(hidden, weight, block_starts, block_ends, token_order):
             raise ValueError(f"{name} dtype {tensor.dtype} is not supported (fp16, bf16 or fp32)")
         if tensor.stride(1) != 1:
             raise ValueError(f"{name} must be contiguous in its last dimension; call .contiguous()")
-    if token_order.shape != (weight.shape[0],):
-        raise ValueError(f"token_order must be [V] = [{weight.shape[0]}]; got {tuple(token_order.shape)}")
-    if len(block_starts) != len(block_ends) or len(block_starts) == 0:
-        raise ValueError("block_starts and block_ends must be non-empty and of the same length")
-    if bool((block_starts >= block_ends).any()) or int(block_starts.min()) < 0 or int(block_ends.max()) > weight.shape[0]:
-        raise ValueError(f"every block must satisfy 0 <= start < end <= V = {weight.shape[0]}")
-    devices = {hidden.device, weight.device, token_order.device}
+    if row_ids.dim() != 1 or row_ids.dtype != torch.int64 or row_ids.numel() == 0:
+        raise ValueError(f"row_ids must be a non-empty 1-D int64 tensor; got {row_ids.dtype} {tuple(row_ids.shape)}")
+    devices = {hidden.device, weight.device, row_ids.device}
     if len(devices) != 1:
-        raise ValueError(f"hidden, weight and token_order must be on one device; got {sorted(map(str, devices))}")
+        raise ValueError(f"hidden, weight and row_ids must be on one device; got {sorted(map(str, devices))}")
 
 
-def shortlist_head_triton(
-    hidden: torch.Tensor, permuted_weight: torch.Tensor, block_starts, block_ends, token_order: torch.Tensor,
-    *, block_n: int = 64, block_d: int = 64,
-) -> ShortlistHeadOutput:
-    """hidden `[B, D]`, permuted_weight `[V, D]`, blocks `[start, end)` of rows (lists or 1-D tensors),
-    token_order `[V]` -> scores, ids and the fused reductions (see `ShortlistHeadOutput`)."""
-    device = hidden.device
-    starts = torch.as_tensor(block_starts, dtype=torch.int64, device=device)
-    ends = torch.as_tensor(block_ends, dtype=torch.int64, device=device)
-    _validate(hidden, permuted_weight, starts, ends, token_order)
+def indexed_head_triton(hidden: torch.Tensor, weight: torch.Tensor, row_ids: torch.Tensor) -> ShortlistHeadOutput:
+    """hidden `[B, D]`, weight `[V, D]` (the target's head, not a copy), row_ids `[S]` (-1 = padding) -> scores
+    `[B, S]` float32 (-inf in padding), token ids `[S]` (= row_ids) and the fused reductions."""
+    _validate(hidden, weight, row_ids)
     batch, dim = hidden.shape
-    tile_rows, tile_ends, tile_out = _tiles(starts, ends, block_n)
-    num_tiles = len(tile_rows)
-    size = int((ends - starts).sum())
-    scores = torch.empty(batch, size, dtype=torch.float32, device=device)
+    num_columns = row_ids.shape[0]
+    device = hidden.device
+    capability = _capability(device.index if device.index is not None else torch.cuda.current_device()) \
+        if device.type == "cuda" else None
+    constants = launch_constants(weight.dtype, batch, capability, interpreting())
+    if hidden.dtype != weight.dtype:
+        hidden = hidden.to(weight.dtype)
+    num_tiles = triton.cdiv(num_columns, constants["BLOCK_N"])
+    scores = torch.empty(batch, num_columns, dtype=torch.float32, device=device)
     tile_max = torch.empty(batch, num_tiles, dtype=torch.float32, device=device)
     tile_arg = torch.empty(batch, num_tiles, dtype=torch.int64, device=device)
     tile_sumexp = torch.empty(batch, num_tiles, dtype=torch.float32, device=device)
-    _shortlist_head_kernel[(num_tiles,)](
-        hidden, permuted_weight, scores, tile_max, tile_arg, tile_sumexp, tile_rows, tile_ends, tile_out,
-        batch, dim, num_tiles, hidden.stride(0), permuted_weight.stride(0), scores.stride(0),
-        BLOCK_B=max(16, triton.next_power_of_2(batch)), BLOCK_N=block_n, BLOCK_D=block_d,
-    )
+    # The launch goes to the current CUDA device: make it the tensors' one (a target on cuda:1).
+    guard = torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+    with guard:
+        _indexed_head_kernel[(num_tiles,)](
+            hidden, weight, row_ids, scores, tile_max, tile_arg, tile_sumexp,
+            batch, dim, num_columns, num_tiles, hidden.stride(0), weight.stride(0), scores.stride(0), **constants,
+        )
     best_tile = tile_max.argmax(-1)  # first tile holding the maximum: the first column on ties overall
     best = tile_max.gather(-1, best_tile[:, None])[:, 0]
     logsumexp = best + torch.log((tile_sumexp * torch.exp(tile_max - best[:, None])).sum(-1))
-    ids = torch.cat([token_order[a:b] for a, b in zip(starts.tolist(), ends.tolist())])
-    return ShortlistHeadOutput(scores, ids, tile_arg.gather(-1, best_tile[:, None])[:, 0], best, logsumexp)
+    return ShortlistHeadOutput(scores, row_ids, tile_arg.gather(-1, best_tile[:, None])[:, 0], best, logsumexp)
