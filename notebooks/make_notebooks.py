@@ -29,8 +29,10 @@ from hf_dynaspec.zoo import resolve_model_path
 from pathlib import Path
 
 device = "cuda" if torch.cuda.is_available() else "cpu"
+# bf16 where the GPU has it, fp16 on cards without (a Colab T4), fp32 on the CPU (exact and fast without AVX-512 BF16)
+dtype = (torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16) if device == "cuda" else torch.float32
 path = resolve_model_path(TARGET)  # a Hub id, a local directory or an hf-dynaspec zoo name
-model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16 if device == "cuda" else torch.float32).to(device)
+model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
 tokenizer = AutoTokenizer.from_pretrained(path)
 shipped = shipped_assistant_dir(Path(TARGET).name.lower())  # trained assistants ship for the zoo targets
 # Without a trained one, a fresh assistant is still exact, but accepts little.
@@ -73,12 +75,15 @@ import subprocess
 OUT = "outputs/notebook"
 TOKENS = 600 if QUICK else 300000
 STEPS = ["--max-steps", "2"] if QUICK else ["--epochs", "2"]
+import torch
+# bf16 where the GPU has it, fp16 on cards without (a Colab T4), fp32 on the CPU
+DTYPE = ("bf16" if torch.cuda.is_bf16_supported() else "fp16") if torch.cuda.is_available() else "fp32"
 
 def run(*args):
     print("$", " ".join(args))
     subprocess.run([sys.executable, "-m", *args], check=True)'''),
     new_code_cell('''run("recipes.build_features", "--target", TARGET, "--out", f"{OUT}/features", "--max-tokens", str(TOKENS),
-    "--sequences-per-shard", "2" if QUICK else "64")'''),
+    "--sequences-per-shard", "2" if QUICK else "64", "--dtype", DTYPE)'''),
     new_code_cell('''run("recipes.train_drafter", "--target", TARGET, "--features", f"{OUT}/features", "--out", f"{OUT}/drafter",
     "--val-tokens", "200" if QUICK else "2000", "--validate-every", "1" if QUICK else "50", *STEPS)'''),
     new_code_cell('''run("recipes.build_shortlists", "--target", TARGET, "--assistant", f"{OUT}/drafter/assistant",
@@ -91,7 +96,7 @@ with open("prompts.jsonl", "w") as f:  # Spec-Bench format; use the Spec-Bench q
     f.writelines(json.dumps(p) + "\\n" for p in prompts)
 run("hf_dynaspec.cli", "bench", "--target", TARGET, "--assistant", f"{OUT}/assistant",
     "--methods", "vanilla,eagle,dynaspec", "--prompts", "prompts.jsonl",
-    "--max-new-tokens", "8" if QUICK else "128", "--dtype", "fp32", "--json", f"{OUT}/bench.json")
+    "--max-new-tokens", "8" if QUICK else "128", "--dtype", DTYPE, "--json", f"{OUT}/bench.json")
 report = json.load(open(f"{OUT}/bench.json"))
 assert all(m["exact"] for m in report["methods"].values())
 {k: (m["tau"], m["speedup"]) for k, m in report["methods"].items()}'''),

@@ -40,11 +40,12 @@ def next_token_topk(model, hidden: torch.Tensor, k: int, rows_per_chunk: int = 1
     `hidden` is `[N, D]`; the head runs in chunks so that `[N, V]` logits never exist at once.
     """
     ids, logps = [], []
+    head = model.lm_head.weight
     for chunk in hidden.split(rows_per_chunk):
-        logp = model.lm_head(chunk.to(model.lm_head.weight.dtype)).float().log_softmax(-1)
+        logp = model.lm_head(chunk.to(device=head.device, dtype=head.dtype)).float().log_softmax(-1)
         top = logp.topk(k, dim=-1)
-        ids.append(top.indices.to(torch.int32))
-        logps.append(top.values)
+        ids.append(top.indices.to(torch.int32).cpu())  # shards are written from the CPU
+        logps.append(top.values.cpu())
     return torch.cat(ids), torch.cat(logps)
 
 
@@ -60,12 +61,14 @@ def target_hidden(model, sequences: list[list[int]], fused_ids: list[int] | None
     for row, seq in enumerate(sequences):
         ids[row, : len(seq)] = torch.tensor(seq)
         mask[row, : len(seq)] = 1
-    out = model.model(input_ids=ids, attention_mask=mask, output_hidden_states=list(fused_ids) if fused_ids else None)
-    hidden = out.last_hidden_state
+    device = model.get_input_embeddings().weight.device
+    out = model.model(input_ids=ids.to(device), attention_mask=mask.to(device),
+                      output_hidden_states=list(fused_ids) if fused_ids else None)
+    hidden = out.last_hidden_state.cpu()  # shards are written from the CPU
     last = [hidden[row, : len(seq)].clone() for row, seq in enumerate(sequences)]
     if not fused_ids:
         return last
-    fused = torch.cat([out.hidden_states[i] for i in fused_ids], dim=-1)
+    fused = torch.cat([out.hidden_states[i].cpu() for i in fused_ids], dim=-1)
     return last, [fused[row, : len(seq)].clone() for row, seq in enumerate(sequences)]
 
 
@@ -143,7 +146,9 @@ def main(argv=None) -> None:
     parser.add_argument("--max-length", type=int, default=512, help="truncate conversations to this many tokens")
     parser.add_argument("--tokens-per-batch", type=int, default=4096)
     parser.add_argument("--sequences-per-shard", type=int, default=256)
-    parser.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
+    parser.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], default="fp32",
+                        help="fp16 on GPUs without bf16 (a T4); fp32 on CPUs without native bf16 (AVX2)")
+    parser.add_argument("--device", default="auto", help="auto (CUDA when available), cpu, cuda or cuda:N")
     parser.add_argument("--topk", type=int, default=16, help="next-token candidates kept per position")
     parser.add_argument("--conversations", type=Path, default=None,
                         help="responses written by recipes.self_distill (default: the provided responses)")
@@ -164,7 +169,7 @@ def main(argv=None) -> None:
             "first_file": args.first_file, "last_file": args.last_file, "fused_hidden_state_ids": fused_ids}
     check_resumable(args.out, meta)
     # fp32: on CPUs without native bf16 matmuls (AVX2) a bf16 prefill is ~6x slower (benchmarks/results).
-    model, tokenizer = load_target(args.target, args.dtype)
+    model, tokenizer = load_target(args.target, args.dtype, args.device)
     if fused_ids and max(fused_ids) > model.config.get_text_config().num_hidden_layers:
         raise SystemExit(f"--fused-hidden-states {fused_ids}: the target has only "
                          f"{model.config.get_text_config().num_hidden_layers} layers (indices 0..that number)")

@@ -115,8 +115,9 @@ def generate_batch(model, tokenizer, prompts: list[str], max_new_tokens: int, ma
         mask[row, length - len(e):] = 1
     recorder = _FinalNormRecorder(model) if capture_hidden else None
     try:
-        out = model.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=max_new_tokens,
-                             pad_token_id=pad)
+        device = model.get_input_embeddings().weight.device
+        out = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), do_sample=False,
+                             max_new_tokens=max_new_tokens, pad_token_id=pad).cpu()
     finally:
         hidden = recorder.close() if recorder is not None else None
     eos = model.generation_config.eos_token_id
@@ -130,7 +131,7 @@ def generate_batch(model, tokenizer, prompts: list[str], max_new_tokens: int, ma
         answer = Answer(tokenizer.decode(generated, skip_special_tokens=True).strip(), token_ids, len(prompt_ids))
         if hidden is not None:
             start = length - len(prompt_ids)
-            answer.hidden = hidden[row, start : start + len(token_ids)].clone()
+            answer.hidden = hidden[row, start : start + len(token_ids)].cpu().clone()
         answers.append(answer)
     return answers
 
@@ -156,14 +157,16 @@ def main(argv=None) -> None:
     parser.add_argument("--prompts", type=Path, default=None,
                         help="answer the prompts of this Spec-Bench-format file (in its order) instead of the "
                              "default training mix, e.g. recipes.task_prompts' output")
-    parser.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
+    parser.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], default="fp32",
+                        help="fp16 on GPUs without bf16 (a T4); fp32 on CPUs without native bf16 (AVX2)")
+    parser.add_argument("--device", default="auto", help="auto (CUDA when available), cpu, cuda or cuda:N")
     parser.add_argument("--features-out", type=Path, default=None,
                         help="also write drafter-training shards (recipes.build_features' format) from the hidden "
                              "states the generation computed, one shard per responses file: no second target pass")
     parser.add_argument("--topk", type=int, default=16, help="next-token candidates kept per position (shards)")
     args = parser.parse_args(argv)
 
-    model, tokenizer = load_target(args.target, args.dtype)
+    model, tokenizer = load_target(args.target, args.dtype, args.device)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "meta.json").write_text(json.dumps({k: str(v) for k, v in vars(args).items()}, indent=2) + "\n")
     if args.features_out is not None:

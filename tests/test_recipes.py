@@ -290,7 +290,7 @@ def test_self_distillation_first_file_starts_at_that_files_prompts(tmp_path, mon
     """`--first-file N` writes files N, N+1, ... holding the same prompts those files hold in a run from 0."""
     import recipes.self_distill as self_distill
 
-    monkeypatch.setattr(self_distill, "load_target", lambda name, dtype: (None, None))
+    monkeypatch.setattr(self_distill, "load_target", lambda name, dtype, device="cpu": (None, None))
     monkeypatch.setattr(self_distill, "generate_batch", lambda model, tokenizer, prompts, *args, **kwargs:
                         [self_distill.Answer(p[::-1], [0, 1, 2], 1) for p in prompts])
     self_distill.main(["--target", "x", "--out", str(tmp_path), "--first-file", "2", "--prompts-per-file", "3",

@@ -73,7 +73,7 @@ def test_back_translation_asks_for_the_targets_german_in_english(monkeypatch):
 def test_self_distillation_answers_a_prompt_file_in_its_order(tmp_path, monkeypatch):
     import recipes.self_distill as self_distill
 
-    monkeypatch.setattr(self_distill, "load_target", lambda name, dtype: (None, None))
+    monkeypatch.setattr(self_distill, "load_target", lambda name, dtype, device="cpu": (None, None))
     monkeypatch.setattr(self_distill, "generate_batch", lambda model, tokenizer, prompts, *args, **kwargs:
                         [self_distill.Answer(p.upper(), [0, 1, 2], 1) for p in prompts])
     prompt_file = tmp_path / "tasks.jsonl"
@@ -93,7 +93,7 @@ def test_self_distillation_answers_a_prompt_file_in_its_order(tmp_path, monkeypa
 def test_self_distillation_refuses_a_prompt_file_without_turns(tmp_path, monkeypatch):
     import recipes.self_distill as self_distill
 
-    monkeypatch.setattr(self_distill, "load_target", lambda name, dtype: (None, None))
+    monkeypatch.setattr(self_distill, "load_target", lambda name, dtype, device="cpu": (None, None))
     prompt_file = tmp_path / "bad.jsonl"
     prompt_file.write_text(json.dumps({"prompt": "no turns here"}) + "\n")
     with pytest.raises(ValueError, match=r"bad.jsonl:1: not a Spec-Bench row"):

@@ -124,6 +124,47 @@ def test_drafted_tree_shape_and_ranking(family):
     assert session.cache.length > 8
 
 
+@pytest.mark.parametrize("form", ["cpu", "accelerator"])
+def test_every_drafted_child_is_among_its_parents_top_k_recomputed_as_a_chain(family, form):
+    """Each expanded node's children must be top-k tokens of the drafter's distribution on that node's own path,
+    recomputed one token at a time with a plain causal cache: a tree mask that lets a node see a cousin, or
+    hides an ancestor, changes that distribution."""
+    import contextlib
+
+    from hf_dynaspec.drafting.chain import ChainDraftSession
+    from hf_dynaspec.drafting.device_paths import accelerator_paths_on_cpu
+
+    target = one_layer_target(family)
+    assistant = imitating_assistant(target, noise=0.6)
+    top_k = 3
+    ids = prompt(1, 8)
+    with torch.no_grad():
+        hidden = target(ids, output_hidden_states=True).hidden_states[-1]
+    ids, hidden = torch.cat([ids, torch.tensor([[5]])], dim=1), torch.cat([hidden, hidden[:, -1:]], 1)
+    with accelerator_paths_on_cpu() if form == "accelerator" else contextlib.nullcontext(), torch.no_grad():
+        head = runtime_head(assistant, assistant.generation_config)
+        session = TreeDraftSession(assistant.drafter, VOCAB, head=head, top_k=top_k, depth=4, total_tokens=14)
+        tree = session.propose_tree(ids, hidden)
+        children = tree.children()
+        checked = 0
+        for node, kids in enumerate(children):
+            if not kids:
+                continue
+            chain = ChainDraftSession(assistant.drafter, VOCAB, do_sample=False, head=head)
+            state, plan = chain.consume_verified(ids, hidden)
+            for depth, step in enumerate(tree.path_to(node)[1:]):
+                embed = assistant.drafter.embed(tree.token_ids[step].view(1, 1))
+                plan = chain._plan(embed[:, -1], state[:, -1], depth + 1)
+                position = torch.full((1, 1), ids.shape[1] - 1 + depth, dtype=torch.long)
+                state = assistant.drafter.step(embed, state, position, chain.cache, None)
+            scores = head.scores(state[:, -1], plan) if head is not None else None
+            best = scores.scores[0].topk(top_k).indices
+            allowed = set((best if scores.token_ids is None else scores.token_ids[best]).tolist())
+            assert {int(tree.token_ids[k]) for k in kids} <= allowed, (node, tree.path_to(node))
+            checked += 1
+    assert checked >= 3 and int(tree.depths.max()) >= 3
+
+
 def test_tree_of_top_k_one_is_a_chain_and_an_imitating_drafter_fills_it(family):
     target = one_layer_target(family)
     assistant = imitating_assistant(target, noise=0.0)
