@@ -9,6 +9,8 @@ chain and tree, and none inside a tree's drafting.
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 
@@ -26,6 +28,7 @@ HEADS = ["full", "frspec", "dynaspec", "dynaspec-fixed"]
 
 
 def _assistant(tmp_path, target, strategy: str, **options):
+    torch.manual_seed(0)  # the router's initialisation: the same assistant whatever ran before
     assistant = add_shortlists(imitating_assistant(target, noise=0.3, num_assistant_tokens=4), target)
     assistant.generation_config.max_shortlist_size = 60  # the size cap runs too (on the device)
     assistant.save_pretrained(tmp_path)
@@ -105,7 +108,7 @@ def test_deferred_confidence_stop_drafts_what_the_eager_stop_drafts(tmp_path):
     """The accelerator form drafts every position and cuts once at the end; the CPU form stops at once. Both
     must hand the verifier the same tokens, round by round."""
     target = one_layer_target("llama")
-    assistant = _assistant(tmp_path, target, "dynaspec", assistant_confidence_threshold=0.05)
+    assistant = _assistant(tmp_path, target, "dynaspec", assistant_confidence_threshold=0.08)
     drafts = {}
     for deferred in (False, True):
         seen = []
@@ -118,15 +121,14 @@ def test_deferred_confidence_stop_drafts_what_the_eager_stop_drafts(tmp_path):
 
         ChainDraftSession.propose = recording
         try:
-            input_ids = torch.randint(0, 97, (1, 9), generator=torch.Generator().manual_seed(2))
-            if deferred:
-                with accelerator_paths_on_cpu():
+            for seed in (2, 3, 4):
+                input_ids = torch.randint(0, 97, (1, 9), generator=torch.Generator().manual_seed(seed))
+                with accelerator_paths_on_cpu() if deferred else contextlib.nullcontext():
                     assisted_generate(target, assistant, input_ids, max_new_tokens=30)
-            else:
-                assisted_generate(target, assistant, input_ids, max_new_tokens=30)
+                seen.append(None)  # the end of a call: its last round may stop at max_new_tokens instead
         finally:
             ChainDraftSession.propose = original
         drafts[deferred] = seen
     assert drafts[True] == drafts[False]
-    lengths = [len(d[0]) for d in drafts[True]]
-    assert max(lengths) > 0 and min(lengths) < 4  # the stop cut some rounds and let others through
+    lengths = [len(d[0]) for d, after in zip(drafts[True], drafts[True][1:]) if d is not None and after is not None]
+    assert {0, 4} <= set(lengths) and set(lengths) & {1, 2, 3}, lengths  # cut at once, midway, and not at all

@@ -125,10 +125,10 @@ def test_drafted_tree_shape_and_ranking(family):
 
 
 @pytest.mark.parametrize("form", ["cpu", "accelerator"])
-def test_every_drafted_child_is_among_its_parents_top_k_recomputed_as_a_chain(family, form):
-    """Each expanded node's children must be top-k tokens of the drafter's distribution on that node's own path,
-    recomputed one token at a time with a plain causal cache: a tree mask that lets a node see a cousin, or
-    hides an ancestor, changes that distribution."""
+def test_every_expanded_node_scores_what_a_chain_along_its_path_scores(family, form, monkeypatch):
+    """The drafter's log-probabilities at each expanded node of a tree must be those of the drafter run as a chain
+    along that node's own path (a plain causal cache), and its children that distribution's top-k: a tree mask
+    that lets a node see a cousin, or hides an ancestor, changes them."""
     import contextlib
 
     from hf_dynaspec.drafting.chain import ChainDraftSession
@@ -141,11 +141,18 @@ def test_every_drafted_child_is_among_its_parents_top_k_recomputed_as_a_chain(fa
     with torch.no_grad():
         hidden = target(ids, output_hidden_states=True).hidden_states[-1]
     ids, hidden = torch.cat([ids, torch.tensor([[5]])], dim=1), torch.cat([hidden, hidden[:, -1:]], 1)
+    rows_by_depth = []  # the log-probabilities of each drafter step of the tree: root, then each frontier
+    log_probs = TreeDraftSession._log_probs
+    monkeypatch.setattr(TreeDraftSession, "_log_probs",
+                        lambda self, *a: rows_by_depth.append(log_probs(self, *a)) or rows_by_depth[-1])
     with accelerator_paths_on_cpu() if form == "accelerator" else contextlib.nullcontext(), torch.no_grad():
         head = runtime_head(assistant, assistant.generation_config)
-        session = TreeDraftSession(assistant.drafter, VOCAB, head=head, top_k=top_k, depth=4, total_tokens=14)
+        # 3 + 9 + 9 + 9 candidates: the tree keeps them all, so each expanded node's children are its whole top-k,
+        # and a frontier is its depth's first top_k nodes (nodes of a depth are in score order)
+        session = TreeDraftSession(assistant.drafter, VOCAB, head=head, top_k=top_k, depth=4, total_tokens=30)
         tree = session.propose_tree(ids, hidden)
         children = tree.children()
+        depths = tree.depths.tolist()
         checked = 0
         for node, kids in enumerate(children):
             if not kids:
@@ -157,12 +164,15 @@ def test_every_drafted_child_is_among_its_parents_top_k_recomputed_as_a_chain(fa
                 plan = chain._plan(embed[:, -1], state[:, -1], depth + 1)
                 position = torch.full((1, 1), ids.shape[1] - 1 + depth, dtype=torch.long)
                 state = assistant.drafter.step(embed, state, position, chain.cache, None)
-            scores = head.scores(state[:, -1], plan) if head is not None else None
+            scores = head.scores(state[:, -1], plan)
+            row = depths[:node].count(depths[node])  # the node's place among its depth's nodes = its frontier row
+            drafted, drafted_ids = rows_by_depth[depths[node]]
+            torch.testing.assert_close(drafted[row], scores.scores[0].log_softmax(-1), atol=1e-5, rtol=1e-5)
             best = scores.scores[0].topk(top_k).indices
             allowed = set((best if scores.token_ids is None else scores.token_ids[best]).tolist())
-            assert {int(tree.token_ids[k]) for k in kids} <= allowed, (node, tree.path_to(node))
+            assert {int(tree.token_ids[k]) for k in kids} == allowed, (node, tree.path_to(node))
             checked += 1
-    assert checked >= 3 and int(tree.depths.max()) >= 3
+    assert checked == 1 + 3 + 3 + 3 and int(tree.depths.max()) == 4  # the root and the frontiers of depths 1-3
 
 
 def test_tree_of_top_k_one_is_a_chain_and_an_imitating_drafter_fills_it(family):

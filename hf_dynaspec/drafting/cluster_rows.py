@@ -41,10 +41,10 @@ class ClusterRowTable:
         past `max_rows` (always-included rows counted) replaced by the empty slot; shape unchanged."""
         if max_rows is None:
             return ranked
-        total = self.num_always + self.sizes[ranked].cumsum(0)
-        fits = total <= max_rows
-        fits[0] = True  # the best cluster is kept whatever its size
-        keep = fits.long().cumprod(0).bool()  # stop at the first that does not fit, as the CPU path does
+        # Running totals only grow, so the clusters that fit are a prefix of the ranking: the first that does not
+        # fit ends the shortlist, as on the CPU path.
+        keep = self.num_always + self.sizes[ranked].cumsum(0) <= max_rows
+        keep[0] = True  # the best cluster is kept whatever its size
         return torch.where(keep, ranked, self.dropped_slot)
 
     def row_ids(self, chosen: torch.Tensor) -> torch.Tensor:
