@@ -81,6 +81,12 @@ def build_parser() -> argparse.ArgumentParser:
     push.add_argument("--private", action="store_true")
     push.add_argument("--endpoint", default=None, help="Hub server (default: HF_ENDPOINT or huggingface.co)")
 
+    convert = commands.add_parser(
+        "convert", help="write a published EAGLE-1/2/3 checkpoint (safetensors or .bin) as a hf-dynaspec artifact")
+    convert.add_argument("source", help="checkpoint directory or Hub id (EAGLE, EAGLE-3, SpecForge, vLLM names)")
+    convert.add_argument("--target", required=True, help="the model it drafts for: zoo name, directory or Hub id")
+    convert.add_argument("--out", required=True, help="directory for the converted artifact")
+
     from hf_dynaspec.bench.command import add_parser as add_bench_parser
 
     add_bench_parser(commands)
@@ -190,6 +196,20 @@ def _print_comparison(result: dict) -> None:
           f"tau {result['tau']:.2f} tokens per verification pass")
 
 
+def _convert(args) -> int:
+    """Load as published (checked against the target, which also names EAGLE-3's default layers), save as ours:
+    config.json, generation_config.json, model.safetensors, checksums, card."""
+    from hf_dynaspec.bench.runner import load_target
+    from hf_dynaspec.modeling.assistant import DynaSpecAssistant
+
+    target, _ = load_target(args.target, "fp32")
+    assistant = DynaSpecAssistant.from_pretrained(args.source, target=target)
+    assistant.save_pretrained(args.out)
+    print(json.dumps({"source": args.source, "out": args.out, "drafter_kind": assistant.config.drafter_kind,
+                      "layer_family": assistant.config.layer_family}))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "models":
@@ -202,6 +222,8 @@ def main(argv: list[str] | None = None) -> int:
         assistant = DynaSpecAssistant.from_pretrained(args.artifact)
         print(assistant.push_to_hub(args.repo_id, private=args.private or None, endpoint=args.endpoint))
         return 0
+    if args.command == "convert":
+        return _convert(args)
     if args.command == "bench":
         from hf_dynaspec.bench.command import run as run_bench
 

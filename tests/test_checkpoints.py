@@ -110,7 +110,19 @@ def llama_style_config(target, **extra) -> dict:
     return config
 
 
-def eagle1_checkpoint(directory, target, bias=True):
+def save_weights(state: dict, directory, fmt: str) -> None:
+    """As the published repositories ship them: model.safetensors, or pytorch_model.bin (torch.save)."""
+    directory.mkdir(exist_ok=True)
+    if fmt == "bin":
+        torch.save(state, directory / "pytorch_model.bin")
+    else:
+        save_file(state, str(directory / "model.safetensors"))
+
+
+def eagle1_checkpoint(directory, target, bias=True, qkv_bias=False, fmt="safetensors", config_bias_key=True,
+                      **config_extra):
+    """EAGLE-1/2's layout (SafeAILab/EAGLE eagle/model/cnets1.py): fc [+ bias], one layer without input norm,
+    q/k/v biases when the config says `qkv_bias`, the target's embedding copied in."""
     hidden, inter = target.config.hidden_size, target.config.intermediate_size
     kv = target.config.num_key_value_heads * hidden // target.config.num_attention_heads
     generator = torch.Generator().manual_seed(0)
@@ -132,13 +144,19 @@ def eagle1_checkpoint(directory, target, bias=True):
     }
     if bias:
         state["fc.bias"] = rand(hidden)
-    directory.mkdir(exist_ok=True)
-    save_file(state, str(directory / "model.safetensors"))
-    (directory / "config.json").write_text(json.dumps(llama_style_config(target, bias=bias)))
+    if qkv_bias:
+        for name, rows in (("q", hidden), ("k", kv), ("v", kv)):
+            state[f"layers.0.self_attn.{name}_proj.bias"] = rand(rows)
+        config_extra["qkv_bias"] = True
+    save_weights(state, directory, fmt)
+    if config_bias_key:  # EAGLE's loader (ea_model.py) takes fc's bias as true when the key is absent
+        config_extra["bias"] = bias
+    (directory / "config.json").write_text(json.dumps(llama_style_config(target, **config_extra)))
     return state
 
 
-def eagle3_checkpoint(directory, target, draft_vocab=40, vllm_names=False, with_d2t=True, layer_ids=(0, 1, 2)):
+def eagle3_checkpoint(directory, target, draft_vocab=40, vllm_names=False, with_d2t=True, layer_ids=(0, 1, 2),
+                      fmt="safetensors", embed=False, **config_extra):
     hidden, inter = target.config.hidden_size, target.config.intermediate_size
     kv = target.config.num_key_value_heads * hidden // target.config.num_attention_heads
     generator = torch.Generator().manual_seed(1)
@@ -168,11 +186,13 @@ def eagle3_checkpoint(directory, target, draft_vocab=40, vllm_names=False, with_
         t2d = torch.zeros(target.config.vocab_size, dtype=torch.bool)
         t2d[target_ids] = True
         state["t2d"] = t2d
-    directory.mkdir(exist_ok=True)
-    save_file(state, str(directory / "model.safetensors"))
-    config = llama_style_config(
-        target, draft_vocab_size=draft_vocab, eagle_config={"eagle_aux_hidden_state_layer_ids": list(layer_ids)}
-    )
+    if embed:  # SpecForge's LlamaForCausalLMEagle3 saves its (frozen, target-copied) embedding too
+        state["embed_tokens.weight"] = rand(target.config.vocab_size, hidden)
+    save_weights(state, directory, fmt)
+    eagle_config = {"eagle_aux_hidden_state_layer_ids": list(layer_ids)} if layer_ids is not None else None
+    config = llama_style_config(target, draft_vocab_size=draft_vocab, **config_extra)
+    if eagle_config:
+        config["eagle_config"] = eagle_config
     (directory / "config.json").write_text(json.dumps(config))
     return state
 
@@ -327,11 +347,12 @@ def test_missing_and_corrupt_files(tmp_path):
 
 
 def test_refuses_pickled_checkpoints_without_unpickling(tmp_path, monkeypatch):
+    """.pt/.pth/.pkl/.ckpt files are never opened at all."""
     directory = tmp_path / "pickled"
     directory.mkdir()
     target = tiny_target("llama")
     (directory / "config.json").write_text(json.dumps(llama_style_config(target)))
-    torch.save({"fc.weight": torch.zeros(2, 2)}, directory / "pytorch_model.bin")
+    torch.save({"fc.weight": torch.zeros(2, 2)}, directory / "drafter.pt")
 
     def no_unpickling(*args, **kwargs):
         raise AssertionError("torch.load was called on an untrusted checkpoint")
@@ -339,6 +360,29 @@ def test_refuses_pickled_checkpoints_without_unpickling(tmp_path, monkeypatch):
     monkeypatch.setattr(torch, "load", no_unpickling)
     with pytest.raises(ArtifactError, match="never unpickles"):
         DynaSpecAssistant.from_pretrained(directory, target=target)
+
+
+class _RunsCode:
+    """A pickle that would run a command when unpickled without weights_only."""
+
+    def __reduce__(self):
+        import os
+
+        return (os.system, ("touch /tmp/hf_dynaspec_pickle_ran",))
+
+
+def test_a_bin_file_that_needs_more_than_tensors_is_refused_before_it_runs(tmp_path):
+    import pathlib
+
+    marker = pathlib.Path("/tmp/hf_dynaspec_pickle_ran")
+    marker.unlink(missing_ok=True)
+    target = tiny_target("llama")
+    directory = tmp_path / "evil"
+    eagle1_checkpoint(directory, target, fmt="bin")
+    torch.save({"fc.weight": torch.zeros(2, 2), "payload": _RunsCode()}, directory / "pytorch_model.bin")
+    with pytest.raises(ArtifactError, match=r"weights_only=True"):
+        DynaSpecAssistant.from_pretrained(directory, target=target)
+    assert not marker.exists()
 
 
 def test_weights_that_do_not_match_the_config(tmp_path):

@@ -1,11 +1,15 @@
 """Reading assistant artifacts: our own format and the published EAGLE-1/2 and EAGLE-3 layouts.
 
-Everything is read from safetensors and JSON; nothing is ever unpickled. File names live here and nowhere
-else.
+Weights are read from safetensors, or, for the published EAGLE checkpoints that ship `pytorch_model.bin`, with
+`torch.load(weights_only=True)` (transformers' own safe path: only tensors and plain containers are rebuilt,
+no code runs; a file that needs more is refused). Other pickles (.pt, .pth, .pkl, .ckpt) are never opened.
+File names live here and nowhere else.
 
 Layouts recognised (see ../shared/TRANSFORMERS.md):
 - `dynaspec`: `config.json` with `model_type: "dynaspec"`, `model.safetensors` with keys `drafter.*`.
-- `eagle` (EAGLE-1/2): llama-style config with `num_hidden_layers: 1` (+ `bias`), keys `fc.*`, `layers.0.*`.
+- `eagle` (EAGLE-1/2): llama-style config with `num_hidden_layers: 1` (+ `bias` for fc, default true, and
+  `qkv_bias` for q/k/v, as SafeAILab/EAGLE's eagle/model/cnets1.py and ea_model.py read them), keys `fc.*`,
+  `layers.0.*` (no `layers.0.input_layernorm`), optionally `embed_tokens.weight` (borrowed from the target).
 - `eagle3`: config with `draft_vocab_size` (optionally `target_hidden_size`,
   `eagle_config.eagle_aux_hidden_state_layer_ids`), keys `fc.weight`, `midlayer.*` (vLLM: `layers.0.*`),
   `norm.weight`, `lm_head.weight`, `d2t` (vLLM: `draft_id_to_target_id`), `t2d`.
@@ -27,14 +31,17 @@ from hf_dynaspec.modeling.config import REQUIRED_SAVED_KEYS
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
 WEIGHTS_INDEX_NAME = "model.safetensors.index.json"
-PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".ckpt")
+BIN_WEIGHTS_NAME = "pytorch_model.bin"
+BIN_WEIGHTS_INDEX_NAME = "pytorch_model.bin.index.json"
+PICKLE_SUFFIXES = (".pt", ".pth", ".pkl", ".ckpt")  # never opened
 DRAFTER_PREFIX = "drafter."
 # Keys some EAGLE checkpoints carry that the drafter borrows from the target instead.
 BORROWED_KEYS = ("embed_tokens.weight",)
 
 
 def resolve_artifact_dir(path_or_repo_id: str | os.PathLike, revision: str | None = None, **hub_kwargs) -> Path:
-    """A local directory, or a Hub repo id downloaded (JSON + safetensors only) with huggingface_hub."""
+    """A local directory, or a Hub repo id downloaded with huggingface_hub: JSON, safetensors and the card, and
+    `*.bin` weights only for a repository that has no safetensors (the published EAGLE checkpoints)."""
     path = Path(path_or_repo_id)
     if path.is_dir():
         return path
@@ -43,18 +50,17 @@ def resolve_artifact_dir(path_or_repo_id: str | os.PathLike, revision: str | Non
     from huggingface_hub import snapshot_download
 
     try:
-        local = snapshot_download(
-            repo_id=str(path_or_repo_id),
-            revision=revision,
-            allow_patterns=["*.json", "*.safetensors", "*.md"],
-            **hub_kwargs,
-        )
+        local = Path(snapshot_download(repo_id=str(path_or_repo_id), revision=revision,
+                                       allow_patterns=["*.json", "*.safetensors", "*.md"], **hub_kwargs))
+        if not list(local.glob("*.safetensors")):
+            local = Path(snapshot_download(repo_id=str(path_or_repo_id), revision=revision,
+                                           allow_patterns=["*.json", "*.bin", "*.md"], **hub_kwargs))
     except Exception as err:  # huggingface_hub raises many types; the message is what matters
         raise ArtifactError(
             f"{path_or_repo_id!r} is neither a local directory nor a Hub repo that could be downloaded "
             f"({type(err).__name__}: {err}). Pass a local directory, or check the repo id and your connection."
         ) from err
-    return Path(local)
+    return local
 
 
 def read_config_dict(directory: Path) -> dict:
@@ -71,21 +77,17 @@ def read_config_dict(directory: Path) -> dict:
 
 
 def read_state_dict(directory: Path) -> dict[str, torch.Tensor]:
-    """All tensors of the artifact's safetensors files (one file, or shards named by an index)."""
-    index_path = directory / WEIGHTS_INDEX_NAME
-    if index_path.is_file():
-        try:
-            shard_names = sorted(set(json.loads(index_path.read_text())["weight_map"].values()))
-        except (json.JSONDecodeError, KeyError, TypeError) as err:
-            raise ArtifactError(f"{index_path} is corrupt ({err}).") from err
-        files = [directory / name for name in shard_names]
-    else:
-        files = sorted(directory.glob("*.safetensors"))
+    """All tensors of the artifact's weight files: safetensors (one file, or shards named by an index), else
+    `pytorch_model.bin` (or its shards) through `torch.load(weights_only=True)`."""
+    files = _weight_files(directory, WEIGHTS_INDEX_NAME, "*.safetensors")
+    loader = _load_safetensors
+    if not files:
+        files, loader = _weight_files(directory, BIN_WEIGHTS_INDEX_NAME, BIN_WEIGHTS_NAME), _load_bin
     if not files:
         pickles = sorted(p.name for p in directory.iterdir() if p.suffix in PICKLE_SUFFIXES)
         if pickles:
             raise ArtifactError(
-                f"{directory} holds only pickled weights ({', '.join(pickles)}). hf-dynaspec never unpickles "
+                f"{directory} holds only pickled weights ({', '.join(pickles)}). hf-dynaspec never unpickles such "
                 "files; convert them once in a trusted environment, e.g. "
                 "`safetensors.torch.save_file(torch.load(f, weights_only=True), 'model.safetensors')`."
             )
@@ -93,11 +95,43 @@ def read_state_dict(directory: Path) -> dict[str, torch.Tensor]:
     state: dict[str, torch.Tensor] = {}
     for file in files:
         if not file.is_file():
-            raise ArtifactError(f"{file} is listed in {WEIGHTS_INDEX_NAME} but missing.")
+            raise ArtifactError(f"{file} is listed in an index of {directory} but missing.")
+        state.update(loader(file))
+    return state
+
+
+def _weight_files(directory: Path, index_name: str, pattern: str) -> list[Path]:
+    index_path = directory / index_name
+    if index_path.is_file():
         try:
-            state.update(load_file(str(file)))
-        except (SafetensorError, OSError, ValueError) as err:
-            raise ArtifactError(f"{file} is corrupt or not a safetensors file ({err}); re-download it.") from err
+            shard_names = sorted(set(json.loads(index_path.read_text())["weight_map"].values()))
+        except (json.JSONDecodeError, KeyError, TypeError) as err:
+            raise ArtifactError(f"{index_path} is corrupt ({err}).") from err
+        return [directory / name for name in shard_names]
+    return sorted(directory.glob(pattern))
+
+
+def _load_safetensors(file: Path) -> dict[str, torch.Tensor]:
+    try:
+        return load_file(str(file))
+    except (SafetensorError, OSError, ValueError) as err:
+        raise ArtifactError(f"{file} is corrupt or not a safetensors file ({err}); re-download it.") from err
+
+
+def _load_bin(file: Path) -> dict[str, torch.Tensor]:
+    """A published `.bin` state dict, through `torch.load(weights_only=True)`: tensors and plain containers
+    only; anything else in the pickle (classes, functions) is refused by torch before it runs."""
+    try:
+        state = torch.load(file, map_location="cpu", weights_only=True)
+    except Exception as err:  # torch raises UnpicklingError, RuntimeError or EOFError by the kind of damage
+        raise ArtifactError(
+            f"{file} could not be read with torch.load(weights_only=True) ({type(err).__name__}: {str(err)[:200]}). "
+            "hf-dynaspec reads .bin weights only that way: a file that needs more than tensors is refused. "
+            "If it is a plain state dict, re-download it; else convert it once in a trusted environment to "
+            "model.safetensors."
+        ) from err
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise ArtifactError(f"{file} is not a state dict of tensors (a flat name -> tensor mapping).")
     return state
 
 
@@ -161,6 +195,9 @@ def eagle_config_kwargs(config: dict, layout: str, target_num_layers: int | None
         hidden_act=config.get("hidden_act", "silu"),
         attention_bias=bool(config.get("attention_bias", False)),
     )
+    if config.get("qkv_bias"):
+        # EAGLE's layer with biased q/k/v and an unbiased o_proj (cnets1.py, for Qwen2 targets): a Qwen2 layer.
+        kwargs.update(layer_family="qwen2", attention_bias=False)
     if layout == "eagle":
         # EAGLE-1/2 regress the target's post-norm feature and apply the LM head to it directly.
         kwargs.update(fc_bias=bool(config.get("bias", True)), use_target_norm=False)
