@@ -240,7 +240,11 @@ def main(argv: list[str] | None = None) -> int:
         bench.write(result, args.json, args.results)
         print(json.dumps({k: result[k] for k in ("full_ms", "shortlist_ms", "ratio", "path", "shortlist_rows", "blocks")}))
         return 0
-    result = _generate(args, getattr(args, "chat", None))
+    try:
+        result = _generate(args, getattr(args, "chat", None))
+    except ValueError as err:  # e.g. no trained assistant for the target: the message names the fix
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     _print_comparison(result)
     return 0
 

@@ -24,7 +24,7 @@ QUICKSTART = [
     new_code_cell('''import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from hf_dynaspec import DynaSpecAssistant, check_exactness, tree_generate
-from hf_dynaspec.bench.runner import shipped_assistant_dir
+from hf_dynaspec.bench.runner import no_trained_assistant_message, shipped_assistant_dir
 from hf_dynaspec.zoo import resolve_model_path
 from pathlib import Path
 
@@ -35,8 +35,9 @@ path = resolve_model_path(TARGET)  # a Hub id, a local directory or an hf-dynasp
 model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
 tokenizer = AutoTokenizer.from_pretrained(path)
 shipped = shipped_assistant_dir(Path(TARGET).name.lower())  # trained assistants ship for the zoo targets
-# Without a trained one, a fresh assistant is still exact, but accepts little.
-assistant = DynaSpecAssistant.from_pretrained(shipped, target=model) if shipped else DynaSpecAssistant.from_target(model)'''),
+if shipped is None:  # never a silent untrained assistant (exact, but it drafts almost nothing)
+    raise SystemExit(no_trained_assistant_message(TARGET))
+assistant = DynaSpecAssistant.from_pretrained(shipped, target=model)'''),
     new_code_cell('''messages = [{"role": "user", "content": "Write a Python function that checks whether a number is prime."}]
 inputs = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True).to(device)
 new_tokens = 16 if QUICK else 128

@@ -11,15 +11,18 @@ if os.environ.get("HF_DYNASPEC_TRITON_GPU") != "1":
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
-from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
+from transformers import AutoModelForCausalLM, LlamaConfig, MistralConfig, Phi3Config, Qwen2Config, Qwen3Config
 
 from hf_dynaspec import DynaSpecAssistant  # noqa: E402
 
 VOCAB = 97  # deliberately not a power of two
+# The target families the drafter mirrors (hf_dynaspec.modeling.families); most tests use the first two.
+CONFIGS = {"llama": LlamaConfig, "qwen2": Qwen2Config, "qwen3": Qwen3Config, "mistral": MistralConfig,
+           "phi3": Phi3Config}
 
 
 def tiny_target(family: str, seed: int = 0, vocab_size: int = VOCAB, **overrides):
-    """A random 2-layer causal LM of `family` ('llama' or 'qwen2'), fp32, eval mode."""
+    """A random causal LM of `family` (a key of CONFIGS), fp32, eval mode."""
     torch.manual_seed(seed)
     common = dict(
         vocab_size=vocab_size,
@@ -35,7 +38,7 @@ def tiny_target(family: str, seed: int = 0, vocab_size: int = VOCAB, **overrides
         pad_token_id=None,
     )
     common.update(overrides)
-    config = LlamaConfig(**common) if family == "llama" else Qwen2Config(**common)
+    config = CONFIGS[family](**common)
     model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
     # Sharper logits than the default init, so that greedy choices are not all near-ties.
     with torch.no_grad():

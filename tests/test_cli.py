@@ -65,3 +65,21 @@ def test_dtype_and_device_reach_the_target(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert runner.resolve_device("auto") == torch.device("cuda")
     assert runner.resolve_device("cuda:1") == torch.device("cuda", 1)
+
+
+def test_no_trained_assistant_stops_with_where_they_are_never_a_silent_untrained_one(monkeypatch, capsys):
+    """A target without a shipped assistant (or a wheel, which carries none): generate/demo stop, naming the fix."""
+    from hf_dynaspec.bench import runner
+
+    target = tiny_target("llama")
+    monkeypatch.setattr(runner, "load_target", lambda *a, **k: (target, None))
+    with pytest.raises(ValueError, match=r"--assistant DIR_OR_HUB_ID.*assistants/<target>.*from_target"):
+        runner.load_assistant(None, target, "my-model")
+    assert main(["generate", "--target", "my-model", "--prompt", "x", "--dtype", "fp32"]) == 2
+    assert "No trained assistant found for 'my-model'" in capsys.readouterr().err
+
+
+def test_the_list_of_shipped_assistants_matches_the_checkout():
+    from hf_dynaspec.bench.runner import SHIPPED_ASSISTANTS, SHIPPED_FOR
+
+    assert sorted(p.name for p in SHIPPED_ASSISTANTS.iterdir() if (p / "config.json").is_file()) == sorted(SHIPPED_FOR)

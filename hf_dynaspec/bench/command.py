@@ -48,7 +48,7 @@ def run(args) -> dict:
     from hf_dynaspec.bench.methods import build_methods, expand_assistant_labels
     from hf_dynaspec.bench.prompts import encode_prompts, load_prompts
     from hf_dynaspec.bench.report import markdown_table, write_plots
-    from hf_dynaspec.bench.runner import load_target, shipped_assistant_dir
+    from hf_dynaspec.bench.runner import load_target, no_trained_assistant_message, shipped_assistant_dir
     from hf_dynaspec.generation import parse_tree_shape
 
     assistants = parse_assistant_options(args.assistant)  # before loading anything: bad options fail fast
@@ -70,7 +70,7 @@ def run(args) -> dict:
         return assistant_factory
 
     def no_assistant(**_):
-        raise ValueError(f"no assistant ships for {args.target}: pass --assistant PATH")
+        raise ValueError(no_trained_assistant_message(args.target))
 
     draft_model = load_target(args.draft_model, args.dtype, args.device)[0] if args.draft_model else None
     cpu_verify_method = None

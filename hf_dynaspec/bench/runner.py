@@ -16,8 +16,10 @@ from hf_dynaspec.exactness import check_exactness
 from hf_dynaspec.zoo import resolve_model_path
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
-# Trained assistants shipped with the repository, one directory per zoo target name.
+# Trained assistants shipped with the repository (a checkout; a built wheel does not carry them), one directory
+# per zoo target name.
 SHIPPED_ASSISTANTS = Path(__file__).resolve().parents[2] / "assistants"
+SHIPPED_FOR = ("qwen2.5-coder-0.5b-instruct", "qwen2.5-coder-1.5b-instruct")
 
 
 def resolve_device(device: str = "auto") -> torch.device:
@@ -43,13 +45,22 @@ def shipped_assistant_dir(target_name: str) -> Path | None:
     return candidate if (candidate / "config.json").is_file() else None
 
 
+def no_trained_assistant_message(target_name: str) -> str:
+    return (
+        f"No trained assistant found for {target_name!r}: pass --assistant DIR_OR_HUB_ID. Trained assistants ship in "
+        f"this project's repository under assistants/<target> ({', '.join(SHIPPED_FOR)}); a built wheel does not "
+        f"carry them, so from a wheel pass the directory of a checkout (looked for: {SHIPPED_ASSISTANTS}). For "
+        "another model, train one with the recipes (docs/training.md). An untrained assistant is exact but drafts "
+        "almost nothing (tau ~1): make one on purpose with DynaSpecAssistant.from_target(model)."
+    )
+
+
 def load_assistant(assistant: str | None, target, target_name: str) -> tuple[DynaSpecAssistant, str]:
-    """(assistant, description). Without a path: the shipped one for this target, else a fresh untrained one."""
+    """(assistant, description). Without a path: the one shipped for this target; never a silent untrained one."""
     if assistant is None:
         shipped = shipped_assistant_dir(target_name)
         if shipped is None:
-            fresh = DynaSpecAssistant.from_target(target, target_name_or_path=target_name)
-            return fresh, "untrained (no trained assistant ships for this target yet)"
+            raise ValueError(no_trained_assistant_message(target_name))
         assistant = str(shipped)
     return DynaSpecAssistant.from_pretrained(assistant, target=target), assistant
 

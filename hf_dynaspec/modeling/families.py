@@ -1,8 +1,8 @@
 """Target model families whose decoder layer the drafter can mirror.
 
 The drafter's decoder layer is built from the target family's own transformers classes (attention with its
-rotary embedding, MLP, RMSNorm), so a Qwen2 target gets a Qwen2 layer (biased q/k/v) and a Qwen3 target a
-Qwen3 layer (q/k norms). Families whose layer is not the plain pre-norm `attn -> mlp` block (Gemma's extra
+rotary embedding, MLP, RMSNorm), so a Qwen2 target gets a Qwen2 layer (biased q/k/v), a Qwen3 target a
+Qwen3 layer (q/k norms) and a Phi-3 target a Phi-3 layer (fused qkv and gate/up projections). Families whose layer is not the plain pre-norm `attn -> mlp` block (Gemma's extra
 norms and scaled embeddings, sliding-window-only models) are refused with a clear error instead of being
 drafted wrongly.
 """
@@ -23,6 +23,7 @@ SUPPORTED_FAMILIES = {
     "qwen2": "Qwen2",
     "qwen3": "Qwen3",
     "mistral": "Mistral",
+    "phi3": "Phi3",
 }
 
 
