@@ -110,10 +110,6 @@ class FakeHub:
         self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
-    @property
-    def url(self) -> str:
-        return self.endpoint
-
     def add_repo(self, repo_id: str, directory) -> None:
         """Serve every file of `directory` as the repository `repo_id`."""
         from pathlib import Path

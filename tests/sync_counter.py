@@ -31,11 +31,15 @@ def _culprit() -> str:
     return "outside hf_dynaspec"
 
 
-class _Dispatch(TorchDispatchMode):
+class _Recording:
+    """What both modes share: the counter's `record(kind)`."""
+
     def __init__(self, record):
         super().__init__()
         self.record = record
 
+
+class _Dispatch(_Recording, TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         name = func._schema.name
@@ -50,11 +54,7 @@ class _Dispatch(TorchDispatchMode):
         return func(*args, **kwargs)
 
 
-class _Function(TorchFunctionMode):
-    def __init__(self, record):
-        super().__init__()
-        self.record = record
-
+class _Function(_Recording, TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         name = getattr(func, "__name__", "")

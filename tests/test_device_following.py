@@ -127,3 +127,13 @@ def test_parts_on_two_devices_are_refused_naming_each_placement():
         drafting_device(TargetParts(embed, norm, head))
     head = torch.nn.Linear(2, 4, bias=False)
     assert drafting_device(TargetParts(embed, norm, head)) == torch.device("cpu")
+
+
+def test_attaching_never_casts_the_targets_own_modules():
+    """Only `.to(...)` of an attached assistant moves the borrowed parts; attach itself moves the assistant's own
+    weights only (a model may keep its final norm in fp32 inside a bf16 model)."""
+    target = tiny_target("llama").to(torch.bfloat16)
+    target.get_decoder().norm.float()
+    DynaSpecAssistant.from_target(target)
+    assert target.get_decoder().norm.weight.dtype == torch.float32
+    assert target.get_output_embeddings().weight.dtype == torch.bfloat16

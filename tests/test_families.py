@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from conftest import CONFIGS, VOCAB, imitating_assistant, one_layer_target, plain_generate, tiny_target
-from test_enumeration import PROMPT, TOLERANCE, chain_error
+from test_enumeration import TOLERANCE, chain_error
 from test_enumeration import VOCAB as ENUMERATION_VOCAB
 
 from hf_dynaspec import DynaSpecAssistant, tree_generate
@@ -46,7 +46,7 @@ def test_a_sampled_chain_round_keeps_the_target_distribution_for_every_family(fa
 def test_a_sliding_window_target_is_exact_by_chain_and_refused_by_trees_with_the_reason():
     target = tiny_target("mistral", sliding_window=4)
     assistant = DynaSpecAssistant.from_target(target, num_assistant_tokens=3)
-    input_ids = torch.randint(0, VOCAB, (1, PROMPT[0] + 8), generator=torch.Generator().manual_seed(0))
+    input_ids = torch.randint(0, VOCAB, (1, 9), generator=torch.Generator().manual_seed(0))
     expected = plain_generate(target, input_ids, max_new_tokens=16)  # past the window: the sliding cache matters
     chained = target.generate(input_ids, attention_mask=torch.ones_like(input_ids), assistant_model=assistant,
                               max_new_tokens=16)

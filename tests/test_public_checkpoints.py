@@ -88,7 +88,7 @@ def test_a_bin_hub_repository_loads_through_the_local_hub_endpoint(tmp_path):
     with FakeHub() as hub:
         hub.add_repo("yuhuili/EAGLE-tiny", tmp_path / "repo")
         # Hub keyword arguments reach huggingface_hub's snapshot_download (HF_ENDPOINT is read at its import)
-        assistant = DynaSpecAssistant.from_pretrained("yuhuili/EAGLE-tiny", target=target, endpoint=hub.url,
+        assistant = DynaSpecAssistant.from_pretrained("yuhuili/EAGLE-tiny", target=target, endpoint=hub.endpoint,
                                                       cache_dir=str(tmp_path / "cache"))
         fetched = {path.split("/")[-1] for method, path in hub.requests if method == "GET" and "/resolve/" in path}
     assert fetched == {"config.json", "pytorch_model.bin"}  # .bin fetched only because no safetensors exist

@@ -232,10 +232,12 @@ class DynaSpecAssistant(PreTrainedModel):
             lm_head=target.get_output_embeddings(),
         )
         device = drafting_device(parts)
+        # Only the assistant's own weights follow (before the parts are borrowed, so that attaching never casts the
+        # target's modules: some keep a norm in fp32). d2t/t2d are integer/bool buffers; `.to(dtype)` leaves them.
+        self.drafter.target = None
+        self.to(device=device, dtype=target.dtype)
         self.drafter.target = parts
         self.__dict__["_target"] = target
-        # d2t/t2d are integer/bool buffers; `.to(dtype)` leaves them alone.
-        self.to(device=device, dtype=target.dtype)
         return self
 
     def _apply(self, fn, recurse: bool = True):

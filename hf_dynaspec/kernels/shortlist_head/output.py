@@ -46,11 +46,6 @@ class ShortlistHeadOutput:
         """`[B]` target ids of the best-scored rows."""
         return self.argmax if self.token_ids is None else self.token_ids[self.argmax]
 
-    @property
-    def top_probability(self) -> torch.Tensor:
-        """`[B]` the largest probability of softmax(scores): exp(max - logsumexp), from the fused reductions."""
-        return torch.exp(self.max - self.logsumexp)
-
     def __iter__(self):
         """`scores, token_ids = output`: the two tensors every caller reads."""
         return iter((self.scores, self.token_ids))
