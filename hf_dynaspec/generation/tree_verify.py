@@ -117,7 +117,8 @@ def check_tree_cache(cache) -> None:
         kinds = sorted({type(layer).__name__ for layer in getattr(cache, "layers", [])})
         raise ValueError(
             f"tree decoding needs a DynamicCache of full-attention layers, got {type(cache).__name__} {kinds}. "
-            "Sliding-window, static, quantized and linear-attention caches are not supported: use chain drafting "
+            "Sliding-window layers are fine while the whole sequence fits their window (prompt + max_new_tokens <= "
+            "sliding_window); past it, and for static, quantized and linear-attention caches, use chain drafting "
             "(model.generate(..., assistant_model=assistant)) for this model."
         )
 

@@ -27,7 +27,7 @@ from hf_dynaspec.errors import ArtifactError, AssistantMismatchError
 from hf_dynaspec.modeling import checkpoints, integrity, model_card
 from hf_dynaspec.modeling.config import DynaSpecConfig
 from hf_dynaspec.modeling.drafter import TargetParts, build_drafter, drafting_device
-from hf_dynaspec.modeling.families import family_classes
+from hf_dynaspec.modeling.families import drafter_rope_parameters, family_classes, family_layer_settings
 from hf_dynaspec.modeling.options import (
     LEGACY_NAMES,
     OPTION_DEFAULTS,
@@ -98,10 +98,12 @@ class DynaSpecAssistant(PreTrainedModel):
             num_key_value_heads=getattr(text, "num_key_value_heads", None) or text.num_attention_heads,
             head_dim=getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads,
             rms_norm_eps=text.rms_norm_eps,
-            rope_parameters=dict(text.rope_parameters),
+            rope_parameters=drafter_rope_parameters(text),
             max_position_embeddings=text.max_position_embeddings,
-            hidden_act=text.hidden_act,
+            # Gemma-3 names its activation `hidden_activation` (kept in layer_config, which its layer reads).
+            hidden_act=getattr(text, "hidden_act", None) or getattr(text, "hidden_activation", "silu"),
             attention_bias=bool(getattr(text, "attention_bias", False)),
+            layer_config=family_layer_settings(text),
             fc_bias=False,
             use_target_norm=True,
         )

@@ -30,7 +30,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from hf_dynaspec.modeling.config import DynaSpecConfig
-from hf_dynaspec.modeling.families import family_classes, layer_config_for
+from hf_dynaspec.modeling.families import DRAFTER_LAYER_TYPE, family_classes, layer_config_for
 
 
 @dataclass
@@ -103,7 +103,12 @@ class Drafter(nn.Module):
         self.config = config
         classes = family_classes(config.layer_family)
         self.rotary_emb = classes.rotary_embedding(config=layer_config_for(config))
+        self._rotary_kwargs = {"layer_type": DRAFTER_LAYER_TYPE} if classes.rotary_per_layer_type else {}
         self.target: TargetParts | None = None
+
+    def rotary(self, hidden: torch.Tensor, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(cos, sin) for `position_ids` `[B, T]`, from the drafter layer's rotary table."""
+        return self.rotary_emb(hidden, position_ids, **self._rotary_kwargs)
 
     def new_decoder_layer(self) -> nn.Module:
         """A decoder layer of the configured family (the drafter's one layer, before its EAGLE changes)."""
@@ -189,7 +194,7 @@ class EagleDrafter(Drafter):
         return target_hidden
 
     def step(self, token_embeds, hidden, position_ids, cache, attention_mask):
-        position_embeddings = self.rotary_emb(hidden, position_ids)
+        position_embeddings = self.rotary(hidden, position_ids)
         fused = self.fc(torch.cat([token_embeds, hidden], dim=-1))
         out = self.layers[0](
             fused,
@@ -237,7 +242,7 @@ class Eagle3Drafter(Drafter):
         return self.fc(target_hidden)
 
     def step(self, token_embeds, hidden, position_ids, cache, attention_mask):
-        position_embeddings = self.rotary_emb(hidden, position_ids)
+        position_embeddings = self.rotary(hidden, position_ids)
         layer = self.midlayer
         attn_in = torch.cat([layer.input_layernorm(token_embeds), layer.hidden_norm(hidden)], dim=-1)
         attn_out, _ = layer.self_attn(

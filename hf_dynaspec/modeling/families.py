@@ -2,9 +2,10 @@
 
 The drafter's decoder layer is built from the target family's own transformers classes (attention with its
 rotary embedding, MLP, RMSNorm), so a Qwen2 target gets a Qwen2 layer (biased q/k/v), a Qwen3 target a
-Qwen3 layer (q/k norms) and a Phi-3 target a Phi-3 layer (fused qkv and gate/up projections). Families whose layer is not the plain pre-norm `attn -> mlp` block (Gemma's extra
-norms and scaled embeddings, sliding-window-only models) are refused with a clear error instead of being
-drafted wrongly.
+Qwen3 layer (q/k norms), a Phi-3 target a Phi-3 layer (fused qkv and gate/up projections) and a Gemma-3 target a
+Gemma-3 layer (four norms, q/k norms, `query_pre_attn_scalar`). Gemma-3's other differences live in the parts the
+drafter borrows (the embedding scales by sqrt(hidden), the norms multiply by 1 + weight), so they need nothing
+here. Families outside SUPPORTED_FAMILIES are refused with a clear error instead of being drafted wrongly.
 """
 
 from __future__ import annotations
@@ -24,7 +25,13 @@ SUPPORTED_FAMILIES = {
     "qwen3": "Qwen3",
     "mistral": "Mistral",
     "phi3": "Phi3",
+    "gemma3_text": "Gemma3",
 }
+# model_type -> transformers.models package, where the two differ (Gemma-3's text model lives with the multimodal one)
+MODELING_PACKAGES = {"gemma3_text": "gemma3"}
+# Gemma-3 keeps rotary tables per attention kind (local 10k base for its sliding layers, 1M for its global ones).
+# The drafter's one layer attends to its whole (short) cache, like the target's last layer, a global one.
+DRAFTER_LAYER_TYPE = "full_attention"
 
 
 @dataclass(frozen=True)
@@ -34,9 +41,15 @@ class FamilyClasses:
     decoder_layer: type[nn.Module]
     rotary_embedding: type[nn.Module]
     rms_norm: type[nn.Module]
+    rotary_per_layer_type: bool  # the rotary embedding takes a `layer_type` (Gemma-3)
 
 
 def family_classes(model_type: str) -> FamilyClasses:
+    if model_type == "gemma3":
+        raise UnsupportedTargetError(
+            "A multimodal Gemma-3 (Gemma3ForConditionalGeneration) is not a supported target: load its text model "
+            "with AutoModelForCausalLM (Gemma3ForCausalLM, model_type 'gemma3_text'), which the drafter mirrors."
+        )
     if model_type not in SUPPORTED_FAMILIES:
         raise UnsupportedTargetError(
             f"The drafter cannot mirror a {model_type!r} target: supported families are "
@@ -44,17 +57,50 @@ def family_classes(model_type: str) -> FamilyClasses:
             f"{model_type!r} (its decoder layer must be a pre-norm attention + MLP block)."
         )
     prefix = SUPPORTED_FAMILIES[model_type]
-    module = importlib.import_module(f"transformers.models.{model_type}.modeling_{model_type}")
+    package = MODELING_PACKAGES.get(model_type, model_type)
+    module = importlib.import_module(f"transformers.models.{package}.modeling_{package}")
     return FamilyClasses(
         decoder_layer=getattr(module, f"{prefix}DecoderLayer"),
         rotary_embedding=getattr(module, f"{prefix}RotaryEmbedding"),
         rms_norm=getattr(module, f"{prefix}RMSNorm"),
+        rotary_per_layer_type=model_type == "gemma3_text",
     )
+
+
+def family_layer_settings(text_config: PretrainedConfig) -> dict:
+    """The family-specific layer settings a drafter copies from its target (kept in `DynaSpecConfig.layer_config`).
+
+    Gemma-3: its attention scale (`query_pre_attn_scalar`, not head_dim), its MLP activation (named
+    `hidden_activation` there) and one global layer. A final logit soft-cap is refused: the drafter scores the
+    target's head without it, so its drafts would follow other probabilities than the target's (still lossless,
+    but a worse drafter than it looks); no Gemma-3 release sets one.
+    """
+    if text_config.model_type != "gemma3_text":
+        return {}
+    for name in ("final_logit_softcapping", "attn_logit_softcapping"):
+        if getattr(text_config, name, None) is not None:
+            raise UnsupportedTargetError(
+                f"This Gemma-3 config sets {name}={getattr(text_config, name)}; the drafter does not mirror logit "
+                "soft-capping. Use a Gemma-3 release without it (every published Gemma-3 sets it to null)."
+            )
+    return {
+        "query_pre_attn_scalar": text_config.query_pre_attn_scalar,
+        "hidden_activation": text_config.hidden_activation,
+        "layer_types": [DRAFTER_LAYER_TYPE],
+    }
+
+
+def drafter_rope_parameters(text_config: PretrainedConfig) -> dict:
+    """The rotary settings of the drafter's layer: the target's own, or, where the target keeps one table per
+    attention kind (Gemma-3), that of its global layers."""
+    rope = dict(text_config.rope_parameters)
+    return dict(rope[DRAFTER_LAYER_TYPE]) if isinstance(rope.get(DRAFTER_LAYER_TYPE), dict) else rope
 
 
 def layer_config_for(drafter_config) -> PretrainedConfig:
     """A one-layer config of the target's family with the drafter's sizes (what the layer classes read)."""
-    family_classes(drafter_config.layer_family)  # raises for unsupported families
+    classes = family_classes(drafter_config.layer_family)  # raises for unsupported families
+    rope = dict(drafter_config.rope_parameters)
     config = AutoConfig.for_model(
         drafter_config.layer_family,
         vocab_size=drafter_config.vocab_size,
@@ -65,7 +111,7 @@ def layer_config_for(drafter_config) -> PretrainedConfig:
         num_key_value_heads=drafter_config.num_key_value_heads,
         head_dim=drafter_config.head_dim,
         rms_norm_eps=drafter_config.rms_norm_eps,
-        rope_parameters=dict(drafter_config.rope_parameters),
+        rope_parameters={DRAFTER_LAYER_TYPE: rope} if classes.rotary_per_layer_type else rope,
         max_position_embeddings=drafter_config.max_position_embeddings,
         hidden_act=drafter_config.hidden_act,
         attention_bias=drafter_config.attention_bias,
