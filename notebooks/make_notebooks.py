@@ -10,9 +10,18 @@ from pathlib import Path
 import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-SETUP = '''import os, sys
-if "google.colab" in sys.modules:  # on Colab: install the library (a GPU runtime is recommended)
-    !pip install -q "hf-dynaspec[models] @ git+https://github.com/hf-dynaspec/hf-dynaspec"
+SETUP = '''import glob, os, sys
+try:
+    import hf_dynaspec
+except ImportError:  # e.g. a fresh Colab runtime (pick a GPU one). hf-dynaspec is not on PyPI: install the wheel
+    # built in a checkout (`python -m build --wheel` -> dist/hf_dynaspec-*.whl), uploaded next to this notebook,
+    # or a checkout itself (`pip install -e path/to/checkout`).
+    wheels = sorted(glob.glob("hf_dynaspec-*.whl") + glob.glob("/content/hf_dynaspec-*.whl"))
+    if not wheels:
+        raise SystemExit("hf-dynaspec is not installed: upload dist/hf_dynaspec-*.whl (built in a checkout with "
+                         "`python -m build --wheel`) next to this notebook, or pip install a checkout, then rerun.")
+    !pip install -q "{wheels[-1]}[models]"
+# A Hub id of a supported model (llama, qwen2/3, mistral, phi3, gemma3_text), a local directory, or a zoo name.
 TARGET = os.environ.get("HF_DYNASPEC_NOTEBOOK_TARGET", "Qwen/Qwen2.5-Coder-0.5B-Instruct")
 QUICK = os.environ.get("HF_DYNASPEC_NOTEBOOK_QUICK") == "1"  # CI: tiny sizes so the notebook runs in minutes'''
 
@@ -34,7 +43,9 @@ dtype = (torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16) if
 path = resolve_model_path(TARGET)  # a Hub id, a local directory or an hf-dynaspec zoo name
 model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
 tokenizer = AutoTokenizer.from_pretrained(path)
-shipped = shipped_assistant_dir(Path(TARGET).name.lower())  # trained assistants ship for the zoo targets
+# A trained assistant: a directory (assistants/<target> of a checkout, or your own training run) or a Hub repo id
+# you pushed one to (assistant.push_to_hub). From a checkout, the shipped one for the target is found by itself.
+shipped = os.environ.get("HF_DYNASPEC_NOTEBOOK_ASSISTANT") or shipped_assistant_dir(Path(TARGET).name.lower())
 if shipped is None:  # never a silent untrained assistant (exact, but it drafts almost nothing)
     raise SystemExit(no_trained_assistant_message(TARGET))
 assistant = DynaSpecAssistant.from_pretrained(shipped, target=model)'''),
@@ -68,28 +79,37 @@ assert torch.equal(tree_out, assisted) or check_exactness(model, inputs["input_i
 ]
 
 TRAIN = [
-    new_markdown_cell("# Train an assistant for your own model\n\nThe three recipes (cache target features, "
-                      "train the drafter, build shortlists), then a benchmark. On Colab use a GPU runtime and "
-                      "larger sizes; `accelerate launch -m recipes.train_drafter ...` scales to several GPUs."),
+    new_markdown_cell("# Train an assistant for your own model\n\nThe target answers a set of prompts itself "
+                      "(self-distillation: the drafter learns the target's own continuations, and the hidden states "
+                      "the generation computes become the training features), the drafter trains on them, the "
+                      "DynaSpec shortlists are built, and a benchmark checks exactness and speed. `DATA` defaults to "
+                      "48 starter prompts shipped with the package (Apache-2.0), enough to see the pipeline run, not "
+                      "for a good drafter: point it at your own chats (a JSONL file or a `datasets` name, see "
+                      "recipes/user_data.py). On Colab use a GPU runtime; `accelerate launch -m "
+                      "recipes.train_drafter ...` scales to several GPUs."),
     new_code_cell(SETUP + '''
 import subprocess
-OUT = "outputs/notebook"
-TOKENS = 600 if QUICK else 300000
-STEPS = ["--max-steps", "2"] if QUICK else ["--epochs", "2"]
 import torch
+from recipes.user_data import starter_prompts_path
+DATA = os.environ.get("HF_DYNASPEC_NOTEBOOK_DATA") or str(starter_prompts_path())
+OUT = "outputs/notebook"
+STEPS = ["--max-steps", "2"] if QUICK else ["--epochs", "4"]
 # bf16 where the GPU has it, fp16 on cards without (a Colab T4), fp32 on the CPU
 DTYPE = ("bf16" if torch.cuda.is_bf16_supported() else "fp16") if torch.cuda.is_available() else "fp32"
 
 def run(*args):
     print("$", " ".join(args))
     subprocess.run([sys.executable, "-m", *args], check=True)'''),
-    new_code_cell('''run("recipes.build_features", "--target", TARGET, "--out", f"{OUT}/features", "--max-tokens", str(TOKENS),
-    "--sequences-per-shard", "2" if QUICK else "64", "--dtype", DTYPE)'''),
+    new_code_cell('''run("recipes.self_distill", "--target", TARGET, "--data", DATA, "--out", f"{OUT}/answers",
+    "--features-out", f"{OUT}/features", "--dtype", DTYPE, "--max-prompts", "4" if QUICK else "100000",
+    "--max-new-tokens", "12" if QUICK else "256", "--batch-size", "4" if QUICK else "16",
+    "--prompts-per-file", "2" if QUICK else "16")'''),
     new_code_cell('''run("recipes.train_drafter", "--target", TARGET, "--features", f"{OUT}/features", "--out", f"{OUT}/drafter",
-    "--val-tokens", "200" if QUICK else "2000", "--validate-every", "1" if QUICK else "50", *STEPS)'''),
-    new_code_cell('''run("recipes.build_shortlists", "--target", TARGET, "--assistant", f"{OUT}/drafter/assistant",
-    "--features", f"{OUT}/features", "--out", f"{OUT}/assistant", "--clusters", "8" if QUICK else "256",
-    "--router-tokens", "500" if QUICK else "200000", *(["--frequency-conversations", "20"] if QUICK else []))'''),
+    "--val-tokens", "10" if QUICK else "1000", "--validate-every", "1" if QUICK else "50", *STEPS)'''),
+    new_code_cell('''# The target's answers (responses_*.jsonl) are the conversations the shortlists count tokens over.
+run("recipes.build_shortlists", "--target", TARGET, "--assistant", f"{OUT}/drafter/assistant",
+    "--data", f"{OUT}/answers", "--features", f"{OUT}/features", "--out", f"{OUT}/assistant",
+    "--clusters", "8" if QUICK else "256", "--router-tokens", "40" if QUICK else "200000")'''),
     new_code_cell('''import json
 prompts = [{"question_id": 1, "category": "coding", "turns": ["Write a Python function that merges two sorted lists."]},
            {"question_id": 2, "category": "qa", "turns": ["Why is the sky blue? Answer in two sentences."]}]

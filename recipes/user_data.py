@@ -3,9 +3,10 @@
     python -m recipes.build_features --target my-model --out outputs/features --data my_chats.jsonl
     python -m recipes.self_distill --target my-model --out outputs/sd --data HuggingFaceH4/ultrachat_200k --split train_sft
 
-`source`: a `.jsonl` / `.json` file; a directory written by `datasets.Dataset.save_to_disk`; or anything
-`datasets.load_dataset` takes (a Hub dataset name, a local directory of data files). `datasets` is needed only for
-the last two (`pip install datasets`). Each row may be, in the common layouts:
+`source`: a `.jsonl` / `.json` file; a directory of `.jsonl` files (read in name order, e.g. recipes.self_distill's
+output); a directory written by `datasets.Dataset.save_to_disk`; or anything `datasets.load_dataset` takes (a Hub
+dataset name, a local directory of csv/parquet/json files). `datasets` is needed only for the last two
+(`pip install datasets`). Each row may be, in the common layouts:
 
 - chat messages: `{"messages": [{"role": "user", "content": ...}, {"role": "assistant", "content": ...}, ...]}`
   (also under `conversation` / `conversations`, or ShareGPT's `[{"from": "human"|"gpt", "value": ...}]`);
@@ -59,16 +60,23 @@ def load_rows(source: str | Path, split: str = "train") -> Iterable[dict]:
             return rows
         raise ValueError(f"{path}: unknown data file type {path.suffix!r}; give a .jsonl or .json file, or a datasets "
                          "dataset (a directory or a Hub name)")
+    if path.is_dir() and not _is_saved_dataset(path) and sorted(path.glob("*.jsonl")):
+        # A directory of JSONL files (e.g. recipes.self_distill's responses_*.jsonl): read in name order.
+        return (row for file in sorted(path.glob("*.jsonl")) for row in _jsonl_rows(file))
     try:
         import datasets
     except ImportError as err:
         where = "directory" if path.is_dir() else "name"
         raise ImportError(f"--data {source!r} is a dataset {where}: reading it needs the `datasets` library "
                           "(pip install datasets), or give a .jsonl file") from err
-    if path.is_dir() and ((path / "state.json").is_file() or (path / "dataset_dict.json").is_file()):
+    if path.is_dir() and _is_saved_dataset(path):
         loaded = datasets.load_from_disk(str(path))
         return loaded[split] if isinstance(loaded, datasets.DatasetDict) else loaded
     return datasets.load_dataset(str(source), split=split)
+
+
+def _is_saved_dataset(path: Path) -> bool:
+    return (path / "state.json").is_file() or (path / "dataset_dict.json").is_file()
 
 
 def _jsonl_rows(path: Path) -> Iterator[dict]:

@@ -1,7 +1,10 @@
-"""The notebooks execute top to bottom (nbclient) on CPU against the offline zoo's Qwen2.5-Coder-0.5B."""
+"""The notebooks execute top to bottom (nbclient) on CPU against the offline zoo's Qwen2.5-Coder-0.5B, with this
+repository's ../shared data out of reach (HF_DYNASPEC_SHARED_DATA names an empty directory): the training notebook
+brings its own data (the package's starter prompts, answered by the target)."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
@@ -23,6 +26,8 @@ def test_notebook_runs(name, tmp_path, monkeypatch):
         pytest.fail(f"{TARGET} is not cached: run `hf-dynaspec models fetch {TARGET}` first (.ci/run does).")
     monkeypatch.setenv("HF_DYNASPEC_NOTEBOOK_TARGET", TARGET)
     monkeypatch.setenv("HF_DYNASPEC_NOTEBOOK_QUICK", "1")
+    (tmp_path / "no-shared-data").mkdir()
+    monkeypatch.setenv("HF_DYNASPEC_SHARED_DATA", str(tmp_path / "no-shared-data"))  # any use of ../shared fails
     notebook = nbformat.read(NOTEBOOKS / name, as_version=4)
     NotebookClient(notebook, timeout=900, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
     errors = [o for cell in notebook.cells for o in cell.get("outputs", []) if o.get("output_type") == "error"]
@@ -35,3 +40,5 @@ def test_notebook_runs(name, tmp_path, monkeypatch):
     if name == "train_your_assistant.ipynb":
         assert (tmp_path / "outputs" / "notebook" / "assistant" / "README.md").is_file()
         assert (tmp_path / "outputs" / "notebook" / "bench.json").is_file()
+        answers = (tmp_path / "outputs" / "notebook" / "answers" / "responses_00000.jsonl").read_text().splitlines()
+        assert len(answers) == 2 and all(json.loads(line)["response"] for line in answers)  # the target's own

@@ -49,8 +49,14 @@ def test_datasets_on_disk_and_data_directories_load_like_files(tmp_path):
                          ).save_to_disk(str(tmp_path / "dict"))
     assert list(user_pairs(tmp_path / "dict", split="test")) == [("p2", "r2")]
     (tmp_path / "files").mkdir()
-    write_jsonl(tmp_path / "files" / "train.jsonl", ROWS[:2])  # load_dataset infers the json builder
-    assert list(user_pairs(tmp_path / "files")) == PAIRS[:4]
+    (tmp_path / "files" / "train.csv").write_text("prompt,response\np3,r3\n")  # load_dataset infers the csv builder
+    assert list(user_pairs(tmp_path / "files")) == [("p3", "r3")]
+
+
+def test_a_directory_of_jsonl_files_reads_them_in_name_order_without_datasets(tmp_path):
+    write_jsonl(tmp_path / "responses_00001.jsonl", ROWS[2:])
+    write_jsonl(tmp_path / "responses_00000.jsonl", ROWS[:2])
+    assert list(user_pairs(tmp_path)) == PAIRS
 
 
 def test_bad_data_is_refused_naming_the_row_and_the_fix(tmp_path):
