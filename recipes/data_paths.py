@@ -22,5 +22,6 @@ def shared_data_dir() -> Path:
     raise FileNotFoundError(
         "the shared training/evaluation data was not found (looked in "
         + ", ".join(str(c) for c in candidates)
-        + "); set HF_DYNASPEC_SHARED_DATA to the directory that holds train/ and eval/"
+        + "). Pass your own data with --data FILE_OR_DATASET (recipes/user_data.py), or set HF_DYNASPEC_SHARED_DATA "
+        "to the directory that holds train/ and eval/"
     )
