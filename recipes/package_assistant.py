@@ -71,8 +71,13 @@ def main(argv=None):
     parser.add_argument("--max-clusters", type=int, default=None, help="default k_max of the dynaspec strategy")
     parser.add_argument("--prompt-lookup", type=int, default=None, metavar="N",
                         help="default prompt_lookup_tokens of the shipped artifact (0 = off)")
+    parser.add_argument("--num-draft-tokens", type=int, default=None, metavar="K",
+                        help="default draft length (num_assistant_tokens) of the shipped artifact")
     parser.add_argument("--lookup-veto", type=float, default=None, metavar="P",
                         help="default prompt_lookup_veto of the shipped artifact (1.0 = lookup drafts unchecked)")
+    parser.add_argument("--license", default=None,
+                        help="the card's Hub license id, e.g. `gemma` for a drafter trained on Gemma's outputs (a "
+                             "Model Derivative under the Gemma Terms of Use), `apache-2.0`")
     parser.add_argument("--data", default=None,
                         help="what the drafter trained on, for the model card (default: a generic description)")
     args = parser.parse_args(argv)
@@ -80,7 +85,8 @@ def main(argv=None):
     assistant = DynaSpecAssistant.from_pretrained(args.assistant, shortlist=args.shortlist,
                                                   max_clusters=args.max_clusters,
                                                   prompt_lookup_num_tokens=args.prompt_lookup,
-                                                  prompt_lookup_veto=args.lookup_veto)
+                                                  prompt_lookup_veto=args.lookup_veto,
+                                                  num_assistant_tokens=args.num_draft_tokens)
     training = dict(assistant.card_data.get("training", {}))
     training["data"] = args.data or (
         "../shared/data/train: teacher forcing on the provided conversations (GPTeacher codegen + roleplay, GSM8K) "
@@ -96,6 +102,8 @@ def main(argv=None):
     if metrics.is_file():
         training["shortlists"] = {k: v for k, v in json.loads(metrics.read_text()).items() if k != "command"}
     assistant.card_data = {**assistant.card_data, "training": training}
+    if args.license:
+        assistant.card_data["license"] = args.license
     if args.bench:
         results = json.loads(args.bench.read_text())
         if args.bench_label is not None:

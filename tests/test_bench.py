@@ -422,3 +422,19 @@ def test_results_table_records_say_what_and_where(tmp_path):
     assert len(rows) == 1 and rows[0]["metrics"] == {"tau": 2.0} and rows[0]["assistant_version"] == "8"
     assert {"cpu", "cpu_flags", "cores"} <= set(rows[0]["host"]) and rows[0]["date"].endswith("+00:00")
     assert rows[0]["torch"] and rows[0]["transformers"] and rows[0]["command"] == "cmd"
+
+
+def test_bench_results_table_records_one_row_per_method_with_host_and_command(tmp_path):
+    from hf_dynaspec.bench.command import report_records
+    from hf_dynaspec.bench.results_table import append_records, read_records
+
+    report = {"target": "t", "dtype": "bf16", "n_prompts": 3, "max_new_tokens": 16, "assistant": "a", "cpu_verify": None,
+              "command": "hf-dynaspec bench ...",
+              "methods": {"vanilla": {"tokens_per_s": 10.0, "speedup": 1.0, "exact": True, "n_mismatch": 0},
+                          "dynaspec:8": {"tau": 2.5, "avg_shortlist": 900.0, "tokens_per_s": 20.0, "speedup": 2.0,
+                                         "exact": True, "n_mismatch": 1}}}
+    append_records(tmp_path / "r.jsonl", report_records(report, "run.json"))
+    rows = read_records(tmp_path / "r.jsonl", benchmark="generate")
+    assert [r["method"] for r in rows] == ["vanilla", "dynaspec:8"]
+    assert rows[1]["metrics"]["tau"] == 2.5 and rows[1]["metrics"]["file"] == "run.json"
+    assert rows[1]["command"] == "hf-dynaspec bench ..." and rows[1]["host"]["cores"] >= 1

@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+from hf_dynaspec.bench.results_table import append_records, make_record
+
 
 def add_parser(commands) -> None:
     from hf_dynaspec.bench.methods import METHOD_HELP
@@ -37,6 +39,9 @@ def add_parser(commands) -> None:
                             "(the bf16 kernel, or fp32 shadow weights): verification and prefill, for every "
                             "method, vanilla included")
     bench.add_argument("--json", default=None, metavar="OUT")
+    bench.add_argument("--results", default=None, metavar="PATH",
+                       help="append one record per method to this results table (JSON lines, "
+                            "hf_dynaspec.bench.results_table), e.g. benchmarks/results/results.jsonl")
     bench.add_argument("--plots", default=None, metavar="DIR")
 
 
@@ -102,9 +107,27 @@ def run(args) -> dict:
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+    if args.results:
+        append_records(args.results, report_records(report, args.json))
     if args.plots:
         write_plots(report, Path(args.plots), vocab_size=target.get_output_embeddings().weight.shape[0])
     return report
+
+
+def report_records(report: dict, json_path: str | None = None) -> list[dict]:
+    """One results-table record per method of a bench `report` (benchmark "generate"): its headline metrics."""
+    keys = ("tau", "avg_shortlist", "coverage", "tokens_per_s", "decode_tokens_per_s", "speedup", "decode_speedup",
+            "exact", "n_mismatch")
+    assistant = report.get("assistant")
+    records = []
+    for method, metrics in report["methods"].items():
+        values = {k: metrics.get(k) for k in keys}
+        values.update(n_prompts=report["n_prompts"], max_new_tokens=report["max_new_tokens"], dtype=report["dtype"],
+                      cpu_verify=report.get("cpu_verify"), file=json_path)
+        records.append(make_record("generate", method, values, target=report["target"],
+                                   assistant_version=str(assistant) if assistant else None,
+                                   command=report.get("command") or "-"))
+    return records
 
 
 def parse_assistant_options(values: list[str] | None) -> dict[str | None, str]:

@@ -19,7 +19,7 @@ DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 # Trained assistants shipped with the repository (a checkout; a built wheel does not carry them), one directory
 # per zoo target name.
 SHIPPED_ASSISTANTS = Path(__file__).resolve().parents[2] / "assistants"
-SHIPPED_FOR = ("qwen2.5-coder-0.5b-instruct", "qwen2.5-coder-1.5b-instruct")
+SHIPPED_FOR = ("qwen2.5-coder-0.5b-instruct", "qwen2.5-coder-1.5b-instruct", "gemma-3-270m")
 
 
 def resolve_device(device: str = "auto") -> torch.device:
