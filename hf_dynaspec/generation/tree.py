@@ -134,12 +134,13 @@ def _empty_cache(model, model_kwargs: dict, max_length: int):
 
 
 def _window_never_slides(cache, max_length: int) -> bool:
-    """True for an empty DynamicCache whose only other layers are sliding windows at least `max_length` long."""
+    """True for an empty DynamicCache with sliding-window layers, each window at least `max_length` long, and
+    full-attention layers otherwise."""
     if type(cache) is not DynamicCache or cache.get_seq_length():
         return False
-    windows = [layer.sliding_window for layer in cache.layers if type(layer) is not DynamicLayer]
-    return all(type(layer) is DynamicSlidingWindowLayer for layer in cache.layers if type(layer) is not DynamicLayer) \
-        and all(window >= max_length for window in windows)
+    windowed = [layer for layer in cache.layers if type(layer) is not DynamicLayer]
+    return bool(windowed) and all(
+        type(layer) is DynamicSlidingWindowLayer and layer.sliding_window >= max_length for layer in windowed)
 
 
 def _prefill(model, assistant, input_ids, cache, logits_processor, do_sample):
