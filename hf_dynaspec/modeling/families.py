@@ -18,17 +18,24 @@ from transformers import AutoConfig, PretrainedConfig
 
 from hf_dynaspec.errors import UnsupportedTargetError
 
-# model_type -> class-name prefix inside transformers.models.<model_type>.modeling_<model_type>
+@dataclass(frozen=True)
+class Family:
+    """Where a family's classes live: `transformers.models.<package>.modeling_<package>.<prefix>DecoderLayer`, ..."""
+
+    prefix: str
+    package: str
+    rotary_per_layer_type: bool = False  # its rotary embedding takes a `layer_type` (Gemma-3)
+
+
+# model_type -> its family (Gemma-3's text model lives in the multimodal model's package)
 SUPPORTED_FAMILIES = {
-    "llama": "Llama",
-    "qwen2": "Qwen2",
-    "qwen3": "Qwen3",
-    "mistral": "Mistral",
-    "phi3": "Phi3",
-    "gemma3_text": "Gemma3",
+    "llama": Family("Llama", "llama"),
+    "qwen2": Family("Qwen2", "qwen2"),
+    "qwen3": Family("Qwen3", "qwen3"),
+    "mistral": Family("Mistral", "mistral"),
+    "phi3": Family("Phi3", "phi3"),
+    "gemma3_text": Family("Gemma3", "gemma3", rotary_per_layer_type=True),
 }
-# model_type -> transformers.models package, where the two differ (Gemma-3's text model lives with the multimodal one)
-MODELING_PACKAGES = {"gemma3_text": "gemma3"}
 # Gemma-3 keeps rotary tables per attention kind (local 10k base for its sliding layers, 1M for its global ones).
 # The drafter's one layer attends to its whole (short) cache, like the target's last layer, a global one.
 DRAFTER_LAYER_TYPE = "full_attention"
@@ -56,14 +63,13 @@ def family_classes(model_type: str) -> FamilyClasses:
             f"{sorted(SUPPORTED_FAMILIES)}. Use a target of one of these families, or open an issue to add "
             f"{model_type!r} (its decoder layer must be a pre-norm attention + MLP block)."
         )
-    prefix = SUPPORTED_FAMILIES[model_type]
-    package = MODELING_PACKAGES.get(model_type, model_type)
-    module = importlib.import_module(f"transformers.models.{package}.modeling_{package}")
+    family = SUPPORTED_FAMILIES[model_type]
+    module = importlib.import_module(f"transformers.models.{family.package}.modeling_{family.package}")
     return FamilyClasses(
-        decoder_layer=getattr(module, f"{prefix}DecoderLayer"),
-        rotary_embedding=getattr(module, f"{prefix}RotaryEmbedding"),
-        rms_norm=getattr(module, f"{prefix}RMSNorm"),
-        rotary_per_layer_type=model_type == "gemma3_text",
+        decoder_layer=getattr(module, f"{family.prefix}DecoderLayer"),
+        rotary_embedding=getattr(module, f"{family.prefix}RotaryEmbedding"),
+        rms_norm=getattr(module, f"{family.prefix}RMSNorm"),
+        rotary_per_layer_type=family.rotary_per_layer_type,
     )
 
 
