@@ -10,6 +10,7 @@ Marked `real_model` (it needs the zoo's Qwen2.5-Coder-0.5B) and `slow` (a wheel 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -51,7 +52,15 @@ def wheel_env(tmp_path_factory):
     if zoo.cached_path(TARGET) is None:
         pytest.fail(f"{TARGET} is not cached: run `hf-dynaspec models fetch {TARGET}` first (.ci/run does).")
     work = tmp_path_factory.mktemp("wheel")
-    run([sys.executable, "-m", "build", "--wheel", "--outdir", str(work / "dist"), str(ROOT)], cwd=work)
+    # Built from a copy of what the wheel is made of: a build inside the checkout would reuse its build/ folder,
+    # whose stale modules (deleted from the source since) would ship.
+    source = work / "source"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(ROOT / name, source / name)
+    for name in ("hf_dynaspec", "recipes"):
+        shutil.copytree(ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
+    run([sys.executable, "-m", "build", "--wheel", "--outdir", str(work / "dist"), str(source)], cwd=work)
     (wheel,) = (work / "dist").glob("hf_dynaspec-*.whl")
     run([sys.executable, "-m", "venv", str(work / "venv")], cwd=work)
     python, script = work / "venv" / "bin" / "python", work / "venv" / "bin" / "hf-dynaspec"
