@@ -81,3 +81,38 @@ def test_every_backend_returns_one_type_with_the_reductions():
         torch.testing.assert_close(out.logsumexp, torch.logsumexp(out.scores, -1))
         assert torch.equal(out.argmax_token_ids, out.token_ids[out.scores.argmax(-1)])
     torch.testing.assert_close(outputs[1].logsumexp, outputs[0].logsumexp)
+
+
+@pytest.mark.parametrize("batch", [1, 5, 8, 9])
+def test_bf16_head_kernel_and_blas_blocks_agree_with_a_float32_product(batch, monkeypatch):
+    """The C kernel (bf16, <= 8 rows) accumulates in float32 without rounding: it must match a float32 product of
+    the same bf16 values closely; 9 rows and a machine without the kernel take the BLAS blocks (bf16 rounding)."""
+    from hf_dynaspec.kernels.shortlist_head import cpu
+    from hf_dynaspec.kernels.verify_rows import loader
+
+    vocab, hidden_size = 3001, 136  # hidden not a multiple of 8: the kernel's scalar tail runs
+    generator = torch.Generator().manual_seed(7)
+    weight = torch.randn(vocab, hidden_size, generator=generator).bfloat16()
+    hidden = torch.randn(batch, hidden_size, generator=generator).bfloat16()
+    token_order = torch.randperm(vocab, generator=generator)
+    starts, ends = [5, 700, 701, 2990], [600, 701, 1500, 3001]  # a one-row block and the last row included
+    expected = torch.cat([hidden.float() @ weight[a:b].float().T for a, b in zip(starts, ends)], dim=1)
+    scores, ids = shortlist_head_blocks(hidden, weight, starts, ends, token_order)
+    assert torch.equal(ids, torch.cat([token_order[a:b] for a, b in zip(starts, ends)]))
+    tight = loader.available() and batch <= cpu.KERNEL_MAX_ROWS
+    torch.testing.assert_close(scores, expected, **(dict(rtol=1e-5, atol=1e-4) if tight else TOLERANCE[torch.bfloat16]))
+    monkeypatch.setattr(loader, "available", lambda: False)
+    blas, _ = shortlist_head_blocks(hidden, weight, starts, ends, token_order)
+    torch.testing.assert_close(blas, expected, **TOLERANCE[torch.bfloat16])
+
+
+def test_blocks_kernel_refuses_blocks_outside_the_weight():
+    from hf_dynaspec.kernels.verify_rows import loader
+
+    if not loader.available():
+        pytest.skip("the CPU kernel needs x86-64 with AVX2/FMA and a C compiler")
+    weight = torch.zeros(10, 8).bfloat16()
+    with pytest.raises(ValueError, match="inside the weight"):
+        loader.bf16_blocks_matmul(torch.zeros(1, 8), weight, [5], [11])
+    with pytest.raises(ValueError, match="inside the weight"):
+        loader.bf16_blocks_matmul(torch.zeros(1, 8), weight, [3], [3])

@@ -91,3 +91,43 @@ void hf_dynaspec_bf16_rows(const float *x, const uint16_t *w, float *y, int64_t 
         }
     }
 }
+
+/* The shortlisted LM head on CPU: the same products over the rows of a few blocks of a bf16 weight (the clusters
+ * a router chose, contiguous in a cluster-permuted head), in one call and one parallel region. Output column c
+ * reads weight row starts[b] + (c - out_offsets[b]) for the block b with out_offsets[b] <= c < out_offsets[b+1].
+ * One call instead of one BLAS call per block: at V/8 (30-40 blocks) the per-call overhead of a native bf16
+ * matmul is as large as the streaming itself. */
+void hf_dynaspec_bf16_blocks(const float *x, const uint16_t *w, float *y, int64_t rows, int64_t in_features,
+                             const int64_t *starts, const int64_t *out_offsets, int64_t blocks) {
+    int64_t out_features = out_offsets[blocks];
+    int64_t tiles = (out_features + TILE - 1) / TILE;
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < tiles; t++) {
+        int64_t c = t * TILE;
+        int64_t c_end = c + TILE < out_features ? c + TILE : out_features;
+        int64_t lo = 0, hi = blocks - 1; /* the block holding column c: last b with out_offsets[b] <= c */
+        while (lo < hi) {
+            int64_t mid = (lo + hi + 1) / 2;
+            if (out_offsets[mid] <= c) lo = mid; else hi = mid - 1;
+        }
+        int64_t b = lo;
+        for (; c < c_end; c++) {
+            while (c >= out_offsets[b + 1]) b++;
+            const uint16_t *w_row = w + (starts[b] + c - out_offsets[b]) * in_features;
+            for (int64_t r = 0; r < rows; r += 8) {
+                const float *xr = x + r * in_features;
+                float *yr = y + r * out_features + c;
+                switch (rows - r >= 8 ? 8 : rows - r) {
+                    case 8: dot_rows_8(xr, in_features, w_row, yr, out_features); break;
+                    case 7: dot_rows_7(xr, in_features, w_row, yr, out_features); break;
+                    case 6: dot_rows_6(xr, in_features, w_row, yr, out_features); break;
+                    case 5: dot_rows_5(xr, in_features, w_row, yr, out_features); break;
+                    case 4: dot_rows_4(xr, in_features, w_row, yr, out_features); break;
+                    case 3: dot_rows_3(xr, in_features, w_row, yr, out_features); break;
+                    case 2: dot_rows_2(xr, in_features, w_row, yr, out_features); break;
+                    default: dot_rows_1(xr, in_features, w_row, yr, out_features); break;
+                }
+            }
+        }
+    }
+}

@@ -102,6 +102,9 @@ def _library() -> ctypes.CDLL | None:
     library.hf_dynaspec_bf16_rows.restype = None
     library.hf_dynaspec_bf16_rows.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
                                               ctypes.c_int64, ctypes.c_int64, ctypes.c_int64]
+    library.hf_dynaspec_bf16_blocks.restype = None
+    library.hf_dynaspec_bf16_blocks.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
+                                                ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
     return library
 
 
@@ -129,3 +132,25 @@ def bf16_rows_matmul(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     out = torch.empty(rows, out_features, dtype=torch.float32)
     library.hf_dynaspec_bf16_rows(x32.data_ptr(), weight.data_ptr(), out.data_ptr(), rows, out_features, in_features)
     return out.reshape(*x.shape[:-1], out_features)
+
+
+def bf16_blocks_matmul(x: torch.Tensor, weight: torch.Tensor, block_starts: list[int], block_ends: list[int]) -> torch.Tensor:
+    """`x` `[R, I]` (R <= 8 is the fast case) times the rows of the blocks `[start, end)` of `weight` `[O, I]` bf16,
+    concatenated in order -> float32 `[R, S]`, S the blocks' total size: the CPU shortlisted head in one call."""
+    library = _library()
+    if library is None:
+        raise RuntimeError("the CPU bf16 kernel is not available here: check hf_dynaspec.kernels.verify_rows.loader.available()")
+    if weight.dtype != torch.bfloat16 or weight.device.type != "cpu" or not weight.is_contiguous():
+        raise ValueError(f"bf16_blocks_matmul takes a contiguous CPU bf16 weight, got {weight.dtype} on {weight.device}")
+    rows, in_features = x.shape
+    starts = torch.tensor(block_starts, dtype=torch.int64)
+    ends = torch.tensor(block_ends, dtype=torch.int64)
+    if len(starts) == 0 or bool((ends <= starts).any()) or int(starts.min()) < 0 or int(ends.max()) > weight.shape[0]:
+        raise ValueError("bf16_blocks_matmul needs non-empty blocks [start, end) inside the weight")
+    offsets = torch.zeros(len(starts) + 1, dtype=torch.int64)
+    torch.cumsum(ends - starts, 0, out=offsets[1:])
+    x32 = x.to(torch.float32).contiguous()
+    out = torch.empty(rows, int(offsets[-1]), dtype=torch.float32)
+    library.hf_dynaspec_bf16_blocks(x32.data_ptr(), weight.data_ptr(), out.data_ptr(), rows, in_features,
+                                    starts.data_ptr(), offsets.data_ptr(), len(starts))
+    return out
