@@ -3,6 +3,7 @@
 Importing the package installs the `generate(assistant_model=...)` route (hf_dynaspec.generation.hook).
 """
 
+from hf_dynaspec.drafting.runtime import suffix_cache
 from hf_dynaspec.errors import ArtifactError, AssistantMismatchError, UnsupportedTargetError
 from hf_dynaspec.exactness import Divergence, check_exactness, first_divergence
 from hf_dynaspec.generation import chain_generate, tree_generate
@@ -24,6 +25,7 @@ __all__ = [
     "check_exactness",
     "chain_generate",
     "first_divergence",
+    "suffix_cache",
     "tree_generate",
     "__version__",
 ]

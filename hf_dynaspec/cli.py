@@ -169,14 +169,11 @@ def _generate(args, chat: bool | None) -> dict:
 
 
 def _enable_cpu_verify(model, choice: str) -> str | None:
-    """Apply `--cpu-verify` to the target; return the method in use (None: PyTorch's own kernels)."""
-    from hf_dynaspec.kernels.verify_rows import loader as cpu_rows
-    from hf_dynaspec.kernels.verify_rows import patch as cpu_verify
+    """Apply `--cpu-verify` to the target ("auto": where measured faster); return what is in use (None: PyTorch's
+    own kernels)."""
+    from hf_dynaspec.generation.calibration import apply_cpu_verify
 
-    if choice == "off" or (choice == "auto" and not cpu_rows.available()):
-        return None
-    cpu_verify.enable(model, max_rows=cpu_verify.ANY_ROWS, method="kernel" if choice == "auto" else choice)
-    return cpu_verify.enabled_method(model)
+    return apply_cpu_verify(model, choice)
 
 
 def _print_comparison(result: dict) -> None:

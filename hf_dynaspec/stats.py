@@ -28,6 +28,8 @@ class DraftStats:
     lookup_drafted: int = 0
     lookup_accepted: int = 0
     lookup_vetoes: int = 0  # rounds whose lookup draft the drafter overruled (generation_config.prompt_lookup_veto)
+    passes_by_source: dict = field(default_factory=dict)  # which source drafted each pass (see `record`)
+    accepted_by_source: dict = field(default_factory=dict)
     # Shortlist rows summed over draft steps that used a shortlist, and coverage at draft position j (was the
     # target's own token at j inside the shortlist drafted from?): read through the properties below.
     _shortlist_rows: int = 0
@@ -40,8 +42,13 @@ class DraftStats:
     # that recording a round never waits on an accelerator.
     _pending: list = field(default_factory=list, repr=False)
 
-    def record(self, num_drafted: int, num_accepted: int, looked_up: bool = False) -> None:
+    def record(self, num_drafted: int, num_accepted: int, looked_up: bool = False, source: str | None = None) -> None:
+        """One verified pass; `source`: what drafted it ("drafter", "prompt-lookup", "suffix-request", ...,
+        "none"), counted in `passes_by_source` / `accepted_by_source`."""
         self.verify_passes += 1
+        if source is not None:
+            self.passes_by_source[source] = self.passes_by_source.get(source, 0) + 1
+            self.accepted_by_source[source] = self.accepted_by_source.get(source, 0) + num_accepted
         if looked_up:
             self.lookup_passes += 1
             self.lookup_drafted += num_drafted
@@ -139,4 +146,6 @@ class DraftStats:
             "lookup_drafted": self.lookup_drafted,
             "lookup_accepted": self.lookup_accepted,
             "lookup_vetoes": self.lookup_vetoes,
+            "passes_by_source": dict(self.passes_by_source),
+            "accepted_by_source": dict(self.accepted_by_source),
         }

@@ -9,6 +9,13 @@ import os
 if os.environ.get("HF_DYNASPEC_TRITON_GPU") != "1":
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+# Costs measured by draft_plan="auto" (hf_dynaspec.generation.calibration) go to a per-run directory, never the
+# user's cache.
+if "HF_DYNASPEC_CACHE" not in os.environ:
+    import tempfile
+
+    os.environ["HF_DYNASPEC_CACHE"] = tempfile.mkdtemp(prefix="hf-dynaspec-test-cache-")
+
 import pytest  # noqa: E402
 import torch  # noqa: E402
 from transformers import (AutoModelForCausalLM, Gemma3TextConfig, LlamaConfig, MistralConfig, Phi3Config, Qwen2Config,
@@ -53,9 +60,15 @@ def tiny_target(family: str, seed: int = 0, vocab_size: int = VOCAB, **overrides
     return model.eval()
 
 
+# The mechanics tests (draft length, lookup, confidence stop, caches) pin the plan: K = num_assistant_tokens
+# every round and no suffix cache. draft_plan="auto" (the default) has tests of its own (test_planner.py,
+# test_suffix_cache.py, and auto cases in the exactness tests).
+FIXED_PLAN = dict(draft_plan="fixed", suffix_cache_num_tokens=0)
+
+
 def random_assistant(target, seed: int = 1, **overrides):
     """An assistant whose weights are random (not the last-layer init), so drafts are partly wrong."""
-    assistant = DynaSpecAssistant.from_target(target, **overrides)
+    assistant = DynaSpecAssistant.from_target(target, **{**FIXED_PLAN, **overrides})
     torch.manual_seed(seed)
     with torch.no_grad():
         for param in assistant.parameters():
@@ -94,7 +107,7 @@ def imitating_assistant(target, noise: float = 0.0, seed: int = 1, **overrides):
     history) but not the target's features: tests/test_drafting.py checks feature alignment directly, by
     comparing the drafter's cache with a recomputation from the target's features.
     """
-    assistant = DynaSpecAssistant.from_target(target, **overrides)
+    assistant = DynaSpecAssistant.from_target(target, **{**FIXED_PLAN, **overrides})
     hidden = assistant.config.hidden_size
     with torch.no_grad():
         weight = torch.zeros(hidden, 2 * hidden)

@@ -133,7 +133,8 @@ def test_method_strings_are_validated():
     methods = build_methods(["frspec:32768", "dynaspec-fixed:8", "dynaspec", "dynaspec:48"],
                             assistant_factory=lambda **o: seen.append(o) or object())
     assert [m.key for m in methods] == ["frspec:32768", "dynaspec-fixed:8", "dynaspec", "dynaspec:48"]
-    off = {"assistant_confidence_threshold": 0.0, "prompt_lookup_num_tokens": 0, "prompt_lookup_veto": 1.0}
+    off = {"assistant_confidence_threshold": 0.0, "prompt_lookup_num_tokens": 0, "prompt_lookup_veto": 1.0,
+           "suffix_cache_num_tokens": 0, "draft_plan": "fixed"}
     assert seen == [{"shortlist": "frspec", "shortlist_size": 32768, **off},
                     {"shortlist": "dynaspec-fixed", "fixed_clusters": 8, **off},
                     {"shortlist": "dynaspec", **off}, {"shortlist": "dynaspec", "max_clusters": 48, **off}]
@@ -200,7 +201,7 @@ def test_confidence_suffix_reaches_the_assistant_and_is_validated():
                             assistant_factory=lambda **o: seen.append(o) or object())
     assert [m.key for m in methods] == ["eagle@0.5", "dynaspec:8@0.25", "dynaspec:8"]
     # A key without a suffix turns the feature off explicitly: an artifact's own default must not leak in.
-    off = {"prompt_lookup_num_tokens": 0, "prompt_lookup_veto": 1.0}
+    off = {"prompt_lookup_num_tokens": 0, "prompt_lookup_veto": 1.0, "suffix_cache_num_tokens": 0, "draft_plan": "fixed"}
     assert seen == [{"shortlist": "full", "assistant_confidence_threshold": 0.5, **off},
                     {"shortlist": "dynaspec", "max_clusters": 8, "assistant_confidence_threshold": 0.25, **off},
                     {"shortlist": "dynaspec", "max_clusters": 8, "assistant_confidence_threshold": 0.0, **off}]
@@ -214,7 +215,7 @@ def test_lookup_suffix_reaches_the_assistant_and_is_validated():
     seen = []
     build_methods(["dynaspec:8+lookup:5", "eagle@0.5+lookup", "frspec:1024+lookup:3"],
                   assistant_factory=lambda **o: seen.append(o) or object())
-    unchecked = {"prompt_lookup_veto": 1.0}
+    unchecked = {"prompt_lookup_veto": 1.0, "suffix_cache_num_tokens": 0, "draft_plan": "fixed"}
     assert seen == [{"shortlist": "dynaspec", "max_clusters": 8, "assistant_confidence_threshold": 0.0, "prompt_lookup_num_tokens": 5,
                      **unchecked},
                     {"shortlist": "full", "assistant_confidence_threshold": 0.5, "prompt_lookup_num_tokens": DEFAULT_LOOKUP_TOKENS,
@@ -222,7 +223,7 @@ def test_lookup_suffix_reaches_the_assistant_and_is_validated():
                     {"shortlist": "frspec", "shortlist_size": 1024, "assistant_confidence_threshold": 0.0, "prompt_lookup_num_tokens": 3,
                      **unchecked}]
     for bad, message in [("eagle+lookup:0", "positive integer"), ("eagle+ngram", "the \\+ suffixes are"),
-                         ("prompt-lookup+lookup", "assistant's methods only"), ("dynaspec-tree+lookup", "not trees")]:
+                         ("prompt-lookup+lookup", "assistant's methods only"), ("dynaspec-tree+lookup", "tree methods take \\+tree")]:
         with pytest.raises(ValueError, match=message):
             build_methods([bad], assistant_factory=lambda **o: object())
 
@@ -260,7 +261,7 @@ def test_draft_suffix_sets_each_methods_own_draft_length(target):
     assert seen[1]["num_assistant_tokens"] == 1 and seen[1]["prompt_lookup_num_tokens"] == 0
     assert "num_assistant_tokens" not in seen[2]  # without +draft: the run's or the artifact's length
     for bad, message in [("eagle+draft", "needs the number"), ("eagle+draft:0", "positive integer"),
-                         ("eagle+lookup+lookup:3", "each at most once"), ("dynaspec-tree+draft:2", "not trees|--tree"),
+                         ("eagle+lookup+lookup:3", "each at most once"), ("dynaspec-tree+draft:2", "tree methods take \\+tree"),
                          ("vanilla+draft:2", "assistant's methods only")]:
         with pytest.raises(ValueError, match=message):
             build_methods([bad], assistant_factory=lambda **o: object())
@@ -284,12 +285,29 @@ def test_tree_method_strings():
     seen = []
     methods = build_methods(["eagle-tree", "dynaspec-tree", "dynaspec-tree:32"],
                             assistant_factory=lambda **o: seen.append(o) or object())
-    off = {"assistant_confidence_threshold": 0.0, "prompt_lookup_num_tokens": 0, "prompt_lookup_veto": 1.0}
+    off = {"assistant_confidence_threshold": 0.0, "prompt_lookup_num_tokens": 0, "prompt_lookup_veto": 1.0,
+           "suffix_cache_num_tokens": 0, "draft_plan": "fixed"}
     assert seen == [{"shortlist": "full", **off}, {"shortlist": "dynaspec", **off},
                     {"shortlist": "dynaspec", "max_clusters": 32, **off}]
     assert all("custom_generate" in m.generate_kwargs for m in methods)
     with pytest.raises(ValueError, match="takes no argument"):
         build_methods(["eagle-tree:4"], assistant_factory=lambda **o: object())
+
+
+def test_auto_suffix_and_tree_shape_suffixes_reach_the_assistant():
+    seen = []
+    build_methods(["dynaspec:8+lookup:10+suffix+auto", "dynaspec:8+suffix:4+auto:5", "dynaspec-tree:8+tree:2x6x8",
+                   "eagle"], assistant_factory=lambda **o: seen.append(o) or object())
+    assert seen[0]["draft_plan"] == "auto" and seen[0]["auto_max_assistant_tokens"] == 8
+    assert seen[0]["suffix_cache_num_tokens"] == 16 and seen[0]["prompt_lookup_num_tokens"] == 10
+    assert seen[1]["auto_max_assistant_tokens"] == 5 and seen[1]["suffix_cache_num_tokens"] == 4
+    assert (seen[2]["tree_top_k"], seen[2]["tree_depth"], seen[2]["tree_total_tokens"]) == (2, 6, 8)
+    assert seen[3]["draft_plan"] == "fixed" and seen[3]["suffix_cache_num_tokens"] == 0  # off unless asked for
+    for bad, message in [("dynaspec+tree:4x4", "three positive integers"), ("dynaspec+tree:4x4x8", "eagle-tree or"),
+                         ("dynaspec-tree+auto", "tree methods take"), ("eagle+auto:0", "positive integer"),
+                         ("eagle+suffix+suffix", "each at most once")]:
+        with pytest.raises(ValueError, match=message):
+            build_methods([bad], assistant_factory=lambda **o: object())
 
 
 def test_mt_bench_second_turn_follows_the_targets_own_first_answer(tmp_path):
@@ -335,11 +353,12 @@ def test_labelled_assistants_each_serve_their_own_methods():
     factories = {label: (lambda label: lambda **o: seen.append((label, o)) or object())(label) for label in ("old", "new")}
     methods = build_methods(keys, labelled_factories=factories)
     assert [m.key for m in methods] == keys
+    fixed = {"suffix_cache_num_tokens": 0, "draft_plan": "fixed"}
     lookup = {"shortlist": "dynaspec", "max_clusters": 8, "assistant_confidence_threshold": 0.0, "prompt_lookup_num_tokens": 5,
-              "prompt_lookup_veto": 1.0}
+              "prompt_lookup_veto": 1.0, **fixed}
     assert seen == [("old", lookup), ("new", lookup),
                     ("old", {"shortlist": "full", "assistant_confidence_threshold": 0.0, "prompt_lookup_num_tokens": 0,
-                             "prompt_lookup_veto": 1.0})]
+                             "prompt_lookup_veto": 1.0, **fixed})]
     for bad, message in [("cur/eagle", "no assistant is labelled 'cur'"), ("old/vanilla", "assistant's methods only"),
                          ("eagle", "write LABEL/eagle"), ("old/eagle+draft", "needs the number")]:
         with pytest.raises(ValueError, match=message):

@@ -173,7 +173,7 @@ def test_tree_round_through_a_shortlist_is_exact(target, tmp_path, form):
 
 
 # -- the comparison sees broken rules --------------------------------------------------------------------
-def _old_confidence_rule(self, scores, context):
+def _old_confidence_rule(self, scores, context, with_top=False):
     """The rule shipped before: draw x from q, then stop when q(x) < confidence (the draw decides)."""
     full = self._to_full_vocab(scores.scores, scores.token_ids)
     if self.logits_processor is not None:
@@ -181,8 +181,8 @@ def _old_confidence_rule(self, scores, context):
     probs = full.softmax(-1)
     token = torch.multinomial(probs, num_samples=1)
     if float(probs[0, token]) < self.confidence:
-        return None, None, None
-    return token, full, None
+        return None, None, None, None
+    return token, full, None, probs.max() if with_top else None
 
 
 def test_enumeration_sees_the_old_confidence_rule(target, monkeypatch):
@@ -195,9 +195,9 @@ def test_enumeration_sees_draft_logits_before_the_temperature(target, monkeypatc
     """The drafter samples from the processed q but hands the verifier the unprocessed one."""
     choose = ChainDraftSession._choose
 
-    def unprocessed(self, scores, context):
-        token, logits, confident = choose(self, scores, context)
-        return token, None if logits is None else self._to_full_vocab(scores.scores, scores.token_ids), confident
+    def unprocessed(self, scores, context, with_top=False):
+        token, logits, confident, top = choose(self, scores, context, with_top)
+        return token, None if logits is None else self._to_full_vocab(scores.scores, scores.token_ids), confident, top
 
     monkeypatch.setattr(ChainDraftSession, "_choose", unprocessed)
     error, _ = chain_error(target, noisy_assistant(target, num_assistant_tokens=2), "temperature")

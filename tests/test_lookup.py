@@ -86,8 +86,8 @@ def test_lookup_drafts_stop_at_max_length(max_new_tokens, monkeypatch):
 
     recorded = []  # (tokens drafted, counted as a lookup pass) of every pass
     record = DraftStats.record
-    monkeypatch.setattr(DraftStats, "record", lambda self, n, a, looked_up=False: recorded.append((n, looked_up))
-                        or record(self, n, a, looked_up))
+    monkeypatch.setattr(DraftStats, "record", lambda self, n, a, looked_up=False, **kw: recorded.append((n, looked_up))
+                        or record(self, n, a, looked_up, **kw))
     target = one_layer_target("llama")
     assistant = imitating_assistant(target, num_assistant_tokens=2, prompt_lookup_num_tokens=8, prompt_lookup_min_ngram=1)
     input_ids = repeating_prompt(5)
@@ -171,8 +171,8 @@ def test_a_vetoing_drafter_keeps_wrong_lookup_drafts_out(monkeypatch):
 
     def failed_lookup_rounds(veto: float) -> tuple[int, int]:
         passes = []  # (looked up, accepted) of every pass
-        monkeypatch.setattr(DraftStats, "record", lambda self, n, a, looked_up=False: passes.append((looked_up, a))
-                            or record(self, n, a, looked_up))
+        monkeypatch.setattr(DraftStats, "record", lambda self, n, a, looked_up=False, **kw: passes.append((looked_up, a))
+                            or record(self, n, a, looked_up, **kw))
         vetoes = 0
         for seed in range(24):
             assistant = imitating_assistant(target, num_assistant_tokens=2, prompt_lookup_num_tokens=4,

@@ -122,9 +122,9 @@ def test_fit_rejects_draft_logits_that_were_not_sampled_from(setup, monkeypatch)
     target, assistant, probs = setup
     choose = ChainDraftSession._choose
 
-    def sharpened(self, *args):  # returns logits of another distribution than the sampled one
-        token_id, logits, confident = choose(self, *args)
-        return token_id, None if logits is None else logits * 3.0, confident
+    def sharpened(self, *args, **kwargs):  # returns logits of another distribution than the sampled one
+        token_id, logits, confident, top = choose(self, *args, **kwargs)
+        return token_id, None if logits is None else logits * 3.0, confident, top
 
     monkeypatch.setattr(ChainDraftSession, "_choose", sharpened)
     assert fit_p_value(sampled_counts(target, assistant)[0], probs) < 1e-3

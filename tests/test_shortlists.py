@@ -249,7 +249,8 @@ def test_a_lookup_draft_kept_after_the_veto_check_adds_no_shortlist_to_the_stati
     prompt = torch.tensor([[5, 6, 7, 8, 5, 6, 7, 8, 5, 6]])
     stats = {}
     for veto in (1.0, 0.999):
-        assistant = add_shortlists(DynaSpecAssistant.from_target(target, shortlist="frspec"), target)
+        assistant = add_shortlists(DynaSpecAssistant.from_target(target, shortlist="frspec", draft_plan="fixed",
+                                                                 suffix_cache_num_tokens=0), target)
         config = assistant.generation_config
         config.prompt_lookup_num_tokens, config.prompt_lookup_min_ngram, config.prompt_lookup_veto = 3, 1, veto
         output = assisted_generate(target, assistant, prompt, max_new_tokens=24)

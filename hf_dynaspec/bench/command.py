@@ -35,9 +35,10 @@ def add_parser(commands) -> None:
     bench.add_argument("--dtype", choices=["bf16", "fp16", "fp32"], default="bf16")
     bench.add_argument("--device", default="auto", help="auto (CUDA when there is one, else CPU), cpu, cuda, ...")
     bench.add_argument("--cpu-verify", nargs="?", const="auto", default=None, choices=["auto", "kernel", "shadow"],
-                       help="every multi-token forward of a bf16 target on CPU through hf_dynaspec.kernels.verify_rows.patch "
-                            "(the bf16 kernel, or fp32 shadow weights): verification and prefill, for every "
-                            "method, vanilla included")
+                       help="multi-token forwards of a bf16 target on CPU through hf_dynaspec.kernels.verify_rows.patch, "
+                            "for every method, vanilla included: auto (the kernel for the row counts where it is "
+                            "measured faster than PyTorch's bf16 here, else off), kernel or shadow (every "
+                            "multi-token forward, prefill included)")
     bench.add_argument("--json", default=None, metavar="OUT")
     bench.add_argument("--results", default=None, metavar="PATH",
                        help="append one record per method to this results table (JSON lines, "
@@ -80,12 +81,11 @@ def run(args) -> dict:
     draft_model = load_target(args.draft_model, args.dtype, args.device)[0] if args.draft_model else None
     cpu_verify_method = None
     if args.cpu_verify:
-        from hf_dynaspec.kernels.verify_rows import patch as cpu_verify
+        from hf_dynaspec.generation.calibration import apply_cpu_verify
 
-        cpu_verify.enable(target, max_rows=cpu_verify.ANY_ROWS, method=args.cpu_verify)
-        cpu_verify_method = cpu_verify.enabled_method(target)
+        cpu_verify_method = apply_cpu_verify(target, args.cpu_verify)
         if draft_model is not None:  # hf-assisted's draft model re-reads accepted tokens: same help, same terms
-            cpu_verify.enable(draft_model, max_rows=cpu_verify.ANY_ROWS, method=args.cpu_verify)
+            apply_cpu_verify(draft_model, args.cpu_verify)
     labelled = {label: factory_for(path) for label, path in assistants.items() if label is not None}
     methods = build_methods(keys, assistant_factory=factory_for(assistants[None]) if None in assistants
                             else no_assistant, labelled_factories=labelled or None, draft_model=draft_model)

@@ -19,6 +19,8 @@ from hf_dynaspec.modeling.assistant import DynaSpecAssistant
 from hf_dynaspec.generation import tree_generate
 
 DEFAULT_LOOKUP_TOKENS = 7  # 8 rows per verification pass: one sweep of the CPU kernel (cpu_verify)
+DEFAULT_SUFFIX_TOKENS = 16
+DEFAULT_AUTO_MAX = 8
 
 # name -> (what the argument means, default argument or None when required / not taken)
 METHOD_HELP = {
@@ -39,6 +41,12 @@ METHOD_HELP = {
                     "with probability above P (default 0: any disagreement), e.g. dynaspec:8+lookup:5+veto:0.3",
     "...+draft:K": "chain methods of the assistant: K draft tokens per round for this method (default: "
                    "--num-draft-tokens, else the artifact's), e.g. dynaspec:8+lookup:5+draft:3",
+    "...+suffix[:N]": "chain methods of the assistant: the suffix cache drafts up to N tokens (default "
+                      f"{DEFAULT_SUFFIX_TOKENS}), e.g. dynaspec:8+suffix",
+    "...+auto[:KMAX]": "chain methods of the assistant: draft_plan='auto' (each round planned from measured costs, "
+                       "chains up to KMAX, default 8), e.g. dynaspec:8+lookup:10+suffix+auto; without it 'fixed'",
+    "...+tree:TOPKxDEPTHxTOTAL": "tree methods: this tree shape (default: --tree, else the artifact's), e.g. "
+                                 "dynaspec-tree:8+tree:4x4x8",
     "LABEL/...": "with several --assistant LABEL=PATH: the assistant's methods of that one assistant; an "
                  "unlabelled assistant method runs once per assistant",
 }
@@ -83,28 +91,46 @@ def expand_assistant_labels(keys: list[str], labels: list[str]) -> list[str]:
     return expanded
 
 
-def parse_plus_suffixes(key: str) -> dict[str, int | float]:
-    """The `+lookup[:N]`, `+veto[:P]` and `+draft:K` suffixes of a method key, as assistant overrides:
-    `prompt_lookup_tokens`, `prompt_lookup_veto` and `num_draft_tokens` (each present only when its suffix is)."""
+def parse_plus_suffixes(key: str) -> dict:
+    """The `+lookup[:N]`, `+veto[:P]`, `+draft:K`, `+suffix[:N]`, `+auto[:KMAX]` and `+tree:AxBxC` suffixes of a
+    method key, as assistant overrides (each present only when its suffix is)."""
     head, *suffixes = split_label(key)[1].split("+")
     overrides = {}
+    readers = {
+        "lookup": ("prompt_lookup_num_tokens", lambda arg: _positive_int(key, arg, DEFAULT_LOOKUP_TOKENS)),
+        "veto": ("prompt_lookup_veto", lambda arg: _probability(key, arg)),
+        "draft": ("num_assistant_tokens", lambda arg: _draft_length(key, head, arg)),
+        "suffix": ("suffix_cache_num_tokens", lambda arg: _positive_int(key, arg, DEFAULT_SUFFIX_TOKENS)),
+        "auto": ("auto_max_assistant_tokens", lambda arg: _positive_int(key, arg, DEFAULT_AUTO_MAX)),
+        "tree": ("tree_shape", lambda arg: _tree_shape(key, arg)),
+    }
     for suffix in suffixes:
         name, _, arg = suffix.partition(":")
         name, arg = name.strip(), arg.strip() or None
-        if name == "lookup" and "prompt_lookup_num_tokens" not in overrides:
-            overrides["prompt_lookup_num_tokens"] = _positive_int(key, arg, DEFAULT_LOOKUP_TOKENS)
-        elif name == "veto" and "prompt_lookup_veto" not in overrides:
-            overrides["prompt_lookup_veto"] = _probability(key, arg)
-        elif name == "draft" and "num_assistant_tokens" not in overrides:
-            if arg is None:
-                raise ValueError(f"method {key!r}: +draft needs the number of draft tokens, e.g. {head}+draft:3")
-            overrides["num_assistant_tokens"] = _positive_int(key, arg)
-        else:
-            raise ValueError(f"method {key!r}: the + suffixes are +lookup[:N], +veto[:P] and +draft:K, each at most "
-                             f"once, e.g. {head}+lookup:5+draft:3")
+        if name not in readers or readers[name][0] in overrides:
+            raise ValueError(f"method {key!r}: the + suffixes are +lookup[:N], +veto[:P], +draft:K, +suffix[:N], "
+                             f"+auto[:KMAX] and +tree:AxBxC, each at most once, e.g. {head}+lookup:5+draft:3")
+        option, read = readers[name]
+        overrides[option] = read(arg)
     if "prompt_lookup_veto" in overrides and "prompt_lookup_num_tokens" not in overrides:
         raise ValueError(f"method {key!r}: +veto checks lookup drafts, so it needs +lookup, e.g. {head}+lookup:5+veto")
     return overrides
+
+
+def _draft_length(key: str, head: str, arg: str | None) -> int:
+    if arg is None:
+        raise ValueError(f"method {key!r}: +draft needs the number of draft tokens, e.g. {head}+draft:3")
+    return _positive_int(key, arg)
+
+
+def _tree_shape(key: str, arg: str | None) -> tuple[int, int, int]:
+    try:
+        shape = tuple(int(part) for part in (arg or "").split("x"))
+    except ValueError:
+        shape = ()
+    if len(shape) != 3 or min(shape) < 1:
+        raise ValueError(f"method {key!r}: +tree:TOPKxDEPTHxTOTAL takes three positive integers, e.g. +tree:4x4x8")
+    return shape
 
 
 def _probability(key: str, arg: str | None) -> float:
@@ -204,33 +230,42 @@ def build_methods(
         elif name in ASSISTANT_METHODS:
             if factory is None:
                 raise ValueError(f"method {key!r} needs an assistant: pass --assistant PATH")
-            overrides = shortlist_overrides(name, arg, key)
-            if name in ("eagle", "eagle-tree") and arg is not None:
-                raise ValueError(f"method {key!r}: {name!r} takes no argument")
-            confidence = parse_confidence(key)
-            plus = parse_plus_suffixes(key)
-            if name.endswith("-tree") and confidence is not None:
-                raise ValueError(f"method {key!r}: a draft confidence applies to chain drafting, not trees")
-            if name.endswith("-tree") and "prompt_lookup_num_tokens" in plus:
-                raise ValueError(f"method {key!r}: prompt lookup applies to chain drafting, not trees")
-            if name.endswith("-tree") and "prompt_lookup_veto" in plus:
-                raise ValueError(f"method {key!r}: +veto checks prompt lookup, which applies to chain drafting")
-            if name.endswith("-tree") and "num_assistant_tokens" in plus:
-                raise ValueError(f"method {key!r}: +draft sets a chain's length; a tree's size comes from --tree")
-            # The key describes the whole method: without a suffix its feature is off, whatever default the
-            # artifact's config carries (a shipped config may turn prompt lookup on). The draft length is not a
-            # feature: without +draft it is the run's (--num-draft-tokens) or the artifact's.
-            overrides["assistant_confidence_threshold"] = confidence or 0.0
-            overrides["prompt_lookup_num_tokens"] = plus.get("prompt_lookup_num_tokens", 0)
-            overrides["prompt_lookup_veto"] = plus.get("prompt_lookup_veto", 1.0)
-            if "num_assistant_tokens" in plus:
-                overrides["num_assistant_tokens"] = plus["num_assistant_tokens"]
-            assistant = factory(**overrides)
-            if name.endswith("-tree"):
-                methods.append(Method(key, {"custom_generate": tree_generate, "drafter": assistant}, assistant))
-            else:
-                methods.append(Method(key, {"assistant_model": assistant}, assistant))
+            methods.append(_assistant_method(key, name, arg, factory))
         else:
             known = ", ".join(METHOD_HELP)
             raise ValueError(f"unknown method {key!r}; known methods: {known}")
     return methods
+
+
+def _assistant_method(key: str, name: str, arg: str | None, factory) -> Method:
+    """An assistant method: its shortlist and suffixes as overrides of the artifact's options."""
+    overrides = shortlist_overrides(name, arg, key)
+    if name in ("eagle", "eagle-tree") and arg is not None:
+        raise ValueError(f"method {key!r}: {name!r} takes no argument")
+    confidence = parse_confidence(key)
+    plus = parse_plus_suffixes(key)
+    tree = name.endswith("-tree")
+    if tree and confidence is not None:
+        raise ValueError(f"method {key!r}: a draft confidence applies to chain drafting, not trees")
+    if tree and plus.keys() - {"tree_shape"}:
+        raise ValueError(f"method {key!r}: tree methods take +tree:TOPKxDEPTHxTOTAL only (+lookup, +veto, +draft, "
+                         "+suffix and +auto apply to chain drafting)")
+    if not tree and "tree_shape" in plus:
+        raise ValueError(f"method {key!r}: +tree sets a tree's shape; use it with eagle-tree or dynaspec-tree")
+    # The key describes the whole method: without a suffix its feature is off, whatever default the artifact's
+    # config carries (a shipped config may turn prompt lookup on; the default plan is "auto"). The draft length is
+    # not a feature: without +draft it is the run's (--num-draft-tokens) or the artifact's.
+    overrides["assistant_confidence_threshold"] = confidence or 0.0
+    overrides["prompt_lookup_num_tokens"] = plus.get("prompt_lookup_num_tokens", 0)
+    overrides["prompt_lookup_veto"] = plus.get("prompt_lookup_veto", 1.0)
+    overrides["suffix_cache_num_tokens"] = plus.get("suffix_cache_num_tokens", 0)
+    overrides["draft_plan"] = "auto" if "auto_max_assistant_tokens" in plus else "fixed"
+    for option in ("num_assistant_tokens", "auto_max_assistant_tokens"):
+        if option in plus:
+            overrides[option] = plus[option]
+    if "tree_shape" in plus:
+        overrides.update(zip(("tree_top_k", "tree_depth", "tree_total_tokens"), plus["tree_shape"]))
+    assistant = factory(**overrides)
+    if tree:
+        return Method(key, {"custom_generate": tree_generate, "drafter": assistant}, assistant)
+    return Method(key, {"assistant_model": assistant}, assistant)

@@ -11,7 +11,7 @@ K draft tokens.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -31,6 +31,7 @@ class Draft:
     # (-inf outside the shortlist); None for greedy drafting, where the verifier ignores them.
     logits: torch.Tensor | None
     looked_up: bool = False  # the tokens are a prompt-lookup draft the drafter did not veto
+    confidences: list[float] = field(default_factory=list)  # with a planner: top probability per drafted position
 
 
 class ChainDraftSession:
@@ -76,7 +77,7 @@ class ChainDraftSession:
 
     @torch.no_grad()
     def propose(self, input_ids: torch.Tensor, new_target_hidden: torch.Tensor, num_draft_tokens: int,
-                lookup: torch.Tensor | None = None, lookup_veto: float = 1.0) -> Draft:
+                lookup: torch.Tensor | None = None, lookup_veto: float = 1.0, planner=None) -> Draft:
         """Draft up to `num_draft_tokens` tokens continuing `input_ids` `[1, N]` (fewer under `confidence`).
 
         `new_target_hidden` `[1, >=T_new, D or 3D]`: target features from the last verification pass, whose
@@ -87,6 +88,11 @@ class ChainDraftSession:
         differs from `lookup[0, 0]` and has a probability above `lookup_veto` (1.0: never, and the drafter only
         absorbs the verified positions). The check reads the drafter's argmax, never a sample, so the choice
         between the two drafts is a fixed function of the context and sampling stays exact.
+
+        `planner` (a `SpeculationPlanner`, `draft_plan="auto"`): `num_draft_tokens` is then a cap, and the round
+        keeps drafting while the planner expects another position to pay (reading each position's top
+        probability before its token is drawn); deferred (accelerators), it drafts `num_draft_tokens` and cuts
+        the draft once, at the end. The drafted positions' top probabilities come back in `Draft.confidences`.
         """
         checked = lookup is not None and lookup_veto < 1.0
         hidden, plan = self.consume_verified(input_ids, new_target_hidden, plan=lookup is None or checked)
@@ -102,16 +108,25 @@ class ChainDraftSession:
             logits = one_hot_logits(lookup, self.vocab_size) if self.do_sample else None
             return Draft(token_ids=lookup, logits=logits, looked_up=True)
         confident = []  # per drafted position: 0-d bool tensors, read once at the end (deferred decisions)
+        tops = []  # with a planner: each position's top probability (floats; 0-d tensors when deferred)
         for k in range(num_draft_tokens):
             scores = first_scores if k == 0 and first_scores is not None else self._score(hidden, plan)
-            token_id, logits, is_confident = self._choose(scores, context)
+            token_id, logits, is_confident, top = self._choose(scores, context, with_top=planner is not None)
             if token_id is None:  # the drafter is not confident enough at this position
                 break
+            if planner is not None and not self.defer_host_decisions:
+                top = float(top)
+                if not planner.keep_position(tops + [top]):  # reads the distribution only, never the token
+                    self.shortlists_of_last_draft.pop()
+                    break
+            tops.append(top)
             draft_ids.append(token_id)
             confident.append(is_confident)
             if logits is not None:
                 draft_logits.append(logits)
             if k + 1 == num_draft_tokens:
+                break
+            if planner is not None and not self.defer_host_decisions and not planner.draft_more(tops, num_draft_tokens):
                 break
             if self.logits_processor is not None:  # only processors read the drafted context
                 context = torch.cat([context, token_id], dim=1)
@@ -119,14 +134,30 @@ class ChainDraftSession:
             token_embed = drafter.embed(token_id)
             plan = self._plan(token_embed[:, -1], hidden[:, -1], k + 1)
             hidden = drafter.step(token_embed, hidden, position_ids, self.cache, None)
-        if self.defer_host_decisions and draft_ids and confident[0] is not None:
-            keep = int(torch.stack(confident).long().cumprod(0).sum())  # the round's one host sync
+        if self.defer_host_decisions and draft_ids and (confident[0] is not None or planner is not None):
+            keep, tops = self._deferred_cut(confident, tops, planner)
             draft_ids, draft_logits = draft_ids[:keep], draft_logits[:keep]
             self.shortlists_of_last_draft = self.shortlists_of_last_draft[:keep]
         return Draft(
             token_ids=torch.cat(draft_ids, dim=1) if draft_ids else input_ids.new_empty((1, 0)),
             logits=torch.stack(draft_logits, dim=1) if draft_logits else None,
+            confidences=tops[: len(draft_ids)],
         )
+
+    @staticmethod
+    def _deferred_cut(confident: list, tops: list, planner) -> tuple[int, list[float]]:
+        """How many drafted positions to keep, from the values left on the device: the round's one host sync."""
+        rows = []
+        if confident[0] is not None:
+            rows.append(torch.stack(confident).float().cumprod(0))
+        if planner is not None:
+            rows.append(torch.stack(tops).float())
+        values = torch.stack(rows).tolist()  # the one sync
+        keep = int(sum(values[0])) if confident[0] is not None else len(tops)
+        if planner is None:
+            return keep, []
+        host_tops = values[-1]
+        return min(keep, planner.cut(host_tops)), host_tops
 
     @torch.no_grad()
     def consume_verified(self, input_ids: torch.Tensor, new_target_hidden: torch.Tensor, plan: bool = True):
@@ -181,10 +212,11 @@ class ChainDraftSession:
             return False
         return veto <= 0.0 or float(scores.scores[0].softmax(dim=-1)[scores.argmax[0]]) > veto
 
-    def _choose(self, scores: ShortlistHeadOutput, context):
+    def _choose(self, scores: ShortlistHeadOutput, context, with_top: bool = False):
         """-> (draft token id `[1, 1]`, or None to stop the round under `confidence`; the full-vocabulary logits
         `[1, V]` the token was drawn from when sampling, else None; whether the position passes `confidence`, a
-        0-d bool tensor, or None with the threshold off).
+        0-d bool tensor, or None with the threshold off; with `with_top`, the distribution's largest probability
+        as a 0-d tensor, else None).
 
         The confidence test reads only the distribution, before any draw (see the class docstring); deferred, the
         token is drawn anyway and the round's end drops it."""
@@ -195,12 +227,15 @@ class ChainDraftSession:
                 full = self.logits_processor(context, full)
         confident = self._confident(scores.scores if full is None else full)
         if confident is not None and not self.defer_host_decisions and not bool(confident):
-            return None, None, None
+            return None, None, None, None
+        top = None
+        if with_top:  # over the rows scored, like the confidence stop
+            top = (scores.max - scores.logsumexp)[0].exp() if full is None else full[0].float().softmax(-1).max()
         if full is None:
-            return scores.argmax_token_ids[:, None], None, confident
+            return scores.argmax_token_ids[:, None], None, confident, top
         if self.do_sample:
-            return torch.multinomial(full.softmax(dim=-1), num_samples=1), full, confident
-        return full.argmax(dim=-1, keepdim=True), None, confident
+            return torch.multinomial(full.softmax(dim=-1), num_samples=1), full, confident, top
+        return full.argmax(dim=-1, keepdim=True), None, confident, top
 
     def _confident(self, logits: torch.Tensor) -> torch.Tensor | None:
         """Is the largest probability of softmax(logits `[1, S]`) at least `confidence`? A 0-d bool tensor on the

@@ -23,6 +23,12 @@ def lookup_continuation(token_ids: torch.Tensor, max_tokens: int, min_ngram: int
     The most recent occurrence is taken because text that repeats tends to repeat its nearest copy (the line
     of code being edited, the sentence being summarised).
     """
+    return lookup_match(token_ids, max_tokens, min_ngram, max_ngram)[0]
+
+
+def lookup_match(token_ids: torch.Tensor, max_tokens: int, min_ngram: int = 2, max_ngram: int = 3) -> tuple[torch.Tensor, int]:
+    """`lookup_continuation` and the size m of the n-gram it matched (0 when none: the planner's acceptance
+    estimates are kept per match size)."""
     num_tokens = token_ids.shape[0]
     for size in range(min(max_ngram, num_tokens - 1), min_ngram - 1, -1):
         suffix = token_ids[num_tokens - size :]
@@ -32,8 +38,8 @@ def lookup_continuation(token_ids: torch.Tensor, max_tokens: int, min_ngram: int
         starts = (windows == suffix).all(dim=1).nonzero()
         if len(starts):
             begin = int(starts[-1]) + size
-            return token_ids[begin : begin + max_tokens]
-    return token_ids[:0]
+            return token_ids[begin : begin + max_tokens], size
+    return token_ids[:0], 0
 
 
 def one_hot_logits(token_ids: torch.Tensor, vocab_size: int) -> torch.Tensor:

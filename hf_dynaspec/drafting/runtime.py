@@ -3,6 +3,8 @@
 - `runtime_head(assistant, options)`: the shortlist head an eagle drafter scores through, built from the
   artifact's stored components and the drafting options, and reused across generate() calls while nothing it
   depends on has changed (building one copies rows: the whole permuted head for DynaSpec).
+- `planner_memory(assistant, do_sample)`, `suffix_cache(assistant)`: what `draft_plan="auto"` and the suffix
+  cache learn across generate() calls of one assistant.
 - `prepare_for_target(assistant, target)`: route the drafter's Linear layers through the CPU bf16 rows kernel
   where it applies.
 """
@@ -13,11 +15,35 @@ import torch
 import torch.nn as nn
 
 from hf_dynaspec.drafting.device_paths import use_accelerator_paths
+from hf_dynaspec.drafting.planner import PlannerMemory
+from hf_dynaspec.drafting.suffix_cache import SuffixCache
 from hf_dynaspec.drafting.selector import build_head
 from hf_dynaspec.kernels.verify_rows import loader as verify_rows_loader
 from hf_dynaspec.kernels.verify_rows import patch as verify_rows_patch
 
 _HEAD_CACHE = "_dynaspec_runtime_head"
+_PLANNER_MEMORY = "_dynaspec_planner_memory"
+_SUFFIX_CACHE = "_dynaspec_suffix_cache"
+
+
+def planner_memory(assistant, do_sample: bool) -> PlannerMemory:
+    """The planner's acceptance tables of this assistant (kept across generate() calls; greedy and sampled apart)."""
+    memories = assistant.__dict__.setdefault(_PLANNER_MEMORY, {})
+    return memories.setdefault(bool(do_sample), PlannerMemory())
+
+
+def suffix_cache(assistant, options=None) -> SuffixCache | None:
+    """The assistant's suffix cache (its earlier outputs and any added corpus), created on first use; None when
+    `options.suffix_cache_num_tokens` is 0. `hf_dynaspec.suffix_cache(assistant).add_corpus(token_id_lists)`
+    adds a corpus."""
+    options = options if options is not None else assistant.generation_config
+    if not options.suffix_cache_num_tokens:
+        return None
+    cache = assistant.__dict__.get(_SUFFIX_CACHE)
+    if cache is None or cache.max_tokens != options.suffix_cache_max_tokens:
+        cache = SuffixCache(max_tokens=options.suffix_cache_max_tokens)
+        assistant.__dict__[_SUFFIX_CACHE] = cache
+    return cache
 
 
 def runtime_head(assistant, options):

@@ -13,8 +13,11 @@ from packaging import version
 from transformers.generation.candidate_generator import CandidateGenerator
 
 from hf_dynaspec.drafting.chain import ChainDraftSession
-from hf_dynaspec.drafting.lookup import lookup_continuation
-from hf_dynaspec.drafting.runtime import runtime_head
+from hf_dynaspec.drafting.lookup import lookup_match
+from hf_dynaspec.drafting.planner import LookupCandidate, RoundPlan, SpeculationPlanner
+from hf_dynaspec.drafting.runtime import planner_memory, runtime_head, suffix_cache
+import hf_dynaspec.generation.block_verify as block_verify
+from hf_dynaspec.generation.calibration import round_costs
 from hf_dynaspec.generation.attachment import ensure_attached
 from hf_dynaspec.generation.checks import check_chain_inputs
 from hf_dynaspec.modeling.options import DynaSpecGenerationConfig
@@ -48,16 +51,30 @@ def make_candidate_generator(assistant, target, input_ids, generation_config, lo
     check_chain_inputs(input_ids, generation_config, model_kwargs)
     options = call_options(assistant, generation_config)
     assistant.stats = DraftStats()
+    head = runtime_head(assistant, options)
+    do_sample = bool(generation_config.do_sample)
     session = ChainDraftSession(
         assistant.drafter,
         vocab_size=assistant.config.vocab_size,
-        do_sample=bool(generation_config.do_sample),
+        do_sample=do_sample,
         logits_processor=logits_processor,
-        head=runtime_head(assistant, options),
+        head=head,
         confidence=options.assistant_confidence_threshold,
     )
-    return EagleCandidateGenerator(assistant, session, options, max_length=generation_config.max_length,
-                                   eos_token_ids=_eos_token_ids_to_cut(generation_config, input_ids.device))
+    planner = None
+    if options.draft_plan == "auto":
+        longest = max(options.auto_max_assistant_tokens, options.prompt_lookup_num_tokens,
+                      options.suffix_cache_num_tokens)
+        planner = SpeculationPlanner(round_costs(target, assistant, options, head, longest),
+                                     planner_memory(assistant, do_sample), options.auto_max_assistant_tokens)
+    suffix = suffix_cache(assistant, options)
+    if suffix is not None:
+        suffix.begin_request(input_ids[0].tolist())
+    generator = EagleCandidateGenerator(assistant, session, options, max_length=generation_config.max_length,
+                                        eos_token_ids=_eos_token_ids_to_cut(generation_config, input_ids.device))
+    generator.planner, generator.suffix = planner, suffix
+    generator.block_verification = do_sample and options.verification == "block"
+    return generator
 
 
 def _eos_token_ids_to_cut(generation_config, device: torch.device) -> torch.Tensor | None:
@@ -98,34 +115,102 @@ class EagleCandidateGenerator(CandidateGenerator):
         # Tokens drafted for the pass being verified; None for the prefill, which is not a decoding pass.
         self._drafted_last_round: int | None = None
         self._looked_up_last_round = False
+        self.planner: SpeculationPlanner | None = None  # draft_plan="auto"
+        self.suffix = None  # the assistant's SuffixCache, or None (off)
+        self.block_verification = False  # sampled drafts verified as a block (hf_dynaspec.generation.block_verify)
+        self._plan = RoundPlan("none", 0)
+        self._suffix_seen = None  # tokens of the request the suffix cache has read
 
     def get_candidates(self, input_ids, model_outputs=None, is_first_iteration=False, **kwargs):
         self._looked_up_last_round = False
         if is_first_iteration or model_outputs is None:
             self._drafted_last_round = None
             return input_ids, None
+        self._read_committed(input_ids)
         # Leave room for the target's own token after the drafts (as transformers' generators do).
         room = self.max_length - input_ids.shape[1] - 1
-        budget = min(self.options.num_assistant_tokens, room)
+        cap = self.options.num_assistant_tokens if self.planner is None else self.options.auto_max_assistant_tokens
+        budget = min(cap, room)
         if budget < 1:
             self._drafted_last_round = 0
             self.session.shortlists_of_last_draft = []
+            self._plan = RoundPlan("none", 0)
             return input_ids, None
         target_hidden = self.assistant.drafter.select_target_hidden(model_outputs.hidden_states)
-        looked_up = self._look_up(input_ids, room)
-        draft = self.session.propose(input_ids, target_hidden, budget, lookup=looked_up,
-                                     lookup_veto=self.options.prompt_lookup_veto)
+        if self.planner is None:
+            draft = self._fixed_round(input_ids, target_hidden, budget, room)
+        else:
+            draft = self._planned_round(input_ids, target_hidden, room)
+        if draft is None:  # the planner drafts nothing: a plain one-token pass
+            self._drafted_last_round = 0
+            return input_ids, None
         draft = self._end_at_eos(draft)
         self._looked_up_last_round = draft.looked_up
-        stats = self.assistant.stats
-        if looked_up is not None and not draft.looked_up:
-            stats.lookup_vetoes += 1
         self._drafted_last_round = draft.token_ids.shape[1]
         if not self._drafted_last_round:  # the drafter was not confident enough: a plain one-token pass
             return input_ids, None
         if self.assistant.collect_draft_tokens and not draft.looked_up:
-            stats.draft_token_ids.append(draft.token_ids[0])
+            self.assistant.stats.draft_token_ids.append(draft.token_ids[0])
+        if self.block_verification:
+            block_verify.mark_for_block_verification(draft.logits)
         return torch.cat([input_ids, draft.token_ids], dim=1), draft.logits
+
+    def _fixed_round(self, input_ids, target_hidden, budget: int, room: int):
+        """`draft_plan="fixed"`: a suffix-cache or prompt-lookup draft when there is one, else `budget` drafter
+        tokens."""
+        looked_up = self._suffix_draft(room, input_ids.device)
+        self._plan = RoundPlan("suffix" if looked_up is not None else "prompt-lookup", 0)
+        if looked_up is None:
+            looked_up = self._look_up(input_ids, room)
+        draft = self.session.propose(input_ids, target_hidden, budget, lookup=looked_up,
+                                     lookup_veto=self.options.prompt_lookup_veto)
+        if looked_up is not None and not draft.looked_up:
+            self.assistant.stats.lookup_vetoes += 1
+        if not draft.looked_up:
+            self._plan = RoundPlan("drafter", 0)
+        return draft
+
+    def _planned_round(self, input_ids, target_hidden, room: int):
+        """`draft_plan="auto"`: the planner picks the drafter, a lookup source or nothing (None)."""
+        options, candidates, drafts = self.options, [], {}
+        if options.prompt_lookup_num_tokens > 0:
+            tokens, match = lookup_match(input_ids[0], min(options.prompt_lookup_num_tokens, room),
+                                         options.prompt_lookup_min_ngram, options.max_matching_ngram_size)
+            if match:
+                candidates.append(LookupCandidate("prompt-lookup", match, len(tokens)))
+                drafts["prompt-lookup"] = tokens[None]
+        if self.suffix is not None:
+            found = self.suffix.propose(min(options.suffix_cache_num_tokens, room))
+            if found is not None:
+                candidates.append(LookupCandidate(found.source, found.match_length, len(found.tokens)))
+                drafts[found.source] = torch.tensor([found.tokens], dtype=input_ids.dtype, device=input_ids.device)
+        plan = self._plan = self.planner.plan_round(candidates, room)
+        if plan.source == "none":
+            self.session.shortlists_of_last_draft = []
+            self.session.consume_verified(input_ids, target_hidden, plan=False)  # keep the drafter in step
+            return None
+        if plan.source != "drafter":
+            return self.session.propose(input_ids, target_hidden, 1, lookup=drafts[plan.source][:, : plan.num_tokens])
+        cap = plan.num_tokens if self.session.defer_host_decisions else min(self.planner.max_draft_tokens, room)
+        draft = self.session.propose(input_ids, target_hidden, cap, planner=self.planner)
+        plan.confidences = draft.confidences
+        return draft
+
+    def _suffix_draft(self, room: int, device: torch.device) -> torch.Tensor | None:
+        """A suffix-cache draft `[1, n]` or None (off, or no match)."""
+        if self.suffix is None:
+            return None
+        found = self.suffix.propose(min(self.options.suffix_cache_num_tokens, room))
+        return None if found is None else torch.tensor([found.tokens], device=device)
+
+    def _read_committed(self, input_ids: torch.Tensor) -> None:
+        """Hand the tokens committed since the last round to the suffix cache (a host read of a few ids)."""
+        if self.suffix is None:
+            return
+        if self._suffix_seen is None:
+            self._suffix_seen = len(self.suffix.request_tokens)
+        self.suffix.extend(input_ids[0, self._suffix_seen :].tolist())
+        self._suffix_seen = input_ids.shape[1]
 
     def _end_at_eos(self, draft):
         """Cut the draft after its first EOS, as transformers' own candidate generators end theirs: releases
@@ -147,16 +232,20 @@ class EagleCandidateGenerator(CandidateGenerator):
         options = self.options
         if options.prompt_lookup_num_tokens <= 0:
             return None
-        continuation = lookup_continuation(
+        continuation, _ = lookup_match(
             input_ids[0], min(options.prompt_lookup_num_tokens, room),
             options.prompt_lookup_min_ngram, options.max_matching_ngram_size,
         )
         return continuation[None] if len(continuation) else None
 
     def update_candidate_strategy(self, input_ids, scores, num_matches):
+        self._read_committed(input_ids)
         if self._drafted_last_round is None:
             return
         stats = self.assistant.stats
-        stats.record(self._drafted_last_round, int(num_matches), looked_up=self._looked_up_last_round)
+        stats.record(self._drafted_last_round, int(num_matches), looked_up=self._looked_up_last_round,
+                     source=self._plan.source if self._drafted_last_round else "none")
+        if self.planner is not None:
+            self.planner.record(self._plan, self._drafted_last_round, int(num_matches))
         committed = input_ids[0, -(int(num_matches) + 1) :]  # the target's tokens at draft positions 0..n
         stats.record_shortlists(self.session.shortlists_of_last_draft, committed)

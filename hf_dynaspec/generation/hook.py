@@ -6,7 +6,9 @@ so that a `DynaSpecAssistant` gets our `EagleCandidateGenerator`; every other as
 The wrapper binds the call's arguments to the original method's own signature (whatever mix of positional and
 keyword arguments transformers uses), and fails with a clear message, pointing at the public route, if a
 future transformers renames the arguments it needs.
-It also wraps `_validate_generation_mode`: where transformers would drop an assistant without an error (beam
+It wraps transformers' module-level `_speculative_sampling` too, so that drafts our candidate generator marked
+for block verification (`verification="block"`, hf_dynaspec.generation.block_verify) are verified as a block;
+every other draft goes to the original. It also wraps `_validate_generation_mode`: where transformers would drop an assistant without an error (beam
 search, with only a log line), a `DynaSpecAssistant` is refused with the reason.
 
 `import hf_dynaspec` installs it once (hf_dynaspec.generation's import); installing again is a no-op.
@@ -22,6 +24,8 @@ from packaging import version
 from transformers.generation.configuration_utils import GenerationMode
 from transformers.generation.utils import GenerationMixin
 
+import hf_dynaspec.generation.block_verify as block_verify
+from hf_dynaspec.generation.calibration import target_verify_kernel
 from hf_dynaspec.generation.candidate_generator import make_candidate_generator
 from hf_dynaspec.modeling.assistant import DynaSpecAssistant
 
@@ -52,6 +56,8 @@ def install() -> None:
     check_transformers_version()
     _wrap_candidate_generator()
     _wrap_validate_generation_mode()
+    _wrap_speculative_sampling()
+    _wrap_assisted_decoding()
 
 
 def _wrap_candidate_generator() -> None:
@@ -108,3 +114,37 @@ def _wrap_validate_generation_mode() -> None:
 
     setattr(GenerationMixin, _ORIGINAL_VALIDATE, original)
     GenerationMixin._validate_generation_mode = _validate_generation_mode
+
+
+def _wrap_speculative_sampling() -> None:
+    import transformers.generation.utils as generation_utils
+
+    original = generation_utils._speculative_sampling
+
+    @functools.wraps(original)
+    def _speculative_sampling(candidate_input_ids, candidate_logits, candidate_length, new_logits, *args, **kwargs):
+        relaxed = kwargs.get("assistant_ensemble_weight") is not None  # a lossy rule the user chose: theirs
+        if not relaxed and block_verify.is_marked(candidate_logits):
+            return block_verify.block_verify(candidate_input_ids, candidate_logits, candidate_length, new_logits)
+        return original(candidate_input_ids, candidate_logits, candidate_length, new_logits, *args, **kwargs)
+
+    generation_utils._speculative_sampling = _speculative_sampling
+
+
+def _wrap_assisted_decoding() -> None:
+    """Around an assisted call with a DynaSpecAssistant planning its rounds (`draft_plan="auto"`,
+    `target_verify_kernel="auto"`): the target's verification forwards through the CPU rows kernel where measured
+    faster (hf_dynaspec.generation.calibration.target_verify_kernel), restored when the call ends."""
+    original = GenerationMixin._assisted_decoding
+
+    @functools.wraps(original)
+    def _assisted_decoding(self, *args, **kwargs):
+        assistant = kwargs.get("assistant_model")
+        options = getattr(assistant, "generation_config", None)
+        if (isinstance(assistant, DynaSpecAssistant) and options.draft_plan == "auto"
+                and options.target_verify_kernel == "auto"):
+            with target_verify_kernel(self):
+                return original(self, *args, **kwargs)
+        return original(self, *args, **kwargs)
+
+    GenerationMixin._assisted_decoding = _assisted_decoding

@@ -14,7 +14,8 @@ them from the assistant: `assistant.generation_config.num_assistant_tokens = 4`.
 | prompt lookup tokens | `prompt_lookup_num_tokens` | 0 = off |
 | longest n-gram looked up | `max_matching_ngram_size` | default 3 |
 
-and our own: `prompt_lookup_min_ngram`, `prompt_lookup_veto`, `shortlist`, `shortlist_size`, `max_clusters`,
+and our own: `draft_plan`, `auto_max_assistant_tokens`, `target_verify_kernel`, `suffix_cache_num_tokens`, `suffix_cache_max_tokens`,
+`verification`, `prompt_lookup_min_ngram`, `prompt_lookup_veto`, `shortlist`, `shortlist_size`, `max_clusters`,
 `fixed_clusters`, `max_shortlist_size`, `tree_top_k`, `tree_depth`, `tree_total_tokens` (the docstring of
 `DynaSpecGenerationConfig` says what each does).
 
@@ -48,7 +49,15 @@ OPTION_DEFAULTS: dict[str, Any] = {
     "tree_top_k": 4,
     "tree_depth": 4,
     "tree_total_tokens": 8,
+    "draft_plan": "auto",
+    "auto_max_assistant_tokens": 8,
+    "suffix_cache_num_tokens": 16,
+    "suffix_cache_max_tokens": 32768,
+    "verification": "token",
+    "target_verify_kernel": "auto",
 }
+DRAFT_PLANS = ("auto", "fixed")
+VERIFICATIONS = ("token", "block")
 # Options that transformers' GenerationConfig has too (same name, same meaning).
 TRANSFORMERS_FIELDS = ("num_assistant_tokens", "assistant_confidence_threshold", "prompt_lookup_num_tokens",
                        "max_matching_ngram_size")
@@ -66,6 +75,25 @@ LEGACY_CONFIG_KEYS = set(LEGACY_NAMES) | (set(OPTION_DEFAULTS) - set(TRANSFORMER
 class DynaSpecGenerationConfig(GenerationConfig):
     """Drafting options of a `DynaSpecAssistant` (`assistant.generation_config`), with these defaults:
 
+    - `draft_plan` ("auto"): "auto" picks each round's draft (drafter chain length, prompt-lookup or suffix-cache
+      length, or none) for the most expected tokens per second, from costs measured on this machine once
+      (hf_dynaspec.generation.calibration, cached) and acceptance learnt online (hf_dynaspec.drafting.planner);
+      it then ignores `num_assistant_tokens` and `assistant_confidence_threshold` is only a hard floor.
+      "fixed": K = `num_assistant_tokens` every round, lookup first (the behaviour of hf-dynaspec <= 0.2).
+      Sampled runs under "auto" are exact but not reproducible from a seed across machines (the plan reads
+      measured costs); use "fixed" where a seed must reproduce a sample.
+    - `auto_max_assistant_tokens` (8): the longest drafter chain "auto" may draft.
+    - `target_verify_kernel` ("auto"): under `draft_plan="auto"` on a bf16 CPU target, the target's verification
+      forwards (2..n rows) go through the CPU rows kernel (hf_dynaspec.kernels.verify_rows) for the row counts
+      where it was measured faster than PyTorch here (measured once, cached), during the assisted call only; its
+      one-token steps and prefills keep PyTorch's kernels. "off": never.
+    - `suffix_cache_num_tokens` (16): the suffix cache (hf_dynaspec.drafting.suffix_cache: the request and the
+      assistant's earlier outputs) drafts up to this many tokens; 0: off. Under "fixed" a suffix-cache draft,
+      when there is one, comes first, as a prompt-lookup draft does.
+    - `suffix_cache_max_tokens` (32768): tokens of earlier outputs and corpus the suffix cache keeps.
+    - `verification` ("token"): how sampled drafts are verified: "token" (token by token, Leviathan et al.) or
+      "block" (Sun et al., ICLR 2025: the draft block jointly; never fewer accepted tokens in expectation, the
+      same distribution). Greedy decoding is unaffected.
     - `num_assistant_tokens` (2): K, tokens drafted per verification (chain drafting). 2 is the measured optimum
       for the shipped 0.5B assistant on 2-core CPUs (benchmarks/results/NOTEBOOK.md); better drafters and GPUs want 4-6.
     - `assistant_confidence_threshold` (0.0): chain drafting stops before the first position whose most likely
@@ -99,7 +127,7 @@ class DynaSpecGenerationConfig(GenerationConfig):
     def validate_options(self) -> None:
         """Raise `ValueError` naming the bad option and the fix."""
         for name in ("num_assistant_tokens", "tree_top_k", "tree_depth", "tree_total_tokens", "max_clusters",
-                     "fixed_clusters"):
+                     "fixed_clusters", "auto_max_assistant_tokens", "suffix_cache_max_tokens"):
             _check(_is_int(getattr(self, name)) and getattr(self, name) >= 1, name, "a positive integer")
         for name in ("shortlist_size", "max_shortlist_size"):
             value = getattr(self, name)
@@ -117,6 +145,12 @@ class DynaSpecGenerationConfig(GenerationConfig):
                "a probability in [0, 1] above which the drafter's disagreeing top token overrules a lookup draft "
                "(1.0 turns the check off)")
         _check(self.shortlist in SHORTLIST_STRATEGIES, "shortlist", f"one of {SHORTLIST_STRATEGIES}")
+        _check(self.draft_plan in DRAFT_PLANS, "draft_plan", f"one of {DRAFT_PLANS} (\"auto\": planned from measured "
+               "costs, \"fixed\": num_assistant_tokens every round)")
+        _check(self.verification in VERIFICATIONS, "verification", f"one of {VERIFICATIONS}")
+        _check(self.target_verify_kernel in ("auto", "off"), "target_verify_kernel", "\"auto\" or \"off\"")
+        _check(_is_int(self.suffix_cache_num_tokens) and self.suffix_cache_num_tokens >= 0,
+               "suffix_cache_num_tokens", "an integer >= 0 (0 turns the suffix cache off)")
 
     def with_options(self, **options) -> "DynaSpecGenerationConfig":
         """A validated copy with `options` (current or legacy names) set; None values are ignored."""

@@ -1,0 +1,198 @@
+"""Speculation planned from measured costs (`draft_plan="auto"`): each round, the draft that maximises expected
+committed tokens per second.
+
+A round costs the drafter's pass over the verified positions (always), the drafting (k drafter steps; nothing
+for a lookup or suffix-cache draft) and the target's forward over k + 1 tokens; it commits 1 + (accepted drafts)
+tokens. With a_j the probability that draft position j is accepted once every earlier one was, the expected
+tokens of a k-token draft are E(k) = 1 + sum_{j<=k} prod_{i<=j} a_i and its rate E(k) / T(k). The costs T come
+from the machine (hf_dynaspec.generation.calibration); the a_j are learnt online, during generation:
+
+- the drafter by position (planning before a round) and by the confidence of the drafted position (its most
+  likely token's probability, read before the token is drawn: EAGLE-2's observation that this tracks
+  acceptance), so a round stops as soon as one more position does not pay for its drafter step and its extra
+  verified row;
+- each lookup source (prompt lookup, the suffix cache's request part and its shared part) by the length of the
+  match that produced the draft and the position in it.
+
+Estimates are Beta-smoothed counts (`AcceptanceTable`) kept across generate() calls of one assistant, so a
+planner learns the user's workload. On a machine where verifying 8 tokens costs ~1.2 steps (AVX-512 BF16 CPUs,
+GPUs) this drafts long chains; where it costs ~k steps (AVX2 CPUs) short ones or none. Output is unchanged: the
+plan decides only how many tokens are verified, from the context and the distributions (never from a drawn
+token), so greedy output is identical and sampling exact (tests/test_planner.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+CONFIDENCE_BINS = 10
+MAX_POSITION_KEY = 16  # positions past this share one estimate
+
+
+class AcceptanceTable:
+    """P(accepted | reached) per key, from counts smoothed by a Beta prior of mean `prior(key)` and weight
+    `prior_weight` (pseudo-observations)."""
+
+    def __init__(self, prior, prior_weight: float = 2.0):
+        self.prior = prior
+        self.prior_weight = prior_weight
+        self.counts: dict = {}  # key -> [accepted, reached]
+
+    def estimate(self, key) -> float:
+        accepted, reached = self.counts.get(key, (0, 0))
+        return (accepted + self.prior_weight * self.prior(key)) / (reached + self.prior_weight)
+
+    def record(self, key, accepted: bool) -> None:
+        entry = self.counts.setdefault(key, [0, 0])
+        entry[0] += int(accepted)
+        entry[1] += 1
+
+
+def confidence_bin(confidence: float) -> int:
+    return min(int(confidence * CONFIDENCE_BINS), CONFIDENCE_BINS - 1)
+
+
+def _position_key(position: int) -> int:
+    return min(position, MAX_POSITION_KEY)
+
+
+@dataclass
+class LookupCandidate:
+    """A draft found by lookup: `source` ("prompt-lookup", "suffix-request", "suffix-shared"), the length of the
+    match it continues, and its `num_tokens` tokens."""
+
+    source: str
+    match_length: int
+    num_tokens: int
+
+
+@dataclass
+class RoundPlan:
+    """What a round drafts: "none", "drafter" (up to `num_tokens`, cut by `keep_after`) or a lookup source."""
+
+    source: str
+    num_tokens: int
+    match_length: int = 0
+    confidences: list[float] = field(default_factory=list)  # drafter: per drafted position, for the tables
+
+
+class PlannerMemory:
+    """The acceptance tables of one assistant (kept across generate() calls; one per greedy / sampled decoding,
+    whose acceptance differs)."""
+
+    def __init__(self):
+        self.drafter_position = AcceptanceTable(lambda position: 0.5)
+        self.drafter_confidence = AcceptanceTable(lambda bin_: (bin_ + 0.5) / CONFIDENCE_BINS)
+        self.lookup = AcceptanceTable(lambda key: 0.5)
+
+
+class SpeculationPlanner:
+    """Picks each round's draft from `costs` (a `RoundCosts`) and the acceptance tables in `memory`."""
+
+    def __init__(self, costs, memory: PlannerMemory, max_draft_tokens: int):
+        self.costs = costs
+        self.memory = memory
+        self.max_draft_tokens = max_draft_tokens
+
+    # -- expected tokens and rates ---------------------------------------------------------------------------
+    def _best(self, probabilities: list[float], seconds, smallest: int = 0) -> tuple[int, float]:
+        """(k, rate) maximising E(k) / seconds(k) over smallest <= k <= len(probabilities); `probabilities[j-1]`
+        is a_j."""
+        expected, reach = 1.0, 1.0
+        best_k = smallest
+        totals = [1.0]
+        for a in probabilities:
+            reach *= a
+            expected += reach
+            totals.append(expected)
+        best_rate = totals[smallest] / seconds(smallest)
+        for k in range(smallest + 1, len(probabilities) + 1):
+            rate = totals[k] / seconds(k)
+            if rate > best_rate:
+                best_k, best_rate = k, rate
+        return best_k, best_rate
+
+    def _drafter_seconds(self, k: int) -> float:
+        return self.costs.consume_seconds + self.costs.drafting(k) + self.costs.verify(k + 1)
+
+    def _lookup_seconds(self, k: int) -> float:
+        return self.costs.consume_seconds + self.costs.verify(k + 1)
+
+    def drafter_priors(self, start: int, count: int) -> list[float]:
+        """a_j for draft positions start+1 .. start+count, by position only."""
+        table = self.memory.drafter_position
+        return [table.estimate(_position_key(j)) for j in range(start + 1, start + count + 1)]
+
+    def lookup_probabilities(self, candidate: LookupCandidate) -> list[float]:
+        table = self.memory.lookup
+        match = min(candidate.match_length, 8)
+        return [table.estimate((candidate.source, match, _position_key(j)))
+                for j in range(1, candidate.num_tokens + 1)]
+
+    # -- decisions ------------------------------------------------------------------------------------------
+    def plan_round(self, lookups: list[LookupCandidate], room: int) -> RoundPlan:
+        """The round's draft: the best of the drafter (planned from position estimates), each lookup candidate,
+        and no draft at all; at most `room` tokens."""
+        drafter_k, drafter_rate = self._best(self.drafter_priors(0, min(self.max_draft_tokens, room)),
+                                             self._drafter_seconds)
+        best = RoundPlan("drafter", drafter_k) if drafter_k else RoundPlan("none", 0)
+        best_rate = drafter_rate
+        for candidate in lookups:
+            probabilities = self.lookup_probabilities(candidate)[:room]
+            k, rate = self._best(probabilities, self._lookup_seconds)
+            if k and rate > best_rate:
+                best, best_rate = RoundPlan(candidate.source, k, candidate.match_length), rate
+        return best
+
+    def drafted_probabilities(self, confidences: list[float]) -> list[float]:
+        table = self.memory.drafter_confidence
+        return [table.estimate(confidence_bin(c)) for c in confidences]
+
+    def keep_position(self, confidences: list[float]) -> bool:
+        """With the drafter's confidence at every position so far (the last one not drawn yet): does including
+        the last position raise the round's rate? Its drafter step is already paid in both cases."""
+        j = len(confidences)
+        probabilities = self.drafted_probabilities(confidences)
+        sunk = self.costs.consume_seconds + self.costs.drafting(j)
+        without = _expected(probabilities[: j - 1]) / (sunk + self.costs.verify(j))
+        with_it = _expected(probabilities) / (sunk + self.costs.verify(j + 1))
+        return with_it > without
+
+    def draft_more(self, confidences: list[float], room: int) -> bool:
+        """After drafting positions 1..j (their confidences known): is another drafter step expected to pay?"""
+        j = len(confidences)
+        if j >= min(self.max_draft_tokens, room):
+            return False
+        known = self.drafted_probabilities(confidences)
+        future = self.drafter_priors(j, min(self.max_draft_tokens, room) - j)
+        k, _ = self._best(known + future, self._drafter_seconds, smallest=j)
+        return k > j
+
+    def cut(self, confidences: list[float]) -> int:
+        """Deferred form (accelerators read a round's confidences once, at its end): how many of the drafted
+        positions to keep: the prefix length with the best rate, every drafter step already paid."""
+        probabilities = self.drafted_probabilities(confidences)
+        sunk = self.costs.consume_seconds + self.costs.drafting(len(confidences))
+        k, _ = self._best(probabilities, lambda k: sunk + self.costs.verify(k + 1))
+        return k
+
+    def record(self, plan: RoundPlan, num_drafted: int, num_accepted: int) -> None:
+        """Learn from a verified round: positions 1..min(num_accepted + 1, num_drafted) were reached, the first
+        num_accepted accepted."""
+        memory = self.memory
+        for j in range(1, min(num_accepted + 1, num_drafted) + 1):
+            accepted = j <= num_accepted
+            if plan.source == "drafter":
+                memory.drafter_position.record(_position_key(j), accepted)
+                if j <= len(plan.confidences):
+                    memory.drafter_confidence.record(confidence_bin(plan.confidences[j - 1]), accepted)
+            elif plan.source != "none":
+                memory.lookup.record((plan.source, min(plan.match_length, 8), _position_key(j)), accepted)
+
+
+def _expected(probabilities: list[float]) -> float:
+    expected, reach = 1.0, 1.0
+    for a in probabilities:
+        reach *= a
+        expected += reach
+    return expected

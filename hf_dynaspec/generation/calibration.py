@@ -1,0 +1,323 @@
+"""What a speculation round costs on this machine, measured once and cached: the planner's (`draft_plan="auto"`) input.
+
+The planner (hf_dynaspec.drafting.planner) weighs draft lengths by seconds, so it needs, for the target and
+assistant of a call, on this device, dtype and thread count:
+
+- `verify_seconds[n]`: the target's forward over n new tokens on a cache of `CONTEXT` tokens (n = 1 is a plain
+  decoding step; n = K + 1 verifies K drafts). Measured at a few n and interpolated. This is what differs most
+  between machines: on AVX-512 BF16 CPUs 8 tokens cost ~1.2 steps, on AVX2 CPUs ~8, on GPUs ~1;
+- `consume_seconds`: the drafter's pass over the newly verified positions (paid every round, drafting or not);
+- `draft_step_seconds`: one more drafted token (a drafter step and the head through the call's shortlist);
+- `first_draft_seconds`: the head on the pass that consumed the verified positions (the first drafted token).
+
+Measuring takes a few seconds (random token ids: speed does not depend on the text); the result is kept in a
+JSON file (`calibration_path()`), keyed by everything that changes it, so a machine measures each pairing once.
+Nothing there is executable: it is plain numbers, and a file that does not parse is measured again.
+
+Legend: N calibration context, n tokens per forward.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from transformers.cache_utils import DynamicCache
+
+from hf_dynaspec.drafting.chain import ChainDraftSession
+from hf_dynaspec.version import __version__
+
+CONTEXT = 256  # cache length the costs are measured at: a typical prompt
+MEASURED_SIZES = (1, 2, 3, 5, 9, 17)  # tokens per verify forward; others are interpolated
+REPEATS = 3  # the minimum of repeats is kept: noise on a shared machine only ever adds time
+_MEMORY: dict[str, "RoundCosts"] = {}
+
+
+@dataclass
+class RoundCosts:
+    """Seconds of the parts of a round (see the module docstring); `verify_seconds[n]` for n = 0..max (index 0
+    unused)."""
+
+    verify_seconds: list[float]
+    consume_seconds: float
+    first_draft_seconds: float
+    draft_step_seconds: float
+
+    def verify(self, num_tokens: int) -> float:
+        """Seconds of a target forward over `num_tokens` new tokens (extrapolated linearly past the table)."""
+        table = self.verify_seconds
+        if num_tokens < len(table):
+            return table[num_tokens]
+        slope = table[-1] - table[-2]
+        return table[-1] + slope * (num_tokens - len(table) + 1)
+
+    def drafting(self, num_tokens: int) -> float:
+        """Seconds to draft `num_tokens` tokens with the drafter, beyond the consume pass."""
+        if num_tokens <= 0:
+            return 0.0
+        return self.first_draft_seconds + (num_tokens - 1) * self.draft_step_seconds
+
+
+def calibration_path() -> Path:
+    """Where measured costs are kept: $HF_DYNASPEC_CACHE, else ~/.cache/hf_dynaspec, file calibration.json."""
+    root = os.environ.get("HF_DYNASPEC_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "hf_dynaspec")
+    return Path(root) / "calibration.json"
+
+
+def _target_parts(target) -> dict:
+    head = target.get_output_embeddings().weight
+    return {
+        "target": type(target).__name__,
+        "target_config": target.config.to_json_string(use_diff=False),
+        "dtype": str(target.dtype),
+        "device": str(head.device) + ("" if head.device.type != "cuda" else torch.cuda.get_device_name(head.device)),
+        "threads": torch.get_num_threads(),
+        "versions": [torch.__version__, __version__],
+    }
+
+
+def _digest(parts: dict) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def calibration_key(target, assistant, options) -> str:
+    """Everything the costs depend on: the target's and drafter's shapes and dtype, the device, the threads, the
+    shortlist options, whether the target's Linear layers are rerouted (cpu_verify), and the versions."""
+    from hf_dynaspec.kernels.verify_rows import patch as verify_rows_patch
+
+    parts = {
+        **_target_parts(target),
+        "drafter_config": assistant.config.to_json_string(use_diff=False),
+        "shortlist": [options.shortlist, options.shortlist_size, options.max_clusters, options.fixed_clusters,
+                      options.max_shortlist_size],
+        "cpu_verify": verify_rows_patch.enabled_method(target),
+    }
+    return _digest(parts)
+
+
+def round_costs(target, assistant, options, head, max_tokens: int) -> RoundCosts:
+    """The costs for this pairing: from memory, else from the calibration file, else measured (and saved)."""
+    key = f"{calibration_key(target, assistant, options)}:{max_tokens}"
+    if key in _MEMORY:
+        return _MEMORY[key]
+    path = calibration_path()
+    stored = _read(path)
+    if key in stored:
+        try:
+            costs = RoundCosts(**stored[key])
+        except TypeError:  # written by another version of this class: measure again
+            costs = None
+        if costs is not None and len(costs.verify_seconds) > max_tokens:
+            _MEMORY[key] = costs
+            return costs
+    costs = measure_round_costs(target, assistant, head, max_tokens)
+    _MEMORY[key] = costs
+    stored[key] = asdict(costs)
+    _write(path, stored)
+    return costs
+
+
+def _read(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _write(path: Path, data: dict) -> None:
+    """Write atomically (a concurrent reader sees the old file or the new one); an unwritable cache only costs
+    a re-measurement next time."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_suffix(f".{os.getpid()}.tmp")
+        temporary.write_text(json.dumps(data, indent=1, sort_keys=True))
+        os.replace(temporary, path)
+    except OSError:
+        pass
+
+
+def _seconds(thunk, device: torch.device) -> float:
+    """Minimum over REPEATS of one call's seconds (CUDA synchronised around each)."""
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    best = float("inf")
+    for _ in range(REPEATS):
+        sync()
+        start = time.perf_counter()
+        thunk()
+        sync()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+@torch.no_grad()
+def measure_round_costs(target, assistant, head, max_tokens: int) -> RoundCosts:
+    """Measure `RoundCosts` with `verify_seconds` up to `max_tokens + 1` tokens (K drafts and the target's own)."""
+    device = target.get_input_embeddings().weight.device
+    ids = _random_ids(target, assistant.config.vocab_size, device)
+    cache = DynamicCache()
+    selection = assistant.drafter.hidden_state_selection()
+    out = target(input_ids=ids[:, :CONTEXT], past_key_values=cache, use_cache=True, output_hidden_states=selection)
+    sizes = sorted({1, *[s for s in MEASURED_SIZES if s <= max_tokens + 1], max_tokens + 1})
+    measured = _verify_seconds(target, ids, cache, sizes, device)
+    verify_seconds = [0.0] + _interpolate(measured, max_tokens + 1)
+    consume, first, step = _measure_drafter(assistant, head, ids, assistant.drafter.select_target_hidden(out.hidden_states),
+                                            device)
+    return RoundCosts(verify_seconds, consume, first, step)
+
+
+def _random_ids(target, vocab_size: int, device) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(0)  # its own generator: the caller's sampling RNG is untouched
+    vocab = min(target.config.vocab_size, vocab_size)
+    return torch.randint(0, vocab, (1, CONTEXT + max(MEASURED_SIZES) + 2), generator=generator).to(device)
+
+
+def _verify_seconds(target, ids, cache, sizes, device) -> dict[int, float]:
+    """{n: seconds of a forward over n new tokens} on `cache` (holding CONTEXT tokens, restored after each)."""
+    measured = {}
+    for size in sizes:
+        def verify(size=size):
+            target(input_ids=ids[:, CONTEXT : CONTEXT + size], past_key_values=cache, use_cache=True,
+                   position_ids=torch.arange(CONTEXT, CONTEXT + size, device=device)[None])
+            cache.crop(-size)  # negative: remove the last `size` entries (every transformers release)
+        verify()  # warm-up: first calls at a new size pay for allocation
+        measured[size] = _seconds(verify, device)
+    return measured
+
+
+@torch.no_grad()
+def fastest_cpu_verify_rows(target, largest: int = 16) -> int:
+    """Measure the target's verify forwards (2..`largest` tokens) with PyTorch's own bf16 kernels and with the CPU
+    rows kernel (hf_dynaspec.kernels.verify_rows); return the `max_rows` to enable the kernel with: the largest n
+    such that the kernel is faster at every size up to n (0: never faster, leave it off). On AVX2 CPUs the kernel
+    wins everywhere; on AVX-512 BF16 CPUs only for a few rows (native bf16 catches up at 5-6)."""
+    from hf_dynaspec.kernels.verify_rows import patch as verify_rows_patch
+
+    device = target.get_input_embeddings().weight.device
+    if device.type != "cpu" or target.dtype != torch.bfloat16 or not verify_rows_patch.resolve_method() == "kernel":
+        return 0
+    ids = _random_ids(target, target.config.vocab_size, device)
+    cache = DynamicCache()
+    target(input_ids=ids[:, :CONTEXT], past_key_values=cache, use_cache=True)
+    sizes = list(range(2, largest + 1))
+    verify_rows_patch.disable(target)
+    native = _verify_seconds(target, ids, cache, sizes, device)
+    verify_rows_patch.enable(target, max_rows=verify_rows_patch.ANY_ROWS, method="kernel")
+    try:
+        kernel = _verify_seconds(target, ids, cache, sizes, device)
+    finally:
+        verify_rows_patch.disable(target)
+    best = 0
+    for size in sizes:
+        if kernel[size] >= native[size]:
+            break
+        best = size
+    return best
+
+
+def _interpolate(measured: dict[int, float], largest: int) -> list[float]:
+    """{n: seconds} at some n -> seconds for n = 1..largest, linear between measured sizes."""
+    sizes = sorted(measured)
+    values = []
+    for n in range(1, largest + 1):
+        low = max(s for s in sizes if s <= n)
+        high = min((s for s in sizes if s >= n), default=low)
+        if high == low:
+            values.append(measured[low])
+        else:
+            weight = (n - low) / (high - low)
+            values.append(measured[low] * (1 - weight) + measured[high] * weight)
+    return values
+
+
+def _measure_drafter(assistant, head, ids, target_hidden, device):
+    """(consume, first draft, one more draft step) seconds, on the calibration context."""
+    session = ChainDraftSession(assistant.drafter, vocab_size=assistant.config.vocab_size, do_sample=False, head=head)
+    context = ids[:, : CONTEXT - 2]
+    session.consume_verified(context, target_hidden, plan=False)  # the prompt pass, untimed
+    start = session.num_verified_pairs
+    verified = ids[:, : CONTEXT]  # two newly verified positions, as after a round that accepted one draft
+    new_hidden = target_hidden[:, start:]
+
+    def rewind():
+        session.num_verified_pairs = start
+        session.cache.crop(start)
+
+    def consume():
+        rewind()
+        session.consume_verified(verified, new_hidden, plan=False)
+
+    def draft(tokens):
+        rewind()
+        session.propose(verified, new_hidden, tokens)
+
+    consume()
+    consume_seconds = _seconds(consume, device)
+    draft(1)
+    one = _seconds(lambda: draft(1), device)
+    three = _seconds(lambda: draft(3), device)
+    rewind()
+    return consume_seconds, max(one - consume_seconds, 0.0), max((three - one) / 2, 0.0)
+
+
+def apply_cpu_verify(model, choice: str | None) -> str | None:
+    """Route `model`'s bf16 CPU Linear layers through the rows kernel as `choice` says ("auto": for the row counts
+    where `fastest_cpu_verify_rows` measured it faster; "kernel" / "shadow": for every multi-row input; None or
+    "off": not at all). Returns what is in use, e.g. "kernel<=5", or None."""
+    from hf_dynaspec.kernels.verify_rows import patch as verify_rows_patch
+
+    if choice in (None, "off"):
+        return None
+    if choice == "auto":
+        rows = fastest_cpu_verify_rows(model)
+        if rows < 2:
+            return None
+        verify_rows_patch.enable(model, max_rows=rows, method="kernel")
+        return f"kernel<={rows}"
+    verify_rows_patch.enable(model, max_rows=verify_rows_patch.ANY_ROWS, method=choice)
+    return verify_rows_patch.enabled_method(model)
+
+
+def measured_verify_rows(target) -> int:
+    """`fastest_cpu_verify_rows(target)`, measured once per target, device, dtype and thread count (cached)."""
+    key = "verify_rows:" + _digest(_target_parts(target))
+    if key in _MEMORY:
+        return _MEMORY[key]
+    path = calibration_path()
+    stored = _read(path)
+    rows = stored.get(key)
+    if not isinstance(rows, int):
+        rows = fastest_cpu_verify_rows(target, largest=9)
+        stored[key] = rows
+        _write(path, stored)
+    _MEMORY[key] = rows
+    return rows
+
+
+@contextlib.contextmanager
+def target_verify_kernel(target):
+    """For the duration of one assisted generate() call: the target's 2..n-row forwards (verification) through the
+    CPU rows kernel, n the largest row count where it was measured faster than PyTorch's bf16 here. Nothing
+    happens off bf16 CPU targets, where the kernel cannot be built, or when the target is already routed (the
+    user's own `verify_rows.patch.enable`). One-token steps and long prefills keep PyTorch's kernels, and the
+    model is restored when the call ends."""
+    from hf_dynaspec.kernels.verify_rows import patch as verify_rows_patch
+
+    device = target.get_input_embeddings().weight.device
+    applies = (device.type == "cpu" and target.dtype == torch.bfloat16 and not verify_rows_patch.is_enabled(target)
+               and verify_rows_patch.resolve_method() == "kernel")
+    rows = measured_verify_rows(target) if applies else 0
+    if rows < 2:
+        yield 0
+        return
+    verify_rows_patch.enable(target, max_rows=rows, method="kernel")
+    try:
+        yield rows
+    finally:
+        verify_rows_patch.disable(target)

@@ -1,0 +1,237 @@
+"""draft_plan="auto": the planner's decisions from costs and acceptance, the calibration cache, and exactness of
+planned rounds (greedy identical to generate(); sampled rounds enumerated exactly)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from conftest import assisted_generate, imitating_assistant, one_layer_target, plain_generate, random_assistant
+from enumeration import TargetOracle, chain_round, extended_joint, max_error, target_joint
+from hf_dynaspec.drafting.chain import ChainDraftSession
+from hf_dynaspec.drafting.device_paths import accelerator_paths_on_cpu
+from hf_dynaspec.drafting.planner import LookupCandidate, PlannerMemory, RoundPlan, SpeculationPlanner
+from hf_dynaspec.generation import calibration
+from hf_dynaspec.generation.calibration import RoundCosts
+from test_enumeration import PROMPT, TOLERANCE, VOCAB, processors
+
+AUTO = dict(draft_plan="auto", suffix_cache_num_tokens=0, auto_max_assistant_tokens=4)
+
+
+def flat_costs(max_tokens: int = 20) -> RoundCosts:
+    """A machine where verifying many tokens costs what one does (AVX-512 BF16 CPUs, GPUs); cheap drafting."""
+    return RoundCosts([0.0] + [1.0] * (max_tokens + 1), consume_seconds=0.01, first_draft_seconds=0.02,
+                      draft_step_seconds=0.03)
+
+
+def linear_costs(max_tokens: int = 20) -> RoundCosts:
+    """A machine where each verified token costs most of a step (bf16 on AVX2 CPUs without the rows kernel)."""
+    return RoundCosts([0.0] + [1.0 + 0.8 * (n - 1) for n in range(1, max_tokens + 2)], consume_seconds=0.01,
+                      first_draft_seconds=0.02, draft_step_seconds=0.03)
+
+
+def test_flat_verification_plans_long_chains_and_linear_none():
+    # a = 0.5 everywhere (the prior): E(k) = 2 - 2^-k, and past 4 tokens a drafter step costs more than it adds.
+    assert SpeculationPlanner(flat_costs(), PlannerMemory(), 8).plan_round([], room=100) == RoundPlan("drafter", 4)
+    assert SpeculationPlanner(linear_costs(), PlannerMemory(), 8).plan_round([], room=100).source == "none"
+    assert SpeculationPlanner(flat_costs(), PlannerMemory(), 8).plan_round([], room=3).num_tokens == 3
+
+
+def test_learnt_acceptance_moves_the_plan():
+    """A drafter that is right 97% of the time pays even where each token costs most of a step; one that is always
+    wrong does not pay even where verification is free; a lookup source that has been right wins the round."""
+    good, bad = PlannerMemory(), PlannerMemory()
+    for _ in range(200):
+        for j in range(1, 9):
+            good.drafter_position.record(j, True)
+            good.drafter_position.record(j, torch.rand(1).item() < 0.95)
+        bad.drafter_position.record(1, False)
+    assert SpeculationPlanner(linear_costs(), good, 8).plan_round([], 100).source == "drafter"
+    assert SpeculationPlanner(flat_costs(), bad, 8).plan_round([], 100).source == "none"
+    lookup = LookupCandidate("suffix-shared", match_length=4, num_tokens=12)
+    memory = PlannerMemory()
+    planner = SpeculationPlanner(flat_costs(), memory, 8)
+    for _ in range(50):
+        planner.record(RoundPlan("suffix-shared", 12, 4), num_drafted=12, num_accepted=12)
+    assert planner.plan_round([lookup], 100) == RoundPlan("suffix-shared", 12, 4)
+    # The same source after a shorter match has its own (prior) estimate.
+    assert memory.lookup.estimate(("suffix-shared", 2, 1)) == 0.5
+
+
+def test_confidence_decides_each_position():
+    memory = PlannerMemory()
+    flat = SpeculationPlanner(flat_costs(), memory, 8)
+    linear = SpeculationPlanner(linear_costs(), memory, 8)
+    assert flat.keep_position([0.9, 0.15]) and flat.draft_more([0.9, 0.9], room=100)
+    assert not linear.keep_position([0.15]) and linear.keep_position([0.99])
+    assert not flat.draft_more([0.9] * 8, room=100) and not flat.draft_more([0.9, 0.9], room=2)
+    # Deferred form: the best prefix of what was drafted, every drafter step already paid.
+    assert linear.cut([0.99, 0.99, 0.05, 0.99]) == 2 and flat.cut([0.99, 0.99, 0.05, 0.99]) == 4
+
+
+def test_record_learns_only_the_positions_that_were_reached():
+    memory = PlannerMemory()
+    planner = SpeculationPlanner(flat_costs(), memory, 8)
+    planner.record(RoundPlan("drafter", 4, confidences=[0.95, 0.95, 0.15, 0.5]), num_drafted=4, num_accepted=1)
+    assert memory.drafter_position.counts == {1: [1, 1], 2: [0, 1]}  # 3 and 4 were never verified
+    assert memory.drafter_confidence.counts == {9: [1, 2]}
+    planner.record(RoundPlan("prompt-lookup", 3, 2), num_drafted=3, num_accepted=3)
+    assert memory.lookup.counts == {("prompt-lookup", 2, j): [1, 1] for j in (1, 2, 3)}
+
+
+@pytest.fixture
+def fixed_costs(monkeypatch):
+    """Make every planned call see `costs` (a machine of a chosen kind) instead of measuring this one."""
+    chosen = {}
+
+    def use(costs):
+        chosen["costs"] = costs
+
+    monkeypatch.setattr("hf_dynaspec.generation.candidate_generator.round_costs", lambda *a, **k: chosen["costs"])
+    return use
+
+
+@pytest.mark.parametrize("costs", [flat_costs, linear_costs])
+def test_planned_greedy_output_is_identical(family, fixed_costs, costs):
+    """Several hundred tokens (the drafter cache grows past its first capacity), planned rounds of varying
+    length, token-identical to generate()."""
+    fixed_costs(costs())
+    target = one_layer_target(family, seed=2)
+    assistant = imitating_assistant(target, noise=0.6, seed=4, **AUTO, prompt_lookup_num_tokens=6)
+    prompt = torch.randint(0, target.config.vocab_size, (1, 20), generator=torch.Generator().manual_seed(3))
+    expected = plain_generate(target, prompt, max_new_tokens=300, do_sample=False)
+    got = assisted_generate(target, assistant, prompt, max_new_tokens=300, do_sample=False)
+    assert torch.equal(got, expected)
+    drafted = assistant.stats.drafted_per_pass
+    if costs is flat_costs:
+        assert len(set(drafted)) >= 3, "the plan must vary the draft length"
+        assert assistant.stats.passes_by_source.get("drafter", 0) > 0
+    else:
+        assert assistant.stats.passes_by_source.get("none", 0) > 0
+
+
+def test_random_drafter_under_auto_stays_exact(fixed_costs):
+    fixed_costs(flat_costs())
+    target = one_layer_target("llama", seed=1)
+    assistant = random_assistant(target, **AUTO)
+    prompt = torch.randint(0, target.config.vocab_size, (1, 9), generator=torch.Generator().manual_seed(0))
+    assert torch.equal(assisted_generate(target, assistant, prompt, max_new_tokens=60, do_sample=False),
+                       plain_generate(target, prompt, max_new_tokens=60, do_sample=False))
+
+
+def planned_round_error(costs, kind="temperature", form="cpu", monkeypatch=None, **options):
+    target = one_layer_target("llama", seed=5, vocab_size=VOCAB)
+    assistant = imitating_assistant(target, noise=1.0, seed=3, **{**AUTO, **options})
+    monkeypatch.setattr("hf_dynaspec.generation.candidate_generator.round_costs", lambda *a, **k: costs)
+    lp = processors(kind)
+    if form == "accelerator":
+        with accelerator_paths_on_cpu():
+            outcomes = chain_round(target, assistant, PROMPT, lp, 4)
+    else:
+        outcomes = chain_round(target, assistant, PROMPT, lp, 4)
+    oracle = TargetOracle(target, lp)
+    return max_error(extended_joint(oracle, PROMPT, outcomes, 5), target_joint(oracle, PROMPT, 5)), outcomes
+
+
+@pytest.mark.parametrize("form", ["cpu", "accelerator"])
+@pytest.mark.parametrize("kind", ["plain", "temperature"])
+def test_planned_sampled_round_is_exact(kind, form, monkeypatch):
+    """The plan reads each position's top probability before its token is drawn (CPU) or cuts the round once at
+    its end (accelerators); either way the round's outcome distribution is the target's, and the plan varies
+    the draft length with the drafter's confidence."""
+    error, outcomes = planned_round_error(flat_costs(), kind, form, monkeypatch)
+    assert len({len(tokens) for tokens in outcomes}) >= 3
+    assert error < TOLERANCE, error
+
+
+def test_enumeration_sees_a_plan_that_reads_the_drawn_token(monkeypatch):
+    """A planner fed q(drawn token) instead of the distribution's top probability keeps a position more often
+    when its token is likely: the verifier sees drafts from another distribution. The comparison must see it."""
+    original = ChainDraftSession._choose
+
+    def reads_the_token(self, scores, context, with_top=False):
+        token, logits, confident, top = original(self, scores, context, with_top)
+        if with_top and logits is not None:
+            top = logits[0].float().softmax(-1)[token[0, 0]]
+        return token, logits, confident, top
+
+    monkeypatch.setattr(ChainDraftSession, "_choose", reads_the_token)
+    costs = RoundCosts([0.0] + [1.0 + 0.45 * n for n in range(21)], consume_seconds=0.01, first_draft_seconds=0.02,
+                       draft_step_seconds=0.03)
+    error, _ = planned_round_error(costs, "plain", "cpu", monkeypatch)
+    assert error > 100 * TOLERANCE, error
+
+
+def test_calibration_is_measured_once_and_cached(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_DYNASPEC_CACHE", str(tmp_path))
+    monkeypatch.setattr(calibration, "_MEMORY", {})
+    target = one_layer_target("qwen2", seed=0)
+    assistant = imitating_assistant(target)
+    from hf_dynaspec.drafting.runtime import runtime_head
+
+    head = runtime_head(assistant, assistant.generation_config)
+    costs = calibration.round_costs(target, assistant, assistant.generation_config, head, 6)
+    assert len(costs.verify_seconds) == 8 and all(t > 0 for t in costs.verify_seconds[1:])
+    assert costs.consume_seconds > 0 and costs.draft_step_seconds >= 0
+    stored = json.loads((tmp_path / "calibration.json").read_text())
+    assert len(stored) == 1
+    # A new process (empty memory) reads the file instead of measuring.
+    monkeypatch.setattr(calibration, "_MEMORY", {})
+    monkeypatch.setattr(calibration, "measure_round_costs", lambda *a: pytest.fail("measured again"))
+    assert calibration.round_costs(target, assistant, assistant.generation_config, head, 6) == costs
+    # Other thread counts are other machines; a corrupt file is measured again, not trusted.
+    key = calibration.calibration_key(target, assistant, assistant.generation_config)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(threads + 1)
+        assert calibration.calibration_key(target, assistant, assistant.generation_config) != key
+    finally:
+        torch.set_num_threads(threads)
+    (tmp_path / "calibration.json").write_text("{not json")
+    monkeypatch.setattr(calibration, "_MEMORY", {})
+    monkeypatch.setattr(calibration, "measure_round_costs", lambda *a: costs)
+    assert calibration.round_costs(target, assistant, assistant.generation_config, head, 6) == costs
+    assert json.loads((tmp_path / "calibration.json").read_text())
+
+
+def test_round_costs_interpolate_and_extrapolate():
+    costs = RoundCosts([0.0, 1.0, 2.0, 4.0], 0.1, 0.2, 0.3)
+    assert costs.verify(2) == 2.0 and costs.verify(5) == 8.0
+    assert costs.drafting(0) == 0.0 and costs.drafting(3) == pytest.approx(0.2 + 2 * 0.3)
+    assert calibration._interpolate({1: 1.0, 3: 3.0, 5: 4.0}, 5) == [1.0, 2.0, 3.0, 3.5, 4.0]
+
+
+def test_auto_routes_the_targets_verification_through_the_rows_kernel_only_during_the_call(monkeypatch):
+    """bf16 CPU target, draft_plan="auto": its 2..n-row forwards use the kernel (n as measured) inside the call,
+    one-token steps do not, and the model is restored after; "fixed" and a target the user routed are left as
+    they are. Output stays identical to generate() either way (checked here too)."""
+    from hf_dynaspec.generation import calibration as cal
+    from hf_dynaspec.kernels.verify_rows import loader
+    from hf_dynaspec.kernels.verify_rows import patch as verify_rows_patch
+
+    if not loader.available():
+        pytest.skip("the CPU kernel needs x86-64 with AVX2/FMA and a C compiler")
+    monkeypatch.setattr(cal, "measured_verify_rows", lambda target: 4)
+    monkeypatch.setattr("hf_dynaspec.generation.candidate_generator.round_costs", lambda *a, **k: flat_costs())
+    target = one_layer_target("llama", seed=2).to(torch.bfloat16)
+    kernel_rows = []  # rows of every product the kernel computed for the target (the drafter uses it too)
+    product = loader.bf16_rows_matmul
+    target_weights = {m.weight.data_ptr() for m in target.modules() if isinstance(m, torch.nn.Linear)}
+    monkeypatch.setattr(loader, "bf16_rows_matmul", lambda x, w: (w.data_ptr() in target_weights and kernel_rows.append(
+        x.numel() // x.shape[-1])) or product(x, w))
+    prompt = torch.randint(0, target.config.vocab_size, (1, 10), generator=torch.Generator().manual_seed(1))
+    expected = plain_generate(target, prompt, max_new_tokens=30, do_sample=False)
+    for plan, routed in (("auto", True), ("fixed", False)):
+        kernel_rows.clear()
+        assistant = imitating_assistant(target, noise=0.5, **{**AUTO, "draft_plan": plan})
+        assert torch.equal(assisted_generate(target, assistant, prompt, max_new_tokens=30, do_sample=False), expected)
+        assert not verify_rows_patch.is_enabled(target)  # restored
+        assert bool(kernel_rows) == routed and set(kernel_rows) <= {2, 3, 4}, (plan, kernel_rows)
+    verify_rows_patch.enable(target, max_rows=verify_rows_patch.ANY_ROWS, method="kernel")  # the user's own choice
+    assistant = imitating_assistant(target, noise=0.5, **AUTO)
+    kernel_rows.clear()
+    assisted_generate(target, assistant, prompt, max_new_tokens=10, do_sample=False)
+    assert verify_rows_patch.enabled_method(target) == "kernel" and 10 in kernel_rows  # still every row count
+    verify_rows_patch.disable(target)
