@@ -66,6 +66,27 @@ def test_a_chain_round_reads_the_device_at_most_once(monkeypatch, tmp_path, stra
         assert 0 < assistant.stats.avg_shortlist < 97 and 0 <= assistant.stats.coverage <= 1
 
 
+@pytest.mark.parametrize("suffix", [0, 8], ids=["planned", "planned-with-suffix-cache"])
+def test_a_planned_round_reads_the_device_once_plus_the_committed_ids(monkeypatch, tmp_path, suffix):
+    """draft_plan="auto" on an accelerator: the planned length is drafted without a read and cut once at the
+    round's end; the suffix cache (host-side) adds one read of the newly committed ids per round."""
+    from test_planner import flat_costs
+
+    monkeypatch.setattr("hf_dynaspec.generation.candidate_generator.round_costs", lambda *a, **k: flat_costs())
+    target = one_layer_target("qwen2")
+    assistant = _assistant(tmp_path, target, "dynaspec", draft_plan="auto", suffix_cache_num_tokens=suffix)
+    counter = HostSyncCounter()
+    _count_inside(monkeypatch, counter, EagleCandidateGenerator, "get_candidates", "update_candidate_strategy")
+    input_ids = torch.randint(0, 97, (1, 9), generator=torch.Generator().manual_seed(0))
+    with accelerator_paths_on_cpu():
+        output = assisted_generate(target, assistant, input_ids, max_new_tokens=24)
+    assert torch.equal(output, plain_generate(target, input_ids, max_new_tokens=24))
+    rounds = assistant.stats.verify_passes
+    assert rounds >= 5 and assistant.stats.passes_by_source.get("drafter", 0) > 0
+    # the cut: at most one per round; the suffix cache: the prefill's token, then each round's committed ids
+    assert counter.count <= rounds + (rounds + 1 if suffix else 0), counter.events[:6]
+
+
 @pytest.mark.parametrize("strategy", HEADS)
 def test_tree_drafting_never_reads_the_device_and_a_round_at_most_twice(monkeypatch, tmp_path, strategy):
     """Drafting a tree: no sync. The whole round adds the accepted path (one read) and the stopping criteria of

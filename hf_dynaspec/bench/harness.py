@@ -131,11 +131,22 @@ def _summary(key: str, runs: list[Run], vanilla: list[Run]) -> dict:
         # Draft tokens the target checked per decoding pass (our assistant's methods only; lookup drafts included).
         "drafted_per_pass": (sum(drafted) / sum(r.stats["verify_passes"] for r in runs)
                              if any(r.stats for r in runs) else None),
+        # Which source drafted the decoding passes ("drafter", "prompt-lookup", "suffix-request", ..., "none").
+        "passes_by_source": _summed(r.stats.get("passes_by_source") for r in runs),
+        "accepted_by_source": _summed(r.stats.get("accepted_by_source") for r in runs),
         "tokens_per_s": tokens / sum(r.seconds for r in runs),
         "decode_tokens_per_s": sum(len(r.new_ids) - 1 for r in runs) / sum(r.seconds - r.prefill_seconds for r in runs),
         "speedup": geometric_mean([r.tokens_per_s / v.tokens_per_s for r, v in zip(runs, vanilla)]),
         "decode_speedup": geometric_mean([r.decode_tokens_per_s / v.decode_tokens_per_s for r, v in zip(runs, vanilla)]),
     }
+
+
+def _summed(counts) -> dict | None:
+    total: dict = {}
+    for count in counts:
+        for name, value in (count or {}).items():
+            total[name] = total.get(name, 0) + value
+    return total or None
 
 
 def _aggregate(key: str, runs: list[Run], vanilla: list[Run], prompts: list[EncodedPrompt], target, dtype: str) -> dict:

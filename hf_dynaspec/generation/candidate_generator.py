@@ -209,8 +209,9 @@ class EagleCandidateGenerator(CandidateGenerator):
             return
         if self._suffix_seen is None:
             self._suffix_seen = len(self.suffix.request_tokens)
-        self.suffix.extend(input_ids[0, self._suffix_seen :].tolist())
-        self._suffix_seen = input_ids.shape[1]
+        if input_ids.shape[1] > self._suffix_seen:  # (shapes are host values: no read when nothing is new)
+            self.suffix.extend(input_ids[0, self._suffix_seen :].tolist())
+            self._suffix_seen = input_ids.shape[1]
 
     def _end_at_eos(self, draft):
         """Cut the draft after its first EOS, as transformers' own candidate generators end theirs: releases

@@ -7,8 +7,9 @@ A chain of K draft tokens is a tree of width 1 and depth K, so this runs the tre
 (hf_dynaspec.generation.tree) with `tree_top_k=1`, `tree_depth=tree_total_tokens=K`: the same verification
 rules (tests/test_enumeration.py enumerates them exactly), the same output as plain `generate()` under greedy
 decoding. It is the fallback for a transformers release that moves the private method the
-`assistant_model=` route wraps (hf_dynaspec.generation.hook). What it does not do: prompt lookup and the
-confidence stop (the `assistant_model=` route has them).
+`assistant_model=` route wraps (hf_dynaspec.generation.hook). What it does not do: prompt lookup, the
+confidence stop, the suffix cache and planned rounds (`draft_plan` is not read: every round drafts
+`num_assistant_tokens`); the `assistant_model=` route has them.
 """
 
 from __future__ import annotations
