@@ -56,6 +56,20 @@ DEFINE_DOT(6)
 DEFINE_DOT(7)
 DEFINE_DOT(8)
 
+/* One weight row against n (1..8) input rows: the specialised product for n. */
+static inline void dot_rows(int64_t n, const float *x, int64_t in, const uint16_t *w_row, float *out, int64_t stride) {
+    switch (n) {
+        case 8: dot_rows_8(x, in, w_row, out, stride); break;
+        case 7: dot_rows_7(x, in, w_row, out, stride); break;
+        case 6: dot_rows_6(x, in, w_row, out, stride); break;
+        case 5: dot_rows_5(x, in, w_row, out, stride); break;
+        case 4: dot_rows_4(x, in, w_row, out, stride); break;
+        case 3: dot_rows_3(x, in, w_row, out, stride); break;
+        case 2: dot_rows_2(x, in, w_row, out, stride); break;
+        default: dot_rows_1(x, in, w_row, out, stride); break;
+    }
+}
+
 int hf_dynaspec_has_avx2_fma(void) {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
@@ -77,16 +91,7 @@ void hf_dynaspec_bf16_rows(const float *x, const uint16_t *w, float *y, int64_t 
             for (int64_t o = t * TILE; o < o_end; o++) {
                 const uint16_t *w_row = w + o * in_features;
                 float *yr = y + r * out_features + o;
-                switch (n) {
-                    case 8: dot_rows_8(xr, in_features, w_row, yr, out_features); break;
-                    case 7: dot_rows_7(xr, in_features, w_row, yr, out_features); break;
-                    case 6: dot_rows_6(xr, in_features, w_row, yr, out_features); break;
-                    case 5: dot_rows_5(xr, in_features, w_row, yr, out_features); break;
-                    case 4: dot_rows_4(xr, in_features, w_row, yr, out_features); break;
-                    case 3: dot_rows_3(xr, in_features, w_row, yr, out_features); break;
-                    case 2: dot_rows_2(xr, in_features, w_row, yr, out_features); break;
-                    default: dot_rows_1(xr, in_features, w_row, yr, out_features); break;
-                }
+                dot_rows(n, xr, in_features, w_row, yr, out_features);
             }
         }
     }
@@ -117,16 +122,7 @@ void hf_dynaspec_bf16_blocks(const float *x, const uint16_t *w, float *y, int64_
             for (int64_t r = 0; r < rows; r += 8) {
                 const float *xr = x + r * in_features;
                 float *yr = y + r * out_features + c;
-                switch (rows - r >= 8 ? 8 : rows - r) {
-                    case 8: dot_rows_8(xr, in_features, w_row, yr, out_features); break;
-                    case 7: dot_rows_7(xr, in_features, w_row, yr, out_features); break;
-                    case 6: dot_rows_6(xr, in_features, w_row, yr, out_features); break;
-                    case 5: dot_rows_5(xr, in_features, w_row, yr, out_features); break;
-                    case 4: dot_rows_4(xr, in_features, w_row, yr, out_features); break;
-                    case 3: dot_rows_3(xr, in_features, w_row, yr, out_features); break;
-                    case 2: dot_rows_2(xr, in_features, w_row, yr, out_features); break;
-                    default: dot_rows_1(xr, in_features, w_row, yr, out_features); break;
-                }
+                dot_rows(rows - r >= 8 ? 8 : rows - r, xr, in_features, w_row, yr, out_features);
             }
         }
     }
