@@ -88,4 +88,4 @@ def block_verify(candidate_input_ids: torch.Tensor, candidate_logits: torch.Tens
     accepted = int((passed * positions).max())  # the round's host read, as transformers' own rule has
     token = torch.multinomial(residual_distribution(p, q, w, accepted), num_samples=1)
     valid = torch.cat([draft[:accepted], token])[None]
-    return valid, torch.tensor(accepted)
+    return valid, torch.tensor(accepted, device=valid.device)

@@ -77,6 +77,11 @@ def make_candidate_generator(assistant, target, input_ids, generation_config, lo
     return generator
 
 
+def _as_ids(tokens: list[int], like: torch.Tensor) -> torch.Tensor:
+    """Host token ids (a lookup draft) -> `[1, n]` with the dtype and device of `like` (the context's ids)."""
+    return torch.tensor([tokens], dtype=like.dtype, device=like.device)
+
+
 def _eos_token_ids_to_cut(generation_config, device: torch.device) -> torch.Tensor | None:
     """The call's EOS ids `[E]` on `device`, where drafts must end at an EOS themselves; else None.
 
@@ -158,7 +163,8 @@ class EagleCandidateGenerator(CandidateGenerator):
     def _fixed_round(self, input_ids, target_hidden, budget: int, room: int):
         """`draft_plan="fixed"`: a suffix-cache or prompt-lookup draft when there is one, else `budget` drafter
         tokens."""
-        looked_up = self._suffix_draft(room, input_ids.device)
+        found = self.suffix.propose(min(self.options.suffix_cache_num_tokens, room)) if self.suffix else None
+        looked_up = None if found is None else _as_ids(found.tokens, input_ids)
         self._plan = RoundPlan("suffix" if looked_up is not None else "prompt-lookup", 0)
         if looked_up is None:
             looked_up = self._look_up(input_ids, room)
@@ -183,7 +189,7 @@ class EagleCandidateGenerator(CandidateGenerator):
             found = self.suffix.propose(min(options.suffix_cache_num_tokens, room))
             if found is not None:
                 candidates.append(LookupCandidate(found.source, found.match_length, len(found.tokens)))
-                drafts[found.source] = torch.tensor([found.tokens], dtype=input_ids.dtype, device=input_ids.device)
+                drafts[found.source] = _as_ids(found.tokens, input_ids)
         plan = self._plan = self.planner.plan_round(candidates, room)
         if plan.source == "none":
             self.session.shortlists_of_last_draft = []
@@ -195,13 +201,6 @@ class EagleCandidateGenerator(CandidateGenerator):
         draft = self.session.propose(input_ids, target_hidden, cap, planner=self.planner)
         plan.confidences = draft.confidences
         return draft
-
-    def _suffix_draft(self, room: int, device: torch.device) -> torch.Tensor | None:
-        """A suffix-cache draft `[1, n]` or None (off, or no match)."""
-        if self.suffix is None:
-            return None
-        found = self.suffix.propose(min(self.options.suffix_cache_num_tokens, room))
-        return None if found is None else torch.tensor([found.tokens], device=device)
 
     def _read_committed(self, input_ids: torch.Tensor) -> None:
         """Hand the tokens committed since the last round to the suffix cache (a host read of a few ids)."""

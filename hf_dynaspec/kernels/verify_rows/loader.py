@@ -15,6 +15,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import hashlib
+import itertools
 import os
 import platform
 import shutil
@@ -143,12 +144,11 @@ def bf16_blocks_matmul(x: torch.Tensor, weight: torch.Tensor, block_starts: list
     if weight.dtype != torch.bfloat16 or weight.device.type != "cpu" or not weight.is_contiguous():
         raise ValueError(f"bf16_blocks_matmul takes a contiguous CPU bf16 weight, got {weight.dtype} on {weight.device}")
     rows, in_features = x.shape
-    starts = torch.tensor(block_starts, dtype=torch.int64)
-    ends = torch.tensor(block_ends, dtype=torch.int64)
-    if len(starts) == 0 or bool((ends <= starts).any()) or int(starts.min()) < 0 or int(ends.max()) > weight.shape[0]:
+    if not block_starts or any(not 0 <= a < b <= weight.shape[0] for a, b in zip(block_starts, block_ends)):
         raise ValueError("bf16_blocks_matmul needs non-empty blocks [start, end) inside the weight")
-    offsets = torch.zeros(len(starts) + 1, dtype=torch.int64)
-    torch.cumsum(ends - starts, 0, out=offsets[1:])
+    starts = torch.tensor(block_starts, dtype=torch.int64)
+    offsets = torch.tensor([0, *itertools.accumulate(b - a for a, b in zip(block_starts, block_ends))],
+                           dtype=torch.int64)
     x32 = x.to(torch.float32).contiguous()
     out = torch.empty(rows, int(offsets[-1]), dtype=torch.float32)
     library.hf_dynaspec_bf16_blocks(x32.data_ptr(), weight.data_ptr(), out.data_ptr(), rows, in_features,
