@@ -6,7 +6,7 @@
         --same-prompts
 
 Each `--features LABEL=SOURCE` is a recipes.build_features / self_distill --features-out directory or shard. The
-metric is train_drafter's validation (full vocabulary, draft positions 1 and 2, all tokens and answer tokens).
+metric is train_drafter's validation (full vocabulary, draft positions 1 .. --depths, all tokens and answer tokens).
 With `--same-prompts` only the conversations whose prompt (the tokens before the answer) occurs in every source
 are scored: the same questions answered by different writers, e.g. the target itself against a smaller sibling.
 """
@@ -34,6 +34,7 @@ def main(argv=None):
     parser.add_argument("--features", required=True, nargs="+", metavar="LABEL=SOURCE")
     parser.add_argument("--same-prompts", action="store_true")
     parser.add_argument("--tokens-per-batch", type=int, default=2048)
+    parser.add_argument("--depths", type=int, default=2, help="draft positions scored (1 .. N)")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
 
@@ -53,7 +54,7 @@ def main(argv=None):
         drafter = DynaSpecAssistant.from_pretrained(path, target=target).drafter.eval()  # fp32, as the target
         for label, seqs in sequences.items():
             batches = [collate(b, "cpu") for b in make_batches(seqs, args.tokens_per_batch, 0)]
-            metrics = validate(drafter, batches)  # no_grad inside
+            metrics = validate(drafter, batches, args.depths)  # no_grad inside
             metrics |= {"sequences": len(seqs), "answer_tokens": int(sum(int(s.response.sum()) for s in seqs))}
             results[f"{name} on {label}"] = metrics
             print(f"{name} on {label}: " + ", ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}"

@@ -46,6 +46,8 @@ from hf_dynaspec import DynaSpecAssistant
 from hf_dynaspec.modeling.drafter import causal_mask
 from hf_dynaspec.bench.runner import load_target
 from recipes.build_features import parse_layer_ids
+from recipes.training_schedule import (parse_token_counts, start_from_snapshot, take_snapshot, training_precision,
+                                       wsd_factor)
 
 
 # -- data ------------------------------------------------------------------------------------------------
@@ -178,6 +180,15 @@ class BatchSchedule:
         whole = int(epochs)
         return sum(self.steps_in(e) for e in range(whole)) + math.ceil(self.steps_in(whole) * (epochs - whole))
 
+    def steps_for_tokens(self, tokens: int) -> int:
+        """Steps until the run has seen `tokens` training pairs (each sequence gives its length - 1; one process's
+        count, as the training log keeps it)."""
+        step, seen = 0, 0
+        while seen < tokens:
+            seen += sum(len(s.input_ids) - 1 for s in self.batch(step))
+            step += 1
+        return step
+
     def batch(self, step: int, process_index: int = 0) -> list[Sequence]:
         epoch = 0
         while step >= self.steps_in(epoch):
@@ -297,19 +308,23 @@ def drafter_loss(drafter, batch: Batch, *, noise: float, cls_weight: float, unro
 
 
 @torch.no_grad()
-def validate(drafter, batches: list[Batch]) -> dict:
-    """Full-vocabulary top-1 agreement with the target at draft positions 1 and 2 (no noise), over every
+def validate(drafter, batches: list[Batch], depths: int = 2) -> dict:
+    """Full-vocabulary top-1 agreement with the target at draft positions 1 .. `depths` (no noise), over every
     position (`val_top1_d`) and over response positions only (`val_response_top1_d`, what decoding sees:
-    the chat template's fixed system prompt is easy to predict and flatters the first)."""
-    hits = {key: [0, 0] for key in ("all", "response")}
-    counts = {key: [0, 0] for key in ("all", "response")}
+    the chat template's fixed system prompt is easy to predict and flatters the first). Position d > 1 runs on
+    the drafter's own predicted features, as drafting does (teacher-forced tokens)."""
+    hits = {key: [0] * depths for key in ("all", "response")}
+    counts = {key: [0] * depths for key in ("all", "response")}
     head = drafter.target.lm_head.weight
     for batch in batches:
         mask = batch.valid[:, 1:] & batch.valid[:, :-1]
         embeds = drafter.embed(batch.input_ids[:, 1:])
-        first = draft_pass(drafter, embeds, drafter_features(drafter, batch)[:, :-1])
-        second = draft_pass(drafter, embeds[:, 1:], first[:, :-1])
-        for depth, (predicted, m) in enumerate([(first, mask), (second, mask[:, 1:] & mask[:, :-1])]):
+        passes = [(draft_pass(drafter, embeds, drafter_features(drafter, batch)[:, :-1]), mask)]
+        for depth in range(1, depths):
+            previous, previous_mask = passes[-1]
+            passes.append((draft_pass(drafter, embeds[:, depth:], previous[:, :-1]),
+                           previous_mask[:, 1:] & previous_mask[:, :-1]))
+        for depth, (predicted, m) in enumerate(passes):
             top = torch.cat([(rows @ head.T).argmax(-1) for rows in predicted[m].split(512)])  # [N, V] in chunks
             hit = top == batch.topk_ids[:, depth + 1:][m][:, 0]
             in_response = batch.response[:, depth + 1:][m]  # the label row lies in the response
@@ -318,7 +333,7 @@ def validate(drafter, batches: list[Batch]) -> dict:
             hits["response"][depth] += int(hit[in_response].sum())
             counts["response"][depth] += int(in_response.sum())
     metrics = {}
-    for depth in range(2):
+    for depth in range(depths):
         metrics[f"val_top1_{depth + 1}"] = hits["all"][depth] / max(counts["all"][depth], 1)
         metrics[f"val_response_top1_{depth + 1}"] = hits["response"][depth] / max(counts["response"][depth], 1)
     return metrics
@@ -374,13 +389,32 @@ def main(argv=None):
     parser.add_argument("--val-tokens", type=int, default=2000,
                         help="held-out tokens (the first sequences of the first shard)")
     parser.add_argument("--max-steps", type=int, default=None, help="stop after this many steps (for trials)")
+    parser.add_argument("--max-tokens", type=int, default=None,
+                        help="stop once this many training tokens were seen (instead of --epochs / --max-steps)")
+    parser.add_argument("--schedule", choices=["cosine", "wsd"], default="cosine",
+                        help="cosine over the run's steps, or warmup-stable-decay: constant after the warmup, then "
+                             "linear to 0 over the last --decay-tokens of --max-tokens (a data curve's branches)")
+    parser.add_argument("--decay-tokens", type=int, default=0, help="wsd: tokens of the final decay (0: constant)")
+    parser.add_argument("--snapshot-at-tokens", default="",
+                        help="comma-separated token counts: when the run first reaches each, a copy of the whole "
+                             "training state goes to OUT/snapshots/tokens_N (to branch from with --resume-from)")
+    parser.add_argument("--resume-from", type=Path, default=None,
+                        help="a snapshot directory to start from when OUT holds no checkpoint yet")
+    parser.add_argument("--mixed-precision", choices=["auto", "no", "bf16", "fp16"], default="auto",
+                        help="auto: bf16 on GPUs and on CPUs that multiply bf16 natively (avx512_bf16 / AMX), "
+                             "fp32 on other CPUs (AVX2 runs bf16 products ~6x slower)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     if args.init and args.intermediate_size:
         parser.error("--intermediate-size applies to a fresh drafter; --init keeps the initial assistant's width")
+    if args.schedule == "wsd" and args.max_tokens is None:
+        parser.error("--schedule wsd decays towards --max-tokens: give it")
+    if args.decay_tokens and args.schedule != "wsd":
+        parser.error("--decay-tokens belongs to --schedule wsd")
+    snapshot_tokens = parse_token_counts(args.snapshot_at_tokens)
 
     accelerator = Accelerator(cpu=not torch.cuda.is_available(),
-                              mixed_precision="no" if not torch.cuda.is_available() else "bf16")
+                              mixed_precision=training_precision(args.mixed_precision))
     target, _ = load_target(args.target, "fp32")
     # The drafter borrows the target's embedding, final norm and LM head (not submodules: accelerate's prepare
     # does not move them), so the target goes where the drafter will train, before the assistant attaches to it.
@@ -401,20 +435,28 @@ def main(argv=None):
     val_batches = [collate(b, accelerator.device) for b in make_batches(held_out, args.tokens_per_batch, 0)]
     tokens_per_epoch = sum(len(s.input_ids) - 1 for s in train_sequences)
     schedule = BatchSchedule(train_sequences, args.tokens_per_batch, args.seed, accelerator.num_processes)
-    total_steps = args.max_steps or schedule.total_steps(args.epochs)
+    total_steps = args.max_steps or (schedule.total_steps(args.epochs) if args.max_tokens is None
+                                     else schedule.steps_for_tokens(args.max_tokens))
+    done = {"step": 0, "tokens": 0, "seconds": 0.0}
 
     optimizer = torch.optim.AdamW(assistant.drafter.parameters(), lr=args.lr, weight_decay=0.0, betas=(0.9, 0.95))
-    scheduler = get_cosine_schedule_with_warmup(optimizer, args.warmup_steps, total_steps)
-    assistant, optimizer, scheduler = accelerator.prepare(assistant, optimizer, scheduler)
+    # wsd sets the rate before each step from the step and the tokens seen (no scheduler state: a branch from a
+    # snapshot gets exactly the straight run's rates); cosine is transformers' scheduler.
+    scheduler = None if args.schedule == "wsd" else get_cosine_schedule_with_warmup(optimizer, args.warmup_steps,
+                                                                                     total_steps)
+    assistant, optimizer, *prepared_scheduler = accelerator.prepare(assistant, optimizer,
+                                                                    *([scheduler] if scheduler else []))
+    scheduler = prepared_scheduler[0] if prepared_scheduler else None
     drafter = accelerator.unwrap_model(assistant).drafter
 
     args.out.mkdir(parents=True, exist_ok=True)
     checkpoint, log = args.out / "checkpoint", args.out / "train_log.jsonl"
     progress_file = checkpoint / "progress.json"
-    done = {"step": 0, "tokens": 0, "seconds": 0.0}
+    if not progress_file.exists() and args.resume_from is not None:
+        start_from_snapshot(args.resume_from, checkpoint)
     if progress_file.exists():
         resume_from(accelerator, checkpoint, assistant)
-        done = json.loads(progress_file.read_text())
+        done.update(json.loads(progress_file.read_text()))
         if accelerator.is_main_process and log.exists():  # steps after the checkpoint are done again: log them once
             kept = [line for line in log.read_text().splitlines() if json.loads(line)["step"] <= done["step"]]
             log.write_text("".join(line + "\n" for line in kept))
@@ -431,22 +473,36 @@ def main(argv=None):
         with log.open("a") as f:
             f.write(json.dumps({**done, **validate(drafter, val_batches)}) + "\n")
     bar = tqdm(total=total_steps, initial=done["step"], unit="step", desc="drafter")
-    generator = torch.Generator().manual_seed(args.seed + done["step"])
+    generator = torch.Generator()
     start, seconds_before = time.perf_counter(), done["seconds"]
-    while done["step"] < total_steps:
+    while done["step"] < total_steps and (args.max_tokens is None or done["tokens"] < args.max_tokens):
         batch = collate(schedule.batch(done["step"], accelerator.process_index), accelerator.device)
-        loss, metrics = drafter_loss(drafter, batch, noise=args.noise, cls_weight=args.cls_weight, unroll=args.unroll,
-                                     negatives=args.negatives, generator=generator, reg_weight=args.reg_weight)
+        # Noise and sampled rows from a generator seeded by the step: a resumed run or a branch from a snapshot draws
+        # exactly what the uninterrupted run would have drawn.
+        generator.manual_seed(args.seed * 1_000_003 + done["step"])
+        # The loss calls the drafter's step directly, not its forward: accelerate's autocast wrapper around forward
+        # would never run, so the mixed precision is entered here.
+        with accelerator.autocast():
+            loss, metrics = drafter_loss(drafter, batch, noise=args.noise, cls_weight=args.cls_weight,
+                                         unroll=args.unroll, negatives=args.negatives, generator=generator,
+                                         reg_weight=args.reg_weight)
+        if scheduler is None:
+            for group in optimizer.param_groups:
+                group["lr"] = args.lr * wsd_factor(done["step"], done["tokens"], args.warmup_steps, args.max_tokens,
+                                                   args.decay_tokens)
+        rate = optimizer.param_groups[0]["lr"]  # this step's
         optimizer.zero_grad()
         accelerator.backward(loss)
         accelerator.clip_grad_norm_(assistant.parameters(), 0.5)
         optimizer.step()
-        scheduler.step()
         done["step"] += 1
         done["tokens"] += metrics["batch_tokens"]
+        if scheduler is not None:
+            scheduler.step()
         done["seconds"] = seconds_before + time.perf_counter() - start
-        record = {**done, **metrics, "loss": loss.item(), "lr": scheduler.get_last_lr()[0]}
-        if done["step"] % args.validate_every == 0 or done["step"] == total_steps:
+        record = {**done, **metrics, "loss": loss.item(), "lr": rate}
+        finished = done["step"] == total_steps or (args.max_tokens is not None and done["tokens"] >= args.max_tokens)
+        if done["step"] % args.validate_every == 0 or finished:
             record.update(validate(drafter, val_batches))
             accelerator.print(json.dumps({k: record[k] for k in ("step", "tokens", "val_top1_1", "val_top1_2",
                                                                  "val_response_top1_1", "val_response_top1_2")}))
@@ -458,6 +514,11 @@ def main(argv=None):
                 f.write(json.dumps(record) + "\n")
         if done["step"] % args.checkpoint_every == 0:
             save()
+        reached = [t for t in snapshot_tokens if done["tokens"] - metrics["batch_tokens"] < t <= done["tokens"]]
+        if reached:
+            save()
+            for tokens in reached:
+                take_snapshot(checkpoint, args.out / "snapshots" / f"tokens_{tokens}")
     save()
     bar.close()
 

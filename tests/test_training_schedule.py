@@ -1,0 +1,134 @@
+"""Data-curve training: the warmup-stable-decay schedule, snapshots and branches, and mixed precision on CPU.
+
+A curve's point is a branch that starts from a snapshot of the constant-rate run and decays over its budget's last
+tokens; it must be exactly the drafter a straight run to that budget would train, or the curve measures the
+snapshot machinery instead of the data.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from conftest import VOCAB, one_layer_target
+from recipes.training_schedule import parse_token_counts, training_precision, wsd_factor
+
+
+def test_wsd_warms_up_by_steps_holds_then_decays_linearly_to_zero_by_tokens():
+    assert [wsd_factor(step, 0, 4, 1000, 200) for step in range(4)] == [0.25, 0.5, 0.75, 1.0]
+    assert wsd_factor(10, 800, 4, 1000, 200) == 1.0  # the decay starts after max - decay tokens
+    assert wsd_factor(10, 850, 4, 1000, 200) == pytest.approx(0.75)
+    assert wsd_factor(10, 1000, 4, 1000, 200) == 0.0
+    assert wsd_factor(10, 1200, 4, 1000, 200) == 0.0  # never negative past the budget
+    assert wsd_factor(10, 999, 4, 1000, 0) == 1.0  # no decay: the constant-rate run a curve branches from
+
+
+def test_token_counts_parse_sorted_and_bad_input_names_the_option():
+    assert parse_token_counts("300,100, 200") == [100, 200, 300]
+    assert parse_token_counts("") == []
+    with pytest.raises(SystemExit, match="--snapshot-at-tokens"):
+        parse_token_counts("1e5")
+
+
+def test_auto_precision_is_bf16_only_where_the_cpu_multiplies_bf16_natively(monkeypatch):
+    import recipes.training_schedule as schedule
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(schedule, "native_cpu_bf16", lambda: False)
+    assert training_precision("auto") == "no"
+    monkeypatch.setattr(schedule, "native_cpu_bf16", lambda: True)
+    assert training_precision("auto") == "bf16"
+    assert training_precision("no") == "no"
+
+
+def _features(tmp_path, num_sequences=24):
+    """A features directory of the tiny target, made as build_features makes one."""
+    from safetensors.torch import save_file
+
+    from recipes.build_features import shard_tensors
+
+    target = one_layer_target("qwen2", seed=6).requires_grad_(False)
+    generator = torch.Generator().manual_seed(0)
+    tokenized = [(torch.randint(0, VOCAB, (30 + i % 7,), generator=generator).tolist(), 5) for i in range(num_sequences)]
+    directory = tmp_path / "features"
+    directory.mkdir()
+    save_file(shard_tensors(target, tokenized, 8, tokens_per_batch=128), str(directory / "shard_00000.safetensors"))
+    return target, directory
+
+
+def _train(monkeypatch, target, features, out, *extra):
+    import recipes.train_drafter as train_drafter
+
+    monkeypatch.setattr(train_drafter, "load_target", lambda name, dtype: (target, None))
+    train_drafter.main(["--target", "tiny", "--features", str(features), "--out", str(out), "--tokens-per-batch", "96",
+                        "--val-tokens", "60", "--warmup-steps", "2", "--negatives", "8", "--unroll", "2",
+                        "--validate-every", "1000", "--checkpoint-every", "1000", "--mixed-precision", "no", *extra])
+    return load_file(str(out / "assistant" / "model.safetensors")), [json.loads(line) for line in
+                                                                      (out / "train_log.jsonl").read_text().splitlines()]
+
+
+def test_a_branch_from_a_snapshot_trains_exactly_the_straight_runs_drafter(tmp_path, monkeypatch):
+    target, features = _features(tmp_path)
+    budget, decay = 400, 150
+    straight, straight_log = _train(monkeypatch, target, features, tmp_path / "straight", "--schedule", "wsd",
+                                    "--max-tokens", str(budget), "--decay-tokens", str(decay))
+    # The constant-rate run goes on past the budget and keeps a snapshot where the budget's decay begins.
+    _, main_log = _train(monkeypatch, target, features, tmp_path / "main", "--schedule", "wsd", "--max-tokens", "700",
+                         "--snapshot-at-tokens", str(budget - decay))
+    snapshot = tmp_path / "main" / "snapshots" / f"tokens_{budget - decay}"
+    assert (snapshot / "checkpoint" / "progress.json").is_file()
+    assert main_log[-1]["tokens"] >= 700 and all(r["lr"] == pytest.approx(3e-4) for r in main_log[3:])
+    branch, branch_log = _train(monkeypatch, target, features, tmp_path / "branch", "--schedule", "wsd",
+                                "--max-tokens", str(budget), "--decay-tokens", str(decay), "--resume-from", str(snapshot))
+    assert branch_log[-1]["tokens"] == straight_log[-1]["tokens"] >= budget
+    assert branch_log[-1]["lr"] == straight_log[-1]["lr"] < 3e-4 * 0.5  # decayed
+    assert branch.keys() == straight.keys()
+    for name in straight:  # same data order, optimizer state and rates: the same weights, bit for bit
+        assert torch.equal(branch[name], straight[name]), name
+
+
+def test_resume_from_refuses_a_directory_without_training_state(tmp_path, monkeypatch):
+    target, features = _features(tmp_path)
+    with pytest.raises(SystemExit, match="no training state"):
+        _train(monkeypatch, target, features, tmp_path / "out", "--resume-from", str(tmp_path))
+
+
+@pytest.fixture
+def fresh_accelerator_state():
+    """accelerate keeps one process-wide state: a run in another precision needs it reset (and reset after)."""
+    from accelerate.state import AcceleratorState
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    yield
+    AcceleratorState._reset_state(reset_partial_state=True)
+
+
+def test_bf16_training_on_cpu_really_runs_the_drafter_in_bf16(tmp_path, monkeypatch, fresh_accelerator_state):
+    # The loss calls the drafter's step, not its forward: without the explicit autocast, accelerate's bf16 setting
+    # changed nothing (identical weights to fp32), which is the bug this catches.
+    target, features = _features(tmp_path)
+    seen = []
+    linear = torch.nn.functional.linear
+
+    def recording_linear(x, weight, bias=None):
+        out = linear(x, weight, bias)
+        seen.append(out.dtype)
+        return out
+
+    monkeypatch.setattr(torch.nn.functional, "linear", recording_linear)
+    import recipes.train_drafter as train_drafter
+
+    monkeypatch.setattr(train_drafter, "load_target", lambda name, dtype: (target, None))
+    args = ["--target", "tiny", "--features", str(features), "--tokens-per-batch", "96", "--val-tokens", "60",
+            "--negatives", "8", "--max-steps", "2", "--validate-every", "1000", "--checkpoint-every", "1000"]
+    train_drafter.main(args + ["--out", str(tmp_path / "bf16"), "--mixed-precision", "bf16"])
+    assert torch.bfloat16 in seen
+    seen.clear()
+    from accelerate.state import AcceleratorState
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    train_drafter.main(args + ["--out", str(tmp_path / "fp32"), "--mixed-precision", "no"])
+    assert torch.bfloat16 not in seen and seen
