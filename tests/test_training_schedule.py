@@ -132,3 +132,37 @@ def test_bf16_training_on_cpu_really_runs_the_drafter_in_bf16(tmp_path, monkeypa
     AcceleratorState._reset_state(reset_partial_state=True)
     train_drafter.main(args + ["--out", str(tmp_path / "fp32"), "--mixed-precision", "no"])
     assert torch.bfloat16 not in seen and seen
+
+
+def test_data_curve_report_fits_inverts_and_caps_the_log_linear_trend(tmp_path):
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("data_curve", Path(__file__).parents[1] / "benchmarks" / "data_curve.py")
+    data_curve = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(data_curve)
+    methods, results = {}, {}
+    for tokens in (10_000, 100_000, 1_000_000):
+        run = tmp_path / "runs" / f"b{tokens}"
+        (run / "assistant").mkdir(parents=True)
+        (run / "assistant" / "config.json").write_text("{}")
+        (run / "train_log.jsonl").write_text(json.dumps({"step": 0, "tokens": 0, "seconds": 0}) + "\n"
+                                             + json.dumps({"step": 9, "tokens": tokens, "seconds": 60.0}) + "\n")
+        decades = len(str(tokens)) - 1  # log10
+        methods[f"own-{tokens}/eagle+draft:2"] = {"tau": 1.0 + 0.25 * decades}
+        methods[f"own-{tokens}/eagle+draft:4"] = {"tau": 1.0 + 0.5 * decades}
+        results[f"own-{tokens} on dev"] = {"val_response_top1_1": 0.1 * decades, "val_response_top1_2": 0.05,
+                                            "val_response_top1_3": 0.01}
+    (tmp_path / "bench.json").write_text(json.dumps({"methods": methods}))
+    (tmp_path / "agreement.json").write_text(json.dumps({"results": results}))
+    data_curve.main(["--target", "tiny", "--runs", f"own={tmp_path / 'runs'}", "--bench", str(tmp_path / "bench.json"),
+                     "--agreement", str(tmp_path / "agreement.json"), "--reference", "big=1e12",
+                     "--json", str(tmp_path / "curve.json")])
+    report = json.loads((tmp_path / "curve.json").read_text())
+    k2, k4 = report["fits"]["own K=2"], report["fits"]["own K=4"]
+    assert k2["a"] == pytest.approx(1.0) and k2["b_per_decade"] == pytest.approx(0.25)
+    assert k2["tokens_for_tau_2.5"] == pytest.approx(1e6)  # 1 + 0.25 * 6 = 2.5
+    assert k2["predicted"]["big"] == 3.0  # 1 + 0.25 * 12 = 4 is past what a chain of 2 can reach: capped at K + 1
+    assert k4["predicted"]["big"] == 5.0 and k4["tokens_for_tau_2.5"] == pytest.approx(1e3)
+    assert [p["dev_agreement"][0] for p in report["points"]] == pytest.approx([0.4, 0.5, 0.6])
+    assert "| own | 1,000,000 | 2.50 | 4.00 | 0.600 / 0.050 / 0.010 | 1.0 |" in report["table"]
