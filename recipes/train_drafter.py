@@ -358,7 +358,23 @@ def resume_from(accelerator: Accelerator, checkpoint: Path, model: torch.nn.Modu
 
 
 # -- loop ------------------------------------------------------------------------------------------------
-def main(argv=None):
+def restore_progress(accelerator: Accelerator, assistant, checkpoint: Path, log: Path, snapshot: Path | None,
+                     done: dict) -> None:
+    """Resume from `checkpoint` (seeded from `snapshot` when there is none yet) into the prepared objects and `done`."""
+    progress_file = checkpoint / "progress.json"
+    if not progress_file.exists() and snapshot is not None:
+        start_from_snapshot(snapshot, checkpoint)
+    if not progress_file.exists():
+        return
+    resume_from(accelerator, checkpoint, assistant)
+    done.update(json.loads(progress_file.read_text()))
+    if accelerator.is_main_process and log.exists():  # steps after the checkpoint are done again: log them once
+        kept = [line for line in log.read_text().splitlines() if json.loads(line)["step"] <= done["step"]]
+        log.write_text("".join(line + "\n" for line in kept))
+    accelerator.print(f"resuming at step {done['step']} ({done['tokens']} tokens)")
+
+
+def parse_arguments(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--target", required=True)
     parser.add_argument("--features", required=True, type=Path, nargs="+",
@@ -411,14 +427,11 @@ def main(argv=None):
         parser.error("--schedule wsd decays towards --max-tokens: give it")
     if args.decay_tokens and args.schedule != "wsd":
         parser.error("--decay-tokens belongs to --schedule wsd")
-    snapshot_tokens = parse_token_counts(args.snapshot_at_tokens)
+    return args
 
-    accelerator = Accelerator(cpu=not torch.cuda.is_available(),
-                              mixed_precision=training_precision(args.mixed_precision))
-    target, _ = load_target(args.target, "fp32")
-    # The drafter borrows the target's embedding, final norm and LM head (not submodules: accelerate's prepare
-    # does not move them), so the target goes where the drafter will train, before the assistant attaches to it.
-    target = target.to(accelerator.device).requires_grad_(False)
+
+def make_assistant(args: argparse.Namespace, target) -> DynaSpecAssistant:
+    """The drafter to train: `--init`'s (with feature fusion added when asked) or a fresh one from the target."""
     fused_ids = parse_layer_ids(args.fused_hidden_states)
     overrides = {"intermediate_size": args.intermediate_size} if args.intermediate_size else {}
     if args.init:
@@ -428,6 +441,48 @@ def main(argv=None):
     else:
         assistant = DynaSpecAssistant.from_target(target, target_name_or_path=args.target,
                                                   **overrides, **({"fused_hidden_state_ids": fused_ids} if fused_ids else {}))
+    return assistant
+
+
+def train_step(args, accelerator, assistant, optimizer, scheduler, batch: Batch, done: dict, generator):
+    """One optimizer step on `batch`; advances `done` (step, tokens). Returns (loss, metrics, the step's rate)."""
+    drafter = accelerator.unwrap_model(assistant).drafter
+    # Noise and sampled rows from a generator seeded by the step: a resumed run or a branch from a snapshot draws
+    # exactly what the uninterrupted run would have drawn.
+    generator.manual_seed(args.seed * 1_000_003 + done["step"])
+    # The loss calls the drafter's step directly, not its forward: accelerate's autocast wrapper around forward
+    # would never run, so the mixed precision is entered here.
+    with accelerator.autocast():
+        loss, metrics = drafter_loss(drafter, batch, noise=args.noise, cls_weight=args.cls_weight,
+                                     unroll=args.unroll, negatives=args.negatives, generator=generator,
+                                     reg_weight=args.reg_weight)
+    if scheduler is None:
+        for group in optimizer.param_groups:
+            group["lr"] = args.lr * wsd_factor(done["step"], done["tokens"], args.warmup_steps, args.max_tokens,
+                                               args.decay_tokens)
+    rate = optimizer.param_groups[0]["lr"]  # this step's
+    optimizer.zero_grad()
+    accelerator.backward(loss)
+    accelerator.clip_grad_norm_(assistant.parameters(), 0.5)
+    optimizer.step()
+    done["step"] += 1
+    done["tokens"] += metrics["batch_tokens"]
+    if scheduler is not None:
+        scheduler.step()
+    return loss, metrics, rate
+
+
+def main(argv=None):
+    args = parse_arguments(argv)
+    snapshot_tokens = parse_token_counts(args.snapshot_at_tokens)
+
+    accelerator = Accelerator(cpu=not torch.cuda.is_available(),
+                              mixed_precision=training_precision(args.mixed_precision))
+    target, _ = load_target(args.target, "fp32")
+    # The drafter borrows the target's embedding, final norm and LM head (not submodules: accelerate's prepare
+    # does not move them), so the target goes where the drafter will train, before the assistant attaches to it.
+    target = target.to(accelerator.device).requires_grad_(False)
+    assistant = make_assistant(args, target)
     fused_ids = assistant.config.fused_hidden_state_ids  # an --init drafter may fuse already
     # The full-head validation is costly: it is kept to --val-tokens.
     held_out, train_sequences = split_held_out(feature_shards(args.features, fused_ids), args.val_tokens,
@@ -452,15 +507,7 @@ def main(argv=None):
     args.out.mkdir(parents=True, exist_ok=True)
     checkpoint, log = args.out / "checkpoint", args.out / "train_log.jsonl"
     progress_file = checkpoint / "progress.json"
-    if not progress_file.exists() and args.resume_from is not None:
-        start_from_snapshot(args.resume_from, checkpoint)
-    if progress_file.exists():
-        resume_from(accelerator, checkpoint, assistant)
-        done.update(json.loads(progress_file.read_text()))
-        if accelerator.is_main_process and log.exists():  # steps after the checkpoint are done again: log them once
-            kept = [line for line in log.read_text().splitlines() if json.loads(line)["step"] <= done["step"]]
-            log.write_text("".join(line + "\n" for line in kept))
-        accelerator.print(f"resuming at step {done['step']} ({done['tokens']} tokens)")
+    restore_progress(accelerator, assistant, checkpoint, log, args.resume_from, done)
     accelerator.print(f"{len(train_sequences)} sequences, {tokens_per_epoch} tokens per epoch, {total_steps} steps; "
                       f"validation: {sum(int(b.valid.sum()) for b in val_batches)} tokens")
 
@@ -477,28 +524,7 @@ def main(argv=None):
     start, seconds_before = time.perf_counter(), done["seconds"]
     while done["step"] < total_steps and (args.max_tokens is None or done["tokens"] < args.max_tokens):
         batch = collate(schedule.batch(done["step"], accelerator.process_index), accelerator.device)
-        # Noise and sampled rows from a generator seeded by the step: a resumed run or a branch from a snapshot draws
-        # exactly what the uninterrupted run would have drawn.
-        generator.manual_seed(args.seed * 1_000_003 + done["step"])
-        # The loss calls the drafter's step directly, not its forward: accelerate's autocast wrapper around forward
-        # would never run, so the mixed precision is entered here.
-        with accelerator.autocast():
-            loss, metrics = drafter_loss(drafter, batch, noise=args.noise, cls_weight=args.cls_weight,
-                                         unroll=args.unroll, negatives=args.negatives, generator=generator,
-                                         reg_weight=args.reg_weight)
-        if scheduler is None:
-            for group in optimizer.param_groups:
-                group["lr"] = args.lr * wsd_factor(done["step"], done["tokens"], args.warmup_steps, args.max_tokens,
-                                                   args.decay_tokens)
-        rate = optimizer.param_groups[0]["lr"]  # this step's
-        optimizer.zero_grad()
-        accelerator.backward(loss)
-        accelerator.clip_grad_norm_(assistant.parameters(), 0.5)
-        optimizer.step()
-        done["step"] += 1
-        done["tokens"] += metrics["batch_tokens"]
-        if scheduler is not None:
-            scheduler.step()
+        loss, metrics, rate = train_step(args, accelerator, assistant, optimizer, scheduler, batch, done, generator)
         done["seconds"] = seconds_before + time.perf_counter() - start
         record = {**done, **metrics, "loss": loss.item(), "lr": rate}
         finished = done["step"] == total_steps or (args.max_tokens is not None and done["tokens"] >= args.max_tokens)
