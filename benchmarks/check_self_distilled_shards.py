@@ -7,7 +7,7 @@ at each position must be the token the target generated next.
 import sys
 from pathlib import Path
 
-from recipes.train_drafter import feature_shards, load_sequences
+from recipes.training_data import feature_shards, load_sequences
 
 for shard in feature_shards([Path(sys.argv[1])]):
     sequences = load_sequences(shard)

@@ -19,7 +19,8 @@ from pathlib import Path
 
 from hf_dynaspec import DynaSpecAssistant
 from hf_dynaspec.bench.runner import load_target
-from recipes.train_drafter import collate, feature_shards, load_sequences, make_batches, validate
+from recipes.train_drafter import validate
+from recipes.training_data import collate, feature_shards, load_sequences, make_batches
 
 
 def prompt_key(sequence) -> tuple[int, ...]:
@@ -35,6 +36,8 @@ def main(argv=None):
     parser.add_argument("--same-prompts", action="store_true")
     parser.add_argument("--tokens-per-batch", type=int, default=2048)
     parser.add_argument("--depths", type=int, default=2, help="draft positions scored (1 .. N)")
+    parser.add_argument("--answers-only", action="store_true",
+                        help="score answer tokens only (much faster on long prompts; all-token metrics then equal them)")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
 
@@ -54,7 +57,7 @@ def main(argv=None):
         drafter = DynaSpecAssistant.from_pretrained(path, target=target).drafter.eval()  # fp32, as the target
         for label, seqs in sequences.items():
             batches = [collate(b, "cpu") for b in make_batches(seqs, args.tokens_per_batch, 0)]
-            metrics = validate(drafter, batches, args.depths)  # no_grad inside
+            metrics = validate(drafter, batches, args.depths, args.answers_only)  # no_grad inside
             metrics |= {"sequences": len(seqs), "answer_tokens": int(sum(int(s.response.sum()) for s in seqs))}
             results[f"{name} on {label}"] = metrics
             print(f"{name} on {label}: " + ", ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}"

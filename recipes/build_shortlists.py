@@ -72,7 +72,7 @@ def interleaved_sequences(shards: list[Path], fused: bool):
     The router is fit on a token budget usually smaller than all the features. Read in the order given, the
     budget would be spent on the first directory alone (one domain, such as task-format answers) and the
     router would learn that domain's clusters only; taking the directories in turn spreads it over all."""
-    from recipes.train_drafter import load_sequences
+    from recipes.training_data import load_sequences
 
     by_directory: dict[Path, list[Path]] = {}
     for shard in shards:
@@ -87,7 +87,8 @@ def router_examples_from_features(features: list[Path], drafter, cluster_of_toke
     """Router examples from cached shards: first-position ones on target features, second-position ones on
     the drafter's own predictions (half each). Sequences are taken from each features directory in turn
     (see interleaved_sequences). Returns (E [N, D], h [N, D], cluster [N])."""
-    from recipes.train_drafter import collate, draft_pass, drafter_features, feature_shards
+    from recipes.train_drafter import draft_pass, drafter_features
+    from recipes.training_data import collate, feature_shards
 
     embeds, feats, labels, total = [], [], [], 0
     progress = tqdm(total=num_tokens, unit="tok", desc="router data (cached features)")

@@ -18,7 +18,7 @@ from safetensors import safe_open
 
 from hf_dynaspec import DynaSpecAssistant
 from hf_dynaspec.bench.report import single_assistant_view
-from recipes.train_drafter import feature_shards
+from recipes.training_data import feature_shards
 
 
 def feature_summaries(sources: list[Path]) -> list[dict]:

@@ -113,7 +113,8 @@ def test_fusion_options_are_checked():
 
 
 def test_training_loss_sees_the_fused_layers_and_learns(tmp_path):
-    from recipes.train_drafter import collate, drafter_loss, feature_shards, load_sequences, validate
+    from recipes.train_drafter import drafter_loss, validate
+    from recipes.training_data import collate, feature_shards, load_sequences
 
     target = tiny_target("qwen2", seed=4, num_hidden_layers=2)
     target.requires_grad_(False)
@@ -151,7 +152,7 @@ def test_training_loss_sees_the_fused_layers_and_learns(tmp_path):
 
 
 def test_fused_features_must_match_the_drafter(tmp_path):
-    from recipes.train_drafter import feature_shards, load_sequences
+    from recipes.training_data import feature_shards, load_sequences
 
     target = tiny_target("llama", seed=4, num_hidden_layers=3)
     tensors, _ = _shard(target, fused_ids=[1, 2])

@@ -18,7 +18,7 @@ def _cached_batch(target, num_sequences=4, length=40, topk=8):
     from safetensors.torch import save_file
 
     from recipes.build_features import shard_tensors
-    from recipes.train_drafter import collate, load_sequences
+    from recipes.training_data import collate, load_sequences
 
     generator = torch.Generator().manual_seed(0)
     tokenized = [(torch.randint(0, VOCAB, (length - i,), generator=generator).tolist(), 5) for i in range(num_sequences)]
@@ -45,7 +45,7 @@ def test_feature_shards_hold_the_targets_hidden_states_and_top_k(tmp_path):
 def test_held_out_split_keeps_every_other_sequence_for_training(tmp_path):
     from safetensors.torch import save_file
 
-    from recipes.train_drafter import feature_shards, split_held_out
+    from recipes.training_data import feature_shards, split_held_out
 
     target = one_layer_target("qwen2", seed=6)
     lengths = {}
@@ -67,7 +67,7 @@ def test_held_out_split_keeps_every_other_sequence_for_training(tmp_path):
 
 
 def test_a_shard_named_before_its_directory_comes_first_and_trains_once(tmp_path):
-    from recipes.train_drafter import feature_shards
+    from recipes.training_data import feature_shards
 
     for directory, count in [("new", 3), ("old", 1)]:
         (tmp_path / directory).mkdir()
@@ -250,7 +250,7 @@ def test_router_examples_take_the_features_directories_in_turn(tmp_path):
     from safetensors.torch import save_file
 
     from recipes.build_shortlists import interleaved_sequences, router_examples_from_features
-    from recipes.train_drafter import feature_shards
+    from recipes.training_data import feature_shards
 
     first, second = tmp_path / "tasks", tmp_path / "chat"
     first.mkdir(), second.mkdir()
@@ -384,7 +384,7 @@ def test_batched_self_distillation_answers_equal_single_stream_greedy():
 
 
 def test_batch_schedule_follows_each_epochs_own_batch_count():
-    from recipes.train_drafter import BatchSchedule, Sequence, make_batches
+    from recipes.training_data import BatchSchedule, Sequence, make_batches
 
     generator = torch.Generator().manual_seed(3)
     empty = torch.zeros(0)
@@ -495,3 +495,28 @@ def test_package_assistant_takes_its_own_rows_from_a_run_of_several_assistants(t
     assert card["results"]["methods"] == {"vanilla": {"tau": None}, "dynaspec": {"tau": 1.4}}
     assert card["results"]["assistant"] == "b" and card["results"]["other_assistants"] == {"v6": "a"}
     assert "| dynaspec | 1.40 |" in (tmp_path / "out" / "README.md").read_text()
+
+
+def test_validation_at_draft_position_three_feeds_back_twice_and_answers_only_agrees(tmp_path):
+    from recipes.train_drafter import draft_pass, validate
+
+    target = one_layer_target("qwen2", seed=6)
+    _, tokenized, to_batch = _cached_batch(target, num_sequences=1, length=30)
+    batch = to_batch(tmp_path / "shard.safetensors")
+    drafter = DynaSpecAssistant.from_target(target).drafter
+    start = tokenized[0][1]
+    with torch.no_grad():  # position 3: two passes on the drafter's own features, tokens teacher-forced
+        embeds = drafter.embed(batch.input_ids[:, 1:])
+        first = draft_pass(drafter, embeds, batch.hidden[:, :-1])
+        second = draft_pass(drafter, embeds[:, 1:], first[:, :-1])
+        third = draft_pass(drafter, embeds[:, 2:], second[:, :-1])
+        guesses = (third @ target.lm_head.weight.T).argmax(-1)[0]  # guess for the token at t + 3
+    agree = torch.zeros(len(guesses), dtype=torch.bool)
+    agree[::2] = True
+    batch.topk_ids[0, 3:, 0] = torch.where(agree, guesses, (guesses + 1) % VOCAB)
+    metrics = validate(drafter, [batch], depths=3)
+    assert metrics["val_top1_3"] == pytest.approx(agree.float().mean().item())
+    assert metrics["val_response_top1_3"] == pytest.approx(agree[start - 3 :].float().mean().item())
+    answers = validate(drafter, [batch], depths=3, answers_only=True)
+    for depth in (1, 2, 3):
+        assert answers[f"val_top1_{depth}"] == answers[f"val_response_top1_{depth}"] == metrics[f"val_response_top1_{depth}"]

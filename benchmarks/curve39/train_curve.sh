@@ -2,7 +2,7 @@
 # One data kind's curve: a constant-rate run with snapshots where each budget's decay starts, then one branch per
 # budget decaying over its last 20% of tokens. Usage: train_curve.sh NAME TARGET "BUDGETS" FEATURE_DIRS...
 set -e
-cd /work/main && . .venv/bin/activate
+cd "$(dirname "$0")/../.." && { [ -f .venv/bin/activate ] && . .venv/bin/activate; true; }
 name=$1; target=$2; budgets=$3; shift 3
 common="--target $target --features $* --unroll 2 --lr 5e-4 --warmup-steps 10 --tokens-per-batch 2048 --val-tokens 2000 --validate-every 100000 --checkpoint-every 25 --schedule wsd --mixed-precision auto"
 snaps=""; last=0
