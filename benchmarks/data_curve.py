@@ -34,7 +34,7 @@ def curve_points(runs: dict[str, Path]) -> list[dict]:
                 continue
             last = json.loads(log.read_text().splitlines()[-1])
             points.append({"kind": kind, "label": f"{kind}-{budget_dir.name[1:]}", "budget": int(budget_dir.name[1:]),
-                           "tokens": last["tokens"], "train_seconds": last["seconds"],
+                           "tokens": last["tokens"], "steps": last["step"], "train_seconds": last["seconds"],
                            "held_out_top1": [last.get("val_response_top1_1"), last.get("val_response_top1_2")]})
     return points
 
@@ -46,10 +46,27 @@ def attach_measurements(points: list[dict], agreement: dict | None, bench: dict 
             found = next((v for k, v in agreement["results"].items() if k.split(" on ")[0] == label), None)
             if found:
                 point["dev_agreement"] = [found.get(f"val_response_top1_{d}") for d in (1, 2, 3)]
+                for k in (2, 4):
+                    point[f"sim_tau_k{k}"] = found.get(f"sim_tau_k{k}")
         if bench:
             for k in (2, 4):
                 method = bench["methods"].get(f"{label}/eagle+draft:{k}")
                 point[f"tau_k{k}"] = method["tau"] if method else None
+
+
+def other_drafters(points: list[dict], agreement: dict | None, bench: dict | None) -> dict:
+    """Measurements of drafters outside the curve (the shipped one, as a reference), by label."""
+    labels = {p["label"] for p in points}
+    others: dict[str, dict] = {}
+    for key, value in ((agreement or {}).get("results") or {}).items():
+        label = key.split(" on ")[0]
+        if label not in labels:
+            others.setdefault(label, {}).update(value)
+    for key, value in ((bench or {}).get("methods") or {}).items():
+        label, _, method = key.partition("/")
+        if method and label not in labels:
+            others.setdefault(label, {})[f"tau {method}"] = value["tau"]
+    return others
 
 
 def fit_log_linear(tokens: list[float], values: list[float]) -> tuple[float, float] | None:
@@ -61,20 +78,23 @@ def fit_log_linear(tokens: list[float], values: list[float]) -> tuple[float, flo
 
 
 def fits(points: list[dict], references: dict[str, float], goal: float) -> dict:
-    """Per kind and chain length: the fit, its predictions at the reference token counts, and the tokens for `goal`."""
+    """Per kind, chain length and source (bench-measured `tau`, teacher-forced `sim_tau`): the fit, its predictions
+    at the reference token counts (capped at K + 1), and the tokens it needs for `goal`."""
     out = {}
     for kind in sorted({p["kind"] for p in points}):
-        for k in (2, 4):
-            rows = [p for p in points if p["kind"] == kind and p.get(f"tau_k{k}") is not None]
-            fit = fit_log_linear([p["tokens"] for p in rows], [p[f"tau_k{k}"] for p in rows])
-            if fit is None:
-                continue
-            a, b = fit
-            entry = {"a": a, "b_per_decade": b, "points": len(rows),
-                     "predicted": {name: min(a + b * math.log10(n), k + 1) for name, n in references.items()}}
-            if b > 0 and goal < k + 1:
-                entry[f"tokens_for_tau_{goal}"] = 10 ** ((goal - a) / b)
-            out[f"{kind} K={k}"] = entry
+        for source in ("tau", "sim_tau"):
+            for k in (2, 4):
+                key = f"{source}_k{k}"
+                rows = [p for p in points if p["kind"] == kind and p.get(key) is not None]
+                fit = fit_log_linear([p["tokens"] for p in rows], [p[key] for p in rows])
+                if fit is None:
+                    continue
+                a, b = fit
+                entry = {"a": a, "b_per_decade": b, "points": len(rows),
+                         "predicted": {name: min(a + b * math.log10(n), k + 1) for name, n in references.items()}}
+                if b > 0 and goal < k + 1:
+                    entry[f"tokens_for_tau_{goal}"] = 10 ** ((goal - a) / b)
+                out[f"{kind} {source} K={k}"] = entry
     return out
 
 
@@ -89,12 +109,15 @@ def plot(points: list[dict], fitted: dict, path: Path, title: str) -> None:
     for kind in sorted({p["kind"] for p in points}):
         rows = sorted((p for p in points if p["kind"] == kind), key=lambda p: p["tokens"])
         x = [p["tokens"] for p in rows]
-        for k, marker in ((2, "o"), (4, "s")):
-            y = [p.get(f"tau_k{k}") for p in rows]
-            if any(v is not None for v in y):
-                line, = left.plot(x, y, marker=marker, label=f"{kind}, chain K={k}", color=colours.get(kind))
+        for key, marker, style, name in (("sim_tau_k2", "o", "-", "K=2, simulated"), ("sim_tau_k4", "s", "--", "K=4, simulated"),
+                                         ("tau_k2", "D", "none", "K=2, measured")):
+            rows_with = [p for p in rows if p.get(key) is not None]
+            if rows_with:
+                line, = left.plot([p["tokens"] for p in rows_with], [p[key] for p in rows_with], marker=marker,
+                                  linestyle=style, label=f"{kind}, {name}", color=colours.get(kind))
                 colours.setdefault(kind, line.get_color())
-                fit = fitted.get(f"{kind} K={k}")
+                fit = fitted.get(f"{kind} {key[:-3]} K={key[-1]}")
+                x = [p["tokens"] for p in rows_with]
                 if fit:
                     grid = np.logspace(math.log10(min(x)), math.log10(max(x)), 20)
                     left.plot(grid, fit["a"] + fit["b_per_decade"] * np.log10(grid), ":", color=line.get_color())
@@ -115,12 +138,13 @@ def plot(points: list[dict], fitted: dict, path: Path, title: str) -> None:
 
 
 def markdown_table(points: list[dict]) -> str:
-    lines = ["| kind | tokens | tau K=2 | tau K=4 | agreement pos. 1 / 2 / 3 (dev answers) | train min |",
-             "| --- | ---: | ---: | ---: | --- | ---: |"]
+    lines = ["| kind | tokens | steps | tau K=2, measured | tau K=2 / K=4, simulated | agreement pos. 1 / 2 / 3 |",
+             "| --- | ---: | ---: | ---: | --- | --- |"]
     for p in sorted(points, key=lambda p: (p["kind"], p["tokens"])):
         agree = " / ".join("-" if v is None else f"{v:.3f}" for v in p.get("dev_agreement") or [None] * 3)
-        tau = [("-" if p.get(f"tau_k{k}") is None else f"{p[f'tau_k{k}']:.2f}") for k in (2, 4)]
-        lines.append(f"| {p['kind']} | {p['tokens']:,} | {tau[0]} | {tau[1]} | {agree} | {p['train_seconds'] / 60:.1f} |")
+        show = lambda key: "-" if p.get(key) is None else f"{p[key]:.2f}"  # noqa: E731
+        lines.append(f"| {p['kind']} | {p['tokens']:,} | {p['steps']} | {show('tau_k2')} | "
+                     f"{show('sim_tau_k2')} / {show('sim_tau_k4')} | {agree} |")
     return "\n".join(lines)
 
 
@@ -147,12 +171,15 @@ def main(argv=None) -> None:
     fitted = fits(points, references, args.goal)
     table = markdown_table(points)
     print(table)
+    others = other_drafters(points, load(args.agreement), load(args.bench))
+    for label, values in others.items():
+        print(f"{label}: " + ", ".join(f"{k} {v:.3f}" for k, v in values.items() if isinstance(v, float)))
     for name, fit in fitted.items():
         print(f"{name}: tau = {fit['a']:.3f} + {fit['b_per_decade']:.3f} log10(tokens); "
               + ", ".join(f"{k} {v:.2f}" for k, v in fit["predicted"].items())
               + (f"; tau {args.goal} at {fit[f'tokens_for_tau_{args.goal}']:.3g} tokens"
                  if f"tokens_for_tau_{args.goal}" in fit else ""))
-    args.json.write_text(json.dumps({"target": args.target, "points": points, "fits": fitted, "table": table,
+    args.json.write_text(json.dumps({"target": args.target, "points": points, "fits": fitted, "table": table, "others": others,
                                      "agreement": str(args.agreement), "bench": str(args.bench)}, indent=2) + "\n")
     if args.plot:
         plot(points, fitted, args.plot, f"{args.target}: drafter quality against training tokens")

@@ -17,10 +17,53 @@ import argparse
 import json
 from pathlib import Path
 
+import torch
+
 from hf_dynaspec import DynaSpecAssistant
 from hf_dynaspec.bench.runner import load_target
-from recipes.train_drafter import validate
+from recipes.train_drafter import draft_pass, drafter_features, validate
 from recipes.training_data import collate, feature_shards, load_sequences, make_batches
+
+
+@torch.no_grad()
+def simulated_chain_tau(drafter, batches, chain_lengths: list[int]) -> dict:
+    """Greedy chain tau simulated on teacher-forced answers: per answer, rounds start at the first answer token;
+    a round accepts the drafts of positions 1..K while each equals the target's top-1 there and adds the target's
+    own token, so tau = mean(accepted + 1). Positions d > 1 come from validate's passes, whose context is the
+    drafter's own predicted features at every earlier position (in real drafting only the round's own drafts are
+    predicted): an approximation, checked against measured tau in docs/data-curve.md."""
+    deepest = max(chain_lengths)
+    head = drafter.target.lm_head.weight
+    totals = {k: [0, 0] for k in chain_lengths}  # tokens, rounds
+    for batch in batches:
+        embeds = drafter.embed(batch.input_ids[:, 1:])
+        passes = [draft_pass(drafter, embeds, drafter_features(drafter, batch)[:, :-1])]
+        for depth in range(1, deepest):
+            passes.append(draft_pass(drafter, embeds[:, depth:], passes[-1][:, :-1]))
+        for row in range(batch.input_ids.shape[0]):
+            length = int(batch.valid[row].sum())
+            answer = batch.response[row, :length].nonzero()
+            if len(answer) < 2:
+                continue
+            start = int(answer[0])
+            # hits[d][p]: the depth-(d+1) draft of a round whose last accepted token is x_p equals the target's token
+            hits = []
+            for depth, predicted in enumerate(passes):
+                rows = predicted[row, start - 1 : length - 1 - depth]
+                guess = (rows @ head.T).argmax(-1) if len(rows) else torch.empty(0, dtype=torch.long)
+                hits.append((guess == batch.topk_ids[row, start + depth : length, 0]).tolist())
+            for k in chain_lengths:
+                position = start  # the first answer token came from the prefill
+                while position < length - 1:
+                    accepted = 0
+                    while (accepted < k and position + accepted < length - 1
+                           and position - start < len(hits[accepted]) and hits[accepted][position - start]):
+                        accepted += 1
+                    step = min(accepted + 1, length - 1 - position)
+                    totals[k][0] += step
+                    totals[k][1] += 1
+                    position += step
+    return {f"sim_tau_k{k}": tokens / max(rounds, 1) for k, (tokens, rounds) in totals.items()}
 
 
 def prompt_key(sequence) -> tuple[int, ...]:
@@ -36,6 +79,8 @@ def main(argv=None):
     parser.add_argument("--same-prompts", action="store_true")
     parser.add_argument("--tokens-per-batch", type=int, default=2048)
     parser.add_argument("--depths", type=int, default=2, help="draft positions scored (1 .. N)")
+    parser.add_argument("--chain-tau", default="", help="comma-separated chain lengths K: also simulate greedy "
+                        "chain tau on the answers (see simulated_chain_tau)")
     parser.add_argument("--answers-only", action="store_true",
                         help="score answer tokens only (much faster on long prompts; all-token metrics then equal them)")
     parser.add_argument("--json", type=Path, default=None)
@@ -58,6 +103,8 @@ def main(argv=None):
         for label, seqs in sequences.items():
             batches = [collate(b, "cpu") for b in make_batches(seqs, args.tokens_per_batch, 0)]
             metrics = validate(drafter, batches, args.depths, args.answers_only)  # no_grad inside
+            if args.chain_tau:
+                metrics |= simulated_chain_tau(drafter, batches, [int(k) for k in args.chain_tau.split(",")])
             metrics |= {"sequences": len(seqs), "answer_tokens": int(sum(int(s.response.sum()) for s in seqs))}
             results[f"{name} on {label}"] = metrics
             print(f"{name} on {label}: " + ", ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}"

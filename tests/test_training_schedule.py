@@ -152,17 +152,48 @@ def test_data_curve_report_fits_inverts_and_caps_the_log_linear_trend(tmp_path):
         methods[f"own-{tokens}/eagle+draft:2"] = {"tau": 1.0 + 0.25 * decades}
         methods[f"own-{tokens}/eagle+draft:4"] = {"tau": 1.0 + 0.5 * decades}
         results[f"own-{tokens} on dev"] = {"val_response_top1_1": 0.1 * decades, "val_response_top1_2": 0.05,
-                                            "val_response_top1_3": 0.01}
+                                            "val_response_top1_3": 0.01, "sim_tau_k2": 1.2, "sim_tau_k4": 1.3}
+    results["shipped on dev"] = {"val_response_top1_1": 0.7}
+    methods["shipped/eagle+draft:2"] = {"tau": 1.9}
     (tmp_path / "bench.json").write_text(json.dumps({"methods": methods}))
     (tmp_path / "agreement.json").write_text(json.dumps({"results": results}))
     data_curve.main(["--target", "tiny", "--runs", f"own={tmp_path / 'runs'}", "--bench", str(tmp_path / "bench.json"),
                      "--agreement", str(tmp_path / "agreement.json"), "--reference", "big=1e12",
                      "--json", str(tmp_path / "curve.json")])
     report = json.loads((tmp_path / "curve.json").read_text())
-    k2, k4 = report["fits"]["own K=2"], report["fits"]["own K=4"]
+    k2, k4 = report["fits"]["own tau K=2"], report["fits"]["own tau K=4"]
     assert k2["a"] == pytest.approx(1.0) and k2["b_per_decade"] == pytest.approx(0.25)
     assert k2["tokens_for_tau_2.5"] == pytest.approx(1e6)  # 1 + 0.25 * 6 = 2.5
     assert k2["predicted"]["big"] == 3.0  # 1 + 0.25 * 12 = 4 is past what a chain of 2 can reach: capped at K + 1
     assert k4["predicted"]["big"] == 5.0 and k4["tokens_for_tau_2.5"] == pytest.approx(1e3)
     assert [p["dev_agreement"][0] for p in report["points"]] == pytest.approx([0.4, 0.5, 0.6])
-    assert "| own | 1,000,000 | 2.50 | 4.00 | 0.600 / 0.050 / 0.010 | 1.0 |" in report["table"]
+    assert "| own | 1,000,000 | 9 | 2.50 | 1.20 / 1.30 | 0.600 / 0.050 / 0.010 |" in report["table"]
+    assert report["others"] == {"shipped": {"val_response_top1_1": 0.7, "tau eagle+draft:2": 1.9}}
+    assert report["fits"]["own sim_tau K=2"]["b_per_decade"] == pytest.approx(0.0, abs=1e-9)
+
+
+def test_simulated_chain_tau_counts_rounds_of_accepted_drafts_plus_the_targets_token(tmp_path):
+    import importlib.util
+    from pathlib import Path
+
+    from recipes.train_drafter import draft_pass
+    from recipes.training_data import collate, load_sequences
+    from hf_dynaspec import DynaSpecAssistant
+
+    spec = importlib.util.spec_from_file_location("feature_agreement",
+                                                  Path(__file__).parents[1] / "benchmarks" / "feature_agreement.py")
+    feature_agreement = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(feature_agreement)
+    target, features = _features(tmp_path, num_sequences=1)
+    batch = collate(load_sequences(features / "shard_00000.safetensors"), "cpu")
+    drafter = DynaSpecAssistant.from_target(target).drafter
+    length, start = int(batch.valid[0].sum()), int(batch.response[0].nonzero()[0])
+    with torch.no_grad():
+        first = draft_pass(drafter, drafter.embed(batch.input_ids[:, 1:]), batch.hidden[:, :-1])
+        guesses = (first @ target.lm_head.weight.T).argmax(-1)[0]  # index t guesses the token after x_{t+1}
+    batch.topk_ids[0, 1:, 0] = (guesses + 1) % VOCAB  # the target never agrees: one token per round
+    assert feature_agreement.simulated_chain_tau(drafter, [batch], [1, 3]) == {"sim_tau_k1": 1.0, "sim_tau_k3": 1.0}
+    batch.topk_ids[0, 1:, 0] = guesses  # every first draft is the target's token: K = 1 gives 2 per round
+    generated = length - 1 - start
+    tau = feature_agreement.simulated_chain_tau(drafter, [batch], [1])["sim_tau_k1"]
+    assert tau == pytest.approx(generated / -(-generated // 2))
