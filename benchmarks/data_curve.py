@@ -124,7 +124,7 @@ def plot(points: list[dict], fitted: dict, path: Path, title: str) -> None:
         for depth, style in ((0, "-"), (1, "--"), (2, "-.")):
             y = [(p.get("dev_agreement") or [None] * 3)[depth] for p in rows]
             if any(v is not None for v in y):
-                right.plot(x, y, style, marker="o", color=colours.get(kind), label=f"{kind}, position {depth + 1}")
+                right.plot([p["tokens"] for p in rows], y, style, marker="o", color=colours.get(kind), label=f"{kind}, position {depth + 1}")
     for axis, ylabel in ((left, "tau (tokens per target pass)"), (right, "teacher-forced top-1 agreement (answers)")):
         axis.set_xscale("log")
         axis.set_xlabel("training tokens (one epoch, each seen once)")

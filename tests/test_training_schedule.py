@@ -159,7 +159,8 @@ def test_data_curve_report_fits_inverts_and_caps_the_log_linear_trend(tmp_path):
     (tmp_path / "agreement.json").write_text(json.dumps({"results": results}))
     data_curve.main(["--target", "tiny", "--runs", f"own={tmp_path / 'runs'}", "--bench", str(tmp_path / "bench.json"),
                      "--agreement", str(tmp_path / "agreement.json"), "--reference", "big=1e12",
-                     "--json", str(tmp_path / "curve.json")])
+                     "--json", str(tmp_path / "curve.json"), "--plot", str(tmp_path / "curve.png")])
+    assert (tmp_path / "curve.png").stat().st_size > 10_000
     report = json.loads((tmp_path / "curve.json").read_text())
     k2, k4 = report["fits"]["own tau K=2"], report["fits"]["own tau K=4"]
     assert k2["a"] == pytest.approx(1.0) and k2["b_per_decade"] == pytest.approx(0.25)
