@@ -84,14 +84,17 @@ def test_a_shard_named_before_its_directory_comes_first_and_trains_once(tmp_path
         feature_shards([tmp_path / "notes.txt"])
 
 
+def _one_sequence_batch(tmp_path):
+    """(target, a one-sequence batch, a fresh drafter, the answer's first position) for validation tests."""
+    target = one_layer_target("qwen2", seed=6)
+    _, tokenized, to_batch = _cached_batch(target, num_sequences=1, length=30)
+    return target, to_batch(tmp_path / "shard.safetensors"), DynaSpecAssistant.from_target(target).drafter, tokenized[0][1]
+
+
 def test_validation_on_response_positions_matches_a_direct_count(tmp_path):
     from recipes.train_drafter import draft_pass, validate
 
-    target = one_layer_target("qwen2", seed=6)
-    _, tokenized, to_batch = _cached_batch(target, num_sequences=1, length=30)
-    batch = to_batch(tmp_path / "shard.safetensors")
-    drafter = DynaSpecAssistant.from_target(target).drafter
-    start = tokenized[0][1]
+    target, batch, drafter, start = _one_sequence_batch(tmp_path)
     with torch.no_grad():  # draft position 1: the pair (f_t, x_{t+1}) guesses the target's token after x_{t+1}
         predicted = draft_pass(drafter, drafter.embed(batch.input_ids[:, 1:]), batch.hidden[:, :-1])
         guesses = (predicted @ target.lm_head.weight.T).argmax(-1)[0]
@@ -500,11 +503,7 @@ def test_package_assistant_takes_its_own_rows_from_a_run_of_several_assistants(t
 def test_validation_at_draft_position_three_feeds_back_twice_and_answers_only_agrees(tmp_path):
     from recipes.train_drafter import draft_pass, validate
 
-    target = one_layer_target("qwen2", seed=6)
-    _, tokenized, to_batch = _cached_batch(target, num_sequences=1, length=30)
-    batch = to_batch(tmp_path / "shard.safetensors")
-    drafter = DynaSpecAssistant.from_target(target).drafter
-    start = tokenized[0][1]
+    target, batch, drafter, start = _one_sequence_batch(tmp_path)
     with torch.no_grad():  # position 3: two passes on the drafter's own features, tokens teacher-forced
         embeds = drafter.embed(batch.input_ids[:, 1:])
         first = draft_pass(drafter, embeds, batch.hidden[:, :-1])
