@@ -21,48 +21,49 @@ import torch
 
 from hf_dynaspec import DynaSpecAssistant
 from hf_dynaspec.bench.runner import load_target
-from recipes.train_drafter import draft_pass, drafter_features, validate
+from recipes.train_drafter import teacher_forced_passes, validate
 from recipes.training_data import collate, feature_shards, load_sequences, make_batches
+
+
+def replay_chain(hits: list[list[bool]], k: int, generated: int) -> tuple[int, int]:
+    """(tokens, rounds) of greedy chains of `k` over `generated` answer tokens after the first: `hits[d][i]` says
+    whether the depth-(d+1) draft of the round whose last accepted token is answer token i equals the target's."""
+    position, tokens, rounds = 0, 0, 0
+    while position < generated:
+        accepted = 0
+        while accepted < min(k, generated - position) and hits[accepted][position]:
+            accepted += 1
+        step = min(accepted + 1, generated - position)  # the accepted drafts and the target's own token
+        tokens, rounds, position = tokens + step, rounds + 1, position + step
+    return tokens, rounds
 
 
 @torch.no_grad()
 def simulated_chain_tau(drafter, batches, chain_lengths: list[int]) -> dict:
-    """Greedy chain tau simulated on teacher-forced answers: per answer, rounds start at the first answer token;
-    a round accepts the drafts of positions 1..K while each equals the target's top-1 there and adds the target's
-    own token, so tau = mean(accepted + 1). Positions d > 1 come from validate's passes, whose context is the
-    drafter's own predicted features at every earlier position (in real drafting only the round's own drafts are
-    predicted): an approximation, checked against measured tau in docs/data-curve.md."""
-    deepest = max(chain_lengths)
+    """Greedy chain tau simulated on teacher-forced answers: per answer, rounds start at the first answer token
+    (the prefill's); a round accepts the drafts of positions 1..K while each equals the target's top-1 there and adds
+    the target's own token, so tau = mean(accepted + 1). Positions d > 1 come from validate's passes, whose context
+    is the drafter's own predicted features at every earlier position (in real drafting only the round's own drafts
+    are predicted): an approximation, checked against measured tau in docs/data-curve.md."""
     head = drafter.target.lm_head.weight
     totals = {k: [0, 0] for k in chain_lengths}  # tokens, rounds
     for batch in batches:
-        embeds = drafter.embed(batch.input_ids[:, 1:])
-        passes = [draft_pass(drafter, embeds, drafter_features(drafter, batch)[:, :-1])]
-        for depth in range(1, deepest):
-            passes.append(draft_pass(drafter, embeds[:, depth:], passes[-1][:, :-1]))
+        passes = teacher_forced_passes(drafter, batch, max(chain_lengths))
         for row in range(batch.input_ids.shape[0]):
             length = int(batch.valid[row].sum())
             answer = batch.response[row, :length].nonzero()
             if len(answer) < 2:
                 continue
             start = int(answer[0])
-            # hits[d][p]: the depth-(d+1) draft of a round whose last accepted token is x_p equals the target's token
-            hits = []
+            hits = []  # padded with misses past the answer's end, where no draft is scored
             for depth, predicted in enumerate(passes):
-                rows = predicted[row, start - 1 : length - 1 - depth]
-                guess = (rows @ head.T).argmax(-1) if len(rows) else torch.empty(0, dtype=torch.long)
-                hits.append((guess == batch.topk_ids[row, start + depth : length, 0]).tolist())
+                guess = (predicted[row, start - 1 : length - 1 - depth] @ head.T).argmax(-1)
+                hit = (guess == batch.topk_ids[row, start + depth : length, 0]).tolist()
+                hits.append(hit + [False] * (length - start - len(hit)))
             for k in chain_lengths:
-                position = start  # the first answer token came from the prefill
-                while position < length - 1:
-                    accepted = 0
-                    while (accepted < k and position + accepted < length - 1
-                           and position - start < len(hits[accepted]) and hits[accepted][position - start]):
-                        accepted += 1
-                    step = min(accepted + 1, length - 1 - position)
-                    totals[k][0] += step
-                    totals[k][1] += 1
-                    position += step
+                tokens, rounds = replay_chain(hits, k, length - 1 - start)
+                totals[k][0] += tokens
+                totals[k][1] += rounds
     return {f"sim_tau_k{k}": tokens / max(rounds, 1) for k, (tokens, rounds) in totals.items()}
 
 

@@ -120,6 +120,17 @@ def drafter_loss(drafter, batch: Batch, *, noise: float, cls_weight: float, unro
     return total / unroll, metrics
 
 
+def teacher_forced_passes(drafter, batch: Batch, depths: int) -> list[torch.Tensor]:
+    """The drafter's predicted features at draft positions 1 .. `depths` over whole sequences: pass d `[B, T-d, H]`
+    (index t: the round whose last accepted token is x_{t+1}) runs on pass d-1's predictions, with the true tokens
+    as the drafted ones (equal to them wherever the earlier drafts were accepted)."""
+    embeds = drafter.embed(batch.input_ids[:, 1:])
+    passes = [draft_pass(drafter, embeds, drafter_features(drafter, batch)[:, :-1])]
+    for depth in range(1, depths):
+        passes.append(draft_pass(drafter, embeds[:, depth:], passes[-1][:, :-1]))
+    return passes
+
+
 @torch.no_grad()
 def validate(drafter, batches: list[Batch], depths: int = 2, answers_only: bool = False) -> dict:
     """Full-vocabulary top-1 agreement with the target at draft positions 1 .. `depths` (no noise), over every
@@ -132,13 +143,10 @@ def validate(drafter, batches: list[Batch], depths: int = 2, answers_only: bool 
     head = drafter.target.lm_head.weight
     for batch in batches:
         mask = batch.valid[:, 1:] & batch.valid[:, :-1]
-        embeds = drafter.embed(batch.input_ids[:, 1:])
-        passes = [(draft_pass(drafter, embeds, drafter_features(drafter, batch)[:, :-1]), mask)]
-        for depth in range(1, depths):
-            previous, previous_mask = passes[-1]
-            passes.append((draft_pass(drafter, embeds[:, depth:], previous[:, :-1]),
-                           previous_mask[:, 1:] & previous_mask[:, :-1]))
-        for depth, (predicted, m) in enumerate(passes):
+        masks = [mask]
+        for _ in range(1, depths):  # pass d pairs positions whose d earlier pairs are valid too
+            masks.append(masks[-1][:, 1:] & masks[-1][:, :-1])
+        for depth, (predicted, m) in enumerate(zip(teacher_forced_passes(drafter, batch, depths), masks)):
             if answers_only:
                 m = m & batch.response[:, depth + 1:]
             top = torch.cat([(rows @ head.T).argmax(-1) for rows in predicted[m].split(512)])  # [N, V] in chunks
