@@ -9,6 +9,10 @@ Each `--features LABEL=SOURCE` is a recipes.build_features / self_distill --feat
 metric is train_drafter's validation (full vocabulary, draft positions 1 .. --depths, all tokens and answer tokens).
 With `--same-prompts` only the conversations whose prompt (the tokens before the answer) occurs in every source
 are scored: the same questions answered by different writers, e.g. the target itself against a smaller sibling.
+With `--categories FILE` (a JSONL with a `category` per row in the sequences' order, e.g. the responses file that
+`self_distill --features-out` wrote beside the features) every metric is also reported per category, with the
+target's own mean top-1 probability on the answers (`target_top1_prob`): where the target is sure but the drafter
+disagrees, the drafter, not the text, is the limit.
 """
 
 from __future__ import annotations
@@ -67,6 +71,30 @@ def simulated_chain_tau(drafter, batches, chain_lengths: list[int]) -> dict:
     return {f"sim_tau_k{k}": tokens / max(rounds, 1) for k, (tokens, rounds) in totals.items()}
 
 
+def score(drafter, seqs, args) -> dict:
+    """validate's agreement (+ simulated chain tau with --chain-tau) on `seqs`, with counts and target confidence."""
+    batches = [collate(b, "cpu") for b in make_batches(seqs, args.tokens_per_batch, 0)]
+    metrics = validate(drafter, batches, args.depths, args.answers_only)  # no_grad inside
+    if args.chain_tau:
+        metrics |= simulated_chain_tau(drafter, batches, [int(k) for k in args.chain_tau.split(",")])
+    answer_top1 = torch.cat([s.topk_logp[s.response][:, 0] for s in seqs]).exp()
+    return metrics | {"target_top1_prob": float(answer_top1.mean()), "sequences": len(seqs),
+                      "answer_tokens": len(answer_top1)}
+
+
+def read_categories(path: Path, sequences: dict[str, list]) -> list[str]:
+    """The category of each sequence, in order; every --features source must have exactly that many sequences."""
+    rows = [json.loads(line) for line in path.read_text().split("\n") if line.strip()]
+    missing = [i for i, row in enumerate(rows) if "category" not in row]
+    if missing:
+        raise SystemExit(f"--categories {path}: row {missing[0]} has no 'category' field")
+    for label, seqs in sequences.items():
+        if len(seqs) != len(rows):
+            raise SystemExit(f"--categories {path} has {len(rows)} rows but --features {label} has {len(seqs)} "
+                             "sequences: give the responses file the features were built from, whole")
+    return [row["category"] for row in rows]
+
+
 def prompt_key(sequence) -> tuple[int, ...]:
     """The conversation's prompt tokens (everything before the first answer token)."""
     return tuple(sequence.input_ids[~sequence.response].tolist())
@@ -84,8 +112,12 @@ def main(argv=None):
                         "chain tau on the answers (see simulated_chain_tau)")
     parser.add_argument("--answers-only", action="store_true",
                         help="score answer tokens only (much faster on long prompts; all-token metrics then equal them)")
+    parser.add_argument("--categories", type=Path, default=None,
+                        help="JSONL with a 'category' per sequence (in order): also report per category")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
+    if args.categories and args.same_prompts:
+        parser.error("--categories needs every sequence of a source in order: it cannot go with --same-prompts")
 
     sources = dict(item.split("=", 1) for item in args.features)
     sequences = {label: [s for shard in feature_shards([Path(src)]) for s in load_sequences(shard)]
@@ -95,6 +127,7 @@ def main(argv=None):
         if not common:
             raise SystemExit("no prompt occurs in every --features source")
         sequences = {label: [s for s in seqs if prompt_key(s) in common] for label, seqs in sequences.items()}
+    categories = read_categories(args.categories, sequences) if args.categories else None
 
     target, _ = load_target(args.target, "fp32")
     results = {}
@@ -102,14 +135,13 @@ def main(argv=None):
         name, path = item.split("=", 1)
         drafter = DynaSpecAssistant.from_pretrained(path, target=target).drafter.eval()  # fp32, as the target
         for label, seqs in sequences.items():
-            batches = [collate(b, "cpu") for b in make_batches(seqs, args.tokens_per_batch, 0)]
-            metrics = validate(drafter, batches, args.depths, args.answers_only)  # no_grad inside
-            if args.chain_tau:
-                metrics |= simulated_chain_tau(drafter, batches, [int(k) for k in args.chain_tau.split(",")])
-            metrics |= {"sequences": len(seqs), "answer_tokens": int(sum(int(s.response.sum()) for s in seqs))}
-            results[f"{name} on {label}"] = metrics
-            print(f"{name} on {label}: " + ", ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}"
-                                                      for k, v in metrics.items()), flush=True)
+            groups = {"": seqs}
+            for category in dict.fromkeys(categories or []):
+                groups[f" [{category}]"] = [s for s, c in zip(seqs, categories) if c == category]
+            for suffix, group in groups.items():
+                metrics = results[f"{name} on {label}{suffix}"] = score(drafter, group, args)
+                print(f"{name} on {label}{suffix}: " + ", ".join(
+                    f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in metrics.items()), flush=True)
     if args.json:
         args.json.write_text(json.dumps({"command": vars(args) | {"json": str(args.json)}, "results": results},
                                         indent=2, default=str) + "\n")

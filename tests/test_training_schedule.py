@@ -174,17 +174,11 @@ def test_data_curve_report_fits_inverts_and_caps_the_log_linear_trend(tmp_path):
 
 
 def test_simulated_chain_tau_counts_rounds_of_accepted_drafts_plus_the_targets_token(tmp_path):
-    import importlib.util
-    from pathlib import Path
-
     from recipes.train_drafter import draft_pass
     from recipes.training_data import collate, load_sequences
     from hf_dynaspec import DynaSpecAssistant
 
-    spec = importlib.util.spec_from_file_location("feature_agreement",
-                                                  Path(__file__).parents[1] / "benchmarks" / "feature_agreement.py")
-    feature_agreement = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(feature_agreement)
+    feature_agreement = _feature_agreement_module()
     target, features = _features(tmp_path, num_sequences=1)
     batch = collate(load_sequences(features / "shard_00000.safetensors"), "cpu")
     drafter = DynaSpecAssistant.from_target(target).drafter
@@ -198,3 +192,45 @@ def test_simulated_chain_tau_counts_rounds_of_accepted_drafts_plus_the_targets_t
     generated = length - 1 - start
     tau = feature_agreement.simulated_chain_tau(drafter, [batch], [1])["sim_tau_k1"]
     assert tau == pytest.approx(generated / -(-generated // 2))
+
+
+def _feature_agreement_module():
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("feature_agreement",
+                                                  Path(__file__).parents[1] / "benchmarks" / "feature_agreement.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_per_category_agreement_scores_exactly_each_categorys_sequences(tmp_path, monkeypatch):
+    from hf_dynaspec import DynaSpecAssistant
+    from recipes.training_data import load_sequences
+
+    feature_agreement = _feature_agreement_module()
+    target, features = _features(tmp_path, num_sequences=5)
+    DynaSpecAssistant.from_target(target).save_pretrained(tmp_path / "drafter")
+    monkeypatch.setattr(feature_agreement, "load_target", lambda name, dtype: (target, None))
+    labels = ["code", "chat", "code", "chat", "math"]  # interleaved: a grouping by position would mix them
+    (tmp_path / "responses.jsonl").write_text("".join(json.dumps({"category": c}) + "\n" for c in labels))
+    common = ["--target", "tiny", "--assistant", f"d={tmp_path / 'drafter'}", "--depths", "2", "--chain-tau", "2"]
+    feature_agreement.main([*common, "--features", f"f={features}", "--categories", str(tmp_path / "responses.jsonl"),
+                            "--json", str(tmp_path / "all.json")])
+    results = json.loads((tmp_path / "all.json").read_text())["results"]
+    assert set(results) == {"d on f", "d on f [code]", "d on f [chat]", "d on f [math]"}
+
+    sequences = load_sequences(features / "shard_00000.safetensors")
+    drafter = DynaSpecAssistant.from_pretrained(tmp_path / "drafter", target=target).drafter.eval()
+    args = feature_agreement.argparse.Namespace(tokens_per_batch=2048, depths=2, answers_only=False, chain_tau="2")
+    for category in ("code", "chat", "math"):
+        alone = feature_agreement.score(drafter, [s for s, c in zip(sequences, labels) if c == category], args)
+        assert results[f"d on f [{category}]"] == pytest.approx(alone)
+    confidences = torch.cat([s.topk_logp[s.response][:, 0].exp() for s in sequences])
+    assert results["d on f"]["target_top1_prob"] == pytest.approx(float(confidences.mean()))
+    assert results["d on f"]["answer_tokens"] == sum(int(s.response.sum()) for s in sequences)
+
+    (tmp_path / "short.jsonl").write_text("".join(json.dumps({"category": c}) + "\n" for c in labels[:4]))
+    with pytest.raises(SystemExit, match="4 rows but --features f has 5 sequences"):
+        feature_agreement.main([*common, "--features", f"f={features}", "--categories", str(tmp_path / "short.jsonl")])
