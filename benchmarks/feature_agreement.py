@@ -12,7 +12,8 @@ are scored: the same questions answered by different writers, e.g. the target it
 With `--categories FILE` (a JSONL with a `category` per row in the sequences' order, e.g. the responses file that
 `self_distill --features-out` wrote beside the features) every metric is also reported per category, with the
 target's own mean top-1 probability on the answers (`target_top1_prob`): where the target is sure but the drafter
-disagrees, the drafter, not the text, is the limit.
+disagrees, the drafter, not the text, is the limit. `--copy-split` adds position-1 agreement on the answer tokens
+that repeat a bigram of the text so far and on the others.
 """
 
 from __future__ import annotations
@@ -71,12 +72,44 @@ def simulated_chain_tau(drafter, batches, chain_lengths: list[int]) -> dict:
     return {f"sim_tau_k{k}": tokens / max(rounds, 1) for k, (tokens, rounds) in totals.items()}
 
 
+def copyable(input_ids: list[int], labels: list[int]) -> list[bool]:
+    """Whether each draft's label could be copied from the text so far: `labels[t]` (the target's token after x_{t+1})
+    is copyable when the bigram (x_{t+1}, labels[t]) already occurs in x_0 .. x_t, the way prompt lookup finds it."""
+    seen, flags = set(), []
+    for t, label in enumerate(labels):
+        if t >= 1:
+            seen.add((input_ids[t - 1], input_ids[t]))
+        flags.append((input_ids[t + 1], label) in seen)
+    return flags
+
+
+@torch.no_grad()
+def copy_split(drafter, batches) -> dict:
+    """Position-1 agreement on answer tokens split by `copyable`: how much of the answer repeats the text so far
+    (summaries, code edits) and whether the drafter gets those repeats, which prompt lookup would."""
+    head = drafter.target.lm_head.weight
+    hits, counts = {True: 0, False: 0}, {True: 0, False: 0}
+    for batch in batches:
+        guesses = (teacher_forced_passes(drafter, batch, 1)[0] @ head.T).argmax(-1)  # [B, T-1]
+        labels = batch.topk_ids[:, 1:, 0]
+        scored = batch.valid[:, 1:] & batch.valid[:, :-1] & batch.response[:, 1:]
+        for row in range(labels.shape[0]):
+            flags = copyable(batch.input_ids[row].tolist(), labels[row].tolist())
+            for t in scored[row].nonzero().flatten().tolist():
+                hits[flags[t]] += int(guesses[row, t] == labels[row, t])
+                counts[flags[t]] += 1
+    return {"copyable_share": counts[True] / max(counts[True] + counts[False], 1),
+            "top1_1_copyable": hits[True] / max(counts[True], 1), "top1_1_fresh": hits[False] / max(counts[False], 1)}
+
+
 def score(drafter, seqs, args) -> dict:
     """validate's agreement (+ simulated chain tau with --chain-tau) on `seqs`, with counts and target confidence."""
     batches = [collate(b, "cpu") for b in make_batches(seqs, args.tokens_per_batch, 0)]
     metrics = validate(drafter, batches, args.depths, args.answers_only)  # no_grad inside
     if args.chain_tau:
         metrics |= simulated_chain_tau(drafter, batches, [int(k) for k in args.chain_tau.split(",")])
+    if args.copy_split:
+        metrics |= copy_split(drafter, batches)
     answer_top1 = torch.cat([s.topk_logp[s.response][:, 0] for s in seqs]).exp()
     return metrics | {"target_top1_prob": float(answer_top1.mean()), "sequences": len(seqs),
                       "answer_tokens": len(answer_top1)}
@@ -112,6 +145,9 @@ def main(argv=None):
                         "chain tau on the answers (see simulated_chain_tau)")
     parser.add_argument("--answers-only", action="store_true",
                         help="score answer tokens only (much faster on long prompts; all-token metrics then equal them)")
+    parser.add_argument("--copy-split", action="store_true",
+                        help="also split position-1 agreement on answers by whether the token repeats a bigram of "
+                             "the text so far (see copy_split)")
     parser.add_argument("--categories", type=Path, default=None,
                         help="JSONL with a 'category' per sequence (in order): also report per category")
     parser.add_argument("--json", type=Path, default=None)

@@ -215,7 +215,8 @@ def test_per_category_agreement_scores_exactly_each_categorys_sequences(tmp_path
     monkeypatch.setattr(feature_agreement, "load_target", lambda name, dtype: (target, None))
     labels = ["code", "chat", "code", "chat", "math"]  # interleaved: a grouping by position would mix them
     (tmp_path / "responses.jsonl").write_text("".join(json.dumps({"category": c}) + "\n" for c in labels))
-    common = ["--target", "tiny", "--assistant", f"d={tmp_path / 'drafter'}", "--depths", "2", "--chain-tau", "2"]
+    common = ["--target", "tiny", "--assistant", f"d={tmp_path / 'drafter'}", "--depths", "2", "--chain-tau", "2",
+              "--copy-split"]
     feature_agreement.main([*common, "--features", f"f={features}", "--categories", str(tmp_path / "responses.jsonl"),
                             "--json", str(tmp_path / "all.json")])
     results = json.loads((tmp_path / "all.json").read_text())["results"]
@@ -223,7 +224,8 @@ def test_per_category_agreement_scores_exactly_each_categorys_sequences(tmp_path
 
     sequences = load_sequences(features / "shard_00000.safetensors")
     drafter = DynaSpecAssistant.from_pretrained(tmp_path / "drafter", target=target).drafter.eval()
-    args = feature_agreement.argparse.Namespace(tokens_per_batch=2048, depths=2, answers_only=False, chain_tau="2")
+    args = feature_agreement.argparse.Namespace(tokens_per_batch=2048, depths=2, answers_only=False, chain_tau="2",
+                                                copy_split=True)
     for category in ("code", "chat", "math"):
         alone = feature_agreement.score(drafter, [s for s, c in zip(sequences, labels) if c == category], args)
         assert results[f"d on f [{category}]"] == pytest.approx(alone)
@@ -234,3 +236,36 @@ def test_per_category_agreement_scores_exactly_each_categorys_sequences(tmp_path
     (tmp_path / "short.jsonl").write_text("".join(json.dumps({"category": c}) + "\n" for c in labels[:4]))
     with pytest.raises(SystemExit, match="4 rows but --features f has 5 sequences"):
         feature_agreement.main([*common, "--features", f"f={features}", "--categories", str(tmp_path / "short.jsonl")])
+
+
+def test_copyable_means_the_bigram_already_occurred_before_the_draft():
+    feature_agreement = _feature_agreement_module()
+    #            x0 x1 x2 x3 x4 x5
+    input_ids = [7, 8, 9, 7, 8, 3]
+    # labels[t] is the target's token after x_{t+1}; copyable if (x_{t+1}, labels[t]) occurs in x_0..x_t
+    labels = [9, 7, 8, 9, 5]
+    # t=0: (8, 9) not in [] -> no; t=1: (9, 7) not in {(7,8)} -> no; t=2: (7, 8) in {(7,8),(8,9)} -> yes;
+    # t=3: (8, 9) in ... -> yes; t=4: (3, 5) -> no
+    assert feature_agreement.copyable(input_ids, labels) == [False, False, True, True, False]
+    # the bigram must lie wholly before the draft: (8, 9) at x_4, x_5 would not count for t = 3
+    assert feature_agreement.copyable([1, 2, 3, 8, 9, 4], [0, 0, 0, 9, 0]) == [False] * 5
+
+
+def test_copy_split_counts_every_answer_draft_once_as_validation_does(tmp_path):
+    from hf_dynaspec import DynaSpecAssistant
+    from recipes.train_drafter import validate
+    from recipes.training_data import collate, load_sequences
+
+    feature_agreement = _feature_agreement_module()
+    target, features = _features(tmp_path, num_sequences=4)
+    sequences = load_sequences(features / "shard_00000.safetensors")
+    for s in sequences:  # the answer ends by repeating the prompt's start, and the target predicts the text itself
+        s.input_ids[-8:] = s.input_ids[:8].clone()
+        s.topk_ids[:-1, 0] = s.input_ids[1:]
+    batches = [collate(sequences, "cpu")]
+    drafter = DynaSpecAssistant.from_target(target).drafter.eval()
+    split = feature_agreement.copy_split(drafter, batches)
+    answers = sum(int(s.response[1:].sum()) for s in sequences)
+    assert 0 < split["copyable_share"] < 1
+    hits = (split["copyable_share"] * split["top1_1_copyable"] + (1 - split["copyable_share"]) * split["top1_1_fresh"])
+    assert hits * answers == pytest.approx(validate(drafter, batches, 1, True)["val_top1_1"] * answers)
