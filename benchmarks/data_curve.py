@@ -108,16 +108,15 @@ def plot(points: list[dict], fitted: dict, path: Path, title: str) -> None:
     colours = {}
     for kind in sorted({p["kind"] for p in points}):
         rows = sorted((p for p in points if p["kind"] == kind), key=lambda p: p["tokens"])
-        x = [p["tokens"] for p in rows]
         for key, marker, style, name in (("sim_tau_k2", "o", "-", "K=2, simulated"), ("sim_tau_k4", "s", "--", "K=4, simulated"),
                                          ("tau_k2", "D", "none", "K=2, measured")):
             rows_with = [p for p in rows if p.get(key) is not None]
             if rows_with:
-                line, = left.plot([p["tokens"] for p in rows_with], [p[key] for p in rows_with], marker=marker,
-                                  linestyle=style, label=f"{kind}, {name}", color=colours.get(kind))
+                x = [p["tokens"] for p in rows_with]
+                line, = left.plot(x, [p[key] for p in rows_with], marker=marker, linestyle=style,
+                                  label=f"{kind}, {name}", color=colours.get(kind))
                 colours.setdefault(kind, line.get_color())
                 fit = fitted.get(f"{kind} {key[:-3]} K={key[-1]}")
-                x = [p["tokens"] for p in rows_with]
                 if fit:
                     grid = np.logspace(math.log10(min(x)), math.log10(max(x)), 20)
                     left.plot(grid, fit["a"] + fit["b_per_decade"] * np.log10(grid), ":", color=line.get_color())

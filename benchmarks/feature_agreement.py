@@ -26,7 +26,7 @@ import torch
 
 from hf_dynaspec import DynaSpecAssistant
 from hf_dynaspec.bench.runner import load_target
-from recipes.train_drafter import teacher_forced_passes, validate
+from recipes.train_drafter import head_top1, teacher_forced_passes, validate
 from recipes.training_data import collate, feature_shards, load_sequences, make_batches
 
 
@@ -62,7 +62,7 @@ def simulated_chain_tau(drafter, batches, chain_lengths: list[int]) -> dict:
             start = int(answer[0])
             hits = []  # padded with misses past the answer's end, where no draft is scored
             for depth, predicted in enumerate(passes):
-                guess = (predicted[row, start - 1 : length - 1 - depth] @ head.T).argmax(-1)
+                guess = head_top1(predicted[row, start - 1 : length - 1 - depth], head)
                 hit = (guess == batch.topk_ids[row, start + depth : length, 0]).tolist()
                 hits.append(hit + [False] * (length - start - len(hit)))
             for k in chain_lengths:
@@ -90,14 +90,14 @@ def copy_split(drafter, batches) -> dict:
     head = drafter.target.lm_head.weight
     hits, counts = {True: 0, False: 0}, {True: 0, False: 0}
     for batch in batches:
-        guesses = (teacher_forced_passes(drafter, batch, 1)[0] @ head.T).argmax(-1)  # [B, T-1]
-        labels = batch.topk_ids[:, 1:, 0]
-        scored = batch.valid[:, 1:] & batch.valid[:, :-1] & batch.response[:, 1:]
-        for row in range(labels.shape[0]):
-            flags = copyable(batch.input_ids[row].tolist(), labels[row].tolist())
-            for t in scored[row].nonzero().flatten().tolist():
-                hits[flags[t]] += int(guesses[row, t] == labels[row, t])
-                counts[flags[t]] += 1
+        labels = batch.topk_ids[:, 1:, 0]  # [B, T-1]
+        scored = batch.valid[:, 1:] & batch.valid[:, :-1] & batch.response[:, 1:]  # validate's answer positions
+        flags = torch.tensor([copyable(ids, row) for ids, row in zip(batch.input_ids.tolist(), labels.tolist())])
+        hit = head_top1(teacher_forced_passes(drafter, batch, 1)[0][scored], head) == labels[scored]
+        for kind in (True, False):
+            chosen = flags[scored] == kind
+            hits[kind] += int(hit[chosen].sum())
+            counts[kind] += int(chosen.sum())
     return {"copyable_share": counts[True] / max(counts[True] + counts[False], 1),
             "top1_1_copyable": hits[True] / max(counts[True], 1), "top1_1_fresh": hits[False] / max(counts[False], 1)}
 

@@ -131,6 +131,12 @@ def teacher_forced_passes(drafter, batch: Batch, depths: int) -> list[torch.Tens
     return passes
 
 
+def head_top1(features: torch.Tensor, head: torch.Tensor, rows_per_chunk: int = 512) -> torch.Tensor:
+    """Full-vocabulary argmax of `features` [N, H] through the LM head [V, H] -> [N], a chunk of rows at a time (the
+    [N, V] logits of a whole batch would take gigabytes at 150k-token vocabularies)."""
+    return torch.cat([(rows @ head.T).argmax(-1) for rows in features.split(rows_per_chunk)])
+
+
 @torch.no_grad()
 def validate(drafter, batches: list[Batch], depths: int = 2, answers_only: bool = False) -> dict:
     """Full-vocabulary top-1 agreement with the target at draft positions 1 .. `depths` (no noise), over every
@@ -149,7 +155,7 @@ def validate(drafter, batches: list[Batch], depths: int = 2, answers_only: bool 
         for depth, (predicted, m) in enumerate(zip(teacher_forced_passes(drafter, batch, depths), masks)):
             if answers_only:
                 m = m & batch.response[:, depth + 1:]
-            top = torch.cat([(rows @ head.T).argmax(-1) for rows in predicted[m].split(512)])  # [N, V] in chunks
+            top = head_top1(predicted[m], head)
             hit = top == batch.topk_ids[:, depth + 1:][m][:, 0]
             in_response = batch.response[:, depth + 1:][m]  # the label row lies in the response
             hits["all"][depth] += int(hit.sum())
