@@ -18,7 +18,13 @@ from hf_dynaspec.modeling.shortlist.clustering import VocabClusters
 
 
 class ClusterRowTable:
+    """Built once per runtime head from the clusters' host copies (`VocabShortlists.host_clusters()`: CPU
+    tensors, read freely here), then moved to `device` as finished tensors: building it never reads a device
+    value, and never mixes a device tensor with a CPU one."""
+
     def __init__(self, clusters: VocabClusters, device: torch.device):
+        if any(t.device.type != "cpu" for t in (clusters.token_order, clusters.offsets, clusters.always_ids)):
+            raise ValueError("ClusterRowTable is built from the clusters' CPU copies (shortlists.host_clusters())")
         sizes = clusters.offsets.diff()
         num_clusters, num_always = clusters.num_clusters, len(clusters.always_ids)
         self.num_clusters = num_clusters
@@ -26,8 +32,8 @@ class ClusterRowTable:
         table = torch.full((num_clusters + 2, self.width), -1, dtype=torch.long)
         cluster_of = torch.repeat_interleave(torch.arange(num_clusters), sizes)
         column = torch.arange(len(clusters.token_order)) - clusters.offsets[cluster_of]
-        table[cluster_of, column] = clusters.token_order.cpu()
-        table[num_clusters, :num_always] = clusters.always_ids.cpu()
+        table[cluster_of, column] = clusters.token_order
+        table[num_clusters, :num_always] = clusters.always_ids
         self.table = table.to(device)  # [C + 2, W]
         self.sizes = torch.cat([sizes, torch.tensor([num_always, 0])]).to(device)  # [C + 2]
         self.num_always = num_always
@@ -35,6 +41,7 @@ class ClusterRowTable:
         self.dropped_slot = num_clusters + 1
         # The fewest real rows a shortlist can have: the smallest cluster (the best one is never dropped).
         self.min_rows = int(sizes.min()) + num_always
+        self.offsets = clusters.offsets.tolist()  # host list: cluster c holds offsets[c + 1] - offsets[c] rows
 
     def capped(self, ranked: torch.Tensor, max_rows: int | None) -> torch.Tensor:
         """Clusters `[k]` ranked best first -> the same with those beyond the first that would take the shortlist

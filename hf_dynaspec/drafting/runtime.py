@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn as nn
+from torch._subclasses.fake_tensor import is_fake
 
 from hf_dynaspec.drafting.device_paths import use_accelerator_paths
 from hf_dynaspec.drafting.planner import PlannerMemory
@@ -58,15 +59,24 @@ def runtime_head(assistant, options):
     head = assistant.drafter.target.lm_head
     if getattr(head, "bias", None) is not None:
         raise ValueError("targets whose LM head has a bias are not supported by the shortlisted head yet")
+    tensors = [head.weight, *assistant.shortlists.buffers(), *assistant.shortlists.parameters()]
     key = (options.shortlist, options.shortlist_size, options.max_clusters, options.fixed_clusters,
-           options.max_shortlist_size, head.weight.data_ptr(), head.weight._version, head.weight.device,
-           use_accelerator_paths(head.weight.device),
-           tuple((t.data_ptr(), t._version) for t in assistant.shortlists.state_dict().values()))
+           options.max_shortlist_size, head.weight.device, head.weight.dtype,
+           use_accelerator_paths(head.weight.device), tuple(_tensor_key(t) for t in tensors))
     cached = assistant.__dict__.get(_HEAD_CACHE)
     if cached is None or cached[0] != key:
-        cached = (key, build_head(options.shortlist, head.weight, assistant.shortlists, options))
+        cached = (key, build_head(options.shortlist, head.weight, assistant.shortlists, options), tensors)
         assistant.__dict__[_HEAD_CACHE] = cached
     return cached[1]
+
+
+def _tensor_key(tensor: torch.Tensor) -> tuple:
+    """What identifies a tensor's contents for the head cache: the object, its in-place version and its storage
+    (a `.data` swap keeps the object). A tensor without storage of its own (a fake tensor: how the device paths
+    are tested on a CPU) has no data pointer to read; its identity stands alone (the cache entry holds the
+    tensors, so their ids are not reused while it lives)."""
+    storage = 0 if is_fake(tensor) else tensor.data_ptr()
+    return id(tensor), tensor._version, storage
 
 
 def prepare_for_target(assistant, target) -> None:

@@ -66,9 +66,9 @@ class ClusterHead:
 
     def __init__(self, head_weight, shortlists, max_clusters: int, position_aware: bool, max_shortlist_size=None,
                  indexed: bool | None = None):
-        clusters = shortlists.clusters
+        clusters = shortlists.host_clusters()  # CPU copies: what the head's index structures are built from
         self.router = shortlists.router
-        self.always_ids = clusters.always_ids
+        self.always_ids = clusters.always_ids.to(head_weight.device)
         self.max_clusters = min(max_clusters, clusters.num_clusters)
         self.position_aware = position_aware
         self.max_shortlist_size = max_shortlist_size
@@ -81,7 +81,7 @@ class ClusterHead:
         else:
             self.offsets = clusters.offsets.tolist()
             # Clustered rows cluster by cluster, then the always-included rows as one final block.
-            self.token_order = torch.cat([clusters.token_order, clusters.always_ids])
+            self.token_order = torch.cat([clusters.token_order, clusters.always_ids]).to(head_weight.device)
             self.num_clustered = len(clusters.token_order)
             self.permuted_weight = head_weight[self.token_order].contiguous()
             self.min_rows = min(b - a for a, b in zip(self.offsets, self.offsets[1:])) + len(self.always_ids)
@@ -106,7 +106,7 @@ class ClusterHead:
     def _clusters_from(self, cluster_scores: torch.Tensor, position: int) -> list[int]:
         chosen = self._ranked(cluster_scores, position).tolist()
         if self.max_shortlist_size is not None:
-            offsets = self.offsets if not self.indexed else [0] + self.rows.sizes[:-2].cumsum(0).tolist()
+            offsets = self.rows.offsets if self.indexed else self.offsets
             kept, size = [], len(self.always_ids)
             for c in chosen:
                 block = offsets[c + 1] - offsets[c]

@@ -68,11 +68,10 @@ def make_candidate_generator(assistant, target, input_ids, generation_config, lo
         planner = SpeculationPlanner(round_costs(target, assistant, options, head, longest),
                                      planner_memory(assistant, do_sample), options.auto_max_assistant_tokens)
     suffix = suffix_cache(assistant, options)
-    if suffix is not None:
-        suffix.begin_request(input_ids[0].tolist())
     generator = EagleCandidateGenerator(assistant, session, options, max_length=generation_config.max_length,
                                         eos_token_ids=_eos_token_ids_to_cut(generation_config, input_ids.device))
     generator.planner, generator.suffix = planner, suffix
+    generator.begin(input_ids)
     generator.block_verification = do_sample and options.verification == "block"
     return generator
 
@@ -124,7 +123,16 @@ class EagleCandidateGenerator(CandidateGenerator):
         self.suffix = None  # the assistant's SuffixCache, or None (off)
         self.block_verification = False  # sampled drafts verified as a block (hf_dynaspec.generation.block_verify)
         self._plan = RoundPlan("none", 0)
-        self._suffix_seen = None  # tokens of the request the suffix cache has read
+        # Host copy of the committed ids while a lookup source is on: prompt lookup and the suffix cache search
+        # it, so that on a device a round reads only the few ids committed since the last one.
+        self._context: list[int] | None = None
+
+    def begin(self, input_ids: torch.Tensor) -> None:
+        """Start a generate() call on the prompt `[1, N]` (one read of the prompt when a lookup source is on)."""
+        if self.options.prompt_lookup_num_tokens > 0 or self.suffix is not None:
+            self._context = input_ids[0].tolist()
+        if self.suffix is not None:
+            self.suffix.begin_request(self._context)
 
     def get_candidates(self, input_ids, model_outputs=None, is_first_iteration=False, **kwargs):
         self._looked_up_last_round = False
@@ -180,37 +188,40 @@ class EagleCandidateGenerator(CandidateGenerator):
         """`draft_plan="auto"`: the planner picks the drafter, a lookup source or nothing (None)."""
         options, candidates, drafts = self.options, [], {}
         if options.prompt_lookup_num_tokens > 0:
-            tokens, match = lookup_match(input_ids[0], min(options.prompt_lookup_num_tokens, room),
+            tokens, match = lookup_match(torch.tensor(self._context), min(options.prompt_lookup_num_tokens, room),
                                          options.prompt_lookup_min_ngram, options.max_matching_ngram_size)
             if match:
                 candidates.append(LookupCandidate("prompt-lookup", match, len(tokens)))
-                drafts["prompt-lookup"] = tokens[None]
+                drafts["prompt-lookup"] = tokens.tolist()
         if self.suffix is not None:
             found = self.suffix.propose(min(options.suffix_cache_num_tokens, room))
             if found is not None:
                 candidates.append(LookupCandidate(found.source, found.match_length, len(found.tokens)))
-                drafts[found.source] = _as_ids(found.tokens, input_ids)
+                drafts[found.source] = list(found.tokens)
         plan = self._plan = self.planner.plan_round(candidates, room)
         if plan.source == "none":
             self.session.shortlists_of_last_draft = []
             self.session.consume_verified(input_ids, target_hidden, plan=False)  # keep the drafter in step
             return None
         if plan.source != "drafter":
-            return self.session.propose(input_ids, target_hidden, 1, lookup=drafts[plan.source][:, : plan.num_tokens])
+            # Only the chosen source's ids go to the device: one upload of a few ids.
+            looked_up = _as_ids(drafts[plan.source][: plan.num_tokens], input_ids)
+            return self.session.propose(input_ids, target_hidden, 1, lookup=looked_up)
         cap = plan.num_tokens if self.session.defer_host_decisions else min(self.planner.max_draft_tokens, room)
         draft = self.session.propose(input_ids, target_hidden, cap, planner=self.planner)
         plan.confidences = draft.confidences
         return draft
 
     def _read_committed(self, input_ids: torch.Tensor) -> None:
-        """Hand the tokens committed since the last round to the suffix cache (a host read of a few ids)."""
-        if self.suffix is None:
+        """Bring the tokens committed since the last round to the host copy and the suffix cache (a read of a few
+        ids; none when no lookup source is on)."""
+        if self._context is None:
             return
-        if self._suffix_seen is None:
-            self._suffix_seen = len(self.suffix.request_tokens)
-        if input_ids.shape[1] > self._suffix_seen:  # (shapes are host values: no read when nothing is new)
-            self.suffix.extend(input_ids[0, self._suffix_seen :].tolist())
-            self._suffix_seen = input_ids.shape[1]
+        if input_ids.shape[1] > len(self._context):  # (shapes are host values: no read when nothing is new)
+            new = input_ids[0, len(self._context) :].tolist()
+            self._context.extend(new)
+            if self.suffix is not None:
+                self.suffix.extend(new)
 
     def _end_at_eos(self, draft):
         """Cut the draft after its first EOS, as transformers' own candidate generators end theirs: releases
@@ -233,10 +244,10 @@ class EagleCandidateGenerator(CandidateGenerator):
         if options.prompt_lookup_num_tokens <= 0:
             return None
         continuation, _ = lookup_match(
-            input_ids[0], min(options.prompt_lookup_num_tokens, room),
+            torch.tensor(self._context), min(options.prompt_lookup_num_tokens, room),
             options.prompt_lookup_min_ngram, options.max_matching_ngram_size,
         )
-        return continuation[None] if len(continuation) else None
+        return _as_ids(continuation.tolist(), input_ids) if len(continuation) else None
 
     def update_candidate_strategy(self, input_ids, scores, num_matches):
         self._read_committed(input_ids)

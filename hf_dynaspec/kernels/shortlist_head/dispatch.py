@@ -20,6 +20,7 @@ import os
 import torch
 
 from hf_dynaspec.kernels.shortlist_head.cpu import shortlist_head_blocks
+from hf_dynaspec.kernels.shortlist_head.op import indexed_head_op
 from hf_dynaspec.kernels.shortlist_head.output import ShortlistHeadOutput
 from hf_dynaspec.kernels.shortlist_head.reference import indexed_head_reference
 
@@ -47,7 +48,6 @@ def indexed_head(hidden: torch.Tensor, weight: torch.Tensor, row_ids: torch.Tens
     """Scores `[B, S]` (float32, -inf in padding columns), ids `[S]` (= row_ids, -1 = padding) and the
     reductions over S (fused on the Triton path) of the rows `row_ids` of the head `weight` `[V, D]`."""
     if weight.is_cuda and triton_available():
-        from hf_dynaspec.kernels.shortlist_head.triton_kernel import indexed_head_triton
-
-        return indexed_head_triton(hidden, weight, row_ids)
+        scores, argmax, best, logsumexp = indexed_head_op(hidden, weight, row_ids)
+        return ShortlistHeadOutput(scores, row_ids, argmax, best, logsumexp)
     return indexed_head_reference(hidden, weight, row_ids)

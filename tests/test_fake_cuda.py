@@ -1,0 +1,269 @@
+"""Every step a round takes on a GPU, run on a fake CUDA device (tests/fake_cuda.py): no device mix anywhere,
+no host read inside a draft step, and the few reads per round that remain by design named and counted.
+
+Models are built on the CPU (load-time work reads values there, as on a GPU machine before the move), then
+moved with the package's own `.to("cuda")` / `attach` paths. Values are not checked here (fake tensors have
+none): the CPU suite runs the same functions for exactness.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conftest import VOCAB, imitating_assistant, one_layer_target, tiny_target
+from fake_cuda import FakeCuda, on_fake_cuda
+from test_checkpoints import eagle3_checkpoint
+from test_shortlists import add_shortlists
+
+from hf_dynaspec import DynaSpecAssistant
+from hf_dynaspec.drafting.chain import ChainDraftSession
+from hf_dynaspec.drafting.planner import PlannerMemory, SpeculationPlanner
+from hf_dynaspec.drafting.runtime import runtime_head
+from hf_dynaspec.drafting.tree import TreeDraftSession
+from hf_dynaspec.drafting.tree_structure import tree_attention_mask, tree_position_ids
+from hf_dynaspec.generation.attachment import ensure_attached
+from hf_dynaspec.generation.block_verify import block_verify
+from hf_dynaspec.generation.calibration import RoundCosts
+from hf_dynaspec.generation.candidate_generator import EagleCandidateGenerator
+
+STRATEGIES = ["full", "frspec", "vocabtrim", "dynaspec", "dynaspec-fixed"]
+COSTS = RoundCosts(verify_seconds=[0.0] + [1.0 + 0.05 * n for n in range(1, 18)], consume_seconds=0.1,
+                   first_draft_seconds=0.1, draft_step_seconds=0.1)
+
+
+def _pair(strategy: str = "dynaspec", family: str = "qwen2", **options):
+    """A target and its assistant (all shortlist strategies built), attached on the CPU."""
+    target = one_layer_target(family)
+    torch.manual_seed(0)
+    assistant = add_shortlists(imitating_assistant(target, noise=0.3, num_assistant_tokens=4), target)
+    assistant.generation_config.max_shortlist_size = 60  # the size cap runs too
+    assistant.generation_config.shortlist = strategy
+    for name, value in options.items():
+        setattr(assistant.generation_config, name, value)
+    assistant.attach(target)
+    return target, assistant
+
+
+def _to_fake_cuda(cuda: FakeCuda, target, assistant):
+    """`model.to("cuda")` after attach, then what generate() does first: follow the target."""
+    target.to("cuda")
+    ensure_attached(assistant, target)
+    cuda.events.clear()
+
+
+def _verified(target, length: int = 9):
+    """Context ids `[1, L]` and the target's last hidden states for them, on the target's device."""
+    input_ids = torch.randint(0, VOCAB, (1, length), device="cuda")
+    return input_ids, target(input_ids, output_hidden_states=True).hidden_states[-1]
+
+
+def _session(assistant, head, do_sample=False, **kwargs):
+    return ChainDraftSession(assistant.drafter, VOCAB, do_sample=do_sample, head=head, **kwargs)
+
+
+# -- attach, move, heads --------------------------------------------------------------------------------------
+def test_attach_moves_every_tensor_a_draft_reads():
+    target, assistant = _pair()
+    with FakeCuda() as cuda:
+        _to_fake_cuda(cuda, target, assistant)
+        tensors = dict(assistant.named_parameters()) | dict(assistant.named_buffers())
+        off = [name for name, t in tensors.items() if not on_fake_cuda(t)]
+        assert not off, f"left on the host: {off}"
+        parts = assistant.drafter.target
+        assert all(on_fake_cuda(p) for m in (parts.embed_tokens, parts.final_norm, parts.lm_head) for p in m.parameters())
+        # The index structures are built from host copies taken before the move, not read back from the device.
+        host = assistant.shortlists.host_buffers()
+        assert all(t.device.type == "cpu" and not on_fake_cuda(t) for t in host.values())
+        assert cuda.events.reads == []
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_every_runtime_head_builds_on_the_device_without_reading_it(strategy):
+    target, assistant = _pair(strategy)
+    with FakeCuda() as cuda:
+        _to_fake_cuda(cuda, target, assistant)
+        head = runtime_head(assistant, assistant.generation_config)  # N1: the row table mixed devices here
+        assert cuda.events.reads == [], "a head build read the device"
+        for value in vars(head).values():
+            if isinstance(value, torch.Tensor):
+                assert on_fake_cuda(value), f"{type(head).__name__} keeps a host tensor for the draft step"
+        if strategy.startswith("dynaspec"):
+            assert on_fake_cuda(head.rows.table) and on_fake_cuda(head.rows.sizes)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_a_half_precision_pair_moved_together_drafts_on_the_device(dtype):
+    """`model.to(dtype)` then `model.to("cuda")` after attach: the assistant follows both (fp16 is what a T4
+    runs). (A dtype cast of modules already on the fake device is not expressible here: PyTorch swaps fake
+    parameters in place, which fails; the CPU suite checks casts.)"""
+    target, assistant = _pair()
+    target.to(dtype)
+    with FakeCuda() as cuda:
+        _to_fake_cuda(cuda, target, assistant)
+        head = runtime_head(assistant, assistant.generation_config)
+        assert head.head_weight.dtype == dtype and assistant.drafter.fc.weight.dtype == dtype
+        input_ids, hidden = _verified(target)
+        with cuda.counting() as events:
+            draft = _session(assistant, head, do_sample=True).propose(input_ids, hidden, 3)
+        assert events.reads == [] and on_fake_cuda(draft.token_ids) and draft.logits.dtype == torch.float32
+
+
+# -- chain drafting ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("do_sample", [False, True], ids=["greedy", "sampled"])
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_a_chain_draft_of_k_tokens_never_reads_the_device(strategy, do_sample):
+    target, assistant = _pair(strategy)
+    with FakeCuda() as cuda:
+        _to_fake_cuda(cuda, target, assistant)
+        head = runtime_head(assistant, assistant.generation_config)
+        session = _session(assistant, head, do_sample=do_sample)
+        input_ids, hidden = _verified(target)
+        with cuda.counting() as events:
+            draft = session.propose(input_ids, hidden, 4)
+        assert events.reads == [] and events.uploads == []
+        assert draft.token_ids.shape == (1, 4) and on_fake_cuda(draft.token_ids)
+        if do_sample:
+            assert draft.logits.shape == (1, 4, VOCAB) and on_fake_cuda(draft.logits)
+        # The next round: the drafter's cache drops the speculative entries and absorbs the verified positions.
+        accepted = torch.cat([input_ids, draft.token_ids[:, :2]], dim=1)
+        hidden = target(accepted, output_hidden_states=True).hidden_states[-1][:, input_ids.shape[1] - 1:]
+        with cuda.counting() as events:
+            session.propose(accepted, hidden, 4)
+        assert events.reads == [] and events.uploads == []
+        assert session.num_verified_pairs == accepted.shape[1] - 1
+
+
+def test_a_chain_draft_under_a_logits_processor_never_reads_the_device():
+    from transformers import LogitsProcessorList, RepetitionPenaltyLogitsProcessor
+
+    target, assistant = _pair()
+    with FakeCuda() as cuda:
+        _to_fake_cuda(cuda, target, assistant)
+        processors = LogitsProcessorList([RepetitionPenaltyLogitsProcessor(1.3)])
+        session = _session(assistant, runtime_head(assistant, assistant.generation_config),
+                           logits_processor=processors)
+        input_ids, hidden = _verified(target)
+        with cuda.counting() as events:
+            draft = session.propose(input_ids, hidden, 4)
+        assert events.reads == [] and draft.token_ids.shape == (1, 4)
+
+
+@pytest.mark.parametrize("stop", ["confidence", "planner"])
+def test_deferred_host_decisions_read_the_device_once_per_round(stop):
+    """The confidence stop and the planner's cut read each position's top probability: on a device all of
+    them at once, at the round's end (ChainDraftSession._deferred_cut), never per step."""
+    target, assistant = _pair()
+    with FakeCuda() as cuda:
+        _to_fake_cuda(cuda, target, assistant)
+        head = runtime_head(assistant, assistant.generation_config)
+        confidence = 0.3 if stop == "confidence" else 0.0
+        planner = SpeculationPlanner(COSTS, PlannerMemory(), 6) if stop == "planner" else None
+        session = _session(assistant, head, confidence=confidence)
+        input_ids, hidden = _verified(target)
+        with cuda.counting() as events:
+            session.propose(input_ids, hidden, 6, planner=planner)
+        assert len(events.reads) == 1 and "_deferred_cut" in events.reads[0], events.reads
+
+
+def test_eagle3_drafts_through_its_own_head_on_the_device(tmp_path):
+    target = tiny_target("llama")
+    eagle3_checkpoint(tmp_path / "e3", target)
+    assistant = DynaSpecAssistant.from_pretrained(tmp_path / "e3", target=target, shortlist="full")
+    target.config.output_hidden_states = False
+    with FakeCuda() as cuda:
+        _to_fake_cuda(cuda, target, assistant)
+        assert runtime_head(assistant, assistant.generation_config) is None
+        session = _session(assistant, None, do_sample=True)
+        input_ids = torch.randint(0, VOCAB, (1, 9), device="cuda")
+        states = target(input_ids, output_hidden_states=True).hidden_states
+        hidden = assistant.drafter.select_target_hidden(states)
+        with cuda.counting() as events:
+            draft = session.propose(input_ids, hidden, 3)
+        assert events.reads == [] and on_fake_cuda(draft.token_ids) and on_fake_cuda(draft.logits)
+
+
+# -- trees ------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("strategy", ["full", "frspec", "dynaspec"])
+def test_tree_drafting_and_its_masks_stay_on_the_device(strategy):
+    target, assistant = _pair(strategy)
+    with FakeCuda() as cuda:
+        _to_fake_cuda(cuda, target, assistant)
+        head = runtime_head(assistant, assistant.generation_config)
+        session = TreeDraftSession(assistant.drafter, VOCAB, top_k=3, depth=4, total_tokens=10, head=head)
+        input_ids, hidden = _verified(target)
+        with cuda.counting() as events:
+            tree = session.propose_tree(input_ids, hidden)
+            mask = tree_attention_mask(tree, input_ids.shape[1], torch.float32)
+            positions = tree_position_ids(tree, input_ids.shape[1])
+        assert events.reads == [] and events.uploads == []
+        assert tree.token_ids.shape == (11,) and mask.shape == (1, 1, 11, input_ids.shape[1] + 11)
+        assert all(on_fake_cuda(t) for t in (tree.token_ids, tree.parents, tree.depths, mask, positions))
+
+
+# -- verification -----------------------------------------------------------------------------------------------
+def test_block_verification_reads_the_device_once():
+    with FakeCuda() as cuda:
+        candidates = torch.randint(0, VOCAB, (1, 12), device="cuda")
+        draft_logits = torch.randn(1, 4, VOCAB, device="cuda")
+        target_logits = torch.randn(1, 5, VOCAB, device="cuda")
+        with cuda.counting() as events:
+            valid, accepted = block_verify(candidates, draft_logits, 4, target_logits)
+        # The number of accepted tokens decides the output's length: transformers' own rule reads it too.
+        assert len(events.reads) == 1 and "block_verify" in events.reads[0], events.reads
+        assert on_fake_cuda(valid) and on_fake_cuda(accepted)
+
+
+# -- a whole round through the candidate generator ---------------------------------------------------------------
+def _generator(assistant, target, input_ids, planned: bool):
+    options = assistant.generation_config
+    session = _session(assistant, runtime_head(assistant, options))
+    generator = EagleCandidateGenerator(assistant, session, options, max_length=64)
+    from hf_dynaspec.drafting.runtime import suffix_cache
+    from hf_dynaspec.stats import DraftStats
+
+    assistant.stats = DraftStats()
+    generator.planner = SpeculationPlanner(COSTS, PlannerMemory(), 6) if planned else None
+    generator.suffix = suffix_cache(assistant, options)
+    generator.begin(input_ids)  # reads the prompt, once per generate() call
+    return generator
+
+
+class _Outputs:
+    def __init__(self, hidden_states):
+        self.hidden_states = hidden_states
+
+
+@pytest.mark.parametrize("planned,lookups", [(False, True), (True, True), (True, False)],
+                         ids=["fixed", "auto", "auto-drafter-only"])
+def test_a_round_names_its_reads(planned, lookups):
+    """One round as transformers drives it (get_candidates, then update_candidate_strategy), with prompt
+    lookup and the suffix cache on or off: the reads that remain are named here, and nothing else reads.
+    (Fake ids read back as placeholders, so which source the planner picks is whatever they make it pick; the
+    drafter-only case pins the drafter.)"""
+    target, assistant = _pair(prompt_lookup_num_tokens=5 if lookups else 0,
+                              suffix_cache_num_tokens=8 if lookups else 0,
+                              draft_plan="auto" if planned else "fixed")
+    with FakeCuda() as cuda:
+        _to_fake_cuda(cuda, target, assistant)
+        input_ids = torch.randint(0, VOCAB, (1, 9), device="cuda")
+        generator = _generator(assistant, target, input_ids, planned)
+        states = target(input_ids, output_hidden_states=True).hidden_states
+        generator.get_candidates(input_ids, model_outputs=_Outputs(states), is_first_iteration=True)
+        committed = torch.cat([input_ids, torch.randint(0, VOCAB, (1, 1), device="cuda")], dim=1)
+        states = target(committed, output_hidden_states=True).hidden_states
+        with cuda.counting() as events:
+            candidates, logits = generator.get_candidates(committed, model_outputs=_Outputs(states))
+            generator.update_candidate_strategy(torch.cat([committed, candidates[:, 10:11]], dim=1), None, 0)
+        sites = sorted(site.split(":")[0] + ":" + site.split("(")[-1].rstrip(")") for site in events.reads)
+        expected = []
+        if lookups:  # the ids committed since the last round, for the host copy the lookups search
+            expected += ["generation/candidate_generator.py:_read_committed"] * 2
+        if planned and generator._plan.source == "drafter":
+            expected.append("drafting/chain.py:_deferred_cut")  # the planner's cut of the draft
+        assert sites == sorted(expected), events.reads
+        if not lookups:
+            assert generator._plan.source == "drafter"
+        assert on_fake_cuda(candidates)
+        # Looked-up drafts are handed to the device once per round (one upload of a few ids).
+        assert len(events.uploads) <= 1
