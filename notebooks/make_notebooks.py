@@ -38,8 +38,8 @@ from hf_dynaspec.zoo import resolve_model_path
 from pathlib import Path
 
 device = "cuda" if torch.cuda.is_available() else "cpu"
-# bf16 where the GPU has it, fp16 on cards without (a Colab T4), fp32 on the CPU (exact and fast without AVX-512 BF16)
-dtype = (torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16) if device == "cuda" else torch.float32
+# bf16 on GPUs with bf16 tensor cores (sm_80+), fp16 on older cards (a Colab T4 reports bf16 as supported: emulated), fp32 on the CPU (exact and fast without AVX-512 BF16)
+dtype = (torch.bfloat16 if torch.cuda.get_device_capability() >= (8, 0) else torch.float16) if device == "cuda" else torch.float32
 path = resolve_model_path(TARGET)  # a Hub id, a local directory or an hf-dynaspec zoo name
 model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
 tokenizer = AutoTokenizer.from_pretrained(path)
@@ -94,8 +94,8 @@ from recipes.user_data import starter_prompts_path
 DATA = os.environ.get("HF_DYNASPEC_NOTEBOOK_DATA") or str(starter_prompts_path())
 OUT = "outputs/notebook"
 STEPS = ["--max-steps", "2"] if QUICK else ["--epochs", "4"]
-# bf16 where the GPU has it, fp16 on cards without (a Colab T4), fp32 on the CPU
-DTYPE = ("bf16" if torch.cuda.is_bf16_supported() else "fp16") if torch.cuda.is_available() else "fp32"
+# bf16 on GPUs with bf16 tensor cores (sm_80+), fp16 on older cards (a Colab T4 reports bf16 as supported: emulated), fp32 on the CPU
+DTYPE = ("bf16" if torch.cuda.get_device_capability() >= (8, 0) else "fp16") if torch.cuda.is_available() else "fp32"
 
 def run(*args):
     print("$", " ".join(args))

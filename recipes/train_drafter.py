@@ -188,15 +188,17 @@ def resume_from(accelerator: Accelerator, checkpoint: Path, model: torch.nn.Modu
 
 
 # -- loop ------------------------------------------------------------------------------------------------
-def restore_progress(accelerator: Accelerator, assistant, checkpoint: Path, log: Path, snapshot: Path | None,
+def restore_progress(accelerator: Accelerator, model, checkpoint: Path, log: Path, snapshot: Path | None,
                      done: dict) -> None:
     """Resume from `checkpoint` (seeded from `snapshot` when there is none yet) into the prepared objects and `done`."""
     progress_file = checkpoint / "progress.json"
     if not progress_file.exists() and snapshot is not None:
-        start_from_snapshot(snapshot, checkpoint)
+        if accelerator.is_main_process:
+            start_from_snapshot(snapshot, checkpoint)
+        accelerator.wait_for_everyone()
     if not progress_file.exists():
         return
-    resume_from(accelerator, checkpoint, assistant)
+    resume_from(accelerator, checkpoint, model)
     done.update(json.loads(progress_file.read_text()))
     if accelerator.is_main_process and log.exists():  # steps after the checkpoint are done again: log them once
         kept = [line for line in log.read_text().splitlines() if json.loads(line)["step"] <= done["step"]]
@@ -260,6 +262,33 @@ def parse_arguments(argv=None) -> argparse.Namespace:
     return args
 
 
+def place_borrowed_parts(target, device: torch.device):
+    """Move only what training reads of the target to `device`: the embedding, the final norm and the LM head
+    the drafter borrows. The decoder layers stay where they are (the features are cached: training never runs
+    them), so a GPU holds the drafter and three of the target's modules, not the whole model in fp32."""
+    decoder = target.get_decoder()
+    for module in {id(m): m for m in (target.get_input_embeddings(), decoder.norm,
+                                      target.get_output_embeddings())}.values():
+        module.to(device)
+    return target
+
+
+class DrafterLoss(torch.nn.Module):
+    """The drafter with its training loss as `forward`: the module accelerate prepares. Under several processes
+    accelerate wraps it in DistributedDataParallel, whose forward is what arms the gradient all-reduce: a loss
+    computed beside the wrapper (through `unwrap_model`) trains every rank on its own batches and the ranks
+    drift apart (tests/test_training_schedule.py trains on two processes and compares them)."""
+
+    def __init__(self, drafter, args: argparse.Namespace):
+        super().__init__()
+        self.drafter = drafter
+        self.options = dict(noise=args.noise, cls_weight=args.cls_weight, unroll=args.unroll,
+                            negatives=args.negatives, reg_weight=args.reg_weight)
+
+    def forward(self, batch: Batch, generator: torch.Generator) -> tuple[torch.Tensor, dict]:
+        return drafter_loss(self.drafter, batch, generator=generator, **self.options)
+
+
 def make_assistant(args: argparse.Namespace, target) -> DynaSpecAssistant:
     """The drafter to train: `--init`'s (with feature fusion added when asked) or a fresh one from the target."""
     fused_ids = parse_layer_ids(args.fused_hidden_states)
@@ -274,18 +303,16 @@ def make_assistant(args: argparse.Namespace, target) -> DynaSpecAssistant:
     return assistant
 
 
-def train_step(args, accelerator, assistant, optimizer, scheduler, batch: Batch, done: dict, generator):
-    """One optimizer step on `batch`; advances `done` (step, tokens). Returns (loss, metrics, the step's rate)."""
-    drafter = accelerator.unwrap_model(assistant).drafter
+def train_step(args, accelerator, model, optimizer, scheduler, batch: Batch, done: dict, generator):
+    """One optimizer step of the prepared `DrafterLoss` on `batch`; advances `done` (step, tokens). Returns (loss,
+    metrics, the step's rate)."""
     # Noise and sampled rows from a generator seeded by the step: a resumed run or a branch from a snapshot draws
     # exactly what the uninterrupted run would have drawn.
     generator.manual_seed(args.seed * 1_000_003 + done["step"])
-    # The loss calls the drafter's step directly, not its forward: accelerate's autocast wrapper around forward
-    # would never run, so the mixed precision is entered here.
+    # (accelerate's autocast wraps the prepared forward; entered here too, so that the precision never depends on
+    # how accelerate wrapped it.)
     with accelerator.autocast():
-        loss, metrics = drafter_loss(drafter, batch, noise=args.noise, cls_weight=args.cls_weight,
-                                     unroll=args.unroll, negatives=args.negatives, generator=generator,
-                                     reg_weight=args.reg_weight)
+        loss, metrics = model(batch, generator)
     if scheduler is None:
         for group in optimizer.param_groups:
             group["lr"] = args.lr * wsd_factor(done["step"], done["tokens"], args.warmup_steps, args.max_tokens,
@@ -293,7 +320,7 @@ def train_step(args, accelerator, assistant, optimizer, scheduler, batch: Batch,
     rate = optimizer.param_groups[0]["lr"]  # this step's
     optimizer.zero_grad()
     accelerator.backward(loss)
-    accelerator.clip_grad_norm_(assistant.parameters(), 0.5)
+    accelerator.clip_grad_norm_(model.parameters(), 0.5)
     optimizer.step()
     done["step"] += 1
     done["tokens"] += metrics["batch_tokens"]
@@ -302,7 +329,8 @@ def train_step(args, accelerator, assistant, optimizer, scheduler, batch: Batch,
     return loss, metrics, rate
 
 
-def main(argv=None):
+def main(argv=None) -> DynaSpecAssistant:
+    """Train; returns the trained assistant (this process's copy)."""
     args = parse_arguments(argv)
     snapshot_tokens = parse_token_counts(args.snapshot_at_tokens)
 
@@ -310,8 +338,8 @@ def main(argv=None):
                               mixed_precision=training_precision(args.mixed_precision))
     target, _ = load_target(args.target, "fp32")
     # The drafter borrows the target's embedding, final norm and LM head (not submodules: accelerate's prepare
-    # does not move them), so the target goes where the drafter will train, before the assistant attaches to it.
-    target = target.to(accelerator.device).requires_grad_(False)
+    # does not move them), so those go where the drafter will train, before the assistant attaches to it.
+    target = place_borrowed_parts(target.requires_grad_(False), accelerator.device)
     assistant = make_assistant(args, target)
     fused_ids = assistant.config.fused_hidden_state_ids  # an --init drafter may fuse already
     # The full-head validation is costly: it is kept to --val-tokens.
@@ -329,22 +357,27 @@ def main(argv=None):
     # snapshot gets exactly the straight run's rates); cosine is transformers' scheduler.
     scheduler = None if args.schedule == "wsd" else get_cosine_schedule_with_warmup(optimizer, args.warmup_steps,
                                                                                      total_steps)
-    assistant, optimizer, *prepared_scheduler = accelerator.prepare(assistant, optimizer,
-                                                                    *([scheduler] if scheduler else []))
+    model, optimizer, *prepared_scheduler = accelerator.prepare(DrafterLoss(assistant.drafter, args), optimizer,
+                                                                *([scheduler] if scheduler else []))
     scheduler = prepared_scheduler[0] if prepared_scheduler else None
-    drafter = accelerator.unwrap_model(assistant).drafter
+    drafter = assistant.drafter  # the very module `model` trains (wrapped or not)
 
     args.out.mkdir(parents=True, exist_ok=True)
     checkpoint, log = args.out / "checkpoint", args.out / "train_log.jsonl"
     progress_file = checkpoint / "progress.json"
-    restore_progress(accelerator, assistant, checkpoint, log, args.resume_from, done)
+    restore_progress(accelerator, model, checkpoint, log, args.resume_from, done)
     accelerator.print(f"{len(train_sequences)} sequences, {tokens_per_epoch} tokens per epoch, {total_steps} steps; "
                       f"validation: {sum(int(b.valid.sum()) for b in val_batches)} tokens")
 
     def save():
+        # Every rank enters save_state (accelerate writes the shared files from the main process and each rank its
+        # own random state); the files of this script are written once, by the main process.
+        accelerator.wait_for_everyone()
         accelerator.save_state(str(checkpoint))
-        progress_file.write_text(json.dumps(done))
-        accelerator.unwrap_model(assistant).save_pretrained(args.out / "assistant")
+        if accelerator.is_main_process:
+            progress_file.write_text(json.dumps(done))
+            assistant.save_pretrained(args.out / "assistant")
+        accelerator.wait_for_everyone()
 
     if done["step"] == 0 and accelerator.is_main_process:  # the starting point, so that a log shows the gain
         with log.open("a") as f:
@@ -354,7 +387,7 @@ def main(argv=None):
     start, seconds_before = time.perf_counter(), done["seconds"]
     while done["step"] < total_steps and (args.max_tokens is None or done["tokens"] < args.max_tokens):
         batch = collate(schedule.batch(done["step"], accelerator.process_index), accelerator.device)
-        loss, metrics, rate = train_step(args, accelerator, assistant, optimizer, scheduler, batch, done, generator)
+        loss, metrics, rate = train_step(args, accelerator, model, optimizer, scheduler, batch, done, generator)
         done["seconds"] = seconds_before + time.perf_counter() - start
         record = {**done, **metrics, "loss": loss.item(), "lr": rate}
         finished = done["step"] == total_steps or (args.max_tokens is not None and done["tokens"] >= args.max_tokens)
@@ -374,9 +407,12 @@ def main(argv=None):
         if reached:
             save()
             for tokens in reached:
-                take_snapshot(checkpoint, args.out / "snapshots" / f"tokens_{tokens}")
+                if accelerator.is_main_process:
+                    take_snapshot(checkpoint, args.out / "snapshots" / f"tokens_{tokens}")
+            accelerator.wait_for_everyone()
     save()
     bar.close()
+    return assistant
 
 
 if __name__ == "__main__":

@@ -56,7 +56,11 @@ def native_cpu_bf16() -> bool:
 
 
 def training_precision(choice: str) -> str:
-    """accelerate's mixed_precision for --mixed-precision (auto: bf16 on CUDA and native-bf16 CPUs)."""
+    """accelerate's mixed_precision for --mixed-precision (auto: bf16 on GPUs with bf16 tensor cores, sm_80+, fp16
+    on older ones, bf16 on native-bf16 CPUs)."""
     if choice != "auto":
         return choice
-    return "bf16" if torch.cuda.is_available() or native_cpu_bf16() else "no"
+    if torch.cuda.is_available():
+        # torch.cuda.is_bf16_supported() is True on a T4 (sm_75) too, where bf16 is emulated: fp16 there.
+        return "bf16" if torch.cuda.get_device_capability() >= (8, 0) else "fp16"
+    return "bf16" if native_cpu_bf16() else "no"

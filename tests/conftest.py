@@ -116,5 +116,6 @@ def imitating_assistant(target, noise: float = 0.0, seed: int = 1, **overrides):
         if noise:
             generator = torch.Generator().manual_seed(seed)
             fc = assistant.drafter.fc.weight
-            fc.add_(noise * torch.randn(fc.shape, generator=generator) / hidden**0.5)
+            # The noise is drawn on the CPU (the generator's stream) and added on the weight's device.
+            fc.add_((noise * torch.randn(fc.shape, generator=generator) / hidden**0.5).to(fc.device, fc.dtype))
     return assistant

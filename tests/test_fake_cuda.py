@@ -267,3 +267,46 @@ def test_a_round_names_its_reads(planned, lookups):
         assert on_fake_cuda(candidates)
         # Looked-up drafts are handed to the device once per round (one upload of a few ids).
         assert len(events.uploads) <= 1
+
+
+# -- training ---------------------------------------------------------------------------------------------------
+def test_training_moves_only_the_borrowed_parts_of_the_target():
+    from recipes.train_drafter import place_borrowed_parts
+
+    target = tiny_target("qwen2")
+    assistant = DynaSpecAssistant.from_target(target)  # (its fingerprint of the target read on the CPU)
+    with FakeCuda():
+        place_borrowed_parts(target, torch.device("cuda"))
+        parts = (target.get_input_embeddings(), target.get_decoder().norm, target.get_output_embeddings())
+        assert all(on_fake_cuda(p) for m in parts for p in m.parameters())
+        assert all(p.device.type == "cpu" for p in target.get_decoder().layers.parameters())
+        assistant.attach(target, allow_different_target=True)  # attaches where the head is
+        assert on_fake_cuda(assistant.drafter.fc.weight)
+
+
+def test_feature_building_runs_the_target_on_the_device_and_brings_the_shard_home():
+    from recipes.build_features import shard_tensors
+
+    target = tiny_target("qwen2")
+    generator = torch.Generator().manual_seed(0)
+    tokenized = [(torch.randint(0, VOCAB, (12 + i,), generator=generator).tolist(), 4) for i in range(3)]
+    with FakeCuda():
+        target.to("cuda")
+        tensors = shard_tensors(target, tokenized, 8, tokens_per_batch=64)
+        # A shard is written to disk: every tensor comes back to the host (safetensors writes CPU tensors).
+        assert all(t.device.type == "cpu" for t in tensors.values()), {k: t.device for k, t in tensors.items()}
+
+
+# -- the router's side stream -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("enabled", ["1", "0"])
+def test_the_side_stream_protects_its_inputs_and_has_a_switch(monkeypatch, enabled):
+    monkeypatch.setenv("HF_DYNASPEC_SIDE_STREAM", enabled)
+    target, assistant = _pair()
+    with FakeCuda() as cuda:
+        _to_fake_cuda(cuda, target, assistant)
+        head = runtime_head(assistant, assistant.generation_config)
+        assert (head.side_stream.stream is not None) == (enabled == "1")
+        before = cuda.events.recorded_streams
+        head.plan(torch.randn(1, 32, device="cuda"), torch.randn(1, 32, device="cuda"), 0)
+        # Both inputs recorded on the side stream, the output on the main one; nothing when the switch is off.
+        assert cuda.events.recorded_streams - before == (3 if enabled == "1" else 0)

@@ -90,3 +90,22 @@ def test_launcher_rejects_bad_inputs_without_reading_values():
         indexed_head_triton(hidden, weight, row_ids.int())
     with pytest.raises(ValueError, match="non-empty"):
         indexed_head_triton(hidden, weight, row_ids[:0])
+
+
+def test_the_operator_and_the_bench_heads_triton_path_run_the_kernel():
+    """`torch.ops.hf_dynaspec.indexed_head` (what the runtime head calls on CUDA, with a fake implementation for
+    fake tensors and torch.compile) and `hf-dynaspec bench-head`'s Triton path (which imported a renamed
+    function) give the reference's scores and argmax."""
+    from hf_dynaspec.bench.shortlist_head import triton_path
+    from hf_dynaspec.kernels.shortlist_head.op import indexed_head_op
+
+    generator = torch.Generator().manual_seed(0)
+    weight = torch.randn(300, 40, generator=generator)
+    hidden = torch.randn(2, 40, generator=generator)
+    rows = torch.tensor([5, 17, -1, 250, 3, 99, -1, 0], dtype=torch.long)
+    expected = indexed_head_reference(hidden, weight, rows)
+    scores, argmax, best, logsumexp = indexed_head_op(hidden, weight, rows)
+    torch.testing.assert_close(scores, expected.scores)
+    assert torch.equal(argmax, expected.argmax) and torch.equal(triton_path(hidden, weight, rows)(), expected.argmax)
+    torch.testing.assert_close(logsumexp, expected.logsumexp)
+    torch.library.opcheck(indexed_head_op, (hidden, weight, rows), test_utils=("test_schema", "test_faketensor"))

@@ -44,6 +44,15 @@ def test_auto_precision_is_bf16_only_where_the_cpu_multiplies_bf16_natively(monk
     assert training_precision("no") == "no"
 
 
+def test_auto_precision_on_a_gpu_is_bf16_only_with_bf16_tensor_cores(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)  # what a T4 reports (emulated)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a, **k: (7, 5))
+    assert training_precision("auto") == "fp16"
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a, **k: (8, 0))
+    assert training_precision("auto") == "bf16"
+
+
 def _features(tmp_path, num_sequences=24):
     """A features directory of the tiny target, made as build_features makes one."""
     from safetensors.torch import save_file
@@ -269,3 +278,52 @@ def test_copy_split_counts_every_answer_draft_once_as_validation_does(tmp_path):
     assert 0 < split["copyable_share"] < 1
     hits = (split["copyable_share"] * split["top1_1_copyable"] + (1 - split["copyable_share"]) * split["top1_1_fresh"])
     assert hits * answers == pytest.approx(validate(drafter, batches, 1, True)["val_top1_1"] * answers)
+
+
+_TWO_RANKS = """
+import sys
+sys.path.insert(0, {tests!r})
+import torch
+from accelerate import PartialState
+from safetensors.torch import save_file
+
+from conftest import one_layer_target
+import recipes.train_drafter as train_drafter
+
+target = one_layer_target("qwen2", seed=6).requires_grad_(False)
+train_drafter.load_target = lambda name, dtype: (target, None)
+assistant = train_drafter.main(["--target", "tiny", "--features", {features!r}, "--out", {out!r},
+                                "--tokens-per-batch", "96", "--val-tokens", "60", "--warmup-steps", "1",
+                                "--negatives", "8", "--max-steps", "4", "--lr", "3e-3", "--validate-every", "1000",
+                                "--checkpoint-every", "1000", "--mixed-precision", "no"])
+rank = PartialState().process_index
+save_file({{k: v.contiguous() for k, v in assistant.drafter.state_dict().items()}}, {out!r} + f"/rank{{rank}}.safetensors")
+"""
+
+
+@pytest.mark.slow
+def test_two_processes_train_one_drafter(tmp_path):
+    """Data-parallel training on two CPU processes (gloo), each on its own batches: the gradients are averaged,
+    so both ranks end with the same weights, and the files are written once."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    _, features = _features(tmp_path)
+    out = tmp_path / "out"
+    script = tmp_path / "two_ranks.py"
+    script.write_text(_TWO_RANKS.format(tests=str(Path(__file__).parent), features=str(features), out=str(out)))
+    root = Path(__file__).parent.parent
+    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                             str(script)], cwd=root, capture_output=True, text=True, timeout=600,
+                            env={**__import__("os").environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(root)})
+    assert result.returncode == 0, result.stderr[-3000:]
+    first, second = load_file(str(out / "rank0.safetensors")), load_file(str(out / "rank1.safetensors"))
+    saved = load_file(str(out / "assistant" / "model.safetensors"))  # written once, from the main process
+    assert first.keys() == second.keys()
+    for name in first:
+        assert torch.equal(first[name], second[name]), f"{name} differs between the ranks"
+        assert torch.equal(saved["drafter." + name], first[name].to(saved["drafter." + name].dtype))
+    log = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in log] == [0, 1, 2, 3, 4]  # logged once, by the main process
+    assert log[1]["loss"] != log[4]["loss"]  # the weights moved: two copies of the initial drafter are not the test

@@ -49,6 +49,13 @@ def _compiled_gather_head():
     return torch.compile(gather_head, dynamic=True)
 
 
+def triton_path(hidden: torch.Tensor, weight: torch.Tensor, rows: torch.Tensor):
+    """The Triton kernel's argmax `[B]` over the head rows `rows` (the operator the runtime head calls)."""
+    from hf_dynaspec.kernels.shortlist_head.op import indexed_head_op
+
+    return lambda: indexed_head_op(hidden, weight, rows)[1]
+
+
 def run(hidden_size: int, vocab: int, shortlist: int, dtype: str, batch: int, clusters: int, repeats: int = 30,
         compiled: bool = True) -> dict:
     """Median milliseconds of each path over `repeats` interleaved rounds; `path` is the fastest shortlisted one.
@@ -71,9 +78,7 @@ def run(hidden_size: int, vocab: int, shortlist: int, dtype: str, batch: int, cl
         gather_head = _compiled_gather_head()
         paths["compiled_gather"] = lambda: gather_head(hidden, weight, rows)
     if device == "cuda" and triton_available():
-        from hf_dynaspec.kernels.shortlist_head.triton_kernel import shortlist_head_triton
-
-        paths["triton"] = lambda: shortlist_head_triton(hidden, weight, starts, ends, token_order).argmax
+        paths["triton"] = triton_path(hidden, weight, rows)
     with torch.no_grad():
         for fn in paths.values():  # compilation, outside the measurements
             fn()

@@ -8,6 +8,7 @@ All stream handling of the project lives here.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -28,15 +29,26 @@ class Pending:
         return self.value
 
 
+def side_stream_enabled() -> bool:
+    """The switch: `HF_DYNASPEC_SIDE_STREAM=0` runs the router inline on CUDA too (to measure the overlap, or to
+    rule it out while debugging)."""
+    return os.environ.get("HF_DYNASPEC_SIDE_STREAM", "1") != "0"
+
+
 class SideStream:
-    def __init__(self, device: torch.device):
-        self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+    def __init__(self, device: torch.device, enabled: bool | None = None):
+        enabled = side_stream_enabled() if enabled is None else enabled
+        self.stream = torch.cuda.Stream(device) if device.type == "cuda" and enabled else None
 
     def launch(self, fn: Callable[..., torch.Tensor], *args: torch.Tensor) -> Pending:
         if self.stream is None:
             return Pending(fn(*args))
         main = torch.cuda.current_stream(self.stream.device)
         self.stream.wait_stream(main)  # the inputs were produced on the main stream
+        for tensor in args:
+            # The main stream may drop its last reference to an input while the side stream still reads it: the
+            # caching allocator must not hand that memory out again before the side stream's work is done.
+            tensor.record_stream(self.stream)
         with torch.cuda.stream(self.stream):
             value = fn(*args)
             event = torch.cuda.Event()
