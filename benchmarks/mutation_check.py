@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+FAKE_CUDA = "tests/test_fake_cuda.py"
 
 
 @dataclass
@@ -30,6 +31,7 @@ class Mutation:
     old: str | list[str]  # exact snippets, each occurring once
     new: str | list[str]
     tests: list[str]
+    also: tuple[str, str, str] | None = None  # a second file's (path, old, new), for a bug spread over two files
 
 
 MUTATIONS = [
@@ -86,6 +88,35 @@ MUTATIONS = [
              "last = torch.where(on_path, -tree.depths, -99).argmax(dim=0, keepdim=True)", ["tests/test_tree.py"]),
     Mutation("tree residual not renormalised", "hf_dynaspec/generation/tree_verify.py",
              "        residual = residual / residual.sum()\n", "", ["tests/test_enumeration.py"]),
+    # Device bugs, caught on a fake CUDA device (tests/fake_cuda.py): a device mix or a host sync where a GPU
+    # would raise or wait.
+    Mutation("device (N1): the row table built from the device's cluster buffers", "hf_dynaspec/drafting/selector.py",
+             "clusters = shortlists.host_clusters()", "clusters = shortlists.clusters", [FAKE_CUDA],
+             also=("hf_dynaspec/drafting/cluster_rows.py", "if any(t.device.type != \"cpu\"", "if False and any(t.device.type != \"cpu\"")),
+    Mutation("device: FR-Spec's list built from the device buffers (a mask read)",
+             "hf_dynaspec/modeling/shortlist/artifact.py", "        host = self.host_buffers()\n        ranking",
+             "        host = dict(self.named_buffers(recurse=False))\n        ranking", [FAKE_CUDA]),
+    Mutation("device: host decisions not deferred (a read per draft step)", "hf_dynaspec/drafting/chain.py",
+             "self.defer_host_decisions = use_accelerator_paths(next(drafter.parameters()).device)",
+             "self.defer_host_decisions = False", [FAKE_CUDA]),
+    Mutation("device: a draft step's position ids made on the host", "hf_dynaspec/drafting/chain.py",
+             "position_ids = torch.full((1, 1), seq_len - 1 + k, device=device, dtype=torch.long)",
+             "position_ids = torch.full((1, 1), seq_len - 1 + k, dtype=torch.long)", [FAKE_CUDA]),
+    Mutation("device: a tree depth's attention rows made on the host", "hf_dynaspec/drafting/tree.py",
+             "torch.eye(num_frontier, dtype=torch.bool, device=device)", "torch.eye(num_frontier, dtype=torch.bool)",
+             [FAKE_CUDA]),
+    Mutation("device: sampled logits widened on the host", "hf_dynaspec/drafting/chain.py",
+             "full = logits.new_full((logits.shape[0], self.vocab_size + 1), float(\"-inf\"))",
+             "full = torch.full((logits.shape[0], self.vocab_size + 1), float(\"-inf\"))", [FAKE_CUDA]),
+    Mutation("device: prompt lookup searches the device's ids (nonzero per round)",
+             "hf_dynaspec/generation/candidate_generator.py",
+             "lookup_match(\n            torch.tensor(self._context),", "lookup_match(\n            input_ids[0],",
+             [FAKE_CUDA]),
+    Mutation("device: the side stream's inputs not recorded", "hf_dynaspec/kernels/streams.py",
+             "            tensor.record_stream(self.stream)\n", "            pass\n", [FAKE_CUDA]),
+    Mutation("device: processed greedy tree walk node by node on the host", "hf_dynaspec/generation/tree_verify.py",
+             "    if not do_sample:\n        return processed_greedy_path(", "    if False:\n        return processed_greedy_path(",
+             [FAKE_CUDA]),
 ]
 
 
@@ -102,6 +133,12 @@ def run(mutation: Mutation) -> dict:
                                  f"{mutation.path}; update benchmarks/mutation_check.py")
             text = text.replace(old, new)
         source.write_text(text)
+        if mutation.also is not None:
+            path, old, new = mutation.also
+            other = (copy / path).read_text()
+            if other.count(old) != 1:
+                raise SystemExit(f"{mutation.name}: the snippet to mutate occurs {other.count(old)} times in {path}")
+            (copy / path).write_text(other.replace(old, new))
         report = Path(tmp) / "report.xml"
         proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m",
                                "not real_model", f"--junitxml={report}", *mutation.tests],

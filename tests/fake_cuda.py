@@ -34,7 +34,9 @@ from dataclasses import dataclass, field
 from unittest import mock
 
 import torch
-from torch._subclasses.fake_tensor import FakeTensorMode, is_fake
+from torch._subclasses.fake_tensor import (DataDependentOutputException, DynamicOutputShapeException,
+                                           FakeTensorDeviceMismatchError,
+                                           FakeTensorMode, is_fake)
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 from torch.utils._pytree import tree_flatten
@@ -115,7 +117,8 @@ def _decompose_index(x: torch.Tensor, index) -> tuple[torch.Tensor, list]:
     dispatcher's ops. Advanced indices separated by slices keep PyTorch's placement only when adjacent (the
     package's indexing is all of that kind)."""
     index = index if isinstance(index, tuple) else (index,)
-    index = tuple(torch.tensor(i) if isinstance(i, list) else i for i in index)
+    index = tuple(torch.tensor(i, dtype=torch.bool if i and all(isinstance(v, bool) for v in i) else torch.long)
+                  if isinstance(i, list) else i for i in index)
     consumed = sum(i.dim() if isinstance(i, torch.Tensor) and i.dtype == torch.bool else 1
                    for i in index if i is not None and i is not Ellipsis)
     expanded = []
@@ -148,6 +151,8 @@ def _decompose_index(x: torch.Tensor, index) -> tuple[torch.Tensor, list]:
 
 def _getitem(x: torch.Tensor, index) -> torch.Tensor:
     view, advanced = _decompose_index(x, index)
+    if any(isinstance(i, torch.Tensor) and i.dtype == torch.bool and _fake_cuda(i) for i in advanced):
+        raise DynamicOutputShapeException(torch.ops.aten.index.Tensor)  # a boolean mask: its length is read on the host
     return torch.ops.aten.index.Tensor(view, advanced) if advanced else view
 
 
@@ -310,6 +315,20 @@ class FakeCuda(contextlib.ExitStack):
         self.enter_context(_RealOnHost(events))
         self.enter_context(_Transfers(events))
         return self
+
+    def __exit__(self, kind, error, trace):
+        suppressed = super().__exit__(kind, error, trace)
+        # What a GPU would do with these is fail (a device mix) or wait (a data-dependent shape, a host read of a
+        # device value inside an op): a test failure, reported as one, with PyTorch's own message.
+        if isinstance(error, FakeTensorDeviceMismatchError):
+            raise AssertionError(f"a CUDA tensor met a CPU tensor (this raises on a GPU): {error}") from error
+        if isinstance(error, RuntimeError) and ("Mismatching" in str(error) or "same device" in str(error)) \
+                and "device" in str(error):  # the device checks some fake kernels make themselves
+            raise AssertionError(f"a CUDA tensor met a CPU tensor (this raises on a GPU): {error}") from error
+        if isinstance(error, (DynamicOutputShapeException, DataDependentOutputException)):
+            raise AssertionError(f"an op whose result depends on device values (a host sync on a GPU): {error!r}") \
+                from error
+        return suppressed
 
     @contextlib.contextmanager
     def counting(self):

@@ -457,3 +457,18 @@ def test_bench_results_table_records_one_row_per_method_with_host_and_command(tm
     assert [r["method"] for r in rows] == ["vanilla", "dynaspec:8"]
     assert rows[1]["metrics"]["tau"] == 2.5 and rows[1]["metrics"]["file"] == "run.json"
     assert rows[1]["command"] == "hf-dynaspec bench ..." and rows[1]["host"]["cores"] >= 1
+
+
+def test_a_timed_run_synchronises_the_device_at_its_start_its_prefill_and_its_end(monkeypatch):
+    """On CUDA the clock reads must follow a synchronisation, or the prefill/decode split stamps when kernels
+    were queued. The order of events: wait, prefill forward (then wait), later forwards (no waits), wait."""
+    import hf_dynaspec.bench.harness as harness
+
+    target = one_layer_target("qwen2")
+    events = []
+    monkeypatch.setattr(harness, "synchronize", lambda device: events.append(("sync", device.type)))
+    target.register_forward_hook(lambda *_: events.append(("forward", None)))
+    run = harness.timed_run(target, Method("target"), torch.tensor([[3, 4, 5, 6]]), max_new_tokens=3)
+    assert events == [("sync", "cpu"), ("forward", None), ("sync", "cpu"), ("forward", None), ("forward", None),
+                      ("sync", "cpu")]
+    assert run.target_passes == 3 and 0 < run.prefill_seconds <= run.seconds

@@ -89,7 +89,8 @@ def test_every_runtime_head_builds_on_the_device_without_reading_it(strategy):
             if isinstance(value, torch.Tensor):
                 assert on_fake_cuda(value), f"{type(head).__name__} keeps a host tensor for the draft step"
         if strategy.startswith("dynaspec"):
-            assert on_fake_cuda(head.rows.table) and on_fake_cuda(head.rows.sizes)
+            rows = head.rows
+            assert all(on_fake_cuda(t) for t in (rows.token_order, rows.sizes, rows.starts, rows.always_ids))
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
@@ -202,6 +203,30 @@ def test_tree_drafting_and_its_masks_stay_on_the_device(strategy):
 
 
 # -- verification -----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("processed", [False, True], ids=["plain", "repetition-penalty"])
+def test_greedy_tree_verification_reads_the_device_at_most_twice(processed):
+    """The accepted path of a verified tree is walked on the device: one read for the path, one more (the
+    tree's depths) under logits processors; never one per accepted node."""
+    from transformers import LogitsProcessorList, RepetitionPenaltyLogitsProcessor
+
+    from hf_dynaspec.generation.tree_verify import accept_path
+
+    target, assistant = _pair()
+    with FakeCuda() as cuda:
+        _to_fake_cuda(cuda, target, assistant)
+        session = TreeDraftSession(assistant.drafter, VOCAB, top_k=3, depth=4, total_tokens=10,
+                                   head=runtime_head(assistant, assistant.generation_config))
+        input_ids, hidden = _verified(target)
+        tree = session.propose_tree(input_ids, hidden)
+        logits = torch.randn(len(tree), VOCAB, device="cuda")
+        processors = LogitsProcessorList([RepetitionPenaltyLogitsProcessor(1.3)]) if processed else None
+        with cuda.counting() as events:
+            path = accept_path(tree, logits, input_ids, processors)
+        assert len(events.reads) == (2 if processed else 1), events.reads
+        assert events.uploads == [] and on_fake_cuda(path.kept_index) and on_fake_cuda(path.new_tokens)
+
+
+
 def test_block_verification_reads_the_device_once():
     with FakeCuda() as cuda:
         candidates = torch.randint(0, VOCAB, (1, 12), device="cuda")
@@ -234,15 +259,16 @@ class _Outputs:
         self.hidden_states = hidden_states
 
 
-@pytest.mark.parametrize("planned,lookups", [(False, True), (True, True), (True, False)],
-                         ids=["fixed", "auto", "auto-drafter-only"])
-def test_a_round_names_its_reads(planned, lookups):
+@pytest.mark.parametrize("planned,lookups,suffix", [(False, True, True), (False, True, False), (True, True, True),
+                                                    (True, False, False)],
+                         ids=["fixed", "fixed-prompt-lookup-only", "auto", "auto-drafter-only"])
+def test_a_round_names_its_reads(planned, lookups, suffix):
     """One round as transformers drives it (get_candidates, then update_candidate_strategy), with prompt
     lookup and the suffix cache on or off: the reads that remain are named here, and nothing else reads.
     (Fake ids read back as placeholders, so which source the planner picks is whatever they make it pick; the
     drafter-only case pins the drafter.)"""
     target, assistant = _pair(prompt_lookup_num_tokens=5 if lookups else 0,
-                              suffix_cache_num_tokens=8 if lookups else 0,
+                              suffix_cache_num_tokens=8 if suffix else 0,
                               draft_plan="auto" if planned else "fixed")
     with FakeCuda() as cuda:
         _to_fake_cuda(cuda, target, assistant)

@@ -56,9 +56,9 @@ def test_cluster_head_with_all_clusters_equals_the_full_head(indexed):
     cluster_head = ClusterHead(head, assistant.shortlists, max_clusters=8, position_aware=False, indexed=indexed)
     hidden = torch.randn(1, 32)
     scores = cluster_head.scores(hidden, cluster_head.plan(torch.randn(1, 32), torch.randn(1, 32), 0))
-    real = scores.token_ids >= 0  # the indexed form pads every cluster to the widest one
+    real = scores.token_ids >= 0
     assert sorted(scores.token_ids[real].tolist()) == list(range(VOCAB))
-    assert torch.isneginf(scores.scores[0, ~real]).all() and indexed == bool((~real).any())
+    assert real.all()  # every cluster chosen: the compact list of the indexed form has no padding either
     full = (hidden @ head.T).float()
     torch.testing.assert_close(scores.scores[0, real], full[0, scores.token_ids[real]])
     assert int(scores.argmax_token_ids[0]) == int(full.argmax())
@@ -228,18 +228,27 @@ def test_planned_scores_equal_sequential_choice():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (runs wherever one exists)")
 def test_side_stream_router_equals_sequential_on_cuda():
+    """The router runs on the side stream while the main stream goes on; the head must wait for it. The side
+    stream is delayed (a sleep before the router), so a head that read the router's output without waiting
+    would score whatever the buffer held then, not the router's choice."""
     target = tiny_target("qwen2").cuda()
     assistant = add_shortlists(DynaSpecAssistant.from_target(target, shortlist="dynaspec"), target)
     head = runtime_head(assistant, assistant.generation_config)
     assert head.side_stream.stream is not None
+    router = head.router
     e, h, hidden = (torch.randn(1, 32, device="cuda") for _ in range(3))
+
+    def delayed_router(*inputs):
+        torch.cuda._sleep(50_000_000)  # tens of milliseconds on the side stream
+        return router(*inputs)
+
     for position in range(4):
-        plan = head.plan(e, h, position)
-        torch.cuda._sleep(1_000_000)  # keep the main stream busy while the router runs on the side stream
-        overlapped = head.scores(hidden, plan)
-        sequential_ids = torch.cat([head.token_order[head.offsets[c] : head.offsets[c + 1]]
-                                    for c in head.choose_clusters(e, h, position)] + [head.always_ids])
-        assert torch.equal(overlapped.token_ids, sequential_ids)
+        head.router = delayed_router
+        overlapped = head.scores(hidden, head.plan(e, h, position))
+        head.router = router
+        sequential = head.shortlist_ids(e, h, position)
+        chosen = overlapped.token_ids[overlapped.token_ids >= 0]
+        assert torch.equal(chosen.sort().values, sequential.sort().values)
 
 
 def test_a_lookup_draft_kept_after_the_veto_check_adds_no_shortlist_to_the_statistics():
@@ -260,3 +269,53 @@ def test_a_lookup_draft_kept_after_the_veto_check_adds_no_shortlist_to_the_stati
         stats[veto] = (s.lookup_passes, s.shortlist_rows, s.shortlist_steps, s.coverage_checked, s.coverage_hits)
     assert stats[1.0][0] > 0 and stats[1.0][2] > 0  # both kinds of round happened
     assert stats[0.999] == stats[1.0]
+
+
+def test_padding_columns_of_the_device_form_score_minus_infinity():
+    """Fewer clusters than the largest ones: the compact list has padding, which must never be drafted."""
+    target = tiny_target("qwen2")
+    assistant = add_shortlists(DynaSpecAssistant.from_target(target), target)
+    head = target.get_output_embeddings().weight.detach()
+    cluster_head = ClusterHead(head, assistant.shortlists, max_clusters=2, position_aware=False, indexed=True)
+    padded = 0
+    for seed in range(10):
+        generator = torch.Generator().manual_seed(seed)
+        e, h, hidden = (torch.randn(1, 32, generator=generator) for _ in range(3))
+        scores = cluster_head.scores(hidden, cluster_head.plan(e, h, 0))
+        real = scores.token_ids >= 0
+        padded += int((~real).sum())
+        assert torch.isneginf(scores.scores[0, ~real]).all() and bool(real[scores.argmax[0]])
+    assert padded > 0  # the check above was exercised
+
+
+@pytest.mark.parametrize("max_rows", [None, 40, 5], ids=["no-cap", "cap", "cap-below-one-cluster"])
+def test_compact_row_ids_are_the_cpu_shortlist_in_its_column_order(max_rows):
+    """The device form's ids for any choice of clusters: exactly the CPU path's shortlist (the kept prefix of
+    the ranking under the size cap, clusters in row order, then the always-included ids), -1 only in the
+    padding between them, and as many columns as `bound(k)` says: the k largest clusters fill it exactly."""
+    from hf_dynaspec.drafting.cluster_rows import ClusterRowTable
+
+    target = tiny_target("llama")
+    assistant = add_shortlists(DynaSpecAssistant.from_target(target, shortlist="dynaspec"), target)
+    clusters = assistant.shortlists.host_clusters()
+    table = ClusterRowTable(clusters, torch.device("cpu"))
+    offsets, sizes = clusters.offsets.tolist(), clusters.offsets.diff()
+    generator = torch.Generator().manual_seed(0)
+    for k in (1, 2, 3, 8):
+        for _ in range(25):
+            ranked = torch.randperm(8, generator=generator)[:k]
+            ids = table.row_ids(table.capped(ranked, max_rows), max_rows)
+            assert ids.shape == (table.bound(k, max_rows) + len(clusters.always_ids),)
+            kept, total = [], len(clusters.always_ids)
+            for c in ranked.tolist():  # the CPU path's rule (ClusterHead._clusters_from)
+                if kept and max_rows is not None and total + sizes[c] > max_rows:
+                    break
+                kept.append(c)
+                total += int(sizes[c])
+            expected = torch.cat([clusters.token_order[offsets[c]: offsets[c + 1]] for c in sorted(kept)]
+                                 + [clusters.always_ids])
+            assert torch.equal(ids[ids >= 0], expected)
+            assert (ids[-len(clusters.always_ids):] == clusters.always_ids).all()
+        if max_rows is None:
+            largest = sizes.argsort(descending=True)[:k]
+            assert (table.row_ids(largest) >= 0).all()  # the bound is tight: no padding for the largest choice

@@ -299,11 +299,13 @@ def test_clear_errors_for_unsupported_inputs():
         target.generate(prompt(0, 5), custom_generate=tree_generate, max_new_tokens=4)
     with pytest.raises(TypeError, match="does not generate by itself"):
         assistant.generate(target, input_ids=prompt(0, 5))
-    flash = one_layer_target("llama")
-    flash.config._attn_implementation = "flash_attention_2"  # cannot apply the tree's 4-D mask
-    flash_assistant = imitating_assistant(flash)
-    with pytest.raises(ValueError, match="attn_implementation='sdpa'"):
-        flash.generate(custom_generate=tree_generate, drafter=flash_assistant, input_ids=prompt(0, 5), max_new_tokens=4)
+    for implementation in ("flash_attention_2", "kernels-community/flash-attn2", "paged|sdpa"):
+        flash = one_layer_target("llama")
+        flash.config._attn_implementation = implementation  # cannot apply (or is not known to apply) a 4-D mask
+        flash_assistant = imitating_assistant(flash)
+        with pytest.raises(ValueError, match="attn_implementation='sdpa'"):
+            flash.generate(custom_generate=tree_generate, drafter=flash_assistant, input_ids=prompt(0, 5),
+                           max_new_tokens=4)
     other = one_layer_target("llama", seed=1)
     with pytest.raises(ValueError, match="different target"):
         other.generate(custom_generate=tree_generate, drafter=assistant, input_ids=prompt(0, 5), max_new_tokens=4)

@@ -45,15 +45,31 @@ class Run:
         return (len(self.new_ids) - 1) / decode if decode > 0 and len(self.new_ids) > 1 else float("nan")
 
 
+def synchronize(device: torch.device) -> None:
+    """Wait for the device's queued work (CUDA: kernels run asynchronously, so a clock read alone would stamp
+    when the work was queued, not when it ended); nothing to wait for on the CPU."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def timed_run(target, method: Method, input_ids: torch.Tensor, max_new_tokens: int) -> Run:
-    """Greedy generate with `method`, timed, counting the target's forward passes."""
+    """Greedy generate with `method`, timed, counting the target's forward passes. On CUDA the clock is read
+    after a synchronisation at the start, at the end of the prefill (the first forward) and at the end."""
     input_ids = input_ids.to(target.device)
     forward_ends: list[float] = []
-    handle = target.register_forward_hook(lambda *_: forward_ends.append(time.perf_counter()))
+
+    def on_forward(*_):
+        if not forward_ends:  # only the prefill's end is timed: later passes are only counted (no extra waits)
+            synchronize(input_ids.device)
+        forward_ends.append(time.perf_counter())
+
+    handle = target.register_forward_hook(on_forward)
+    synchronize(input_ids.device)
     start = time.perf_counter()
     try:
         out = target.generate(input_ids, attention_mask=torch.ones_like(input_ids), do_sample=False,
                               max_new_tokens=max_new_tokens, **method.generate_kwargs)
+        synchronize(input_ids.device)
     finally:
         end = time.perf_counter()
         handle.remove()

@@ -123,7 +123,7 @@ class ClusterHead:
         if self.indexed:
             ranked = self.rows.capped(self._ranked(self.router(token_embed, prev_hidden), position),
                                       self.max_shortlist_size)
-            ids = self.rows.row_ids(ranked)
+            ids = self.rows.row_ids(ranked, self.max_shortlist_size)
             return ids[ids >= 0]
         chosen = self.choose_clusters(token_embed, prev_hidden, position)
         blocks = [self.token_order[self.offsets[c] : self.offsets[c + 1]] for c in chosen]
@@ -132,11 +132,11 @@ class ClusterHead:
     @torch.no_grad()
     def scores(self, hidden: torch.Tensor, plan: tuple[Pending, int]) -> ShortlistHeadOutput:
         """Hidden `[R, H]` and the router plan of this step -> scores `[R, S]` of the chosen clusters' rows (on
-        the indexed path S is `(k + 1) * W`, padding columns scored -inf with id -1)."""
+        the indexed path S is `bound(k) + A` (drafting/cluster_rows.py), padding columns scored -inf with id -1)."""
         pending, position = plan
         if self.indexed:
             ranked = self.rows.capped(self._ranked(pending.result(), position), self.max_shortlist_size)
-            return indexed_head(hidden, self.head_weight, self.rows.row_ids(ranked))
+            return indexed_head(hidden, self.head_weight, self.rows.row_ids(ranked, self.max_shortlist_size))
         chosen = self._clusters_from(pending.result(), position)
         # The always-included rows are the last block of the permuted head (see __init__).
         starts = [self.offsets[c] for c in chosen] + [self.num_clustered]

@@ -165,11 +165,17 @@ def _prefill(model, assistant, input_ids, cache, logits_processor, do_sample):
     return torch.cat([input_ids, token], dim=1), processed, logits, target_hidden
 
 
+# Attention implementations known to apply a 4-D additive mask as given. Everything else is refused: flash
+# kernels (built in, or from the Hub such as "kernels-community/flash-attn2") take no arbitrary mask and would
+# attend causally over the flattened tree, and an implementation not known here cannot be trusted to apply one.
+TREE_MASK_ATTENTION = ("eager", "sdpa")
+
+
 def _check_attention(model) -> None:
-    """Tree verification hands the target a 4-D additive mask (each node sees its ancestors only); flash
-    attention kernels take no such mask and would attend causally over the flattened tree: wrong logits."""
-    implementation = str(getattr(model.config, "_attn_implementation", None) or "")
-    if implementation.startswith("flash") or "paged" in implementation:
+    """Tree verification hands the target a 4-D additive mask (each node sees its ancestors only); refuse an
+    attention implementation that is not known to apply it (wrong logits, silently, otherwise)."""
+    implementation = str(getattr(model.config, "_attn_implementation", None) or "sdpa")
+    if implementation not in TREE_MASK_ATTENTION:
         raise ValueError(
             f"tree decoding needs an attention implementation that applies a 4-D tree mask; this target uses "
             f"{implementation!r}. Load it with attn_implementation='sdpa' (or 'eager'), or draft a chain with "

@@ -2,7 +2,8 @@
 
 Greedy: walk from the root, following the child whose token is the target's (processed) argmax; the first
 argmax with no matching child is the target's own next token. Every committed token is the argmax of the
-target's logits on its exact prefix, so the output equals plain greedy decoding.
+target's logits on its exact prefix, so the output equals plain greedy decoding. The walk runs on the device
+(with logits processors too: each node's row is processed on its own path's context) and is read back once.
 
 Sampling (lossless multi-draft acceptance): the tree's children are deterministic proposals, i.e. each is a
 draft distribution concentrated on one token. At a node with target distribution p, try the children in
@@ -44,6 +45,8 @@ def accept_path(tree: DraftTree, logits: torch.Tensor, input_ids: torch.Tensor, 
     processing = logits_processor is not None and len(logits_processor) > 0
     if not do_sample and not processing:
         return greedy_path(tree, logits)
+    if not do_sample:
+        return processed_greedy_path(tree, logits, input_ids, logits_processor)
     children = tree.children()
     tokens = tree.token_ids.tolist()
     node, nodes, processed_rows, raw_rows = 0, [], [], []
@@ -90,6 +93,37 @@ def greedy_path(tree: DraftTree, logits: torch.Tensor) -> AcceptedPath:
     rows = [row[None] for row in logits[kept_index].unbind(0)]
     new_tokens = torch.cat([tree.token_ids[kept_index[1:]], targets[last]])
     return AcceptedPath(nodes[1:], next_token, rows, rows, kept_index=kept_index, new_tokens=new_tokens)
+
+
+def processed_greedy_path(tree: DraftTree, logits: torch.Tensor, input_ids: torch.Tensor,
+                          logits_processor) -> AcceptedPath:
+    """Greedy under logits processors (e.g. a generation config's repetition_penalty), on the device: every
+    node's row is processed on its exact context (the prefix and the node's own path), one processor call per
+    depth for all nodes of that depth, then the greedy walk of `greedy_path` runs on the processed rows. Two
+    host reads in all (the tree's depths, the path), instead of one per accepted node."""
+    depths = tree.depths.tolist()  # read 1: which nodes share a depth (their contexts have one length)
+    n, levels = len(tree), max(depths) + 1
+    device = logits.device
+    visible = tree.ancestor_matrix()  # [N, N]
+    # ancestor_at[i, d]: node i's ancestor at depth d (itself at its own depth; 0 past it, never read).
+    at_depth = tree.depths[None, :, None] == torch.arange(levels, device=device)[None, None, :]  # [1, N, levels]
+    ancestor_at = ((visible[:, :, None] & at_depth).long() * torch.arange(n, device=device)[None, :, None]).sum(1)
+    path_tokens = tree.token_ids[ancestor_at[:, 1:]]  # [N, levels - 1]
+    processed = torch.empty_like(logits)
+    for depth in range(levels):
+        members = [i for i, d in enumerate(depths) if d == depth]
+        if not members:
+            continue
+        # Trees drafted by TreeDraftSession list nodes depth by depth: a slice, nothing uploaded.
+        rows = slice(members[0], members[-1] + 1) if members == list(range(members[0], members[-1] + 1)) \
+            else torch.tensor(members, device=device)
+        count = len(members)
+        context = torch.cat([input_ids.expand(count, -1), path_tokens[rows, :depth]], dim=1)
+        processed[rows] = logits_processor(context, logits[rows].clone())  # some processors write in place
+    path = greedy_path(tree, processed)  # read 2
+    raw_rows = [row[None] for row in logits[path.kept_index].unbind(0)]
+    return AcceptedPath(path.nodes, path.next_token, path.scores, raw_rows, kept_index=path.kept_index,
+                        new_tokens=path.new_tokens)
 
 
 def _sample_step(probs: torch.Tensor, children: list[int], tokens: list[int], generator) -> tuple[int | None, int]:
