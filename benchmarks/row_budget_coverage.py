@@ -6,7 +6,8 @@ budget would score exactly R(t) rows instead: clusters in the router's order, th
 cluster taken most frequent first (the artifact's FR-Spec ranking). This script runs greedy generation with the
 shipped assistant (drafter only) and, at every draft step, compares the target's committed token's coverage
 under both rules, with R(t) set to today's mean real rows at that draft position (equal mean cost).
-Coverage only: tau needs the rule in the drafting loop itself.
+Coverage only: tau needs the rule in the drafting loop itself. (benchmarks/shortlist_coverage.py measures
+coverage with the target's own features as the router's input; this records the drafter's real steps.)
 
     python benchmarks/row_budget_coverage.py --target qwen2.5-coder-0.5b-instruct \\
         --assistant assistants/qwen2.5-coder-0.5b-instruct --json benchmarks/results/row_budget_coverage_05b.json
@@ -14,18 +15,14 @@ Coverage only: tau needs the rule in the drafting loop itself.
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
 from collections import defaultdict
 
 import torch
 
-from hf_dynaspec.bench.prompts import encode_prompts, load_prompts
-from hf_dynaspec.bench.runner import load_assistant, load_target
 from hf_dynaspec.drafting.selector import ClusterHead
 from hf_dynaspec.stats import DraftStats
-from recipes.data_paths import shared_data_dir
+from shortlist_columns import generate_drafter_only, parse_arguments, write_result
 
 
 def within_cluster_order(clusters, frequency_ids: torch.Tensor) -> list[list[int]]:
@@ -45,41 +42,25 @@ def row_budget_ids(ranking: list[int], ordered: list[list[int]], budget: int) ->
 
 
 def main(argv=None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--target", required=True)
-    parser.add_argument("--assistant", required=True)
-    parser.add_argument("--limit-per-category", type=int, default=1)
-    parser.add_argument("--max-new-tokens", type=int, default=64)
-    parser.add_argument("--json", default=None)
-    args = parser.parse_args(argv)
-    files = [shared_data_dir() / "eval" / "spec_bench_dev.jsonl", shared_data_dir() / "eval" / "humaneval_dev.jsonl"]
-    target, tokenizer = load_target(args.target, "bf16")
-    assistant, _ = load_assistant(args.assistant, target, args.target)
-    options = assistant.generation_config
-    options.prompt_lookup_num_tokens, options.suffix_cache_num_tokens, options.draft_plan = 0, 0, "fixed"
-
-    rankings: list[list[int]] = []  # the router's full ranking at each scored step, in order
+    args = parse_arguments(argv, __doc__.split("\n\n")[0])
+    pending: list[tuple[list[int], list[int]]] = []  # (router ranking, chosen clusters) of each scored step
     steps: list[tuple[int, list[int], list[int], int]] = []  # (position, ranking, chosen, committed token)
     original_clusters_from, original_record = ClusterHead._clusters_from, DraftStats.record_shortlists
 
     def clusters_from(self, cluster_scores, position):
-        rankings.append(cluster_scores[0].float().argsort(descending=True).tolist())
         chosen = original_clusters_from(self, cluster_scores, position)
-        rankings[-1] = (rankings[-1], chosen)
+        pending.append((cluster_scores[0].float().argsort(descending=True).tolist(), chosen))
         return chosen
 
     def record_shortlists(self, shortlist_ids, target_tokens):
-        scored, rankings[:] = rankings[: len(shortlist_ids)], rankings[len(shortlist_ids):]
-        for position, (ranking, chosen) in enumerate(scored):
-            if position < len(target_tokens):
-                steps.append((position, ranking, chosen, int(target_tokens[position])))
+        # One call per round, for the steps scored since the last one (draft positions 0, 1, ...).
+        scored, pending[:] = pending[: len(shortlist_ids)], pending[len(shortlist_ids):]
+        for position, (ranking, chosen) in enumerate(scored[: len(target_tokens)]):
+            steps.append((position, ranking, chosen, int(target_tokens[position])))
         return original_record(self, shortlist_ids, target_tokens)
 
     ClusterHead._clusters_from, DraftStats.record_shortlists = clusters_from, record_shortlists
-    for prompt in encode_prompts(tokenizer, load_prompts(files, args.limit_per_category)):
-        rankings.clear()
-        target.generate(prompt.input_ids, attention_mask=torch.ones_like(prompt.input_ids), do_sample=False,
-                        max_new_tokens=args.max_new_tokens, assistant_model=assistant)
+    assistant, _ = generate_drafter_only(args, before_each_prompt=pending.clear)
 
     clusters = assistant.shortlists.host_clusters()
     always = set(clusters.always_ids.tolist())
@@ -101,11 +82,7 @@ def main(argv=None) -> dict:
                                    "coverage_row_budget": statistics.fmean(hits_budget[p])} for p in sorted(budget)},
               "coverage_clusters": statistics.fmean([h for p in hits_now for h in hits_now[p]]),
               "coverage_row_budget": statistics.fmean([h for p in hits_budget for h in hits_budget[p]])}
-    print(json.dumps(result, indent=1))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=1)
-    return result
+    return write_result(result, args.json)
 
 
 if __name__ == "__main__":

@@ -62,37 +62,55 @@ def summarise(steps: list, table: ClusterRowTable, max_rows) -> dict:
     }
 
 
-def main(argv=None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def parse_arguments(argv=None, description: str = "") -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--target", required=True)
     parser.add_argument("--assistant", required=True)
     parser.add_argument("--prompts", default=None, help="JSONL prompt files, comma-separated (default: the dev split)")
     parser.add_argument("--limit-per-category", type=int, default=1)
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--json", default=None)
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def generate_drafter_only(args: argparse.Namespace, before_each_prompt=lambda: None):
+    """Load the target and its assistant with only the drafter drafting (no prompt lookup, no suffix cache,
+    a fixed plan: every round scores shortlists) and generate greedily on the prompts; -> (assistant, number
+    of prompts). What a run records is whatever the caller patched in before."""
     files = args.prompts.split(",") if args.prompts else [shared_data_dir() / "eval" / "spec_bench_dev.jsonl",
                                                            shared_data_dir() / "eval" / "humaneval_dev.jsonl"]
     target, tokenizer = load_target(args.target, "bf16")
     assistant, _ = load_assistant(args.assistant, target, args.target)
     options = assistant.generation_config
     options.prompt_lookup_num_tokens, options.suffix_cache_num_tokens, options.draft_plan = 0, 0, "fixed"
-    steps: list = []
-    record_choices(steps)
     prompts = encode_prompts(tokenizer, load_prompts(files, args.limit_per_category))
     for prompt in prompts:
+        before_each_prompt()
         target.generate(prompt.input_ids, attention_mask=torch.ones_like(prompt.input_ids), do_sample=False,
                         max_new_tokens=args.max_new_tokens, assistant_model=assistant)
-    table = ClusterRowTable(assistant.shortlists.host_clusters(), torch.device("cpu"))
-    result = {"target": args.target, "assistant": args.assistant, "prompts": len(prompts),
-              "max_new_tokens": args.max_new_tokens, "shortlist": options.shortlist,
-              "max_clusters": options.max_clusters, "num_assistant_tokens": options.num_assistant_tokens,
-              "host": host_description(), **summarise(steps, table, options.max_shortlist_size)}
+    return assistant, len(prompts)
+
+
+def write_result(result: dict, path: str | None) -> dict:
     print(json.dumps(result, indent=1))
-    if args.json:
-        with open(args.json, "w") as f:
+    if path:
+        with open(path, "w") as f:
             json.dump(result, f, indent=1)
     return result
+
+
+def main(argv=None) -> dict:
+    args = parse_arguments(argv, __doc__.split("\n\n")[0])
+    steps: list = []
+    record_choices(steps)
+    assistant, num_prompts = generate_drafter_only(args)
+    options = assistant.generation_config
+    table = ClusterRowTable(assistant.shortlists.host_clusters(), torch.device("cpu"))
+    return write_result({"target": args.target, "assistant": args.assistant, "prompts": num_prompts,
+                         "max_new_tokens": args.max_new_tokens, "shortlist": options.shortlist,
+                         "max_clusters": options.max_clusters, "num_assistant_tokens": options.num_assistant_tokens,
+                         "host": host_description(), **summarise(steps, table, options.max_shortlist_size)},
+                        args.json)
 
 
 if __name__ == "__main__":

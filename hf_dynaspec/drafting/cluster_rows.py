@@ -16,8 +16,6 @@ Legend: C clusters, A always-included ids, k clusters chosen, L = bound(k) clust
 
 from __future__ import annotations
 
-import functools
-
 import torch
 
 from hf_dynaspec.modeling.shortlist.clustering import VocabClusters
@@ -43,19 +41,21 @@ class ClusterRowTable:
         self.always_ids = clusters.always_ids.to(device)  # [A]
         self.dropped_slot = self.num_clusters
         self._columns = torch.arange(sum(self._sizes_largest_first), device=device)  # sliced per step
+        self._bounds: dict[tuple[int, int | None], int] = {}
         # The fewest real rows a shortlist can have: the smallest cluster (the best one is never dropped).
         self.min_rows = int(sizes.min()) + self.num_always
 
-    @functools.cache
     def bound(self, k: int, max_rows: int | None = None) -> int:
         """Cluster columns of a step that chooses `k` clusters (host int): the k largest clusters' rows, or
         fewer under a size cap `max_rows` (always-included rows counted), which keeps at least the best
-        cluster whatever its size."""
-        largest = self._sizes_largest_first
-        bound = sum(largest[:k])
-        if max_rows is not None:
-            bound = min(bound, max(max_rows - self.num_always, largest[0]))
-        return bound
+        cluster whatever its size. Computed once per (k, cap): a draft step only looks it up."""
+        if (k, max_rows) not in self._bounds:
+            largest = self._sizes_largest_first
+            bound = sum(largest[:k])
+            if max_rows is not None:
+                bound = min(bound, max(max_rows - self.num_always, largest[0]))
+            self._bounds[k, max_rows] = bound
+        return self._bounds[k, max_rows]
 
     def capped(self, ranked: torch.Tensor, max_rows: int | None) -> torch.Tensor:
         """Clusters `[k]` ranked best first -> the same with those beyond the first that would take the shortlist
