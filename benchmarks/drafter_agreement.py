@@ -28,7 +28,7 @@ from hf_dynaspec import DynaSpecAssistant
 from hf_dynaspec.bench.command import parse_assistant_options
 from hf_dynaspec.bench.prompts import encode_prompt, encode_prompts, load_prompts
 from hf_dynaspec.bench.runner import DTYPES, load_target
-from recipes.train_drafter import draft_pass
+from recipes.training_objective import draft_pass
 
 PROMPTS = [
     "Write a Python function that returns the n-th Fibonacci number iteratively.",

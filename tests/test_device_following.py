@@ -83,7 +83,7 @@ def test_moving_an_attached_assistant_moves_everything_a_draft_step_reads(tmp_pa
 
 def test_moving_the_training_module_moves_everything_a_training_step_reads(tmp_path):
     """What `accelerator.prepare(assistant)` does to the training module (a `.to(device)`), a dtype does here."""
-    from recipes.train_drafter import drafter_loss
+    from recipes.training_objective import drafter_loss
 
     target = one_layer_target("qwen2", seed=6).requires_grad_(False)
     _, _, to_batch = _cached_batch(target)

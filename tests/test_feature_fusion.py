@@ -113,7 +113,8 @@ def test_fusion_options_are_checked():
 
 
 def test_training_loss_sees_the_fused_layers_and_learns(tmp_path):
-    from recipes.train_drafter import drafter_loss, validate
+    from recipes.training_objective import drafter_loss
+    from recipes.train_drafter import validate
     from recipes.training_data import collate, feature_shards, load_sequences
 
     target = tiny_target("qwen2", seed=4, num_hidden_layers=2)

@@ -92,7 +92,8 @@ def _one_sequence_batch(tmp_path):
 
 
 def test_validation_on_response_positions_matches_a_direct_count(tmp_path):
-    from recipes.train_drafter import draft_pass, validate
+    from recipes.training_objective import draft_pass
+    from recipes.train_drafter import validate
 
     target, batch, drafter, start = _one_sequence_batch(tmp_path)
     with torch.no_grad():  # draft position 1: the pair (f_t, x_{t+1}) guesses the target's token after x_{t+1}
@@ -109,7 +110,7 @@ def test_validation_on_response_positions_matches_a_direct_count(tmp_path):
 
 
 def test_sampled_loss_over_every_row_is_the_full_loss():
-    from recipes.train_drafter import classification_loss, sampled_rows
+    from recipes.training_objective import classification_loss, sampled_rows
 
     generator = torch.Generator().manual_seed(0)
     head, predicted = torch.randn(VOCAB, 16, generator=generator), torch.randn(10, 16, generator=generator)
@@ -125,7 +126,8 @@ def test_sampled_loss_over_every_row_is_the_full_loss():
 
 
 def test_drafter_learns_from_cached_features_with_the_sampled_loss(tmp_path):
-    from recipes.train_drafter import drafter_loss, validate
+    from recipes.training_objective import drafter_loss
+    from recipes.train_drafter import validate
 
     target = one_layer_target("qwen2", seed=6)
     target.requires_grad_(False)
@@ -150,7 +152,7 @@ def test_drafter_learns_from_cached_features_with_the_sampled_loss(tmp_path):
 
 
 def test_drafter_loss_weighs_regression_and_classification_as_asked(tmp_path):
-    from recipes.train_drafter import drafter_loss
+    from recipes.training_objective import drafter_loss
 
     target = one_layer_target("qwen2", seed=6)
     _, _, to_batch = _cached_batch(target)
@@ -219,7 +221,7 @@ def test_router_examples_from_cached_features_pair_inputs_with_the_right_labels(
     from safetensors.torch import save_file
 
     from recipes.build_shortlists import budget_coverage, router_examples_from_features
-    from recipes.train_drafter import draft_pass
+    from recipes.training_objective import draft_pass
 
     target = one_layer_target("llama", seed=3)
     tensors, tokenized, _ = _cached_batch(target, num_sequences=2, length=12)
@@ -501,7 +503,8 @@ def test_package_assistant_takes_its_own_rows_from_a_run_of_several_assistants(t
 
 
 def test_validation_at_draft_position_three_feeds_back_twice_and_answers_only_agrees(tmp_path):
-    from recipes.train_drafter import draft_pass, validate
+    from recipes.training_objective import draft_pass
+    from recipes.train_drafter import validate
 
     target, batch, drafter, start = _one_sequence_batch(tmp_path)
     with torch.no_grad():  # position 3: two passes on the drafter's own features, tokens teacher-forced

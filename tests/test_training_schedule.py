@@ -183,7 +183,7 @@ def test_data_curve_report_fits_inverts_and_caps_the_log_linear_trend(tmp_path):
 
 
 def test_simulated_chain_tau_counts_rounds_of_accepted_drafts_plus_the_targets_token(tmp_path):
-    from recipes.train_drafter import draft_pass
+    from recipes.training_objective import draft_pass
     from recipes.training_data import collate, load_sequences
     from hf_dynaspec import DynaSpecAssistant
 
