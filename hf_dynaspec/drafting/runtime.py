@@ -42,7 +42,7 @@ def suffix_cache(assistant, options=None) -> SuffixCache | None:
         return None
     cache = assistant.__dict__.get(_SUFFIX_CACHE)
     if cache is None or cache.max_tokens != options.suffix_cache_max_tokens:
-        cache = SuffixCache(max_tokens=options.suffix_cache_max_tokens)
+        cache = SuffixCache(max_tokens=options.suffix_cache_max_tokens, vocab_size=assistant.config.vocab_size)
         assistant.__dict__[_SUFFIX_CACHE] = cache
     return cache
 

@@ -85,10 +85,12 @@ class SuffixDraft:
 class SuffixCache:
     """The request index and the shared index of one assistant (see the module docstring)."""
 
-    def __init__(self, max_ngram: int = 4, min_ngram: int = 2, max_tokens: int = 32768):
+    def __init__(self, max_ngram: int = 4, min_ngram: int = 2, max_tokens: int = 32768,
+                 vocab_size: int | None = None):
         if not 1 <= min_ngram <= max_ngram:
             raise ValueError(f"SuffixCache needs 1 <= min_ngram <= max_ngram, got {min_ngram} and {max_ngram}")
         self.max_ngram, self.min_ngram, self.max_tokens = max_ngram, min_ngram, max_tokens
+        self.vocab_size = vocab_size  # the target's: corpus ids must index its embedding
         self.shared = NgramIndex(max_ngram)
         self.documents: deque[list[int]] = deque()
         self.stored_tokens = 0
@@ -99,9 +101,22 @@ class SuffixCache:
     # -- the shared part ------------------------------------------------------------------------------------
     def add_corpus(self, documents) -> None:
         """Add token-id sequences (e.g. `tokenizer(texts)["input_ids"]`: earlier answers, the files an agent
-        edits) to the shared index."""
-        for document in documents:
-            self._store([int(t) for t in document])
+        edits) to the shared index. Every id must be one of the target's (0 <= id < vocab_size): a corpus
+        tokenized with another tokenizer is refused here, not by an index error in a later generate()."""
+        checked = [self._checked_ids(number, document) for number, document in enumerate(documents)]
+        for tokens in checked:  # all or nothing: nothing is stored from a corpus with a bad document
+            self._store(tokens)
+
+    def _checked_ids(self, number: int, document) -> list[int]:
+        tokens = [int(t) for t in document]
+        bad = [t for t in tokens if t < 0 or (self.vocab_size is not None and t >= self.vocab_size)]
+        if bad:
+            where = "below 0" if bad[0] < 0 else f"outside the target's vocabulary of {self.vocab_size} ids"
+            raise ValueError(
+                f"suffix-cache corpus document {number} holds token id {bad[0]}, {where}: it was tokenized with "
+                "another tokenizer. Tokenize the corpus with the target model's own tokenizer."
+            )
+        return tokens
 
     def _store(self, tokens: list[int]) -> None:
         if not tokens or len(tokens) > self.max_tokens:

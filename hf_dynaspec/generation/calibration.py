@@ -11,8 +11,11 @@ assistant of a call, on this device, dtype and thread count:
 - `first_draft_seconds`: the head on the pass that consumed the verified positions (the first drafted token).
 
 Measuring takes a few seconds (random token ids: speed does not depend on the text); the result is kept in a
-JSON file (`calibration_path()`), keyed by everything that changes it, so a machine measures each pairing once.
-Nothing there is executable: it is plain numbers, and a file that does not parse is measured again.
+JSON file (`calibration_path()`), keyed by everything that changes it (shapes, dtype, device, threads, shortlist
+options, versions), so a machine measures each pairing once. Nothing there is executable: it is plain numbers,
+and they are not trusted blindly: anyone who can write the file could otherwise break or slow every call. A file
+that does not parse, and an entry whose numbers are not finite, positive seconds of the right shape, are measured
+again (with a logged warning naming what was wrong).
 
 Legend: N calibration context, n tokens per forward.
 """
@@ -27,8 +30,11 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import math
+
 import torch
 from transformers.cache_utils import DynamicCache
+from transformers.utils import logging
 
 from hf_dynaspec.drafting.chain import ChainDraftSession
 from hf_dynaspec.version import __version__
@@ -37,6 +43,8 @@ CONTEXT = 256  # cache length the costs are measured at: a typical prompt
 MEASURED_SIZES = (1, 2, 3, 5, 9, 17)  # tokens per verify forward; others are interpolated
 REPEATS = 3  # the minimum of repeats is kept: noise on a shared machine only ever adds time
 _MEMORY: dict[str, "RoundCosts"] = {}
+LARGEST_VERIFY_ROWS = 64  # a stored verify-rows answer above this was not written by fastest_cpu_verify_rows
+logger = logging.get_logger(__name__)
 
 
 @dataclass
@@ -109,18 +117,49 @@ def round_costs(target, assistant, options, head, max_tokens: int) -> RoundCosts
     path = calibration_path()
     stored = _read(path)
     if key in stored:
-        try:
-            costs = RoundCosts(**stored[key])
-        except TypeError:  # written by another version of this class: measure again
-            costs = None
-        if costs is not None and len(costs.verify_seconds) > max_tokens:
+        costs, problem = stored_round_costs(stored[key], max_tokens)
+        if costs is not None:
             _MEMORY[key] = costs
             return costs
+        logger.warning(f"hf-dynaspec: the measured costs cached in {path} for this target and assistant are "
+                       f"unusable ({problem}); measuring them again (a few seconds).")
+    else:
+        logger.info("hf-dynaspec: measuring this machine's speculation costs for draft_plan='auto' (once per "
+                    f"target, assistant, dtype, device and thread count; cached in {path})")
     costs = measure_round_costs(target, assistant, head, max_tokens)
     _MEMORY[key] = costs
     stored[key] = asdict(costs)
     _write(path, stored)
     return costs
+
+
+def _is_seconds(value, zero_allowed: bool) -> bool:
+    """A finite number of seconds: > 0, or >= 0 with `zero_allowed` (bools are not numbers here)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return False
+    return value >= 0 if zero_allowed else value > 0
+
+
+def stored_round_costs(entry, max_tokens: int) -> tuple[RoundCosts | None, str | None]:
+    """A cache entry -> (its `RoundCosts`, None) when usable for drafts of up to `max_tokens` tokens, else
+    (None, what is wrong). Verify forwards must cost > 0 s (the planner divides by them); the drafter's parts may
+    measure 0 (a step below the timer's resolution) but never below it, nor NaN or inf."""
+    fields = {"verify_seconds", "consume_seconds", "first_draft_seconds", "draft_step_seconds"}
+    if not isinstance(entry, dict) or set(entry) != fields:
+        keys = sorted(entry) if isinstance(entry, dict) else type(entry).__name__
+        return None, f"expected the fields {sorted(fields)}, found {keys}"
+    table = entry["verify_seconds"]
+    if not isinstance(table, list) or len(table) < 2:
+        return None, "verify_seconds is not a list of seconds per verified token count"
+    if len(table) < max_tokens + 2:  # as measured: index 0 unused, then 1 .. K + 1 tokens
+        return None, f"verify_seconds covers {len(table) - 1} token counts, this call needs {max_tokens + 1}"
+    bad = [n for n, value in enumerate(table[1:], start=1) if not _is_seconds(value, zero_allowed=False)]
+    if bad:
+        return None, f"verify_seconds[{bad[0]}] = {table[bad[0]]!r} is not a positive finite number of seconds"
+    for name in ("consume_seconds", "first_draft_seconds", "draft_step_seconds"):
+        if not _is_seconds(entry[name], zero_allowed=True):
+            return None, f"{name} = {entry[name]!r} is not a finite number of seconds >= 0"
+    return RoundCosts(**entry), None
 
 
 def _read(path: Path) -> dict:
@@ -292,7 +331,11 @@ def measured_verify_rows(target) -> int:
     path = calibration_path()
     stored = _read(path)
     rows = stored.get(key)
-    if not isinstance(rows, int):
+    usable = isinstance(rows, int) and not isinstance(rows, bool) and 0 <= rows <= LARGEST_VERIFY_ROWS
+    if key in stored and not usable:
+        logger.warning(f"hf-dynaspec: the verify-rows choice cached in {path} is unusable ({rows!r}, expected an "
+                       f"integer 0..{LARGEST_VERIFY_ROWS}); measuring it again.")
+    if not usable:
         rows = fastest_cpu_verify_rows(target, largest=9)
         stored[key] = rows
         _write(path, stored)

@@ -42,13 +42,17 @@ def call_options(assistant, generation_config) -> DynaSpecGenerationConfig:
             "DynaSpecAssistant.from_pretrained(..., prompt_lookup_num_tokens=N)), so that lookup and the drafter "
             "share each round."
         )
-    return assistant.generation_config
+    options = assistant.generation_config
+    # Options may have been set one by one since loading (assistant.generation_config.draft_plan = ...): a typo
+    # or a negative length must not run as some default.
+    options.validate_options()
+    return options
 
 
 def make_candidate_generator(assistant, target, input_ids, generation_config, logits_processor, model_kwargs):
     """What `generate(assistant_model=assistant)` drafts with (called through hf_dynaspec.generation.hook)."""
     ensure_attached(assistant, target)
-    check_chain_inputs(input_ids, generation_config, model_kwargs)
+    check_chain_inputs(input_ids, generation_config, model_kwargs, assistant.config.vocab_size)
     options = call_options(assistant, generation_config)
     assistant.stats = DraftStats()
     head = runtime_head(assistant, options)

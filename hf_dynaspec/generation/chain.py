@@ -28,6 +28,7 @@ def chain_generate(model, input_ids, logits_processor, stopping_criteria, genera
             "chain_generate needs the assistant: model.generate(..., custom_generate=chain_generate, drafter=assistant)"
         )
     options = drafter.generation_config
+    options.validate_options()  # before num_assistant_tokens becomes tree_depth (its error names the option set)
     unsupported = [name for name in ("prompt_lookup_num_tokens", "assistant_confidence_threshold")
                    if getattr(options, name)]
     if unsupported:

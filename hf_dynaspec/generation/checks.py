@@ -9,8 +9,27 @@ from __future__ import annotations
 import torch
 
 
-def check_chain_inputs(input_ids: torch.Tensor, generation_config, model_kwargs: dict) -> None:
-    """Raise ValueError for a generate() call that chain drafting would not decode exactly as asked."""
+def check_prompt_ids(input_ids: torch.Tensor, vocab_size: int) -> None:
+    """Refuse prompt ids outside the target's vocabulary `[0, vocab_size)`, naming the likely cause (another
+    tokenizer), instead of torch's "index out of range in self" from deep inside the embedding (or, on a GPU, a
+    device-side assert that poisons the process). One host read of the prompt's smallest and largest id per
+    generate() call."""
+    if not input_ids.numel():
+        return
+    low, high = torch.stack([input_ids.min(), input_ids.max()]).tolist()
+    if low < 0 or high >= vocab_size:
+        bad = low if low < 0 else high
+        raise ValueError(
+            f"the prompt holds token id {bad}, outside the target's vocabulary of {vocab_size} ids (0..{vocab_size - 1}): "
+            "it was tokenized with another model's tokenizer. Tokenize with the target's own tokenizer "
+            "(AutoTokenizer.from_pretrained(<the target's path>))."
+        )
+
+
+def check_chain_inputs(input_ids: torch.Tensor, generation_config, model_kwargs: dict,
+                       vocab_size: int | None = None) -> None:
+    """Raise ValueError for a generate() call that chain drafting would not decode exactly as asked (with
+    `vocab_size`, the target's, the prompt's ids are checked against it too)."""
     if input_ids.shape[0] != 1:
         raise ValueError(
             f"DynaSpecAssistant with model.generate(assistant_model=...) drafts for one sequence at a time "
@@ -40,3 +59,5 @@ def check_chain_inputs(input_ids: torch.Tensor, generation_config, model_kwargs:
             "DynaSpecAssistant does not support padded inputs (the attention_mask has zeros); pass the "
             "prompt without padding."
         )
+    if vocab_size is not None:
+        check_prompt_ids(input_ids, vocab_size)

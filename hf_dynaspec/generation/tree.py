@@ -23,6 +23,7 @@ from hf_dynaspec.drafting.runtime import runtime_head
 from hf_dynaspec.drafting.tree import TreeDraftSession
 from hf_dynaspec.drafting.tree_structure import tree_attention_mask, tree_position_ids
 from hf_dynaspec.generation.attachment import ensure_attached
+from hf_dynaspec.generation.checks import check_prompt_ids
 from hf_dynaspec.generation.tree_verify import accept_path, check_tree_cache, compact_cache
 from hf_dynaspec.stats import DraftStats
 
@@ -54,6 +55,8 @@ def tree_generate(
     assistant = ensure_attached(drafter, model, argument="drafter")
     _check_attention(model)
     _check_inputs(input_ids, generation_config, model_kwargs)
+    check_prompt_ids(input_ids, assistant.config.vocab_size)
+    assistant.generation_config.validate_options()  # options set one by one since loading are checked here
     options = assistant.generation_config.with_options(
         tree_top_k=tree_top_k, tree_depth=tree_depth, tree_total_tokens=tree_total_tokens)
     cache = _empty_cache(model, model_kwargs, generation_config.max_length)

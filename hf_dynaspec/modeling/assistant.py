@@ -33,6 +33,7 @@ from hf_dynaspec.modeling.options import (
     OPTION_DEFAULTS,
     DynaSpecGenerationConfig,
     normalise_option_names,
+    merge_legacy_options,
     split_legacy_options,
 )
 from hf_dynaspec.modeling.shortlist.artifact import VocabShortlists
@@ -386,13 +387,13 @@ def _split_options(kwargs: dict) -> tuple[dict, dict]:
 
 
 def _read_generation_config(directory: Path, legacy_options: dict) -> DynaSpecGenerationConfig:
-    """The artifact's drafting defaults: generation_config.json, else the options an old config.json held."""
+    """The artifact's drafting defaults: generation_config.json over the options an old config.json held."""
     path = directory / GENERATION_CONFIG_NAME
+    stored = None
     if path.is_file():
         try:
             stored = json.loads(path.read_text())
         except json.JSONDecodeError as error:
             raise ArtifactError(f"{path} is not valid JSON ({error}); re-save or re-download it.") from error
         stored.pop("transformers_version", None)
-        return DynaSpecGenerationConfig(**{**legacy_options, **stored})
-    return DynaSpecGenerationConfig(**legacy_options)
+    return DynaSpecGenerationConfig(**merge_legacy_options(legacy_options, stored))

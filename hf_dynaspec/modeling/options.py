@@ -128,29 +128,33 @@ class DynaSpecGenerationConfig(GenerationConfig):
         """Raise `ValueError` naming the bad option and the fix."""
         for name in ("num_assistant_tokens", "tree_top_k", "tree_depth", "tree_total_tokens", "max_clusters",
                      "fixed_clusters", "auto_max_assistant_tokens", "suffix_cache_max_tokens"):
-            _check(_is_int(getattr(self, name)) and getattr(self, name) >= 1, name, "a positive integer")
+            self._require(_is_int(getattr(self, name)) and getattr(self, name) >= 1, name, "a positive integer")
         for name in ("shortlist_size", "max_shortlist_size"):
             value = getattr(self, name)
-            _check(value is None or (_is_int(value) and value >= 1), name, "a positive integer or None")
+            self._require(value is None or (_is_int(value) and value >= 1), name, "a positive integer or None")
         threshold = self.assistant_confidence_threshold
-        _check(_is_number(threshold) and 0.0 <= threshold < 1.0, "assistant_confidence_threshold",
+        self._require(_is_number(threshold) and 0.0 <= threshold < 1.0, "assistant_confidence_threshold",
                "a probability threshold in [0, 1) (0 turns the confidence stop off)")
-        _check(_is_int(self.prompt_lookup_num_tokens) and self.prompt_lookup_num_tokens >= 0,
+        self._require(_is_int(self.prompt_lookup_num_tokens) and self.prompt_lookup_num_tokens >= 0,
                "prompt_lookup_num_tokens", "an integer >= 0 (0 turns prompt lookup off)")
         low, high = self.prompt_lookup_min_ngram, self.max_matching_ngram_size
-        _check(_is_int(low) and _is_int(high) and 1 <= low <= high, "prompt_lookup_min_ngram",
+        self._require(_is_int(low) and _is_int(high) and 1 <= low <= high, "prompt_lookup_min_ngram",
                f"an integer with 1 <= prompt_lookup_min_ngram <= max_matching_ngram_size (got {low!r} and {high!r})")
         veto = self.prompt_lookup_veto
-        _check(_is_number(veto) and 0.0 <= veto <= 1.0, "prompt_lookup_veto",
+        self._require(_is_number(veto) and 0.0 <= veto <= 1.0, "prompt_lookup_veto",
                "a probability in [0, 1] above which the drafter's disagreeing top token overrules a lookup draft "
                "(1.0 turns the check off)")
-        _check(self.shortlist in SHORTLIST_STRATEGIES, "shortlist", f"one of {SHORTLIST_STRATEGIES}")
-        _check(self.draft_plan in DRAFT_PLANS, "draft_plan", f"one of {DRAFT_PLANS} (\"auto\": planned from measured "
+        self._require(self.shortlist in SHORTLIST_STRATEGIES, "shortlist", f"one of {SHORTLIST_STRATEGIES}")
+        self._require(self.draft_plan in DRAFT_PLANS, "draft_plan", f"one of {DRAFT_PLANS} (\"auto\": planned from measured "
                "costs, \"fixed\": num_assistant_tokens every round)")
-        _check(self.verification in VERIFICATIONS, "verification", f"one of {VERIFICATIONS}")
-        _check(self.target_verify_kernel in ("auto", "off"), "target_verify_kernel", "\"auto\" or \"off\"")
-        _check(_is_int(self.suffix_cache_num_tokens) and self.suffix_cache_num_tokens >= 0,
+        self._require(self.verification in VERIFICATIONS, "verification", f"one of {VERIFICATIONS}")
+        self._require(self.target_verify_kernel in ("auto", "off"), "target_verify_kernel", "\"auto\" or \"off\"")
+        self._require(_is_int(self.suffix_cache_num_tokens) and self.suffix_cache_num_tokens >= 0,
                "suffix_cache_num_tokens", "an integer >= 0 (0 turns the suffix cache off)")
+
+    def _require(self, ok: bool, name: str, expected: str) -> None:
+        if not ok:
+            raise ValueError(f"DynaSpecGenerationConfig.{name} must be {expected}; got {getattr(self, name)!r}.")
 
     def with_options(self, **options) -> "DynaSpecGenerationConfig":
         """A validated copy with `options` (current or legacy names) set; None values are ignored."""
@@ -165,11 +169,6 @@ def _is_int(value) -> bool:
 
 def _is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _check(ok: bool, name: str, expected: str) -> None:
-    if not ok:
-        raise ValueError(f"DynaSpecGenerationConfig.{name} must be {expected}.")
 
 
 def normalise_option_names(options: dict[str, Any], where: str = "keyword argument") -> dict[str, Any]:
@@ -188,16 +187,29 @@ def normalise_option_names(options: dict[str, Any], where: str = "keyword argume
 
 
 def split_legacy_options(config_dict: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """An old config.json dict -> (the architecture part, the drafting options it held, current names).
-
-    Warns once (FutureWarning) when there were any: re-saving the artifact moves them to generation_config.json."""
+    """An old config.json dict -> (the architecture part, the drafting options it held, current names). Says
+    nothing: `merge_legacy_options` warns, once it knows whether a generation_config.json overrides them."""
     architecture = {k: v for k, v in config_dict.items() if k not in LEGACY_CONFIG_KEYS}
-    legacy = {k: v for k, v in config_dict.items() if k in LEGACY_CONFIG_KEYS}
-    if legacy:
-        warnings.warn(
-            f"this artifact's config.json holds drafting options {sorted(legacy)} (written by hf-dynaspec 0.1); "
-            "they now live in generation_config.json (DynaSpecGenerationConfig). They are used as the defaults; "
-            "save the assistant again (save_pretrained) to move them.",
-            FutureWarning, stacklevel=3,
-        )
-    return architecture, {LEGACY_NAMES.get(k, k): v for k, v in legacy.items()}
+    legacy = {LEGACY_NAMES.get(k, k): v for k, v in config_dict.items() if k in LEGACY_CONFIG_KEYS}
+    return architecture, legacy
+
+
+def merge_legacy_options(legacy: dict[str, Any], stored: dict[str, Any] | None) -> dict[str, Any]:
+    """The drafting options of an artifact: its generation_config.json (`stored`; None when it has none) over the
+    options its config.json still holds (`legacy`, written by hf-dynaspec 0.1), with one FutureWarning that says
+    which legacy values are used and which are ignored because generation_config.json sets the option."""
+    if not legacy:
+        return dict(stored or {})
+    stored = stored or {}
+    used = sorted(k for k in legacy if k not in stored)
+    ignored = {k: (legacy[k], stored[k]) for k in sorted(legacy) if k in stored and stored[k] != legacy[k]}
+    parts = [f"this artifact's config.json holds drafting options {sorted(legacy)} (written by hf-dynaspec 0.1); "
+             "they now live in generation_config.json (DynaSpecGenerationConfig)."]
+    if used:
+        parts.append(f"Used from config.json: {used} (generation_config.json does not set them).")
+    if ignored:
+        parts.append("Ignored, because generation_config.json sets them: " + ", ".join(
+            f"{k}={old!r} (generation_config.json: {new!r})" for k, (old, new) in ignored.items()) + ".")
+    parts.append("Save the assistant again (save_pretrained) to move them and silence this warning.")
+    warnings.warn(" ".join(parts), FutureWarning, stacklevel=3)
+    return {**legacy, **stored}
