@@ -1,11 +1,14 @@
 """Apply each known rule violation to a copy of the package and check that a test fails on it by an assertion.
 
-    python benchmarks/mutation_check.py [--only NAME] [--json OUT]
+    python benchmarks/mutation_check.py [--only NAME] [--json OUT] [--list]
 
-Each mutation replaces one exact snippet of the source (it fails loudly if the snippet is gone, so the list
-stays in step with the code), runs the named test files on the copy, and reports which tests failed and how:
-`assert` (an AssertionError from the test) or `crash` (any other exception). A mutation counts as caught only
-by an assertion. Host-independent; it takes a few minutes.
+Each mutation replaces exact snippets of the source, runs the named test files on the copy (or the tests
+`select` picks), and reports which tests failed and how: `assert` (an AssertionError from the test, or pytest's
+own "DID NOT RAISE" / "DID NOT WARN" where a test expects an error or a warning) or `crash` (any other
+exception). A mutation counts as caught only by an assertion. Every snippet must occur exactly once in the current
+source: a stale snippet stops the run before anything is mutated, and tests/test_mutation_check.py checks it in
+the test suite, so the list cannot rot silently. CI runs the whole check (.ci/run). Host-independent; ~15 minutes
+on 2 cores.
 """
 
 from __future__ import annotations
@@ -22,6 +25,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 FAKE_CUDA = "tests/test_fake_cuda.py"
+PROCESSORS = "tests/test_context_processors.py"
+UNTRUSTED = "tests/test_untrusted_inputs.py"
+PLANNED = "tests/test_planned_rounds.py"
 
 
 @dataclass
@@ -32,6 +38,13 @@ class Mutation:
     new: str | list[str]
     tests: list[str]
     also: tuple[str, str, str] | None = None  # a second file's (path, old, new), for a bug spread over two files
+    select: str | None = None  # a pytest -k expression: only the tests that guard this rule
+
+    def edits(self) -> list[tuple[str, str, str]]:
+        """Every (path, old snippet, new snippet) of the mutation."""
+        olds, news = (self.old, self.new) if isinstance(self.old, list) else ([self.old], [self.new])
+        edits = [(self.path, old, new) for old, new in zip(olds, news)]
+        return edits + ([self.also] if self.also is not None else [])
 
 
 MUTATIONS = [
@@ -61,10 +74,10 @@ MUTATIONS = [
               "            return torch.multinomial(full.softmax(dim=-1), num_samples=1), raw, confident"],
              ["tests/test_enumeration.py"]),
     Mutation("confidence: the drawn token's probability decides (the old rule)", "hf_dynaspec/drafting/chain.py",
-             ["        if confident is not None and not self.defer_host_decisions and not bool(confident):\n            return None, None, None\n",
-              "            return torch.multinomial(full.softmax(dim=-1), num_samples=1), full, confident"],
+             ["        if confident is not None and not self.defer_host_decisions and not bool(confident):\n            return None, None, None, None\n",
+              "            return torch.multinomial(full.softmax(dim=-1), num_samples=1), full, confident, top"],
              ["",
-              "            token = torch.multinomial(full.softmax(dim=-1), num_samples=1)\n            if self.confidence > 0 and float(full.softmax(-1)[0, token]) < self.confidence:\n                return None, None, None\n            return token, full, confident"],
+              "            token = torch.multinomial(full.softmax(dim=-1), num_samples=1)\n            if self.confidence > 0 and float(full.softmax(-1)[0, token]) < self.confidence:\n                return None, None, None, None\n            return token, full, confident, top"],
              ["tests/test_enumeration.py"]),
     Mutation("drafter cache crop one short", "hf_dynaspec/drafting/chain.py",
              "self.cache.crop(start)", "self.cache.crop(max(start - 1, 0))", ["tests/test_drafting.py"]),
@@ -117,38 +130,104 @@ MUTATIONS = [
     Mutation("device: processed greedy tree walk node by node on the host", "hf_dynaspec/generation/tree_verify.py",
              "    if not do_sample:\n        return processed_greedy_path(", "    if False:\n        return processed_greedy_path(",
              [FAKE_CUDA]),
+    # Round two (issue #52): processors in trees, options set late, caches and ids trusted blindly, integrity
+    # checks narrower than their names, what runs against what was planned.
+    Mutation("tree greedy walk: processors see the prompt without the node's path", "hf_dynaspec/generation/tree_verify.py",
+             "context = torch.cat([input_ids.expand(count, -1), path_tokens[rows, :depth]], dim=1)",
+             "context = input_ids.expand(count, -1)", [PROCESSORS], select="greedy"),
+    Mutation("tree greedy walk: the node's path one node short", "hf_dynaspec/generation/tree_verify.py",
+             "context = torch.cat([input_ids.expand(count, -1), path_tokens[rows, :depth]], dim=1)",
+             "context = torch.cat([input_ids.expand(count, -1), path_tokens[rows, : max(depth - 1, 0)]], dim=1)",
+             [PROCESSORS], select="greedy"),
+    Mutation("tree sampled walk: processors see the prompt without the accepted path",
+             "hf_dynaspec/generation/tree_verify.py",
+             "context = torch.cat([input_ids, tree.token_ids[nodes][None]], dim=1)", "context = input_ids",
+             [PROCESSORS], select="sampled"),
+    Mutation("options set after loading not checked (assistant_model=)", "hf_dynaspec/generation/candidate_generator.py",
+             "    options.validate_options()\n    return options", "    return options", [UNTRUSTED],
+             select="after_loading"),
+    Mutation("options set after loading not checked (tree_generate)", "hf_dynaspec/generation/tree.py",
+             "    assistant.generation_config.validate_options()  #", "    #", [UNTRUSTED], select="after_loading"),
+    Mutation("legacy config.json options win over generation_config.json", "hf_dynaspec/modeling/options.py",
+             "    return {**legacy, **stored}", "    return {**stored, **legacy}", [UNTRUSTED], select="legacy"),
+    Mutation("calibration entries trusted as soon as they parse", "hf_dynaspec/generation/calibration.py",
+             "costs, problem = stored_round_costs(stored[key], max_tokens)",
+             "costs, problem = RoundCosts(**stored[key]), None", [UNTRUSTED], select="calibration"),
+    Mutation("calibration key without the dtype", "hf_dynaspec/generation/calibration.py",
+             "\"dtype\": str(target.dtype),", "\"dtype\": \"any\",", [UNTRUSTED], select="bf16"),
+    Mutation("verify-rows cache entry trusted", "hf_dynaspec/generation/calibration.py",
+             "usable = isinstance(rows, int) and not isinstance(rows, bool) and 0 <= rows <= LARGEST_VERIFY_ROWS",
+             "usable = key in stored", [UNTRUSTED], select="verify_rows"),
+    Mutation("prompt ids not checked against the vocabulary", "hf_dynaspec/generation/checks.py",
+             "    if vocab_size is not None:\n        check_prompt_ids(input_ids, vocab_size)", "", [UNTRUSTED],
+             also=("hf_dynaspec/generation/tree.py", "    check_prompt_ids(input_ids, assistant.config.vocab_size)\n", ""),
+             select="prompt_id"),
+    Mutation("suffix-cache corpus ids not checked", "hf_dynaspec/drafting/suffix_cache.py",
+             "bad = [t for t in tokens if t < 0 or (self.vocab_size is not None and t >= self.vocab_size)]", "bad = []",
+             [UNTRUSTED], select="corpus"),
+    Mutation("non-finite check sees NaN only", "hf_dynaspec/modeling/integrity.py",
+             "not bool(torch.isfinite(t).all())", "bool(torch.isnan(t).any())", [UNTRUSTED], select="non_finite"),
+    Mutation("fingerprint compares the embedding only", "hf_dynaspec/modeling/integrity.py",
+             "for name, weight in ((\"embedding\", embedding), (\"lm_head\", head)):",
+             "for name, weight in ((\"embedding\", embedding),):", [UNTRUSTED], select="fingerprint or lm_head"),
+    Mutation("fingerprint tolerance too tight for another dtype", "hf_dynaspec/modeling/integrity.py",
+             "_FINGERPRINT_TOLERANCE = 2e-2", "_FINGERPRINT_TOLERANCE = 1e-4", [UNTRUSTED], select="fingerprint"),
+    Mutation("fingerprint tolerance too loose", "hf_dynaspec/modeling/integrity.py",
+             "_FINGERPRINT_TOLERANCE = 2e-2", "_FINGERPRINT_TOLERANCE = 0.5", [UNTRUSTED], select="fingerprint"),
+    Mutation("planned lookup draft longer than planned", "hf_dynaspec/generation/candidate_generator.py",
+             "looked_up = _as_ids(drafts[plan.source][: plan.num_tokens], input_ids)",
+             "looked_up = _as_ids(drafts[plan.source], input_ids)", [PLANNED], select="source_and_length"),
+    Mutation("planned round drafts another source's tokens", "hf_dynaspec/generation/candidate_generator.py",
+             "looked_up = _as_ids(drafts[plan.source][: plan.num_tokens], input_ids)",
+             "looked_up = _as_ids(list(drafts.values())[-1][: plan.num_tokens], input_ids)", [PLANNED],
+             select="source_and_length"),
+    Mutation("accelerator form ignores the planner's cut", "hf_dynaspec/drafting/chain.py",
+             "return min(keep, planner.cut(host_tops)), host_tops", "return keep, host_tops", [PLANNED],
+             select="cut"),
+    Mutation("greedy and sampled calls share acceptance tables", "hf_dynaspec/drafting/runtime.py",
+             "setdefault(bool(do_sample), PlannerMemory())", "setdefault(False, PlannerMemory())", [PLANNED],
+             select="apart"),
+    Mutation("plan reads the drawn token's probability", "hf_dynaspec/drafting/chain.py",
+             "            return torch.multinomial(full.softmax(dim=-1), num_samples=1), full, confident, top",
+             "            token = torch.multinomial(full.softmax(dim=-1), num_samples=1)\n"
+             "            top = full[0].float().softmax(-1)[token[0, 0]] if with_top else top\n"
+             "            return token, full, confident, top", [PLANNED], select="every_cost_model and cpu"),
 ]
+
+
+def stale_snippets(root: Path = ROOT) -> list[str]:
+    """The mutations whose snippets do not occur exactly once in the source under `root` (empty: all current)."""
+    problems = []
+    for mutation in MUTATIONS:
+        for path, old, _ in mutation.edits():
+            count = (root / path).read_text().count(old) if (root / path).is_file() else 0
+            if count != 1:
+                problems.append(f"{mutation.name}: a snippet occurs {count} times in {path}")
+        problems += [f"{mutation.name}: no test file {test}" for test in mutation.tests if not (root / test).is_file()]
+    return problems
+
+
+ASSERTION_MESSAGES = ("AssertionError", "assert ", "Failed: DID NOT RAISE", "Failed: DID NOT WARN")
 
 
 def run(mutation: Mutation) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         copy = Path(tmp) / "repo"
         shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns(".venv", ".git", "assistants", "data", "*.pyc"))
-        source = copy / mutation.path
-        text = source.read_text()
-        olds, news = (mutation.old, mutation.new) if isinstance(mutation.old, list) else ([mutation.old], [mutation.new])
-        for old, new in zip(olds, news):
-            if text.count(old) != 1:
-                raise SystemExit(f"{mutation.name}: the snippet to mutate occurs {text.count(old)} times in "
-                                 f"{mutation.path}; update benchmarks/mutation_check.py")
-            text = text.replace(old, new)
-        source.write_text(text)
-        if mutation.also is not None:
-            path, old, new = mutation.also
-            other = (copy / path).read_text()
-            if other.count(old) != 1:
-                raise SystemExit(f"{mutation.name}: the snippet to mutate occurs {other.count(old)} times in {path}")
-            (copy / path).write_text(other.replace(old, new))
+        for path, old, new in mutation.edits():
+            source = copy / path
+            source.write_text(source.read_text().replace(old, new))
         report = Path(tmp) / "report.xml"
+        selection = ["-k", mutation.select] if mutation.select else []
         proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m",
-                               "not real_model", f"--junitxml={report}", *mutation.tests],
+                               "not real_model", f"--junitxml={report}", *selection, *mutation.tests],
                               cwd=copy, capture_output=True, text=True)
         asserted, crashed = [], []
         for case in ElementTree.parse(report).iter("testcase") if report.exists() else []:
             for problem in [*case.iter("failure"), *case.iter("error")]:
                 message = problem.get("message", "")
                 name = f"{case.get('classname')}::{case.get('name')}"
-                if message.startswith("AssertionError") or message.startswith("assert "):
+                if message.startswith(ASSERTION_MESSAGES):
                     asserted.append(name)
                 else:
                     crashed.append(f"{name} ({message[:80]})")
@@ -161,7 +240,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", help="run the mutations whose name contains this text")
     parser.add_argument("--json", help="write the results here")
+    parser.add_argument("--list", action="store_true", help="list the mutations and exit")
     args = parser.parse_args()
+    if args.list:
+        print("\n".join(m.name for m in MUTATIONS))
+        return
+    stale = stale_snippets()
+    if stale:
+        raise SystemExit("stale mutations (update benchmarks/mutation_check.py):\n  " + "\n  ".join(stale))
     results = []
     for mutation in MUTATIONS:
         if args.only and args.only not in mutation.name:
@@ -175,7 +261,9 @@ def main() -> None:
             print(f"    crash   {test}")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
-    if not all(r["caught"] for r in results):
+    missed = [r["mutation"] for r in results if not r["caught"]]
+    print(f"{len(results) - len(missed)}/{len(results)} mutations caught by an assertion")
+    if missed:
         raise SystemExit(1)
 
 

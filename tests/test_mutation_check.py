@@ -1,0 +1,37 @@
+"""The project's mutation check (benchmarks/mutation_check.py) stays true: every planted bug's snippet occurs
+exactly once in the current source and names test files that exist. CI runs the whole check (.ci/run); this
+keeps a refactor from leaving it stale between CI runs."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def load_mutation_check():
+    spec = importlib.util.spec_from_file_location("mutation_check", ROOT / "benchmarks" / "mutation_check.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_mutation_snippet_occurs_once_in_the_source():
+    check = load_mutation_check()
+    assert check.stale_snippets() == []
+    names = [m.name for m in check.MUTATIONS]
+    assert len(names) == len(set(names)), "mutation names must be unique (--only selects by name)"
+
+
+def test_a_stale_snippet_is_reported(tmp_path):
+    """The staleness check itself can fail: a copy of the source with one snippet edited away is reported."""
+    check = load_mutation_check()
+    mutation = check.MUTATIONS[0]
+    path, old, _ = mutation.edits()[0]
+    (tmp_path / path).parent.mkdir(parents=True)
+    (tmp_path / path).write_text((ROOT / path).read_text().replace(old, "# edited away\n"))
+    problems = check.stale_snippets(tmp_path)
+    assert any(p.startswith(mutation.name) and "occurs 0 times" in p for p in problems)
