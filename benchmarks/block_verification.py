@@ -46,7 +46,7 @@ def main() -> None:
                   for name, options in configs.items()}
     prompts = encode_prompts(tokenizer, load_prompts(args.prompts.split(","), args.limit_per_category))
     totals = {name: {"tokens": 0, "passes": 0, "seconds": 0.0, "taus": []} for name in configs}
-    for name, assistant in assistants.items():  # warm-up (and the auto plan's calibration), untimed
+    for assistant in assistants.values():  # warm-up (and the auto plan's calibration), untimed
         _generate(target, assistant, prompts[0].input_ids[:, :8], 4, args.temperature, seed=0)
     for index, prompt in enumerate(prompts):
         for seed in range(args.seeds):

@@ -123,7 +123,8 @@ def plot(points: list[dict], fitted: dict, path: Path, title: str) -> None:
         for depth, style in ((0, "-"), (1, "--"), (2, "-.")):
             y = [(p.get("dev_agreement") or [None] * 3)[depth] for p in rows]
             if any(v is not None for v in y):
-                right.plot([p["tokens"] for p in rows], y, style, marker="o", color=colours.get(kind), label=f"{kind}, position {depth + 1}")
+                right.plot([p["tokens"] for p in rows], y, style, marker="o", color=colours.get(kind),
+                           label=f"{kind}, position {depth + 1}")
     for axis, ylabel in ((left, "tau (tokens per target pass)"), (right, "teacher-forced top-1 agreement (answers)")):
         axis.set_xscale("log")
         axis.set_xlabel("training tokens (one epoch, each seen once)")
@@ -141,7 +142,7 @@ def markdown_table(points: list[dict]) -> str:
              "| --- | ---: | ---: | ---: | --- | --- |"]
     for p in sorted(points, key=lambda p: (p["kind"], p["tokens"])):
         agree = " / ".join("-" if v is None else f"{v:.3f}" for v in p.get("dev_agreement") or [None] * 3)
-        show = lambda key: "-" if p.get(key) is None else f"{p[key]:.2f}"  # noqa: E731
+        show = lambda key, p=p: "-" if p.get(key) is None else f"{p[key]:.2f}"  # noqa: E731
         lines.append(f"| {p['kind']} | {p['tokens']:,} | {p['steps']} | {show('tau_k2')} | "
                      f"{show('sim_tau_k2')} / {show('sim_tau_k4')} | {agree} |")
     return "\n".join(lines)

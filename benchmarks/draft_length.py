@@ -18,11 +18,11 @@ import json
 import torch
 from transformers import DynamicCache
 
-from hf_dynaspec.drafting.runtime import runtime_head
 from hf_dynaspec import DynaSpecAssistant
-from hf_dynaspec.drafting.chain import ChainDraftSession
 from hf_dynaspec.bench.runner import load_target
 from hf_dynaspec.bench.timer import interleaved_medians
+from hf_dynaspec.drafting.chain import ChainDraftSession
+from hf_dynaspec.drafting.runtime import runtime_head
 
 
 def verify_case(model, prefix, k):

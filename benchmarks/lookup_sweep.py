@@ -16,11 +16,11 @@ import json
 from pathlib import Path
 
 from hf_dynaspec import DynaSpecAssistant
-from hf_dynaspec.kernels.verify_rows import patch as cpu_verify
 from hf_dynaspec.bench import Method, load_prompts, run_benchmark
 from hf_dynaspec.bench.prompts import encode_prompts
 from hf_dynaspec.bench.report import markdown_table
 from hf_dynaspec.bench.runner import load_target
+from hf_dynaspec.kernels.verify_rows import patch as cpu_verify
 
 PROMPTS = "../shared/data/eval/spec_bench_dev.jsonl,../shared/data/eval/humaneval_dev.jsonl"
 

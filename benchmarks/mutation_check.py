@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import xml.etree.ElementTree as ElementTree
 import shutil
 import subprocess
 import sys
 import tempfile
+import xml.etree.ElementTree as ElementTree
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,14 +70,18 @@ MUTATIONS = [
     Mutation("draft logits handed over before the temperature", "hf_dynaspec/drafting/chain.py",
              ["            if self.logits_processor is not None:\n                full = self.logits_processor(context, full)\n",
               "            return torch.multinomial(full.softmax(dim=-1), num_samples=1), full, confident"],
-             ["            raw = full\n            if self.logits_processor is not None:\n                full = self.logits_processor(context, full.clone())\n",
+             ["            raw = full\n            if self.logits_processor is not None:\n"
+              "                full = self.logits_processor(context, full.clone())\n",
               "            return torch.multinomial(full.softmax(dim=-1), num_samples=1), raw, confident"],
              ["tests/test_enumeration.py"]),
     Mutation("confidence: the drawn token's probability decides (the old rule)", "hf_dynaspec/drafting/chain.py",
-             ["        if confident is not None and not self.defer_host_decisions and not bool(confident):\n            return None, None, None, None\n",
+             ["        if confident is not None and not self.defer_host_decisions and not bool(confident):\n"
+              "            return None, None, None, None\n",
               "            return torch.multinomial(full.softmax(dim=-1), num_samples=1), full, confident, top"],
              ["",
-              "            token = torch.multinomial(full.softmax(dim=-1), num_samples=1)\n            if self.confidence > 0 and float(full.softmax(-1)[0, token]) < self.confidence:\n                return None, None, None, None\n            return token, full, confident, top"],
+              "            token = torch.multinomial(full.softmax(dim=-1), num_samples=1)\n"
+              "            if self.confidence > 0 and float(full.softmax(-1)[0, token]) < self.confidence:\n"
+              "                return None, None, None, None\n            return token, full, confident, top"],
              ["tests/test_enumeration.py"]),
     Mutation("drafter cache crop one short", "hf_dynaspec/drafting/chain.py",
              "self.cache.crop(start)", "self.cache.crop(max(start - 1, 0))", ["tests/test_drafting.py"]),

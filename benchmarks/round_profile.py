@@ -21,12 +21,11 @@ from contextlib import contextmanager
 
 import torch
 
-from hf_dynaspec.kernels.verify_rows import patch as cpu_verify
-from hf_dynaspec.bench.prompts import load_prompts
+from hf_dynaspec.bench.prompts import encode_prompt, load_prompts
+from hf_dynaspec.bench.runner import load_assistant, load_target
 from hf_dynaspec.drafting.chain import ChainDraftSession
 from hf_dynaspec.generation.candidate_generator import EagleCandidateGenerator
-from hf_dynaspec.bench.prompts import encode_prompt
-from hf_dynaspec.bench.runner import load_assistant, load_target
+from hf_dynaspec.kernels.verify_rows import patch as cpu_verify
 
 PROMPT_FILES = "../shared/data/eval/spec_bench_dev.jsonl,../shared/data/eval/humaneval_dev.jsonl"
 

@@ -19,10 +19,10 @@ import statistics
 from collections import defaultdict
 
 import torch
+from shortlist_columns import generate_drafter_only, parse_arguments, write_result
 
 from hf_dynaspec.drafting.selector import ClusterHead
 from hf_dynaspec.stats import DraftStats
-from shortlist_columns import generate_drafter_only, parse_arguments, write_result
 
 
 def within_cluster_order(clusters, frequency_ids: torch.Tensor) -> list[list[int]]:

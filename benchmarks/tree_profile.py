@@ -27,12 +27,12 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from hf_dynaspec.kernels.verify_rows import patch as cpu_verify
 from hf_dynaspec.bench.prompts import encode_prompts, load_prompts
 from hf_dynaspec.bench.runner import load_assistant, load_target
 from hf_dynaspec.drafting import tree as drafting
-from hf_dynaspec.generation import tree_generate
 from hf_dynaspec.generation import tree as tree_loop
+from hf_dynaspec.generation import tree_generate
+from hf_dynaspec.kernels.verify_rows import patch as cpu_verify
 from recipes.data_paths import shared_data_dir
 
 PREFILL = "target: prefill"

@@ -15,12 +15,12 @@ import json
 from pathlib import Path
 
 from hf_dynaspec import DynaSpecAssistant
-from hf_dynaspec.kernels.verify_rows import patch as cpu_verify
 from hf_dynaspec.bench import Method, load_prompts, run_benchmark
 from hf_dynaspec.bench.prompts import encode_prompts
 from hf_dynaspec.bench.report import markdown_table
 from hf_dynaspec.bench.runner import load_target, shipped_assistant_dir
 from hf_dynaspec.generation import tree_generate
+from hf_dynaspec.kernels.verify_rows import patch as cpu_verify
 from recipes.data_paths import shared_data_dir
 
 

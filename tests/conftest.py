@@ -9,17 +9,30 @@ import os
 if os.environ.get("HF_DYNASPEC_TRITON_GPU") != "1":
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-# Costs measured by draft_plan="auto" (hf_dynaspec.generation.calibration) go to a per-run directory, never the
-# user's cache.
-if "HF_DYNASPEC_CACHE" not in os.environ:
+# Costs measured by draft_plan="auto" (hf_dynaspec.generation.calibration) go to a per-run cache directory, never
+# the user's; its models/ and kernels/ are the user's (the offline zoo's models, the compiled CPU kernel).
+if "HF_DYNASPEC_TEST_HOME" not in os.environ:
     import tempfile
 
-    os.environ["HF_DYNASPEC_CACHE"] = tempfile.mkdtemp(prefix="hf-dynaspec-test-cache-")
+    from hf_dynaspec.cache_home import home_dir  # noqa: E402  (after TRITON_INTERPRET: the package imports triton)
+
+    _user_home = home_dir()
+    os.environ["HF_DYNASPEC_TEST_HOME"] = os.environ["HF_DYNASPEC_HOME"] = tempfile.mkdtemp(prefix="hf-dynaspec-test-")
+    for _shared in ("models", "kernels"):
+        (_user_home / _shared).mkdir(parents=True, exist_ok=True)
+        os.symlink(_user_home / _shared, os.path.join(os.environ["HF_DYNASPEC_HOME"], _shared))
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
-from transformers import (AutoModelForCausalLM, Gemma3TextConfig, LlamaConfig, MistralConfig, Phi3Config, Qwen2Config,
-                          Qwen3Config)
+from transformers import (
+    AutoModelForCausalLM,
+    Gemma3TextConfig,
+    LlamaConfig,
+    MistralConfig,
+    Phi3Config,
+    Qwen2Config,
+    Qwen3Config,
+)
 
 from hf_dynaspec import DynaSpecAssistant  # noqa: E402
 
@@ -28,7 +41,8 @@ VOCAB = 97  # deliberately not a power of two
 CONFIGS = {"llama": LlamaConfig, "qwen2": Qwen2Config, "qwen3": Qwen3Config, "mistral": MistralConfig,
            "phi3": Phi3Config, "gemma3_text": Gemma3TextConfig}
 # Family settings a tiny model needs beyond the common sizes: Gemma-3 defaults to 256-wide heads and scales its
-# attention by query_pre_attn_scalar (not head_dim: Gemma-3-27B differs too); six layers give it its sliding/global pattern (five local, one global).
+# attention by query_pre_attn_scalar (not head_dim: Gemma-3-27B differs too); six layers give it its sliding/global
+# pattern (five local, one global).
 FAMILY_SIZES = {"gemma3_text": dict(head_dim=8, query_pre_attn_scalar=12, num_hidden_layers=6)}
 
 

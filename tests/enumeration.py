@@ -17,8 +17,8 @@ Legend: V vocabulary, K draft length, L tokens compared.
 
 from __future__ import annotations
 
+import functools
 import inspect
-
 import itertools
 from contextlib import contextmanager
 from functools import lru_cache
@@ -29,10 +29,11 @@ from transformers import GenerationConfig
 from transformers.cache_utils import DynamicCache
 
 import hf_dynaspec.generation.tree_verify as tree_verify
-from hf_dynaspec.generation.candidate_generator import make_candidate_generator
 from hf_dynaspec.drafting.runtime import runtime_head
 from hf_dynaspec.drafting.tree import TreeDraftSession
 from hf_dynaspec.drafting.tree_structure import tree_attention_mask, tree_position_ids
+from hf_dynaspec.generation.candidate_generator import make_candidate_generator
+from hf_dynaspec.generation.forward_args import cache_kwargs
 
 
 class _Chooser:
@@ -200,9 +201,7 @@ def chain_round(target, assistant, prompt: list[int], logits_processor, num_draf
                 context = candidate_ids[:, : input_ids.shape[1] + i]
                 new_logits[:, i, :] = logits_processor(context, new_logits[:, i, :].clone())
 
-        def verify():
-            return _verify(candidate_ids, candidate_logits, num_drafted, new_logits)
-
+        verify = functools.partial(_verify, candidate_ids, candidate_logits, num_drafted, new_logits)
         for weight, tokens in enumerate_paths(verify):
             outcomes.append((draft_weight * weight, tokens))
     return outcome_distribution(outcomes)
@@ -232,13 +231,13 @@ def tree_round(target, assistant, prompt: list[int], logits_processor, top_k: in
     input_ids = torch.tensor([prompt])
     cache = DynamicCache(config=target.config)
     selection = assistant.drafter.hidden_state_selection()
-    prefill = target(input_ids[:, :-1], past_key_values=cache, use_cache=True, output_hidden_states=selection)
+    prefill = target(input_ids[:, :-1], **cache_kwargs(target, cache), use_cache=True, output_hidden_states=selection)
     session = TreeDraftSession(assistant.drafter, assistant.config.vocab_size, top_k=top_k, depth=depth,
                                total_tokens=total, head=runtime_head(assistant, assistant.generation_config))
     tree = session.propose_tree(input_ids, assistant.drafter.select_target_hidden(prefill.hidden_states))
     past_length = input_ids.shape[1] - 1
     out = target(input_ids=tree.token_ids[None], position_ids=tree_position_ids(tree, past_length),
-                 attention_mask=tree_attention_mask(tree, past_length, target.dtype), past_key_values=cache,
+                 attention_mask=tree_attention_mask(tree, past_length, target.dtype), **cache_kwargs(target, cache),
                  use_cache=True)
     logits = out.logits[0].float()
 

@@ -34,9 +34,13 @@ from dataclasses import dataclass, field
 from unittest import mock
 
 import torch
-from torch._subclasses.fake_tensor import (DataDependentOutputException, DynamicOutputShapeException,
-                                           FakeTensorDeviceMismatchError,
-                                           FakeTensorMode, is_fake)
+from torch._subclasses.fake_tensor import (
+    DataDependentOutputException,
+    DynamicOutputShapeException,
+    FakeTensorDeviceMismatchError,
+    FakeTensorMode,
+    is_fake,
+)
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 from torch.utils._pytree import tree_flatten
@@ -45,7 +49,7 @@ CUDA = torch.device("cuda", 0)
 PLACEHOLDER = 1
 
 
-def _record_read(events: "Events") -> None:
+def _record_read(events: Events) -> None:
     """One read per Python call site execution (`.tolist()` reads element by element underneath)."""
     frame = sys._getframe(2)
     while frame is not None and ("fake_cuda.py" in frame.f_code.co_filename or "/torch/" in frame.f_code.co_filename):

@@ -12,7 +12,6 @@ import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
 
@@ -117,7 +116,7 @@ class FakeHub:
         root = Path(directory)
         self.repos[repo_id] = {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
 
-    def __enter__(self) -> "FakeHub":
+    def __enter__(self) -> FakeHub:
         self.thread.start()
         return self
 

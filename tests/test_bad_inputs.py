@@ -12,9 +12,9 @@ import warnings
 
 import pytest
 import torch
+from conftest import VOCAB, assisted_generate, plain_generate, random_assistant, tiny_target
 from safetensors.torch import load_file, save_file
 
-from conftest import VOCAB, assisted_generate, plain_generate, random_assistant, tiny_target
 from hf_dynaspec import DynaSpecAssistant, tree_generate
 from hf_dynaspec.modeling.assistant import AssistantMismatchError
 from hf_dynaspec.modeling.checkpoints import ArtifactError

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 
 import pytest
 import torch
-
 from conftest import VOCAB, imitating_assistant, one_layer_target
+
 from hf_dynaspec.bench import EncodedPrompt, Method, build_methods, load_prompts, run_benchmark
-from hf_dynaspec.bench.harness import interleaved_order
 from hf_dynaspec.bench.command import parse_assistant_options
+from hf_dynaspec.bench.harness import interleaved_order
 from hf_dynaspec.bench.methods import DEFAULT_LOOKUP_TOKENS, expand_assistant_labels
 from hf_dynaspec.bench.report import markdown_table, single_assistant_view, write_plots
 from recipes.data_paths import shared_data_dir
@@ -45,7 +46,7 @@ def test_report_schema_and_pass_counting(report_and_runs):
     assert {k: report[k] for k in ("target", "dtype", "device", "n_prompts", "max_new_tokens")} == {
         "target": "tiny", "dtype": "fp32", "device": "cpu", "n_prompts": 4, "max_new_tokens": 12}
     assert list(report["methods"]) == ["vanilla", "eagle", "prompt-lookup:3"]
-    for key, m in report["methods"].items():
+    for _key, m in report["methods"].items():
         assert set(m) >= {"tau", "avg_shortlist", "coverage", "tokens_per_s", "speedup", "exact", "n_mismatch",
                           "per_category", "divergences", "decode_speedup"}
         assert m["exact"] is True and m["n_mismatch"] == 0 and m["divergences"] == []
@@ -350,7 +351,8 @@ def test_labelled_assistants_each_serve_their_own_methods():
     assert keys == ["vanilla", "old/dynaspec:8+lookup:5", "new/dynaspec:8+lookup:5", "prompt-lookup:3", "old/eagle"]
     assert expand_assistant_labels(["vanilla", "eagle"], []) == ["vanilla", "eagle"]  # one unlabelled assistant
     seen = []
-    factories = {label: (lambda label: lambda **o: seen.append((label, o)) or object())(label) for label in ("old", "new")}
+    factories = {label: functools.partial(lambda label, **o: seen.append((label, o)) or object(), label)
+                 for label in ("old", "new")}
     methods = build_methods(keys, labelled_factories=factories)
     assert [m.key for m in methods] == keys
     fixed = {"suffix_cache_num_tokens": 0, "draft_plan": "fixed"}
@@ -372,14 +374,14 @@ def test_two_assistants_interleaved_in_one_run_are_measured_apart(target):
     assistants = {"good": imitating_assistant(target, num_assistant_tokens=3),
                   "noisy": imitating_assistant(target, noise=3.0, seed=5, num_assistant_tokens=3)}
     keys = expand_assistant_labels(["vanilla", "eagle"], list(assistants))
-    methods = build_methods(keys, labelled_factories={k: (lambda a: lambda **o: a)(a) for k, a in assistants.items()})
+    methods = build_methods(keys, labelled_factories={k: functools.partial(lambda a, **o: a, a) for k, a in assistants.items()})
     runs = []
     report = run_benchmark(target, methods, _prompts(3), max_new_tokens=16, dtype="fp32", target_name="tiny",
                            progress=False, on_run=lambda prompt, method, run: runs.append((method.key, run)))
     good, noisy = report["methods"]["good/eagle"], report["methods"]["noisy/eagle"]
     assert good["exact"] and noisy["exact"]  # every method is lossless, whatever its drafter
     assert good["tau"] > noisy["tau"] + 0.3
-    for key, assistant in assistants.items():  # each run's stats came from its own assistant
+    for key in assistants:  # each run's stats came from its own assistant
         own = [run for k, run in runs if k == f"{key}/eagle"]
         assert report["methods"][f"{key}/eagle"]["tau"] == pytest.approx(
             sum(len(r.new_ids) for r in own) / sum(r.target_passes for r in own))

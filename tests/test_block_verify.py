@@ -7,11 +7,11 @@ import itertools
 
 import pytest
 import torch
-
 from conftest import imitating_assistant, one_layer_target
 from enumeration import TargetOracle, chain_round, extended_joint, max_error, target_joint
-from hf_dynaspec.generation import block_verify
 from test_enumeration import PROMPT, TOLERANCE, VOCAB, processors
+
+from hf_dynaspec.generation import block_verify
 
 
 class Tables:

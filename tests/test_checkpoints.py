@@ -7,9 +7,9 @@ import warnings
 
 import pytest
 import torch
+from conftest import VOCAB, assisted_generate, plain_generate, random_assistant, tiny_target
 from safetensors.torch import save_file
 
-from conftest import VOCAB, assisted_generate, plain_generate, random_assistant, tiny_target
 from hf_dynaspec import (
     ArtifactError,
     AssistantMismatchError,

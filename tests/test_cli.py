@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import VOCAB, tiny_target
 from safetensors.torch import load_file
 
-from conftest import VOCAB, tiny_target
 from hf_dynaspec import DynaSpecAssistant
 from hf_dynaspec.cli import main
 from hf_dynaspec.modeling.shortlist import cluster_vocabulary, load_token_list

@@ -12,13 +12,17 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import (LogitsProcessorList, NoRepeatNGramLogitsProcessor, RepetitionPenaltyLogitsProcessor,
-                          TemperatureLogitsWarper)
-
 from conftest import assisted_generate, imitating_assistant, one_layer_target, plain_generate
 from enumeration import TargetOracle, chain_round, extended_joint, max_error, target_joint, tree_round
-from hf_dynaspec import chain_generate, tree_generate
 from test_enumeration import PROMPT, TOLERANCE, VOCAB, noisy_assistant
+from transformers import (
+    LogitsProcessorList,
+    NoRepeatNGramLogitsProcessor,
+    RepetitionPenaltyLogitsProcessor,
+    TemperatureLogitsWarper,
+)
+
+from hf_dynaspec import chain_generate, tree_generate
 
 NEW_TOKENS = 48
 PROCESSORS = {

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
-
 from conftest import VOCAB, imitating_assistant, one_layer_target, tiny_target
 from test_recipes import _cached_batch
 from test_shortlists import add_shortlists
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from hf_dynaspec import DynaSpecAssistant
 from hf_dynaspec.drafting.chain import ChainDraftSession

@@ -4,13 +4,20 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import (
+    VOCAB,
+    assisted_generate,
+    imitating_assistant,
+    one_layer_target,
+    plain_generate,
+    random_assistant,
+    tiny_target,
+)
 
-from conftest import (VOCAB, assisted_generate, imitating_assistant, one_layer_target, plain_generate,
-                      random_assistant, tiny_target)
-from hf_dynaspec.drafting.runtime import runtime_head
-from hf_dynaspec.modeling.drafter import causal_mask
 from hf_dynaspec.drafting.chain import ChainDraftSession
 from hf_dynaspec.drafting.kv_cache import DraftKVCache
+from hf_dynaspec.drafting.runtime import runtime_head
+from hf_dynaspec.modeling.drafter import causal_mask
 
 
 @pytest.mark.parametrize("kind", ["eagle", "eagle3"])
@@ -24,7 +31,8 @@ def test_incremental_drafts_equal_drafts_from_scratch(family, kind):
     features = assistant.drafter.select_target_hidden(hidden_states)  # [1, 30, D or 3D]
 
     def session():
-        return ChainDraftSession(assistant.drafter, vocab_size=VOCAB, do_sample=True, head=runtime_head(assistant, assistant.generation_config))
+        head = runtime_head(assistant, assistant.generation_config)
+        return ChainDraftSession(assistant.drafter, vocab_size=VOCAB, do_sample=True, head=head)
 
     # Incremental: verified lengths grow 8 -> 9 -> 13 -> 20, drafting 4 speculative tokens in between,
     # as during generation (the speculative cache entries must be dropped each round).

@@ -13,10 +13,10 @@ import contextlib
 
 import pytest
 import torch
-from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
-
 from conftest import imitating_assistant, one_layer_target
 from enumeration import TargetOracle, chain_round, extended_joint, max_error, target_joint, tree_round
+from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
 from hf_dynaspec import DynaSpecAssistant
 from hf_dynaspec.drafting.chain import ChainDraftSession
 from hf_dynaspec.drafting.device_paths import accelerator_paths_on_cpu
@@ -141,7 +141,7 @@ def test_chain_round_with_an_eagle3_drafter_is_exact(target):
                                               num_assistant_tokens=2)
     torch.manual_seed(0)
     with torch.no_grad():
-        for name, param in assistant.named_parameters():
+        for _name, param in assistant.named_parameters():
             param.normal_(0, 0.5)
         assistant.drafter.d2t.copy_(torch.tensor([0, 0, 1, 2]))  # draft rows 0..3 -> target ids 0, 1, 3, 5
     error, outcomes = chain_error(target, assistant, "temperature")

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import torch
-
 from conftest import VOCAB, tiny_target
+
 from hf_dynaspec import check_exactness, first_divergence
 
 

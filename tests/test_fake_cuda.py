@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from conftest import VOCAB, imitating_assistant, one_layer_target, tiny_target
 from fake_cuda import FakeCuda, on_fake_cuda
 from test_checkpoints import eagle3_checkpoint

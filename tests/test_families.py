@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from conftest import CONFIGS, VOCAB, imitating_assistant, one_layer_target, plain_generate, tiny_target
 from test_enumeration import TOLERANCE, chain_error
 from test_enumeration import VOCAB as ENUMERATION_VOCAB

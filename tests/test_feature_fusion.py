@@ -6,8 +6,8 @@ import json
 
 import pytest
 import torch
-
 from conftest import VOCAB, assisted_generate, imitating_assistant, one_layer_target, plain_generate, tiny_target
+
 from hf_dynaspec import DynaSpecAssistant, DynaSpecConfig, tree_generate
 from hf_dynaspec.modeling.assistant import AssistantMismatchError
 
@@ -113,9 +113,9 @@ def test_fusion_options_are_checked():
 
 
 def test_training_loss_sees_the_fused_layers_and_learns(tmp_path):
-    from recipes.training_objective import drafter_loss
     from recipes.train_drafter import validate
     from recipes.training_data import collate, feature_shards, load_sequences
+    from recipes.training_objective import drafter_loss
 
     target = tiny_target("qwen2", seed=4, num_hidden_layers=2)
     target.requires_grad_(False)

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers.generation.streamers import BaseStreamer
-
 from conftest import VOCAB, assisted_generate, imitating_assistant, one_layer_target, plain_generate, random_assistant
+from transformers.generation.streamers import BaseStreamer
 
 
 def prompt(seed: int, length: int) -> torch.Tensor:
@@ -145,6 +144,7 @@ def test_streamer_receives_exactly_the_output(family):
 
 def test_eagle3_drafter_greedy_identical(family):
     from conftest import tiny_target
+
     from hf_dynaspec import DynaSpecAssistant
 
     target = tiny_target(family, seed=4)

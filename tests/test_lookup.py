@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from conftest import VOCAB, assisted_generate, imitating_assistant, one_layer_target, plain_generate
+
 from hf_dynaspec import DynaSpecGenerationConfig
 from hf_dynaspec.drafting.lookup import lookup_continuation, one_hot_logits
 

@@ -5,7 +5,6 @@ brings its own data (the package's starter prompts, answered by the target)."""
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 

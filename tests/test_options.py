@@ -8,9 +8,9 @@ import json
 import warnings
 
 import pytest
-from transformers import GenerationConfig
 import torch
 from conftest import VOCAB, imitating_assistant, one_layer_target, plain_generate
+from transformers import GenerationConfig
 
 from hf_dynaspec import DynaSpecAssistant, DynaSpecGenerationConfig, chain_generate
 from hf_dynaspec.generation import hook
@@ -44,7 +44,7 @@ def test_load_and_save_leaves_config_json_byte_identical(tmp_path):
 def test_an_old_artifact_loads_with_a_deprecation_warning_and_resaves_clean(tmp_path):
     target, path = saved(tmp_path)
     config = json.loads((path / "config.json").read_text())
-    # hf-dynaspec 0.1 kept the options in config.json, some under older names, and had no generation_config.json.
+    # Early builds of hf-dynaspec kept the options in config.json, some under older names, and had no generation_config.json.
     config.update(num_draft_tokens=4, draft_confidence=0.3, prompt_lookup_tokens=6, prompt_lookup_max_ngram=4,
                   prompt_lookup_veto=0.8, shortlist="full", tree_depth=3)
     (path / "config.json").write_text(json.dumps(config))

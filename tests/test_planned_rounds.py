@@ -15,8 +15,10 @@ import copy
 
 import pytest
 import torch
-
 from conftest import assisted_generate, imitating_assistant, one_layer_target, plain_generate
+from test_enumeration import TOLERANCE
+from test_planner import AUTO, flat_costs, planned_round_error
+
 from hf_dynaspec.drafting.chain import ChainDraftSession
 from hf_dynaspec.drafting.device_paths import accelerator_paths_on_cpu
 from hf_dynaspec.drafting.planner import SpeculationPlanner
@@ -25,8 +27,6 @@ from hf_dynaspec.drafting.suffix_cache import SuffixCache
 from hf_dynaspec.generation import calibration
 from hf_dynaspec.generation import candidate_generator as cg
 from hf_dynaspec.generation.calibration import RoundCosts
-from test_planner import AUTO, flat_costs, planned_round_error
-from test_enumeration import TOLERANCE
 
 
 def moderate_costs(max_tokens: int = 20) -> RoundCosts:

@@ -7,15 +7,15 @@ import json
 
 import pytest
 import torch
-
 from conftest import assisted_generate, imitating_assistant, one_layer_target, plain_generate, random_assistant
 from enumeration import TargetOracle, chain_round, extended_joint, max_error, target_joint
+from test_enumeration import PROMPT, TOLERANCE, VOCAB, processors
+
 from hf_dynaspec.drafting.chain import ChainDraftSession
 from hf_dynaspec.drafting.device_paths import accelerator_paths_on_cpu
 from hf_dynaspec.drafting.planner import LookupCandidate, PlannerMemory, RoundPlan, SpeculationPlanner
 from hf_dynaspec.generation import calibration
 from hf_dynaspec.generation.calibration import RoundCosts
-from test_enumeration import PROMPT, TOLERANCE, VOCAB, processors
 
 AUTO = dict(draft_plan="auto", suffix_cache_num_tokens=0, auto_max_assistant_tokens=4)
 
@@ -158,7 +158,7 @@ def test_enumeration_sees_a_plan_that_reads_the_drawn_token(monkeypatch):
 
 
 def test_calibration_is_measured_once_and_cached(tmp_path, monkeypatch):
-    monkeypatch.setenv("HF_DYNASPEC_CACHE", str(tmp_path))
+    monkeypatch.setenv("HF_DYNASPEC_HOME", str(tmp_path))
     monkeypatch.setattr(calibration, "_MEMORY", {})
     target = one_layer_target("qwen2", seed=0)
     assistant = imitating_assistant(target)

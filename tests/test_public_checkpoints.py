@@ -19,7 +19,6 @@ import json
 
 import pytest
 import torch
-
 from conftest import VOCAB, assisted_generate, plain_generate, tiny_target
 from test_checkpoints import eagle1_checkpoint, eagle3_checkpoint
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import StopStringCriteria, StoppingCriteriaList
+from transformers import StoppingCriteriaList, StopStringCriteria
 
-from hf_dynaspec.generation import tree_generate
 from hf_dynaspec import DynaSpecAssistant, check_exactness, zoo
 from hf_dynaspec.exactness import greedy_gaps
+from hf_dynaspec.generation import tree_generate
 
 pytestmark = pytest.mark.real_model
 
@@ -88,8 +88,8 @@ def test_bf16_divergences_are_near_ties(model_dir):
 def test_bf16_with_the_cpu_verification_kernel_matches_native_plain_up_to_near_ties(model_dir):
     """The kernel reroutes every multi-token forward (prefill and verification of 4 tokens): the assisted output
     must still equal native bf16 plain generate() or diverge at a near-tie."""
-    from hf_dynaspec.kernels.verify_rows import patch as cpu_verify
     from hf_dynaspec.kernels.verify_rows import loader as cpu_rows
+    from hf_dynaspec.kernels.verify_rows import patch as cpu_verify
 
     if not cpu_rows.available():
         pytest.skip("the kernel needs x86-64 with AVX2/FMA and a C compiler")
@@ -129,9 +129,8 @@ def test_bench_command_on_the_dev_split(model_dir, tmp_path):
     import json
 
     from hf_dynaspec.bench.command import run
-    from hf_dynaspec.cli import build_parser
     from hf_dynaspec.bench.runner import shipped_assistant_dir
-
+    from hf_dynaspec.cli import build_parser
     from recipes.data_paths import shared_data_dir
 
     eval_dir = shared_data_dir() / "eval"

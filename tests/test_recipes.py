@@ -6,8 +6,8 @@ import json
 
 import pytest
 import torch
-
 from conftest import VOCAB, one_layer_target
+
 from hf_dynaspec import DynaSpecAssistant
 from hf_dynaspec.modeling.shortlist import ClusterRouter
 from recipes.data_paths import shared_data_dir
@@ -30,7 +30,7 @@ def test_feature_shards_hold_the_targets_hidden_states_and_top_k(tmp_path):
     target = one_layer_target("qwen2", seed=6)
     tensors, tokenized, to_batch = _cached_batch(target)
     batch = to_batch(tmp_path / "shard.safetensors")
-    for row, (ids, start) in enumerate(tokenized):  # sequences were run in padded batches; each must be as alone
+    for row, (ids, _start) in enumerate(tokenized):  # sequences were run in padded batches; each must be as alone
         with torch.no_grad():
             out = target(input_ids=torch.tensor([ids]), output_hidden_states=True)
         n = len(ids)
@@ -92,8 +92,8 @@ def _one_sequence_batch(tmp_path):
 
 
 def test_validation_on_response_positions_matches_a_direct_count(tmp_path):
-    from recipes.training_objective import draft_pass
     from recipes.train_drafter import validate
+    from recipes.training_objective import draft_pass
 
     target, batch, drafter, start = _one_sequence_batch(tmp_path)
     with torch.no_grad():  # draft position 1: the pair (f_t, x_{t+1}) guesses the target's token after x_{t+1}
@@ -126,8 +126,8 @@ def test_sampled_loss_over_every_row_is_the_full_loss():
 
 
 def test_drafter_learns_from_cached_features_with_the_sampled_loss(tmp_path):
-    from recipes.training_objective import drafter_loss
     from recipes.train_drafter import validate
+    from recipes.training_objective import drafter_loss
 
     target = one_layer_target("qwen2", seed=6)
     target.requires_grad_(False)
@@ -189,8 +189,9 @@ def test_router_objective_learns_a_learnable_mapping():
 
 
 def test_vocabtrim_ranking_counts_the_drafters_own_tokens(monkeypatch):
-    import recipes.build_shortlists as build
     from conftest import imitating_assistant
+
+    import recipes.build_shortlists as build
 
     target = one_layer_target("llama")
     assistant = imitating_assistant(target, noise=0.3, num_assistant_tokens=3)
@@ -410,8 +411,8 @@ def test_batch_schedule_follows_each_epochs_own_batch_count():
 
 def test_resume_restores_a_checkpoint_whose_empty_buffers_safetensors_dropped(tmp_path):
     from accelerate import Accelerator
-
     from conftest import tiny_target
+
     from recipes.train_drafter import resume_from
 
     target = tiny_target("qwen2")
@@ -503,8 +504,8 @@ def test_package_assistant_takes_its_own_rows_from_a_run_of_several_assistants(t
 
 
 def test_validation_at_draft_position_three_feeds_back_twice_and_answers_only_agrees(tmp_path):
-    from recipes.training_objective import draft_pass
     from recipes.train_drafter import validate
+    from recipes.training_objective import draft_pass
 
     target, batch, drafter, start = _one_sequence_batch(tmp_path)
     with torch.no_grad():  # position 3: two passes on the drafter's own features, tokens teacher-forced

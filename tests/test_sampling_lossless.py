@@ -13,9 +13,9 @@ import itertools
 import pytest
 import torch
 import transformers.generation.utils as generation_utils
+from conftest import imitating_assistant, one_layer_target
 from scipy.stats import chisquare
 
-from conftest import imitating_assistant, one_layer_target
 from hf_dynaspec.drafting.chain import ChainDraftSession
 
 VOCAB = 8

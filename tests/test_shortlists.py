@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from conftest import VOCAB, assisted_generate, imitating_assistant, one_layer_target, plain_generate, tiny_target
-from hf_dynaspec.drafting.runtime import runtime_head
+
 from hf_dynaspec import ArtifactError, DynaSpecAssistant
 from hf_dynaspec.drafting.budget import clusters_at_position
+from hf_dynaspec.drafting.runtime import runtime_head
+from hf_dynaspec.drafting.selector import ClusterHead
 from hf_dynaspec.modeling.shortlist import cluster_vocabulary, load_token_list
 from hf_dynaspec.modeling.shortlist.frequency import export_d2t_t2d, export_token_map, ranking_from_counts
 from hf_dynaspec.modeling.shortlist.router import ClusterRouter
-from hf_dynaspec.drafting.selector import ClusterHead
 
 ALWAYS = [0, 1]  # stand-ins for EOS / special tokens
 STRATEGIES = ["full", "frspec", "vocabtrim", "dynaspec", "dynaspec-fixed"]
@@ -210,7 +210,8 @@ def test_runtime_head_is_reused_until_something_it_depends_on_changes():
     second = runtime_head(assistant, assistant.generation_config)
     assert second is not first
     assistant.generation_config.max_clusters = 2
-    assert runtime_head(assistant, assistant.generation_config) is not second and runtime_head(assistant, assistant.generation_config).max_clusters == 2
+    rebuilt = runtime_head(assistant, assistant.generation_config)
+    assert rebuilt is not second and rebuilt.max_clusters == 2
 
 
 def test_planned_scores_equal_sequential_choice():

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from conftest import assisted_generate, imitating_assistant, one_layer_target, plain_generate
 from enumeration import TargetOracle, chain_round, extended_joint, max_error, target_joint
+from test_enumeration import PROMPT, TOLERANCE, VOCAB, processors
+
 from hf_dynaspec import suffix_cache
 from hf_dynaspec.drafting.suffix_cache import NgramIndex, SuffixCache
-from test_enumeration import PROMPT, TOLERANCE, VOCAB, processors
 
 
 def test_request_drafts_continue_the_most_recent_longest_match():

@@ -13,7 +13,6 @@ import contextlib
 
 import pytest
 import torch
-
 from conftest import assisted_generate, imitating_assistant, one_layer_target, plain_generate
 from sync_counter import HostSyncCounter
 from test_shortlists import add_shortlists
@@ -139,7 +138,7 @@ def test_deferred_confidence_stop_drafts_what_the_eager_stop_drafts(tmp_path):
         seen = []
         original = ChainDraftSession.propose
 
-        def recording(self, *args, **kwargs):
+        def recording(self, *args, original=original, seen=seen, **kwargs):
             draft = original(self, *args, **kwargs)
             seen.append(draft.token_ids.tolist())
             return draft

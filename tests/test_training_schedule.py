@@ -11,9 +11,9 @@ import json
 
 import pytest
 import torch
+from conftest import VOCAB, one_layer_target
 from safetensors.torch import load_file
 
-from conftest import VOCAB, one_layer_target
 from recipes.training_schedule import parse_token_counts, training_precision, wsd_factor
 
 
@@ -183,9 +183,9 @@ def test_data_curve_report_fits_inverts_and_caps_the_log_linear_trend(tmp_path):
 
 
 def test_simulated_chain_tau_counts_rounds_of_accepted_drafts_plus_the_targets_token(tmp_path):
-    from recipes.training_objective import draft_pass
-    from recipes.training_data import collate, load_sequences
     from hf_dynaspec import DynaSpecAssistant
+    from recipes.training_data import collate, load_sequences
+    from recipes.training_objective import draft_pass
 
     feature_agreement = _feature_agreement_module()
     target, features = _features(tmp_path, num_sequences=1)

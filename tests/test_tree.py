@@ -6,16 +6,18 @@ import random
 
 import pytest
 import torch
+from conftest import VOCAB, imitating_assistant, one_layer_target, plain_generate, random_assistant, tiny_target
 from transformers import StoppingCriteria
 
-from conftest import VOCAB, imitating_assistant, one_layer_target, plain_generate, random_assistant, tiny_target
-from hf_dynaspec.drafting.runtime import runtime_head
 from hf_dynaspec import tree_generate
+from hf_dynaspec.drafting.runtime import runtime_head
+from hf_dynaspec.drafting.tree import TreeDraftSession
 from hf_dynaspec.drafting.tree_structure import DraftTree, tree_attention_mask, tree_position_ids
 from hf_dynaspec.generation import tree_verify
-from hf_dynaspec.drafting.tree import TreeDraftSession
+from hf_dynaspec.generation.forward_args import cache_kwargs
 from hf_dynaspec.generation.tree_verify import accept_path, compact_cache
 
+TREE = dict(custom_generate=tree_generate)  # generate()'s hook into tree decoding
 
 def random_tree(seed: int, size: int, vocab: int = VOCAB) -> DraftTree:
     rng = random.Random(seed)
@@ -62,9 +64,9 @@ def test_tree_forward_gives_each_node_the_logits_of_its_own_path(family, seed):
     prefix = prompt(seed, 6)
     tree = random_tree(seed, size=9)
     cache = DynamicCache(config=target.config)
-    target(prefix, past_key_values=cache, use_cache=True)
+    target(prefix, **cache_kwargs(target, cache), use_cache=True)
     out = target(
-        tree.token_ids[None], past_key_values=cache, use_cache=True,
+        tree.token_ids[None], **cache_kwargs(target, cache), use_cache=True,
         position_ids=tree_position_ids(tree, 6), attention_mask=tree_attention_mask(tree, 6, target.dtype),
     )
     for node in range(len(tree)):
@@ -84,22 +86,22 @@ def test_compacted_cache_equals_recomputation(family, seed):
     leaf = len(tree) - 1
     path = tree.path_to(leaf)
     cache = DynamicCache(config=target.config)
-    target(prefix, past_key_values=cache, use_cache=True)
+    target(prefix, **cache_kwargs(target, cache), use_cache=True)
     target(
-        tree.token_ids[None], past_key_values=cache, use_cache=True,
+        tree.token_ids[None], **cache_kwargs(target, cache), use_cache=True,
         position_ids=tree_position_ids(tree, 7), attention_mask=tree_attention_mask(tree, 7, target.dtype),
     )
     compact_cache(cache, 7, torch.tensor(path))
     reference = DynamicCache(config=target.config)
-    target(torch.cat([prefix, tree.token_ids[path][None]], dim=1), past_key_values=reference, use_cache=True)
+    target(torch.cat([prefix, tree.token_ids[path][None]], dim=1), **cache_kwargs(target, reference), use_cache=True)
     assert cache.get_seq_length() == 7 + len(path)
     for got, want in zip(cache.layers, reference.layers):
         torch.testing.assert_close(got.keys, want.keys, atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(got.values, want.values, atol=1e-5, rtol=1e-5)
     # and decoding continues from it as from the recomputed cache
     nxt = torch.tensor([[3]])
-    a = target(nxt, past_key_values=cache, use_cache=True).logits
-    b = target(nxt, past_key_values=reference, use_cache=True).logits
+    a = target(nxt, **cache_kwargs(target, cache), use_cache=True).logits
+    b = target(nxt, **cache_kwargs(target, reference), use_cache=True).logits
     torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
 
 
@@ -179,7 +181,7 @@ def test_tree_of_top_k_one_is_a_chain_and_an_imitating_drafter_fills_it(family):
     target = one_layer_target(family)
     assistant = imitating_assistant(target, noise=0.0)
     for seed in range(3):
-        target.generate(custom_generate=tree_generate, drafter=assistant, input_ids=prompt(seed, 12), max_new_tokens=40,
+        target.generate(**TREE, drafter=assistant, input_ids=prompt(seed, 12), max_new_tokens=40,
                            tree_top_k=1, tree_depth=4, tree_total_tokens=4)
         assert assistant.stats.tau > 4.0, assistant.stats
 
@@ -208,7 +210,7 @@ def test_greedy_identical_with_a_deep_target_and_random_drafter(family):
     for seed in range(3):
         input_ids = prompt(100 + seed, 9)
         expected = plain_generate(target, input_ids, max_new_tokens=30)
-        assert torch.equal(target.generate(custom_generate=tree_generate, drafter=assistant, input_ids=input_ids, max_new_tokens=30), expected)
+        assert torch.equal(target.generate(**TREE, drafter=assistant, input_ids=input_ids, max_new_tokens=30), expected)
 
 
 @pytest.mark.parametrize("max_new_tokens", [1, 2, 3, 5, 8])
@@ -217,7 +219,7 @@ def test_max_new_tokens_hit_inside_an_accepted_path(family, max_new_tokens):
     assistant = imitating_assistant(target, noise=0.0)
     input_ids = prompt(7, 6)
     expected = plain_generate(target, input_ids, max_new_tokens=max_new_tokens)
-    got = target.generate(custom_generate=tree_generate, drafter=assistant, input_ids=input_ids, max_new_tokens=max_new_tokens, tree_top_k=1, tree_depth=6,
+    got = target.generate(**TREE, drafter=assistant, input_ids=input_ids, max_new_tokens=max_new_tokens, tree_top_k=1, tree_depth=6,
                              tree_total_tokens=6)
     assert torch.equal(got, expected)
     stats = assistant.stats  # the statistics count committed tokens: prefill token + per pass accepted + 1
@@ -231,7 +233,7 @@ def test_eos_inside_an_accepted_path_stops_like_plain_generate(family):
     free = plain_generate(target, input_ids, max_new_tokens=20)[0, 8:].tolist()
     eos = free[5]  # a token that appears mid-way through a draftable stretch
     expected = plain_generate(target, input_ids, max_new_tokens=20, eos_token_id=eos)
-    got = target.generate(custom_generate=tree_generate, drafter=assistant, input_ids=input_ids, max_new_tokens=20, eos_token_id=eos, tree_top_k=1,
+    got = target.generate(**TREE, drafter=assistant, input_ids=input_ids, max_new_tokens=20, eos_token_id=eos, tree_top_k=1,
                              tree_depth=6, tree_total_tokens=6)
     assert torch.equal(got, expected)
     assert got[0, -1] == eos and got.shape[1] < 8 + 20
@@ -247,7 +249,7 @@ def test_custom_stopping_criteria_and_processors_are_honoured(family):
     input_ids = prompt(4, 10)
     options = dict(max_new_tokens=30, repetition_penalty=1.7, no_repeat_ngram_size=2)
     expected = plain_generate(target, input_ids, stopping_criteria=[StopAfterTokens()], **options)
-    got = target.generate(custom_generate=tree_generate, drafter=assistant, input_ids=input_ids, stopping_criteria=[StopAfterTokens()], **options)
+    got = target.generate(**TREE, drafter=assistant, input_ids=input_ids, stopping_criteria=[StopAfterTokens()], **options)
     assert torch.equal(got, expected) and got.shape[1] == 19
 
 
@@ -257,7 +259,7 @@ def test_return_dict_with_scores_matches_plain_generate(family):
     input_ids = prompt(2, 6)
     options = dict(max_new_tokens=12, return_dict_in_generate=True, output_scores=True, output_logits=True)
     expected = plain_generate(target, input_ids, **options)
-    got = target.generate(custom_generate=tree_generate, drafter=assistant, input_ids=input_ids, **options)
+    got = target.generate(**TREE, drafter=assistant, input_ids=input_ids, **options)
     assert torch.equal(got.sequences, expected.sequences)
     assert len(got.scores) == len(expected.scores) == 12
     for a, b in zip(got.scores + got.logits, expected.scores + expected.logits):
@@ -281,7 +283,7 @@ def test_greedy_identical_through_shortlists(tmp_path, strategy):
     for seed in range(3):
         input_ids = prompt(seed, 9)
         expected = plain_generate(target, input_ids, max_new_tokens=24)
-        got = target.generate(custom_generate=tree_generate, drafter=shortlisted, input_ids=input_ids, max_new_tokens=24, tree_depth=4)
+        got = target.generate(**TREE, drafter=shortlisted, input_ids=input_ids, max_new_tokens=24, tree_depth=4)
         assert torch.equal(got, expected)
         assert shortlisted.stats.avg_shortlist < VOCAB
 
@@ -292,9 +294,9 @@ def test_clear_errors_for_unsupported_inputs():
     assistant = imitating_assistant(target)
     two = prompt(0, 5).repeat(2, 1)
     with pytest.raises(ValueError, match="batch size 2"):
-        target.generate(custom_generate=tree_generate, drafter=assistant, input_ids=two, attention_mask=torch.ones_like(two), max_new_tokens=4)
+        target.generate(**TREE, drafter=assistant, input_ids=two, attention_mask=torch.ones_like(two), max_new_tokens=4)
     with pytest.raises(ValueError, match="num_beams"):
-        target.generate(custom_generate=tree_generate, drafter=assistant, input_ids=prompt(0, 5), num_beams=2, max_new_tokens=4)
+        target.generate(**TREE, drafter=assistant, input_ids=prompt(0, 5), num_beams=2, max_new_tokens=4)
     with pytest.raises(ValueError, match="needs the assistant"):
         target.generate(prompt(0, 5), custom_generate=tree_generate, max_new_tokens=4)
     with pytest.raises(TypeError, match="does not generate by itself"):
@@ -308,7 +310,7 @@ def test_clear_errors_for_unsupported_inputs():
                            max_new_tokens=4)
     other = one_layer_target("llama", seed=1)
     with pytest.raises(ValueError, match="different target"):
-        other.generate(custom_generate=tree_generate, drafter=assistant, input_ids=prompt(0, 5), max_new_tokens=4)
+        other.generate(**TREE, drafter=assistant, input_ids=prompt(0, 5), max_new_tokens=4)
 
 
 # -- sampling ------------------------------------------------------------------------------------------------
@@ -344,7 +346,7 @@ def sampled_pairs(target, assistant, num_samples: int) -> tuple[torch.Tensor, fl
     drafted = accepted = 0
     torch.manual_seed(4321)
     for _ in range(num_samples):
-        out = target.generate(custom_generate=tree_generate, drafter=assistant, input_ids=SAMPLING_PROMPT, do_sample=True, temperature=TEMPERATURE, top_k=0,
+        out = target.generate(**TREE, drafter=assistant, input_ids=SAMPLING_PROMPT, do_sample=True, temperature=TEMPERATURE, top_k=0,
                                  top_p=1.0, max_new_tokens=3, tree_top_k=3, tree_depth=2, tree_total_tokens=5)
         x1, x2 = out[0, 3:5].tolist()
         counts[x1, x2] += 1
@@ -414,9 +416,9 @@ def test_caches_that_cannot_be_compacted_are_refused():
 def test_dynaspec_budget_applies_per_tree_depth(tmp_path, monkeypatch):
     """Depth d of the tree is scored with k(d - 1) clusters, chosen from the router scores of all its frontier nodes."""
     from hf_dynaspec import DynaSpecAssistant
-    from hf_dynaspec.modeling.shortlist import cluster_vocabulary
     from hf_dynaspec.drafting.budget import clusters_at_position
     from hf_dynaspec.drafting.selector import ClusterHead
+    from hf_dynaspec.modeling.shortlist import cluster_vocabulary
 
     target = one_layer_target("llama")
     assistant = imitating_assistant(target, noise=0.2)
@@ -433,7 +435,7 @@ def test_dynaspec_budget_applies_per_tree_depth(tmp_path, monkeypatch):
         return chosen
 
     monkeypatch.setattr(ClusterHead, "_clusters_from", recording)
-    target.generate(custom_generate=tree_generate, drafter=shortlisted, input_ids=prompt(1, 9), max_new_tokens=8, tree_top_k=3, tree_depth=4,
+    target.generate(**TREE, drafter=shortlisted, input_ids=prompt(1, 9), max_new_tokens=8, tree_top_k=3, tree_depth=4,
                          tree_total_tokens=12)
     first_round = calls[:4]
     assert [c[0] for c in first_round] == [0, 1, 2, 3]
@@ -464,7 +466,7 @@ def test_greedy_identical_with_an_eagle3_drafter(family, monkeypatch):
     for seed in range(3):
         input_ids = prompt(200 + seed, 7)
         expected = plain_generate(target, input_ids, max_new_tokens=20)
-        got = target.generate(custom_generate=tree_generate, drafter=assistant, input_ids=input_ids, max_new_tokens=20, tree_top_k=3, tree_depth=3,
+        got = target.generate(**TREE, drafter=assistant, input_ids=input_ids, max_new_tokens=20, tree_top_k=3, tree_depth=3,
                                  tree_total_tokens=7)
         assert torch.equal(got, expected)
         assert assistant.stats.verify_passes > 0

@@ -14,9 +14,9 @@ import re
 
 import pytest
 import torch
+from conftest import assisted_generate, imitating_assistant, one_layer_target, plain_generate
 from safetensors.torch import load_file, save_file
 
-from conftest import assisted_generate, imitating_assistant, one_layer_target, plain_generate
 from hf_dynaspec import DynaSpecAssistant, chain_generate, suffix_cache, tree_generate
 from hf_dynaspec.drafting.runtime import runtime_head
 from hf_dynaspec.errors import ArtifactError, AssistantMismatchError
@@ -86,7 +86,7 @@ GOOD = RoundCosts([0.0] + [0.01 * (1 + 0.1 * n) for n in range(1, 10)], consume_
 @pytest.fixture
 def cached_costs(tmp_path, monkeypatch):
     """A calibration file holding one good entry for a tiny pairing; `measured` counts re-measurements."""
-    monkeypatch.setenv("HF_DYNASPEC_CACHE", str(tmp_path))
+    monkeypatch.setenv("HF_DYNASPEC_HOME", str(tmp_path))
     monkeypatch.setattr(calibration, "_MEMORY", {})
     measured = []
     monkeypatch.setattr(calibration, "measure_round_costs", lambda *a: measured.append(a) or GOOD)
@@ -149,7 +149,7 @@ def test_a_good_calibration_entry_is_used_silently(cached_costs, caplog):
 
 def test_a_zeroed_calibration_file_does_not_break_generate(tmp_path, monkeypatch):
     """Someone who can write the cache zeroes every cost: generate() measures again and stays exact."""
-    monkeypatch.setenv("HF_DYNASPEC_CACHE", str(tmp_path))
+    monkeypatch.setenv("HF_DYNASPEC_HOME", str(tmp_path))
     monkeypatch.setattr(calibration, "_MEMORY", {})
     target = one_layer_target("llama")
     assistant = imitating_assistant(target, **AUTO_PLAN)
@@ -166,7 +166,7 @@ def test_a_zeroed_calibration_file_does_not_break_generate(tmp_path, monkeypatch
 
 
 def test_a_bf16_target_does_not_reuse_the_fp32_costs(tmp_path, monkeypatch):
-    monkeypatch.setenv("HF_DYNASPEC_CACHE", str(tmp_path))
+    monkeypatch.setenv("HF_DYNASPEC_HOME", str(tmp_path))
     monkeypatch.setattr(calibration, "_MEMORY", {})
     measured = []
     monkeypatch.setattr(calibration, "measure_round_costs", lambda target, *a: measured.append(target.dtype) or GOOD)
@@ -183,7 +183,7 @@ def test_a_bf16_target_does_not_reuse_the_fp32_costs(tmp_path, monkeypatch):
 
 
 def test_a_bad_verify_rows_entry_is_measured_again(tmp_path, monkeypatch, caplog):
-    monkeypatch.setenv("HF_DYNASPEC_CACHE", str(tmp_path))
+    monkeypatch.setenv("HF_DYNASPEC_HOME", str(tmp_path))
     monkeypatch.setattr(calibration, "_MEMORY", {})
     monkeypatch.setattr(calibration, "fastest_cpu_verify_rows", lambda target, largest: 3)
     target = one_layer_target("llama")

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from conftest import imitating_assistant, one_layer_target, tiny_target
+
 from hf_dynaspec import check_exactness
-from hf_dynaspec.kernels.verify_rows import patch as cpu_verify
 from hf_dynaspec.kernels.verify_rows import loader as cpu_rows
+from hf_dynaspec.kernels.verify_rows import patch as cpu_verify
 
 needs_kernel = pytest.mark.skipif(not cpu_rows.available(), reason="needs x86-64 with AVX2/FMA and a C compiler")
 

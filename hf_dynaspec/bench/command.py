@@ -49,13 +49,13 @@ def add_parser(commands) -> None:
 def run(args) -> dict:
     import torch
 
-    from hf_dynaspec.modeling.assistant import DynaSpecAssistant
     from hf_dynaspec.bench.harness import run_benchmark
     from hf_dynaspec.bench.methods import build_methods, expand_assistant_labels
     from hf_dynaspec.bench.prompts import encode_prompts, load_prompts
     from hf_dynaspec.bench.report import markdown_table, write_plots
     from hf_dynaspec.bench.runner import load_target, no_trained_assistant_message, shipped_assistant_dir
     from hf_dynaspec.generation import parse_tree_shape
+    from hf_dynaspec.modeling.assistant import DynaSpecAssistant
 
     assistants = parse_assistant_options(args.assistant)  # before loading anything: bad options fail fast
     keys = expand_assistant_labels([k.strip() for k in args.methods.split(",") if k.strip()],

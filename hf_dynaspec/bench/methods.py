@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from hf_dynaspec.modeling.assistant import DynaSpecAssistant
 from hf_dynaspec.generation import tree_generate
+from hf_dynaspec.modeling.assistant import DynaSpecAssistant
 
 DEFAULT_LOOKUP_TOKENS = 7  # 8 rows per verification pass: one sweep of the CPU kernel (cpu_verify)
 DEFAULT_SUFFIX_TOKENS = 16

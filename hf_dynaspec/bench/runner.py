@@ -9,10 +9,10 @@ from pathlib import Path
 
 import torch
 
-from hf_dynaspec.modeling.assistant import DynaSpecAssistant
 from hf_dynaspec.bench.harness import timed_run
 from hf_dynaspec.bench.methods import Method
 from hf_dynaspec.exactness import check_exactness
+from hf_dynaspec.modeling.assistant import DynaSpecAssistant
 from hf_dynaspec.zoo import resolve_model_path
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}

@@ -19,7 +19,6 @@ from hf_dynaspec.kernels.shortlist_head.cpu import shortlist_head_blocks
 from hf_dynaspec.kernels.shortlist_head.reference import shortlist_head_reference
 
 
-
 def cluster_blocks(vocab: int, num_clusters: int, shortlist: int, seed: int = 0) -> tuple[list[int], list[int]]:
     """Row blocks `[start, end)` of whole clusters totalling about `shortlist` rows."""
     generator = torch.Generator().manual_seed(seed)

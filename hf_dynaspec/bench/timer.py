@@ -16,9 +16,8 @@ given; a cache grows), which cannot be repeated without their set-up. The call i
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable
-
 import time
+from collections.abc import Callable
 
 import torch
 

@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from hf_dynaspec.kernels.shortlist_head import ShortlistHeadOutput
-from hf_dynaspec.modeling.drafter import Drafter, causal_mask
 from hf_dynaspec.drafting.device_paths import use_accelerator_paths
 from hf_dynaspec.drafting.kv_cache import DraftKVCache
 from hf_dynaspec.drafting.lookup import one_hot_logits
+from hf_dynaspec.kernels.shortlist_head import ShortlistHeadOutput
+from hf_dynaspec.modeling.drafter import Drafter, causal_mask
 
 
 @dataclass

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import torch
 
-from hf_dynaspec.kernels.shortlist_head import ShortlistHeadOutput, indexed_head, shortlist_head
-from hf_dynaspec.kernels.streams import Pending, SideStream
 from hf_dynaspec.drafting.budget import clusters_at_position
 from hf_dynaspec.drafting.cluster_rows import ClusterRowTable
 from hf_dynaspec.drafting.device_paths import use_accelerator_paths
+from hf_dynaspec.kernels.shortlist_head import ShortlistHeadOutput, indexed_head, shortlist_head
+from hf_dynaspec.kernels.streams import Pending, SideStream
 
 
 class FullHead:

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import torch
 
-from hf_dynaspec.modeling.drafter import Drafter
 from hf_dynaspec.drafting.chain import ChainDraftSession
 from hf_dynaspec.drafting.tree_structure import DraftTree
+from hf_dynaspec.modeling.drafter import Drafter
 
 
 class TreeDraftSession(ChainDraftSession):

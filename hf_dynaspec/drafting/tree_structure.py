@@ -26,7 +26,7 @@ class DraftTree:
     max_depth: int | None = None
 
     @classmethod
-    def from_parents(cls, token_ids: torch.Tensor, parents: list[int]) -> "DraftTree":
+    def from_parents(cls, token_ids: torch.Tensor, parents: list[int]) -> DraftTree:
         """Build a tree from parent indices, checking that they describe one tree rooted at node 0."""
         if len(parents) != len(token_ids) or not parents or parents[0] != -1:
             raise ValueError("parents must have one entry per token and parents[0] == -1 (the root)")

@@ -25,24 +25,25 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import math
-
 import torch
 from transformers.cache_utils import DynamicCache
 from transformers.utils import logging
 
+from hf_dynaspec.cache_home import home_dir
 from hf_dynaspec.drafting.chain import ChainDraftSession
+from hf_dynaspec.generation.forward_args import cache_kwargs
 from hf_dynaspec.version import __version__
 
 CONTEXT = 256  # cache length the costs are measured at: a typical prompt
 MEASURED_SIZES = (1, 2, 3, 5, 9, 17)  # tokens per verify forward; others are interpolated
 REPEATS = 3  # the minimum of repeats is kept: noise on a shared machine only ever adds time
-_MEMORY: dict[str, "RoundCosts"] = {}
+_MEMORY: dict[str, RoundCosts] = {}
 LARGEST_VERIFY_ROWS = 64  # a stored verify-rows answer above this was not written by fastest_cpu_verify_rows
 logger = logging.get_logger(__name__)
 
@@ -73,9 +74,8 @@ class RoundCosts:
 
 
 def calibration_path() -> Path:
-    """Where measured costs are kept: $HF_DYNASPEC_CACHE, else ~/.cache/hf_dynaspec, file calibration.json."""
-    root = os.environ.get("HF_DYNASPEC_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "hf_dynaspec")
-    return Path(root) / "calibration.json"
+    """Where measured costs are kept: calibration.json in hf-dynaspec's cache (hf_dynaspec.cache_home)."""
+    return home_dir() / "calibration.json"
 
 
 def _target_parts(target) -> dict:
@@ -202,7 +202,7 @@ def measure_round_costs(target, assistant, head, max_tokens: int) -> RoundCosts:
     ids = _random_ids(target, assistant.config.vocab_size, device)
     cache = DynamicCache()
     selection = assistant.drafter.hidden_state_selection()
-    out = target(input_ids=ids[:, :CONTEXT], past_key_values=cache, use_cache=True, output_hidden_states=selection)
+    out = target(input_ids=ids[:, :CONTEXT], **cache_kwargs(target, cache), use_cache=True, output_hidden_states=selection)
     sizes = sorted({1, *[s for s in MEASURED_SIZES if s <= max_tokens + 1], max_tokens + 1})
     measured = _verify_seconds(target, ids, cache, sizes, device)
     verify_seconds = [0.0] + _interpolate(measured, max_tokens + 1)
@@ -222,7 +222,7 @@ def _verify_seconds(target, ids, cache, sizes, device) -> dict[int, float]:
     measured = {}
     for size in sizes:
         def verify(size=size):
-            target(input_ids=ids[:, CONTEXT : CONTEXT + size], past_key_values=cache, use_cache=True,
+            target(input_ids=ids[:, CONTEXT : CONTEXT + size], **cache_kwargs(target, cache), use_cache=True,
                    position_ids=torch.arange(CONTEXT, CONTEXT + size, device=device)[None])
             cache.crop(-size)  # negative: remove the last `size` entries (every transformers release)
         verify()  # warm-up: first calls at a new size pay for allocation
@@ -243,7 +243,7 @@ def fastest_cpu_verify_rows(target, largest: int = 16) -> int:
         return 0
     ids = _random_ids(target, target.config.vocab_size, device)
     cache = DynamicCache()
-    target(input_ids=ids[:, :CONTEXT], past_key_values=cache, use_cache=True)
+    target(input_ids=ids[:, :CONTEXT], **cache_kwargs(target, cache), use_cache=True)
     sizes = list(range(2, largest + 1))
     verify_rows_patch.disable(target)
     native = _verify_seconds(target, ids, cache, sizes, device)

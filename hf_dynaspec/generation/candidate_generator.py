@@ -12,13 +12,13 @@ import transformers
 from packaging import version
 from transformers.generation.candidate_generator import CandidateGenerator
 
+import hf_dynaspec.generation.block_verify as block_verify
 from hf_dynaspec.drafting.chain import ChainDraftSession
 from hf_dynaspec.drafting.lookup import lookup_match
 from hf_dynaspec.drafting.planner import LookupCandidate, RoundPlan, SpeculationPlanner
 from hf_dynaspec.drafting.runtime import planner_memory, runtime_head, suffix_cache
-import hf_dynaspec.generation.block_verify as block_verify
-from hf_dynaspec.generation.calibration import round_costs
 from hf_dynaspec.generation.attachment import ensure_attached
+from hf_dynaspec.generation.calibration import round_costs
 from hf_dynaspec.generation.checks import check_chain_inputs
 from hf_dynaspec.modeling.options import DynaSpecGenerationConfig
 from hf_dynaspec.stats import DraftStats

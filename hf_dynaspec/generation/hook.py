@@ -8,8 +8,9 @@ keyword arguments transformers uses), and fails with a clear message, pointing a
 future transformers renames the arguments it needs.
 It wraps transformers' module-level `_speculative_sampling` too, so that drafts our candidate generator marked
 for block verification (`verification="block"`, hf_dynaspec.generation.block_verify) are verified as a block;
-every other draft goes to the original. It also wraps `_validate_generation_mode`: where transformers would drop an assistant without an error (beam
-search, with only a log line), a `DynaSpecAssistant` is refused with the reason.
+every other draft goes to the original. It also wraps `_validate_generation_mode`: where transformers would drop
+an assistant without an error (beam search, with only a log line), a `DynaSpecAssistant` is refused with the
+reason.
 
 `import hf_dynaspec` installs it once (hf_dynaspec.generation's import); installing again is a no-op.
 """

@@ -24,6 +24,7 @@ from hf_dynaspec.drafting.tree import TreeDraftSession
 from hf_dynaspec.drafting.tree_structure import tree_attention_mask, tree_position_ids
 from hf_dynaspec.generation.attachment import ensure_attached
 from hf_dynaspec.generation.checks import check_prompt_ids
+from hf_dynaspec.generation.forward_args import cache_kwargs
 from hf_dynaspec.generation.tree_verify import accept_path, check_tree_cache, compact_cache
 from hf_dynaspec.stats import DraftStats
 
@@ -83,7 +84,7 @@ def tree_generate(
             input_ids=tree.token_ids[None],
             position_ids=tree_position_ids(tree, past_length),
             attention_mask=tree_attention_mask(tree, past_length, model.dtype),
-            past_key_values=cache,
+            **cache_kwargs(model, cache),
             use_cache=True,
             output_hidden_states=hidden_selection,
         )
@@ -153,7 +154,7 @@ def _prefill(model, assistant, input_ids, cache, logits_processor, do_sample):
     out = model(
         input_ids=input_ids,
         position_ids=torch.arange(prompt_length, device=input_ids.device)[None],
-        past_key_values=cache,
+        **cache_kwargs(model, cache),
         use_cache=True,
         output_hidden_states=assistant.drafter.hidden_state_selection(),
         logits_to_keep=1,

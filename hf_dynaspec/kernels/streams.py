@@ -20,7 +20,7 @@ class Pending:
     """A value computed on a side stream; `result()` makes the current stream wait for it."""
 
     value: torch.Tensor
-    event: "torch.cuda.Event | None" = None
+    event: torch.cuda.Event | None = None
 
     def result(self) -> torch.Tensor:
         if self.event is not None:

@@ -32,8 +32,8 @@ from hf_dynaspec.modeling.options import (
     LEGACY_NAMES,
     OPTION_DEFAULTS,
     DynaSpecGenerationConfig,
-    normalise_option_names,
     merge_legacy_options,
+    normalise_option_names,
     split_legacy_options,
 )
 from hf_dynaspec.modeling.shortlist.artifact import VocabShortlists
@@ -71,7 +71,7 @@ class DynaSpecAssistant(PreTrainedModel):
 
     # -- creation ------------------------------------------------------------------------------------
     @classmethod
-    def from_target(cls, target: PreTrainedModel, **overrides) -> "DynaSpecAssistant":
+    def from_target(cls, target: PreTrainedModel, **overrides) -> DynaSpecAssistant:
         """A fresh, untrained assistant for `target` (EAGLE-1/2 drafter), attached to it.
 
         `overrides`: `DynaSpecConfig` fields (e.g. `drafter_kind="eagle3"`) and drafting options
@@ -145,7 +145,7 @@ class DynaSpecAssistant(PreTrainedModel):
         dtype: torch.dtype | None = None,
         allow_different_target: bool = False,
         **kwargs,
-    ) -> "DynaSpecAssistant":
+    ) -> DynaSpecAssistant:
         """Load an assistant from a local directory or a Hub repo id: our format, EAGLE-1/2 or EAGLE-3.
 
         With `target`, the assistant is checked against it, cast to its dtype/device and attached. Keyword
@@ -155,7 +155,7 @@ class DynaSpecAssistant(PreTrainedModel):
         are read; pickled checkpoints are refused. The weights are checked against the artifact's
         `checksums.json` and for NaN/inf; `attach` refuses a target other than the one the assistant was made
         for (its embedding/LM-head fingerprint) unless `allow_different_target=True`. An artifact written by
-        hf-dynaspec 0.1 (drafting options inside config.json) loads with a FutureWarning.
+        an early build of hf-dynaspec (drafting options inside config.json) loads with a FutureWarning.
         """
         options, hub_kwargs = _split_options(kwargs)
         directory = checkpoints.resolve_artifact_dir(pretrained_model_name_or_path, revision, **hub_kwargs)
@@ -221,7 +221,7 @@ class DynaSpecAssistant(PreTrainedModel):
     def target(self) -> PreTrainedModel | None:
         return self._target
 
-    def attach(self, target: PreTrainedModel, allow_different_target: bool = False) -> "DynaSpecAssistant":
+    def attach(self, target: PreTrainedModel, allow_different_target: bool = False) -> DynaSpecAssistant:
         """Check the assistant fits `target`, borrow its embedding/final norm/LM head, match dtype and device.
 
         `allow_different_target=True` accepts a target whose weights differ from those the assistant was made
@@ -287,7 +287,7 @@ class DynaSpecAssistant(PreTrainedModel):
             )
 
     # -- changing the architecture ------------------------------------------------------------------
-    def add_feature_fusion(self, fused_hidden_state_ids: list[int]) -> "DynaSpecAssistant":
+    def add_feature_fusion(self, fused_hidden_state_ids: list[int]) -> DynaSpecAssistant:
         """Make an eagle drafter fuse the target's `hidden_states[i]` for each given i with its last hidden state
         (see `DynaSpecConfig.fused_hidden_state_ids`). The new `fuse` passes the last hidden state through, so
         drafts are unchanged until the drafter is trained with fused features (recipes.train_drafter)."""

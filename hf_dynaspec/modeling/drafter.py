@@ -10,8 +10,9 @@ Two architectures, one subclass each of `Drafter` (`build_drafter(config)` picks
   reduced-vocabulary `lm_head` whose rows map to target ids through `d2t`.
 
 An eagle drafter may also fuse several target layers into its feature (`config.fused_hidden_state_ids`):
-`f = fuse([rms(h_i) ; ... ; h_last])` for verified positions (rms: parameter-free RMS normalisation), EAGLE-3's multi-layer input kept in EAGLE-1/2's
-feature space (the drafter still regresses and feeds back post-norm features and scores the target's head).
+`f = fuse([rms(h_i) ; ... ; h_last])` for verified positions (rms: parameter-free RMS normalisation), EAGLE-3's
+multi-layer input kept in EAGLE-1/2's feature space (the drafter still regresses and feeds back post-norm
+features and scores the target's head).
 
 The state-dict keys are the published EAGLE layouts (`fc.*`, `layers.0.*` / `midlayer.*`, `norm.*`,
 `lm_head.*`, `d2t`, `t2d`). Embedding, final norm and LM head of the target are borrowed, never stored.

@@ -18,6 +18,7 @@ from transformers import AutoConfig, PretrainedConfig
 
 from hf_dynaspec.errors import UnsupportedTargetError
 
+
 @dataclass(frozen=True)
 class Family:
     """Where a family's classes live: `transformers.models.<package>.modeling_<package>.<prefix>DecoderLayer`, ..."""

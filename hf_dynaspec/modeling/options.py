@@ -61,7 +61,7 @@ VERIFICATIONS = ("token", "block")
 # Options that transformers' GenerationConfig has too (same name, same meaning).
 TRANSFORMERS_FIELDS = ("num_assistant_tokens", "assistant_confidence_threshold", "prompt_lookup_num_tokens",
                        "max_matching_ngram_size")
-# Names used by hf-dynaspec 0.1 (in config.json and as keyword arguments) -> the option's name now.
+# Names used by early builds of hf-dynaspec (in config.json and as keyword arguments) -> the option's name now.
 LEGACY_NAMES = {
     "num_draft_tokens": "num_assistant_tokens",
     "draft_confidence": "assistant_confidence_threshold",
@@ -79,7 +79,7 @@ class DynaSpecGenerationConfig(GenerationConfig):
       length, or none) for the most expected tokens per second, from costs measured on this machine once
       (hf_dynaspec.generation.calibration, cached) and acceptance learnt online (hf_dynaspec.drafting.planner);
       it then ignores `num_assistant_tokens` and `assistant_confidence_threshold` is only a hard floor.
-      "fixed": K = `num_assistant_tokens` every round, lookup first (the behaviour of hf-dynaspec <= 0.2).
+      "fixed": K = `num_assistant_tokens` every round, lookup first (the behaviour before planned rounds).
       Sampled runs under "auto" are exact but not reproducible from a seed across machines (the plan reads
       measured costs); use "fixed" where a seed must reproduce a sample.
     - `auto_max_assistant_tokens` (8): the longest drafter chain "auto" may draft.
@@ -156,7 +156,7 @@ class DynaSpecGenerationConfig(GenerationConfig):
         if not ok:
             raise ValueError(f"DynaSpecGenerationConfig.{name} must be {expected}; got {getattr(self, name)!r}.")
 
-    def with_options(self, **options) -> "DynaSpecGenerationConfig":
+    def with_options(self, **options) -> DynaSpecGenerationConfig:
         """A validated copy with `options` (current or legacy names) set; None values are ignored."""
         values = {**self.to_dict(), **{k: v for k, v in normalise_option_names(options).items() if v is not None}}
         values.pop("transformers_version", None)
@@ -177,7 +177,7 @@ def normalise_option_names(options: dict[str, Any], where: str = "keyword argume
     for name, value in options.items():
         if name in LEGACY_NAMES:
             warnings.warn(f"the {where} {name!r} is now the drafting option {LEGACY_NAMES[name]!r} "
-                          "(DynaSpecGenerationConfig); the old name will be removed in hf-dynaspec 0.3.",
+                          "(DynaSpecGenerationConfig); the old name will be removed in hf-dynaspec 0.2.",
                           FutureWarning, stacklevel=3)
             name = LEGACY_NAMES[name]
         elif name not in OPTION_DEFAULTS:
@@ -196,14 +196,14 @@ def split_legacy_options(config_dict: dict[str, Any]) -> tuple[dict[str, Any], d
 
 def merge_legacy_options(legacy: dict[str, Any], stored: dict[str, Any] | None) -> dict[str, Any]:
     """The drafting options of an artifact: its generation_config.json (`stored`; None when it has none) over the
-    options its config.json still holds (`legacy`, written by hf-dynaspec 0.1), with one FutureWarning that says
+    options its config.json still holds (`legacy`, written by an early build), with one FutureWarning that says
     which legacy values are used and which are ignored because generation_config.json sets the option."""
     if not legacy:
         return dict(stored or {})
     stored = stored or {}
     used = sorted(k for k in legacy if k not in stored)
     ignored = {k: (legacy[k], stored[k]) for k in sorted(legacy) if k in stored and stored[k] != legacy[k]}
-    parts = [f"this artifact's config.json holds drafting options {sorted(legacy)} (written by hf-dynaspec 0.1); "
+    parts = [f"this artifact's config.json holds drafting options {sorted(legacy)} (written by an early build of hf-dynaspec); "
              "they now live in generation_config.json (DynaSpecGenerationConfig)."]
     if used:
         parts.append(f"Used from config.json: {used} (generation_config.json does not set them).")

@@ -19,9 +19,8 @@ pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="the GPU suite needs a CUDA device"),
 ]
 
-from conftest import imitating_assistant, one_layer_target, plain_generate  # noqa: E402
+from conftest import imitating_assistant, plain_generate  # noqa: E402
 from test_sampling_lossless import PROMPT, TEMPERATURE, exact_distribution, fit_p_value, sampling_target  # noqa: E402
-from test_shortlists import add_shortlists  # noqa: E402
 
 from hf_dynaspec import DynaSpecAssistant, check_exactness, tree_generate  # noqa: E402
 from hf_dynaspec.drafting.chain import ChainDraftSession  # noqa: E402

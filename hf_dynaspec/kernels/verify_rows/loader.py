@@ -1,7 +1,7 @@
 """A few token rows times a bf16 weight, reading the weight once (bf16_rows.c), for verification on AVX2 CPUs.
 
 The C source is compiled on first use with the system C compiler (`CC`, else `cc`/`gcc`) into the
-hf-dynaspec cache (`HF_DYNASPEC_HOME`, default ~/.cache/hf-dynaspec) under a name derived from the source and
+hf-dynaspec cache (hf_dynaspec.cache_home, default ~/.cache/hf-dynaspec) under a name derived from the source and
 flags, and loaded with ctypes: no build step at install time and no dependency beyond a compiler.
 A cached library is loaded only from a directory the current user owns and nobody else can write, and only
 when the file is such too: anyone who could plant a file there could otherwise run code in this process. In
@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from hf_dynaspec.zoo import home_dir
+from hf_dynaspec.cache_home import home_dir
 
 SOURCE = Path(__file__).with_name("bf16_rows.c")
 FLAGS = ["-O3", "-mavx2", "-mfma", "-fopenmp", "-shared", "-fPIC"]

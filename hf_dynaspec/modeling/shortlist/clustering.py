@@ -58,7 +58,11 @@ def cluster_vocabulary(
     The centroids are fitted on a seeded sample of `sample_size` rows (all rows if None), then every row
     goes to its most similar centroid (cosine), so the result is reproducible for a given seed.
     """
-    from sklearn.cluster import KMeans
+    try:
+        from sklearn.cluster import KMeans
+    except ImportError as error:  # a training-time dependency (pyproject's `train` extra)
+        raise ImportError("clustering the vocabulary for DynaSpec shortlists needs scikit-learn: "
+                          "pip install 'hf-dynaspec[train]'") from error
 
     vocab_size = head_weight.shape[0]
     always = torch.as_tensor(list(always_ids) if not torch.is_tensor(always_ids) else always_ids, dtype=torch.long).unique()
