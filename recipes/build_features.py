@@ -25,7 +25,7 @@ import torch
 from safetensors.torch import save_file
 from tqdm.auto import tqdm
 
-from hf_dynaspec.bench.runner import load_target
+from hf_dynaspec.loading import load_target
 from recipes.conversations import conversations, self_distilled, tokenize
 from recipes.user_data import add_data_arguments
 

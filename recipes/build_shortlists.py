@@ -30,7 +30,7 @@ import torch
 from tqdm.auto import tqdm
 
 from hf_dynaspec import DynaSpecAssistant
-from hf_dynaspec.bench.runner import load_target
+from hf_dynaspec.loading import load_target
 from hf_dynaspec.modeling.shortlist import ClusterRouter, cluster_vocabulary, ranking_from_counts
 from hf_dynaspec.modeling.shortlist.frequency import count_tokens
 from recipes.conversations import conversations, tokenize
@@ -123,7 +123,7 @@ def router_examples_from_features(features: list[Path], drafter, cluster_of_toke
 def vocabtrim_ranking(assistant, model, tokenizer, num_prompts: int, max_new_tokens: int, data=None,
                       split="train") -> torch.Tensor:
     """VocabTrim: token ids ranked by how often the drafter itself drafts them on training prompts (greedy)."""
-    from hf_dynaspec.bench.prompts import encode_prompt
+    from hf_dynaspec.loading import encode_prompt
     from hf_dynaspec.modeling.shortlist.frequency import count_tokens
 
     assistant.collect_draft_tokens = True

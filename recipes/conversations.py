@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from itertools import zip_longest
 from pathlib import Path
 
-from hf_dynaspec.bench.prompts import encode_prompt
+from hf_dynaspec.loading import encode_prompt
 from recipes.data_paths import shared_data_dir
 from recipes.user_data import user_conversations
 

@@ -37,8 +37,7 @@ import torch
 from safetensors.torch import save_file
 from tqdm.auto import tqdm
 
-from hf_dynaspec.bench.prompts import encode_prompt
-from hf_dynaspec.bench.runner import load_target
+from hf_dynaspec.loading import encode_prompt, load_target
 from recipes.build_features import pack_shard, shard_path
 from recipes.data_paths import shared_data_dir
 from recipes.user_data import add_data_arguments, user_prompts

@@ -131,7 +131,7 @@ def main(argv=None) -> None:
     passages = own_answers(args.passages) + [r for r in roleplay if MIN_PASSAGE_CHARS <= len(r["response"]) <= MAX_PASSAGE_CHARS]
     rows = summarization_prompts(passages, args.summarization, rng) + rag_prompts(passages, args.rag, rng)
     if args.translation:
-        from hf_dynaspec.bench.runner import load_target
+        from hf_dynaspec.loading import load_target
 
         model, tokenizer = load_target(args.target, "fp32")
         rows += translation_prompts(model, tokenizer, english_sentences(roleplay, args.translation, rng), args.batch_size)

@@ -43,7 +43,7 @@ from tqdm.auto import tqdm
 from transformers import get_cosine_schedule_with_warmup
 
 from hf_dynaspec import DynaSpecAssistant
-from hf_dynaspec.bench.runner import load_target
+from hf_dynaspec.loading import load_target
 from recipes.build_features import parse_layer_ids
 from recipes.training_data import Batch, BatchSchedule, collate, feature_shards, make_batches, split_held_out
 from recipes.training_objective import DrafterLoss, draft_pass, drafter_features

@@ -17,6 +17,7 @@ COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
 class FakeHub:
     def __init__(self):
+        self.commits: list[dict] = []  # each commit's header: summary (message), description
         self.repos: dict[str, dict[str, bytes]] = {}  # repo id -> path -> content
         self.requests: list[tuple[str, str]] = []
         self.validated_yaml: str | None = None
@@ -54,6 +55,8 @@ class FakeHub:
                     repo_id = f"{parts[2]}/{parts[3]}"
                     for line in body.decode().splitlines():
                         item = json.loads(line)
+                        if item.get("key") == "header":  # the commit's message and description
+                            hub.commits.append(item["value"])
                         if item.get("key") == "file":
                             value = item["value"]
                             hub.repos.setdefault(repo_id, {})[value["path"]] = base64.b64decode(value["content"])

@@ -14,7 +14,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "hf_dynaspec"
 LEAVES = {"errors", "version", "stats", "exactness", "cache_home"}
-LAYER = {"kernels": 1, "modeling": 1, "zoo": 1, "drafting": 2, "generation": 3, "bench": 4, "cli": 5}
+LAYER = {"kernels": 1, "modeling": 1, "zoo": 1, "loading": 2, "drafting": 2, "generation": 3, "bench": 4, "cli": 5}
 
 
 def module_name(path: Path) -> str:

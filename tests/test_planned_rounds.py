@@ -114,6 +114,48 @@ def test_the_round_drafts_exactly_the_source_and_length_the_plan_chose(monkeypat
     assert cut_short >= 3, "some lookup drafts must be planned shorter than found, or the test sees no cut"
 
 
+def test_the_round_drafts_the_planned_source_where_the_sources_disagree(monkeypatch):
+    """A plan forced to pick the suffix cache's shared part where prompt lookup proposes other tokens: the round
+    must verify the shared part's tokens (a round that took the first source found would verify lookup's)."""
+    from hf_dynaspec import suffix_cache
+    from hf_dynaspec.drafting.planner import RoundPlan
+
+    monkeypatch.setattr(cg, "round_costs", lambda *a, **k: flat_costs())
+    spy = RoundSpy(monkeypatch)
+    planned = SpeculationPlanner.plan_round  # the spy's wrapper: it records the plan it returns
+
+    def forced(self, lookups, room):
+        shared = [c for c in lookups if c.source == "suffix-shared"]
+        if not shared:
+            return planned(self, lookups, room)
+        spy._plan = RoundPlan("suffix-shared", min(3, shared[0].num_tokens), shared[0].match_length)
+        return spy._plan
+
+    monkeypatch.setattr(SpeculationPlanner, "plan_round", forced)
+    target = one_layer_target("llama", seed=2)
+    assistant = imitating_assistant(target, noise=0.6, seed=4, **{**AUTO, "prompt_lookup_num_tokens": 6,
+                                                                   "prompt_lookup_min_ngram": 1,
+                                                                   "suffix_cache_num_tokens": 6})
+    vocab = target.config.vocab_size
+    for seed in range(100):  # a prompt holding the target's first token: prompt lookup finds a 1-gram match
+        prompt = torch.randint(0, vocab, (1, 30), generator=torch.Generator().manual_seed(seed))
+        first = int(plain_generate(target, prompt, max_new_tokens=1)[0, -1])
+        if first in prompt[0].tolist():
+            break
+    # The corpus continues the context's last 4-gram with other tokens: the shared part's draft differs.
+    suffix_cache(assistant).add_corpus([prompt[0, -3:].tolist() + [first] + [(first + k) % vocab for k in (5, 9, 2)]])
+    assert torch.equal(assisted_generate(target, assistant, prompt, max_new_tokens=12),
+                       plain_generate(target, prompt, max_new_tokens=12))
+    disagreed = 0
+    for plan, proposals, drafted in spy.rounds:
+        if plan.source == "suffix-shared":
+            assert proposals["suffix"][0] == "suffix-shared"
+            assert drafted == proposals["suffix"][1][: plan.num_tokens], (proposals, drafted)
+            lookup = proposals.get("prompt-lookup")
+            disagreed += lookup is not None and lookup[: plan.num_tokens] != drafted
+    assert disagreed >= 1, "the sources must disagree in some round, or the test sees nothing"
+
+
 def test_the_accelerator_form_applies_the_planners_cut(monkeypatch):
     """Deferred decisions draft up to the cap and cut once at the round's end: the draft verified is the planner's
     cut of what was drafted, never the whole cap."""

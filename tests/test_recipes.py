@@ -197,7 +197,7 @@ def test_vocabtrim_ranking_counts_the_drafters_own_tokens(monkeypatch):
     assistant = imitating_assistant(target, noise=0.3, num_assistant_tokens=3)
     prompts = [torch.randint(0, VOCAB, (1, 6), generator=torch.Generator().manual_seed(i)) for i in range(3)]
     monkeypatch.setattr(build, "conversations", lambda data=None, split="train": iter([("p", "r")] * 3))
-    monkeypatch.setattr("hf_dynaspec.bench.prompts.encode_prompt", lambda tokenizer, text, chat: prompts.pop())
+    monkeypatch.setattr("hf_dynaspec.loading.encode_prompt", lambda tokenizer, text, chat: prompts.pop())
     drafted = []
     from hf_dynaspec.generation import hook
 

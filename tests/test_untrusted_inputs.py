@@ -205,8 +205,11 @@ def test_a_prompt_id_outside_the_vocabulary_names_the_tokenizer(route, bad):
     assistant = imitating_assistant(target)
     prompt = PROMPT.clone()
     prompt[0, 2] = bad
-    with pytest.raises(ValueError, match=rf"token id {bad}, outside the target's vocabulary of 97 ids.*tokenizer"):
+    # Any exception is caught, so that torch's own "index out of range" fails the assertion below, not the test run.
+    with pytest.raises(Exception) as caught:
         generate(target, assistant, route, input_ids=prompt, max_new_tokens=4)
+    assert isinstance(caught.value, ValueError) and re.search(
+        rf"token id {bad}, outside the target's vocabulary of 97 ids.*tokenizer", str(caught.value)), repr(caught.value)
 
 
 def test_a_suffix_corpus_from_another_tokenizer_is_refused_whole():

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import torch
 
+from hf_dynaspec.loading import encode_prompt
+
 SPEC_BENCH_CATEGORIES = {"translation", "summarization", "qa", "math_reasoning", "rag"}
 
 
@@ -73,18 +75,6 @@ def load_prompts(files: list[str | Path], limit_per_category: int | None = None)
     if not prompts:
         raise ValueError(f"no prompts in {', '.join(map(str, files))}")
     return prompts
-
-
-def encode_prompt(tokenizer, prompt: str, chat: bool | None) -> torch.Tensor:
-    """`[1, T]` prompt ids; with `chat` (default: when the tokenizer has a template) the chat template is applied."""
-    if chat is None:
-        chat = bool(getattr(tokenizer, "chat_template", None))
-    if chat:
-        ids = tokenizer.apply_chat_template(
-            [{"role": "user", "content": prompt}], add_generation_prompt=True, return_tensors="pt", return_dict=True
-        )["input_ids"]
-        return ids
-    return tokenizer(prompt, return_tensors="pt").input_ids
 
 
 def encode_prompts(tokenizer, prompts: list[BenchPrompt], answer_first_turn=None) -> list[EncodedPrompt]:

@@ -7,36 +7,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
-
 from hf_dynaspec.bench.harness import timed_run
 from hf_dynaspec.bench.methods import Method
 from hf_dynaspec.exactness import check_exactness
+from hf_dynaspec.loading import DTYPES, load_target, resolve_device  # noqa: F401  (the bench's and CLI's names)
 from hf_dynaspec.modeling.assistant import DynaSpecAssistant
-from hf_dynaspec.zoo import resolve_model_path
 
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 # Trained assistants shipped with the repository (a checkout; a built wheel does not carry them), one directory
 # per zoo target name.
 SHIPPED_ASSISTANTS = Path(__file__).resolve().parents[2] / "assistants"
 SHIPPED_FOR = ("qwen2.5-coder-0.5b-instruct", "qwen2.5-coder-1.5b-instruct", "gemma-3-270m")
-
-
-def resolve_device(device: str = "auto") -> torch.device:
-    """"auto" -> the first CUDA device when there is one, else the CPU; anything else as torch reads it."""
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
-
-
-def load_target(name_or_path: str, dtype: str = "bf16", device: str = "cpu"):
-    """(model in eval mode on `device`, tokenizer). `dtype`: "bf16", "fp16" (a T4's) or "fp32"."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    path = resolve_model_path(name_or_path)
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype]).to(resolve_device(device)).eval()
-    return model, tokenizer
 
 
 def shipped_assistant_dir(target_name: str) -> Path | None:

@@ -4,8 +4,10 @@
 `GenerationMixin._get_candidate_generator`, from a fixed list with no registry. `install()` wraps that method
 so that a `DynaSpecAssistant` gets our `EagleCandidateGenerator`; every other assistant goes to the original.
 The wrapper binds the call's arguments to the original method's own signature (whatever mix of positional and
-keyword arguments transformers uses), and fails with a clear message, pointing at the public route, if a
-future transformers renames the arguments it needs.
+keyword arguments transformers uses). Where a future transformers removes or renames what a wrapper needs, that
+wrapper is not installed: what it serves is disabled with one logged warning, `import hf_dynaspec` still works,
+the public routes (`chain_generate`, `tree_generate`) are unaffected, and a DynaSpecAssistant passed as
+`assistant_model=` is refused naming the public route (tests/test_hook_fail_soft.py removes each function in turn).
 It wraps transformers' module-level `_speculative_sampling` too, so that drafts our candidate generator marked
 for block verification (`verification="block"`, hf_dynaspec.generation.block_verify) are verified as a block;
 every other draft goes to the original. It also wraps `_validate_generation_mode`: where transformers would drop
@@ -24,6 +26,7 @@ import transformers
 from packaging import version
 from transformers.generation.configuration_utils import GenerationMode
 from transformers.generation.utils import GenerationMixin
+from transformers.utils import logging
 
 import hf_dynaspec.generation.block_verify as block_verify
 from hf_dynaspec.generation.calibration import target_verify_kernel
@@ -42,34 +45,74 @@ class UnsupportedTransformersError(ImportError):
     """This transformers release lacks what assisted generation with a DynaSpecAssistant needs."""
 
 
-def check_transformers_version() -> None:
+PUBLIC_ROUTE = "model.generate(..., custom_generate=hf_dynaspec.chain_generate, drafter=assistant)"
+# What each wrapper serves, for the warning when it cannot be installed.
+_SERVES = {
+    "_get_candidate_generator": f"the assistant_model= route (use the public route: {PUBLIC_ROUTE})",
+    "_validate_generation_mode": "the refusal of beam search with an assistant (transformers would drop it)",
+    "_speculative_sampling": "verification='block' (sampled drafts are verified token by token instead)",
+    "_assisted_decoding": "the CPU rows kernel for the target's verification under draft_plan='auto'",
+}
+# Wrappers that could not be installed on this transformers release: private name -> why.
+DISABLED: dict[str, str] = {}
+logger = logging.get_logger(__name__)
+
+
+def check_transformers_version() -> str | None:
+    """Why this transformers release cannot serve the assistant_model= route, or None."""
     found = version.Version(transformers.__version__)
     if found < MIN_TRANSFORMERS:
-        raise UnsupportedTransformersError(
-            f"hf-dynaspec needs transformers >= {MIN_TRANSFORMERS} (found {found}): pip install -U 'transformers>=5.8,<6'"
-        )
+        return f"transformers {found} < {MIN_TRANSFORMERS} (pip install -U 'transformers>=5.8,<6')"
+    return None
 
 
 def install() -> None:
-    """Route `generate(assistant_model=<DynaSpecAssistant>)` to our candidate generator. Idempotent."""
-    if _ORIGINAL in GenerationMixin.__dict__:
+    """Route `generate(assistant_model=<DynaSpecAssistant>)` to our candidate generator. Idempotent.
+
+    Fails soft: each wrapper is installed only where the private function it wraps exists with the arguments it
+    needs; otherwise what it serves is disabled with one logged warning (the public routes, `chain_generate` and
+    `tree_generate`, use only generate()'s documented `custom_generate` hook and keep working), and importing
+    hf_dynaspec never fails because of it."""
+    if _ORIGINAL in GenerationMixin.__dict__ or DISABLED:
         return
-    check_transformers_version()
-    _wrap_candidate_generator()
-    _wrap_validate_generation_mode()
-    _wrap_speculative_sampling()
-    _wrap_assisted_decoding()
+    too_old = check_transformers_version()
+    wrappers = (("_get_candidate_generator", _wrap_candidate_generator),
+                ("_validate_generation_mode", _wrap_validate_generation_mode),
+                ("_speculative_sampling", _wrap_speculative_sampling),
+                ("_assisted_decoding", _wrap_assisted_decoding))
+    for name, wrap in wrappers:
+        try:
+            problem = too_old if too_old and name == "_get_candidate_generator" else wrap()
+        except Exception as error:  # a release that changed the function beyond what the wrapper checks
+            problem = f"{type(error).__name__}: {error}"
+        if problem:
+            DISABLED[name] = problem
+            logger.warning(f"hf-dynaspec: transformers {transformers.__version__}'s {name} cannot be wrapped "
+                           f"({problem}); disabled: {_SERVES[name]}.")
 
 
-def _wrap_candidate_generator() -> None:
+def _needs(owner, name: str, parameters: tuple[str, ...] = ()) -> str | None:
+    """Why `owner.name` cannot be wrapped (missing, or lacking `parameters`), or None."""
+    function = getattr(owner, name, None)
+    if not callable(function):
+        return f"{name} does not exist"
+    try:
+        found = inspect.signature(function).parameters
+    except (TypeError, ValueError):
+        return f"{name} has no readable signature"
+    missing = [p for p in parameters if p not in found]
+    return f"{name} takes no {missing} argument" if missing else None
+
+
+def _wrap_candidate_generator() -> str | None:
+    problem = _needs(GenerationMixin, "_get_candidate_generator", _NEEDED)
+    if problem:
+        return problem
     original = GenerationMixin._get_candidate_generator
     signature = inspect.signature(original)
-    missing = [name for name in _NEEDED if name not in signature.parameters]
 
     @functools.wraps(original)
     def _get_candidate_generator(self, *args, **kwargs):
-        if missing:  # checked per call: only a DynaSpecAssistant needs the names
-            return _original_or_refuse(original, missing, self, *args, **kwargs)
         bound = signature.bind(self, *args, **kwargs)
         bound.apply_defaults()
         call = bound.arguments
@@ -83,19 +126,24 @@ def _wrap_candidate_generator() -> None:
 
     setattr(GenerationMixin, _ORIGINAL, original)
     GenerationMixin._get_candidate_generator = _get_candidate_generator
+    return None
 
 
-def _original_or_refuse(original, missing, self, *args, **kwargs):
-    if any(isinstance(value, DynaSpecAssistant) for value in (*args, *kwargs.values())):
+def refuse_if_route_disabled(assistant) -> None:
+    """Where the assistant_model= route could not be installed, a DynaSpecAssistant passed to it is refused with
+    the public route to use (transformers would otherwise run its own assisted loop with it and fail obscurely)."""
+    if isinstance(assistant, DynaSpecAssistant) and "_get_candidate_generator" in DISABLED:
         raise UnsupportedTransformersError(
-            f"transformers {transformers.__version__} changed GenerationMixin._get_candidate_generator (no "
-            f"{missing} argument), so assistant_model=<DynaSpecAssistant> cannot be routed. Use the public route: "
-            "model.generate(..., custom_generate=hf_dynaspec.chain_generate, drafter=assistant)."
+            f"generate(assistant_model=<DynaSpecAssistant>) is disabled on transformers {transformers.__version__} "
+            f"({DISABLED['_get_candidate_generator']}). Use the public route: {PUBLIC_ROUTE}."
         )
-    return original(self, *args, **kwargs)
 
 
-def _wrap_validate_generation_mode() -> None:
+def _wrap_validate_generation_mode() -> str | None:
+    problem = _needs(GenerationMixin, "_validate_generation_mode",
+                     ("generation_mode", "generation_config", "generation_mode_kwargs"))
+    if problem:
+        return problem
     original = GenerationMixin._validate_generation_mode
     signature = inspect.signature(original)
 
@@ -105,6 +153,7 @@ def _wrap_validate_generation_mode() -> None:
         generation_mode = call.get("generation_mode")
         generation_config = call.get("generation_config")
         assistant = (call.get("generation_mode_kwargs") or {}).get("assistant_model")
+        refuse_if_route_disabled(assistant)
         if isinstance(assistant, DynaSpecAssistant) and generation_mode != GenerationMode.ASSISTED_GENERATION:
             raise ValueError(
                 f"these generate() options select {generation_mode} (num_beams={generation_config.num_beams}), "
@@ -115,11 +164,16 @@ def _wrap_validate_generation_mode() -> None:
 
     setattr(GenerationMixin, _ORIGINAL_VALIDATE, original)
     GenerationMixin._validate_generation_mode = _validate_generation_mode
+    return None
 
 
-def _wrap_speculative_sampling() -> None:
+def _wrap_speculative_sampling() -> str | None:
     import transformers.generation.utils as generation_utils
 
+    problem = _needs(generation_utils, "_speculative_sampling",
+                     ("candidate_input_ids", "candidate_logits", "candidate_length", "new_logits"))
+    if problem:
+        return problem
     original = generation_utils._speculative_sampling
 
     @functools.wraps(original)
@@ -130,17 +184,22 @@ def _wrap_speculative_sampling() -> None:
         return original(candidate_input_ids, candidate_logits, candidate_length, new_logits, *args, **kwargs)
 
     generation_utils._speculative_sampling = _speculative_sampling
+    return None
 
 
-def _wrap_assisted_decoding() -> None:
+def _wrap_assisted_decoding() -> str | None:
     """Around an assisted call with a DynaSpecAssistant planning its rounds (`draft_plan="auto"`,
     `target_verify_kernel="auto"`): the target's verification forwards through the CPU rows kernel where measured
     faster (hf_dynaspec.generation.calibration.target_verify_kernel), restored when the call ends."""
+    problem = _needs(GenerationMixin, "_assisted_decoding")
+    if problem:
+        return problem
     original = GenerationMixin._assisted_decoding
 
     @functools.wraps(original)
     def _assisted_decoding(self, *args, **kwargs):
         assistant = kwargs.get("assistant_model")
+        refuse_if_route_disabled(assistant)
         options = getattr(assistant, "generation_config", None)
         if (isinstance(assistant, DynaSpecAssistant) and options.draft_plan == "auto"
                 and options.target_verify_kernel == "auto"):
@@ -149,3 +208,4 @@ def _wrap_assisted_decoding() -> None:
         return original(self, *args, **kwargs)
 
     GenerationMixin._assisted_decoding = _assisted_decoding
+    return None

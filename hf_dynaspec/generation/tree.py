@@ -57,7 +57,7 @@ def tree_generate(
     _check_attention(model)
     _check_inputs(input_ids, generation_config, model_kwargs)
     check_prompt_ids(input_ids, assistant.config.vocab_size)
-    assistant.generation_config.validate_options()  # options set one by one since loading are checked here
+    # A validated copy: options set one by one since loading (assistant.generation_config.X = ...) are checked here.
     options = assistant.generation_config.with_options(
         tree_top_k=tree_top_k, tree_depth=tree_depth, tree_total_tokens=tree_total_tokens)
     cache = _empty_cache(model, model_kwargs, generation_config.max_length)

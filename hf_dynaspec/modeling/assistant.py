@@ -21,10 +21,10 @@ from pathlib import Path
 
 import torch
 import torch.nn as nn
-from transformers import PreTrainedModel
+from transformers import AutoConfig, AutoModel, PreTrainedModel
 
 from hf_dynaspec.errors import ArtifactError, AssistantMismatchError
-from hf_dynaspec.modeling import checkpoints, integrity, model_card
+from hf_dynaspec.modeling import checkpoints, hub, integrity, model_card
 from hf_dynaspec.modeling.config import DynaSpecConfig
 from hf_dynaspec.modeling.drafter import TargetParts, build_drafter, drafting_device
 from hf_dynaspec.modeling.families import drafter_rope_parameters, family_classes, family_layer_settings
@@ -157,6 +157,8 @@ class DynaSpecAssistant(PreTrainedModel):
         for (its embedding/LM-head fingerprint) unless `allow_different_target=True`. An artifact written by
         an early build of hf-dynaspec (drafting options inside config.json) loads with a FutureWarning.
         """
+        # AutoModel.from_pretrained hands over the config it read; the artifact's own is read below, with its checks.
+        kwargs.pop("config", None)
         options, hub_kwargs = _split_options(kwargs)
         directory = checkpoints.resolve_artifact_dir(pretrained_model_name_or_path, revision, **hub_kwargs)
         config_dict = checkpoints.read_config_dict(directory)
@@ -323,35 +325,18 @@ class DynaSpecAssistant(PreTrainedModel):
             (directory / model_card.CARD_DATA_NAME).write_text(json.dumps(self.card_data, indent=2) + "\n")
         (directory / "README.md").write_text(model_card.render_model_card(self.config, self.generation_config, self.card_data))
 
-    def push_to_hub(
-        self,
-        repo_id: str,
-        *,
-        private: bool | None = None,
-        token: str | None = None,
-        revision: str | None = None,
-        commit_message: str = "Upload hf-dynaspec assistant",
-        endpoint: str | None = None,
-    ):
+    def push_to_hub(self, repo_id: str, **kwargs):
         """Upload the whole artifact (config, weights incl. clusters/router/frequency lists, card.json and the
-        model card; never the target) to a Hub repo. `endpoint`: another Hub server (default: HF_ENDPOINT)."""
-        import tempfile
-
-        from huggingface_hub import HfApi
-
-        api = HfApi(token=token, endpoint=endpoint)
-        api.create_repo(repo_id, private=private, exist_ok=True)
-        with tempfile.TemporaryDirectory() as folder:
-            self.save_pretrained(folder)
-            return api.upload_folder(
-                repo_id=repo_id, folder_path=folder, revision=revision, commit_message=commit_message
-            )
+        model card; never the target) to a Hub repo, with transformers' parameters (`commit_message`,
+        `commit_description`, `private`, `token`, `revision`, `create_pr`, `max_shard_size`, `tags`) and
+        `endpoint` (another Hub server; default $HF_ENDPOINT). See hf_dynaspec.modeling.hub."""
+        return hub.push_artifact(self, repo_id, **kwargs)
 
     def generate(self, *args, **kwargs):
         raise TypeError(
             "DynaSpecAssistant does not generate by itself: chain drafting is model.generate(..., "
             "assistant_model=assistant); tree drafting is model.generate(..., custom_generate=hf_dynaspec.tree_generate, "
-            "drafter=assistant) (assistant.generate(model, ...) was removed in 0.2)."
+            "drafter=assistant) (an early build had assistant.generate(model, ...))."
         )
 
     def forward(self, *args, **kwargs):
@@ -397,3 +382,9 @@ def _read_generation_config(directory: Path, legacy_options: dict) -> DynaSpecGe
             raise ArtifactError(f"{path} is not valid JSON ({error}); re-save or re-download it.") from error
         stored.pop("transformers_version", None)
     return DynaSpecGenerationConfig(**merge_legacy_options(legacy_options, stored))
+
+
+# transformers' Auto classes know the artifact: AutoConfig.from_pretrained(path) gives a DynaSpecConfig, and
+# AutoModel.from_pretrained(path) a DynaSpecAssistant through its own from_pretrained (layouts, checks).
+AutoConfig.register(DynaSpecConfig.model_type, DynaSpecConfig, exist_ok=True)
+AutoModel.register(DynaSpecConfig, DynaSpecAssistant, exist_ok=True)
