@@ -18,11 +18,14 @@ import importlib.util
 import os
 
 import torch
+from transformers.utils import logging
 
 from hf_dynaspec.kernels.shortlist_head.cpu import shortlist_head_blocks
 from hf_dynaspec.kernels.shortlist_head.op import indexed_head_op
 from hf_dynaspec.kernels.shortlist_head.output import ShortlistHeadOutput
 from hf_dynaspec.kernels.shortlist_head.reference import indexed_head_reference
+
+logger = logging.get_logger(__name__)
 
 
 @functools.cache
@@ -31,6 +34,9 @@ def triton_available() -> bool:
 
     Decided once per process: the head calls this at every draft step."""
     if importlib.util.find_spec("triton") is None:
+        if torch.cuda.is_available():
+            logger.warning("hf-dynaspec: Triton is not installed: the shortlisted LM head runs as PyTorch gathers "
+                           "and matmuls on the GPU (slower at large vocabularies); pip install 'hf-dynaspec[triton]'")
         return False
     if os.environ.get("TRITON_INTERPRET") == "1":
         return True

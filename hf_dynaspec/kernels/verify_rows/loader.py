@@ -26,9 +26,11 @@ import warnings
 from pathlib import Path
 
 import torch
+from transformers.utils import logging
 
 from hf_dynaspec.cache_home import home_dir
 
+logger = logging.get_logger(__name__)
 SOURCE = Path(__file__).with_name("bf16_rows.c")
 FLAGS = ["-O3", "-mavx2", "-mfma", "-fopenmp", "-shared", "-fPIC"]
 
@@ -74,6 +76,7 @@ def _build(compiler: str, private_dir: Path) -> Path:
     if library.exists():
         return library
     # Build beside the target and rename: concurrent first uses (test workers) never see half a file.
+    logger.info(f"hf-dynaspec: compiling the CPU bf16 rows kernel with {compiler} (once; cached in {library.parent})")
     with tempfile.TemporaryDirectory(dir=library.parent) as tmp:
         partial = Path(tmp) / library.name
         _compile(compiler, partial)
@@ -87,6 +90,7 @@ def _library() -> ctypes.CDLL | None:
         return None
     compiler = _compiler()
     if compiler is None:
+        logger.info("hf-dynaspec: no C compiler (CC, cc, gcc): the CPU bf16 rows kernel is not available here")
         return None
     try:
         # A private temporary directory (mode 0700) for the untrusted-cache case; the loaded library stays mapped
