@@ -218,7 +218,9 @@ ASSERTION_MESSAGES = ("AssertionError", "assert ", "Failed: DID NOT RAISE", "Fai
 def run(mutation: Mutation) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         copy = Path(tmp) / "repo"
-        shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns(".venv", ".git", "assistants", "data", "*.pyc"))
+        # Only the source and tests: never a virtual environment (CI's .compat-venv-* are GBs) or the big folders.
+        shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns(".venv", ".compat-venv-*", ".git", "assistants",
+                                                                  "data", "results", "*.pyc", "__pycache__"))
         for path, old, new in mutation.edits():
             source = copy / path
             source.write_text(source.read_text().replace(old, new))

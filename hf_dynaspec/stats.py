@@ -1,7 +1,13 @@
-"""Acceptance statistics of an assistant, as `assistant.stats` reports them."""
+"""Acceptance statistics of an assistant, as `assistant.stats` reports them.
+
+The statistics of an assistant's last generate() call are held here, outside the artifact (a weak mapping from
+the assistant: nothing is written onto the model), started by the call (`start_stats`) and read through the
+assistant's read-only `stats` property (`latest_stats`).
+"""
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 
 import torch
@@ -149,3 +155,21 @@ class DraftStats:
             "passes_by_source": dict(self.passes_by_source),
             "accepted_by_source": dict(self.accepted_by_source),
         }
+
+
+_LATEST: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def start_stats(owner) -> DraftStats:
+    """Fresh statistics for a generate() call of `owner` (an assistant); they become its `latest_stats`."""
+    stats = _LATEST[owner] = DraftStats()
+    return stats
+
+
+def latest_stats(owner) -> DraftStats:
+    """The statistics of `owner`'s last generate() call (empty before its first)."""
+    stats = _LATEST.get(owner)
+    if stats is None:
+        stats = _LATEST[owner] = DraftStats()
+    return stats
+

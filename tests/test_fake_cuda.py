@@ -244,9 +244,9 @@ def _generator(assistant, target, input_ids, planned: bool):
     session = _session(assistant, runtime_head(assistant, options))
     generator = EagleCandidateGenerator(assistant, session, options, max_length=64)
     from hf_dynaspec.drafting.runtime import suffix_cache
-    from hf_dynaspec.stats import DraftStats
+    from hf_dynaspec.stats import start_stats
 
-    assistant.stats = DraftStats()
+    start_stats(assistant)
     generator.planner = SpeculationPlanner(COSTS, PlannerMemory(), 6) if planned else None
     generator.suffix = suffix_cache(assistant, options)
     generator.begin(input_ids)  # reads the prompt, once per generate() call

@@ -141,3 +141,27 @@ def test_drafts_end_at_their_first_eos_where_transformers_does_not_crop(monkeypa
     assert generator._end_at_eos(Draft(torch.tensor([[3, 4]]), None)).token_ids.tolist() == [[3, 4]]
     monkeypatch.setattr(cg, "TRANSFORMERS_CROPS_AT_EOS", True)
     assert cg._eos_token_ids_to_cut(config, torch.device("cpu")) is None
+
+
+def test_run_time_state_lives_outside_the_artifact(tmp_path):
+    """Head cache, planner tables, suffix cache and statistics are held outside the PreTrainedModel: generate()
+    writes nothing onto it, `stats` is a read-only view, and a copy starts with no run-time state."""
+    import copy
+
+    from hf_dynaspec.drafting.runtime import runtime_of
+
+    target = one_layer_target("llama")
+    assistant = imitating_assistant(target, noise=0.3, draft_plan="auto", suffix_cache_num_tokens=8)
+    before = set(assistant.__dict__)
+    input_ids = prompt(0, 10)
+    assisted = target.generate(input_ids, attention_mask=torch.ones_like(input_ids), max_new_tokens=12,
+                               assistant_model=assistant)
+    assert torch.equal(assisted, plain_generate(target, input_ids, max_new_tokens=12))
+    assert set(assistant.__dict__) == before, set(assistant.__dict__) ^ before
+    runtime = runtime_of(assistant)
+    assert runtime.head is not None and runtime.planner_memories and runtime.suffix is not None
+    assert assistant.stats.verify_passes > 0
+    with pytest.raises(AttributeError):
+        assistant.stats = None
+    clone = copy.deepcopy(assistant)
+    assert runtime_of(clone).head is None and clone.stats.verify_passes == 0

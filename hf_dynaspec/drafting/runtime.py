@@ -7,9 +7,16 @@
   cache learn across generate() calls of one assistant.
 - `prepare_for_target(assistant, target)`: route the drafter's Linear layers through the CPU bf16 rows kernel
   where it applies.
+
+All of it is held in one `AssistantRuntime` per assistant, outside the artifact (a weak mapping from the
+assistant, `runtime_of`): nothing is written onto the `PreTrainedModel`, so copying, saving or pickling an
+assistant never carries run-time state, and the state goes away with the assistant.
 """
 
 from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn as nn
@@ -22,15 +29,30 @@ from hf_dynaspec.drafting.suffix_cache import SuffixCache
 from hf_dynaspec.kernels.verify_rows import loader as verify_rows_loader
 from hf_dynaspec.kernels.verify_rows import patch as verify_rows_patch
 
-_HEAD_CACHE = "_dynaspec_runtime_head"
-_PLANNER_MEMORY = "_dynaspec_planner_memory"
-_SUFFIX_CACHE = "_dynaspec_suffix_cache"
+
+@dataclass
+class AssistantRuntime:
+    """What one assistant keeps between generate() calls that its artifact does not hold."""
+
+    head: tuple | None = None  # (key, the built head, the tensors it was built from): see runtime_head
+    planner_memories: dict[bool, PlannerMemory] = field(default_factory=dict)  # by do_sample
+    suffix: SuffixCache | None = None
+
+
+_RUNTIMES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def runtime_of(assistant) -> AssistantRuntime:
+    """The assistant's run-time state (created on first use)."""
+    runtime = _RUNTIMES.get(assistant)
+    if runtime is None:
+        runtime = _RUNTIMES[assistant] = AssistantRuntime()
+    return runtime
 
 
 def planner_memory(assistant, do_sample: bool) -> PlannerMemory:
     """The planner's acceptance tables of this assistant (kept across generate() calls; greedy and sampled apart)."""
-    memories = assistant.__dict__.setdefault(_PLANNER_MEMORY, {})
-    return memories.setdefault(bool(do_sample), PlannerMemory())
+    return runtime_of(assistant).planner_memories.setdefault(bool(do_sample), PlannerMemory())
 
 
 def suffix_cache(assistant, options=None) -> SuffixCache | None:
@@ -40,11 +62,10 @@ def suffix_cache(assistant, options=None) -> SuffixCache | None:
     options = options if options is not None else assistant.generation_config
     if not options.suffix_cache_num_tokens:
         return None
-    cache = assistant.__dict__.get(_SUFFIX_CACHE)
-    if cache is None or cache.max_tokens != options.suffix_cache_max_tokens:
-        cache = SuffixCache(max_tokens=options.suffix_cache_max_tokens, vocab_size=assistant.config.vocab_size)
-        assistant.__dict__[_SUFFIX_CACHE] = cache
-    return cache
+    runtime = runtime_of(assistant)
+    if runtime.suffix is None or runtime.suffix.max_tokens != options.suffix_cache_max_tokens:
+        runtime.suffix = SuffixCache(max_tokens=options.suffix_cache_max_tokens, vocab_size=assistant.config.vocab_size)
+    return runtime.suffix
 
 
 def runtime_head(assistant, options):
@@ -63,11 +84,10 @@ def runtime_head(assistant, options):
     key = (options.shortlist, options.shortlist_size, options.max_clusters, options.fixed_clusters,
            options.max_shortlist_size, head.weight.device, head.weight.dtype,
            use_accelerator_paths(head.weight.device), tuple(_tensor_key(t) for t in tensors))
-    cached = assistant.__dict__.get(_HEAD_CACHE)
-    if cached is None or cached[0] != key:
-        cached = (key, build_head(options.shortlist, head.weight, assistant.shortlists, options), tensors)
-        assistant.__dict__[_HEAD_CACHE] = cached
-    return cached[1]
+    runtime = runtime_of(assistant)
+    if runtime.head is None or runtime.head[0] != key:
+        runtime.head = (key, build_head(options.shortlist, head.weight, assistant.shortlists, options), tensors)
+    return runtime.head[1]
 
 
 def _tensor_key(tensor: torch.Tensor) -> tuple:

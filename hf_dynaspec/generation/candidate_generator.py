@@ -21,7 +21,7 @@ from hf_dynaspec.generation.attachment import ensure_attached
 from hf_dynaspec.generation.calibration import round_costs
 from hf_dynaspec.generation.checks import check_chain_inputs
 from hf_dynaspec.modeling.options import DynaSpecGenerationConfig
-from hf_dynaspec.stats import DraftStats
+from hf_dynaspec.stats import start_stats
 
 TRANSFORMERS_CROPS_AT_EOS = version.Version(transformers.__version__) >= version.Version("5.18.0")
 
@@ -54,7 +54,7 @@ def make_candidate_generator(assistant, target, input_ids, generation_config, lo
     ensure_attached(assistant, target)
     check_chain_inputs(input_ids, generation_config, model_kwargs, assistant.config.vocab_size)
     options = call_options(assistant, generation_config)
-    assistant.stats = DraftStats()
+    start_stats(assistant)
     head = runtime_head(assistant, options)
     do_sample = bool(generation_config.do_sample)
     session = ChainDraftSession(

@@ -26,7 +26,7 @@ from hf_dynaspec.generation.attachment import ensure_attached
 from hf_dynaspec.generation.checks import check_prompt_ids
 from hf_dynaspec.generation.forward_args import cache_kwargs
 from hf_dynaspec.generation.tree_verify import accept_path, check_tree_cache, compact_cache
-from hf_dynaspec.stats import DraftStats
+from hf_dynaspec.stats import start_stats
 
 
 @torch.no_grad()
@@ -65,7 +65,7 @@ def tree_generate(
         assistant.drafter, assistant.config.vocab_size, head=runtime_head(assistant, options),
         top_k=options.tree_top_k, depth=options.tree_depth, total_tokens=options.tree_total_tokens,
     )
-    stats = assistant.stats = DraftStats()
+    stats = start_stats(assistant)
     hidden_selection = assistant.drafter.hidden_state_selection()
     do_sample = bool(generation_config.do_sample)
     scores, raw_logits = [], []

@@ -37,7 +37,7 @@ from hf_dynaspec.modeling.options import (
     split_legacy_options,
 )
 from hf_dynaspec.modeling.shortlist.artifact import VocabShortlists
-from hf_dynaspec.stats import DraftStats
+from hf_dynaspec.stats import DraftStats, latest_stats
 
 GENERATION_CONFIG_NAME = "generation_config.json"
 
@@ -54,7 +54,6 @@ class DynaSpecAssistant(PreTrainedModel):
         # How it drafts by default (generation_config.json); generate() options override it per call.
         self.generation_config = DynaSpecGenerationConfig()
         self.shortlists = VocabShortlists(config)
-        self.stats = DraftStats()
         # Runtime option, never saved: keep every drafted token id in `stats` (to build a VocabTrim list).
         self.collect_draft_tokens = False
         # How the artifact was made and what it measured (card.json): the model card is rendered from it.
@@ -217,6 +216,11 @@ class DynaSpecAssistant(PreTrainedModel):
             )
         # Keep the stored dtype: a round trip is bit-exact.
         self.load_state_dict(state, strict=True, assign=True)
+
+    @property
+    def stats(self) -> DraftStats:
+        """Acceptance statistics of the last generate() call (read-only; held outside the artifact)."""
+        return latest_stats(self)
 
     # -- the target ------------------------------------------------------------------------------------
     @property
