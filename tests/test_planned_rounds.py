@@ -36,8 +36,9 @@ def moderate_costs(max_tokens: int = 20) -> RoundCosts:
 
 
 def steep_costs(max_tokens: int = 20) -> RoundCosts:
-    """Each verified token costs 15% of a step more: whether a position is kept turns on the drafter's confidence
-    (on the enumeration's pairing a plan fed the drawn token's probability is off by 4e-4 to 4e-3, against 1e-6)."""
+    """Each verified token costs 15% of a step more: whether a position is kept turns on the drafter's confidence,
+    so a plan fed the drawn token's probability fails the exact enumeration here (benchmarks/mutation_check.py's
+    "plan reads the drawn token's probability")."""
     return RoundCosts([0.0] + [1.0 + 0.15 * n for n in range(max_tokens + 1)], consume_seconds=0.01,
                       first_draft_seconds=0.02, draft_step_seconds=0.03)
 
