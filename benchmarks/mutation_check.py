@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 FAKE_CUDA = "tests/test_fake_cuda.py"
 PROCESSORS = "tests/test_context_processors.py"
 UNTRUSTED = "tests/test_untrusted_inputs.py"
+PROBES = "tests/test_planner_probes.py"
 PLANNED = "tests/test_planned_rounds.py"
 
 
@@ -197,6 +198,11 @@ MUTATIONS = [
              "            token = torch.multinomial(full.softmax(dim=-1), num_samples=1)\n"
              "            top = full[0].float().softmax(-1)[token[0, 0]] if with_top else top\n"
              "            return token, full, confident, top", [PLANNED], select="every_cost_model and cpu"),
+    Mutation("no probe rounds: a planner that stops drafting never learns", "hf_dynaspec/drafting/planner.py",
+             "        return self._probe_or(best, room)", "        return best", [PROBES]),
+    Mutation("probe rounds cut by the planner", "hf_dynaspec/generation/candidate_generator.py",
+             "planner = ProbeDrafting() if plan.probe else self.planner", "planner = self.planner", [PROBES],
+             select="pessimistic"),
 ]
 
 

@@ -55,6 +55,8 @@ def test_learnt_acceptance_moves_the_plan():
     planner = SpeculationPlanner(flat_costs(), memory, 8)
     for _ in range(50):
         planner.record(RoundPlan("suffix-shared", 12, 4), num_drafted=12, num_accepted=12)
+    # (50 rounds without a probe: the first plan is one, tests/test_planner_probes.py; then the lookup wins.)
+    assert planner.plan_round([lookup], 100).probe
     assert planner.plan_round([lookup], 100) == RoundPlan("suffix-shared", 12, 4)
     # The same source after a shorter match has its own (prior) estimate.
     assert memory.lookup.estimate(("suffix-shared", 2, 1)) == 0.5

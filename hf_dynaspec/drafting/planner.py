@@ -15,8 +15,16 @@ from the machine (hf_dynaspec.generation.calibration); the a_j are learnt online
   match that produced the draft and the position in it.
 
 Estimates are Beta-smoothed counts (`AcceptanceTable`) kept across generate() calls of one assistant, so a
-planner learns the user's workload. On a machine where verifying 8 tokens costs ~1.2 steps (AVX-512 BF16 CPUs,
-GPUs) this drafts long chains; where it costs ~k steps (AVX2 CPUs) short ones or none. Output is unchanged: the
+planner learns the user's workload. A table learns only the positions that are drafted, so a planner that drafts
+nothing (or short drafts) because the prior (or a bad stretch of text) says so never learns otherwise. Hence probe
+rounds: after `PROBE_FIRST` rounds, then after twice as many each time up to every `PROBE_LONGEST` rounds, the
+round drafts the length a drafter that is always right would be given, none of it cut (nothing where not even
+such a drafter pays). A good drafter behind a pessimistic prior is found within a few rounds, and probing one that
+truly does not pay costs at most its extra rows once in 256 rounds. (A fresh fp32 0.5B pairing on this project's
+CPU sits on that edge: without probes, measuring noise decided whether the shipped assistant ever drafted.)
+
+On a machine where verifying 8 tokens costs ~1.2 steps (AVX-512 BF16 CPUs, GPUs) this drafts long chains; where
+it costs ~k steps (AVX2 CPUs) short ones or none. Output is unchanged: the
 plan decides only how many tokens are verified, from the context and the distributions (never from a drawn
 token), so greedy output is identical and sampling exact (tests/test_planner.py).
 """
@@ -27,6 +35,8 @@ from dataclasses import dataclass, field
 
 CONFIDENCE_BINS = 10
 MAX_POSITION_KEY = 16  # positions past this share one estimate
+PROBE_FIRST = 4  # rounds before the first probe round
+PROBE_LONGEST = 256  # the probe interval doubles up to this
 
 
 class AcceptanceTable:
@@ -74,6 +84,7 @@ class RoundPlan:
     num_tokens: int
     match_length: int = 0
     confidences: list[float] = field(default_factory=list)  # drafter: per drafted position, for the tables
+    probe: bool = False  # a drafter round that keeps the tables learning: exactly `num_tokens`, whatever the confidence
 
 
 class PlannerMemory:
@@ -84,6 +95,8 @@ class PlannerMemory:
         self.drafter_position = AcceptanceTable(lambda position: 0.5)
         self.drafter_confidence = AcceptanceTable(lambda bin_: (bin_ + 0.5) / CONFIDENCE_BINS)
         self.lookup = AcceptanceTable(lambda key: 0.5)
+        self.rounds_since_probe = 0
+        self.probe_interval = PROBE_FIRST
 
 
 class SpeculationPlanner:
@@ -142,7 +155,19 @@ class SpeculationPlanner:
             k, rate = self._best(probabilities, self._lookup_seconds)
             if k and rate > best_rate:
                 best, best_rate = RoundPlan(candidate.source, k, candidate.match_length), rate
-        return best
+        return self._probe_or(best, room)
+
+    def _probe_or(self, plan: RoundPlan, room: int) -> RoundPlan:
+        """`plan`, or a drafter probe after `probe_interval` rounds without one (see the module docstring)."""
+        memory = self.memory
+        if memory.rounds_since_probe < memory.probe_interval:
+            return plan
+        probe_tokens, _ = self._best([1.0] * min(room, self.max_draft_tokens), self._drafter_seconds)
+        if probe_tokens == 0:  # not even a drafter that is always right would pay here
+            return plan
+        memory.rounds_since_probe = 0
+        memory.probe_interval = min(2 * memory.probe_interval, PROBE_LONGEST)
+        return RoundPlan("drafter", probe_tokens, probe=True)
 
     def drafted_probabilities(self, confidences: list[float]) -> list[float]:
         table = self.memory.drafter_confidence
@@ -180,6 +205,8 @@ class SpeculationPlanner:
         """Learn from a verified round: positions 1..min(num_accepted + 1, num_drafted) were reached, the first
         num_accepted accepted."""
         memory = self.memory
+        if not plan.probe:
+            memory.rounds_since_probe += 1
         for j in range(1, min(num_accepted + 1, num_drafted) + 1):
             accepted = j <= num_accepted
             if plan.source == "drafter":
@@ -188,6 +215,23 @@ class SpeculationPlanner:
                     memory.drafter_confidence.record(confidence_bin(plan.confidences[j - 1]), accepted)
             elif plan.source != "none":
                 memory.lookup.record((plan.source, min(plan.match_length, 8), _position_key(j)), accepted)
+
+
+class ProbeDrafting:
+    """Stands in for the planner in a probe round: every position up to the probe's length is kept, and the
+    session still reports their confidences, so the confidence table learns too."""
+
+    @staticmethod
+    def keep_position(confidences: list[float]) -> bool:
+        return True
+
+    @staticmethod
+    def draft_more(confidences: list[float], room: int) -> bool:
+        return len(confidences) < room
+
+    @staticmethod
+    def cut(confidences: list[float]) -> int:
+        return len(confidences)
 
 
 def _expected(probabilities: list[float]) -> float:

@@ -182,17 +182,19 @@ def _write(path: Path, data: dict) -> None:
         pass
 
 
-def _seconds(thunk, device: torch.device) -> float:
-    """Minimum over REPEATS of one call's seconds (CUDA synchronised around each)."""
+def _once(thunk, device: torch.device) -> float:
+    """Seconds of one call (CUDA synchronised around it)."""
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    best = float("inf")
-    for _ in range(REPEATS):
-        sync()
-        start = time.perf_counter()
-        thunk()
-        sync()
-        best = min(best, time.perf_counter() - start)
-    return best
+    sync()
+    start = time.perf_counter()
+    thunk()
+    sync()
+    return time.perf_counter() - start
+
+
+def _seconds(thunk, device: torch.device) -> float:
+    """Minimum over REPEATS of one call's seconds."""
+    return min(_once(thunk, device) for _ in range(REPEATS))
 
 
 @torch.no_grad()
@@ -218,15 +220,22 @@ def _random_ids(target, vocab_size: int, device) -> torch.Tensor:
 
 
 def _verify_seconds(target, ids, cache, sizes, device) -> dict[int, float]:
-    """{n: seconds of a forward over n new tokens} on `cache` (holding CONTEXT tokens, restored after each)."""
-    measured = {}
+    """{n: seconds of a forward over n new tokens} on `cache` (holding CONTEXT tokens, restored after each).
+
+    The repeats go round the sizes (1, 2, .., 1, 2, ..) rather than size by size: a burst of load on a shared
+    machine then slows one repeat of every size instead of every repeat of one size, which would make that
+    size look expensive and could turn the planner off drafting."""
+    def verify(size):
+        target(input_ids=ids[:, CONTEXT : CONTEXT + size], **cache_kwargs(target, cache), use_cache=True,
+               position_ids=torch.arange(CONTEXT, CONTEXT + size, device=device)[None])
+        cache.crop(-size)  # negative: remove the last `size` entries (every transformers release)
+
     for size in sizes:
-        def verify(size=size):
-            target(input_ids=ids[:, CONTEXT : CONTEXT + size], **cache_kwargs(target, cache), use_cache=True,
-                   position_ids=torch.arange(CONTEXT, CONTEXT + size, device=device)[None])
-            cache.crop(-size)  # negative: remove the last `size` entries (every transformers release)
-        verify()  # warm-up: first calls at a new size pay for allocation
-        measured[size] = _seconds(verify, device)
+        verify(size)  # warm-up: first calls at a new size pay for allocation
+    measured = dict.fromkeys(sizes, float("inf"))
+    for _ in range(REPEATS):
+        for size in sizes:
+            measured[size] = min(measured[size], _once(lambda size=size: verify(size), device))
     return measured
 
 

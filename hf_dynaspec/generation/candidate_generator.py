@@ -15,7 +15,7 @@ from transformers.generation.candidate_generator import CandidateGenerator
 import hf_dynaspec.generation.block_verify as block_verify
 from hf_dynaspec.drafting.chain import ChainDraftSession
 from hf_dynaspec.drafting.lookup import lookup_match
-from hf_dynaspec.drafting.planner import LookupCandidate, RoundPlan, SpeculationPlanner
+from hf_dynaspec.drafting.planner import LookupCandidate, ProbeDrafting, RoundPlan, SpeculationPlanner
 from hf_dynaspec.drafting.runtime import planner_memory, runtime_head, suffix_cache
 from hf_dynaspec.generation.attachment import ensure_attached
 from hf_dynaspec.generation.calibration import round_costs
@@ -211,8 +211,11 @@ class EagleCandidateGenerator(CandidateGenerator):
             # Only the chosen source's ids go to the device: one upload of a few ids.
             looked_up = _as_ids(drafts[plan.source][: plan.num_tokens], input_ids)
             return self.session.propose(input_ids, target_hidden, 1, lookup=looked_up)
-        cap = plan.num_tokens if self.session.defer_host_decisions else min(self.planner.max_draft_tokens, room)
-        draft = self.session.propose(input_ids, target_hidden, cap, planner=self.planner)
+        # A probe drafts exactly its length (the planner would cut it to nothing); others stop when the planner says.
+        planner = ProbeDrafting() if plan.probe else self.planner
+        capped = plan.probe or self.session.defer_host_decisions
+        cap = plan.num_tokens if capped else min(self.planner.max_draft_tokens, room)
+        draft = self.session.propose(input_ids, target_hidden, cap, planner=planner)
         plan.confidences = draft.confidences
         return draft
 

@@ -1,0 +1,128 @@
+"""Probe rounds (draft_plan="auto"): a planner that has stopped drafting keeps learning.
+
+Without probes a planner whose prior (acceptance 0.5) says "no draft" never drafts, so it never learns that its
+drafter is good: on this project's CPU an fp32 0.5B pairing sat on that edge and measuring noise decided whether
+the shipped assistant ever drafted (CI saw tau 1.0). The tests pin the schedule (first probe, doubling interval,
+cap), that no probe is paid where even a perfect drafter cannot pay, that a
+good drafter behind a pessimistic prior is found and used, and that probe rounds stay greedy-identical and
+sampling-exact.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import assisted_generate, imitating_assistant, one_layer_target, plain_generate
+from test_enumeration import TOLERANCE
+from test_planner import AUTO, linear_costs, planned_round_error
+
+from hf_dynaspec.drafting import planner as planner_module
+from hf_dynaspec.drafting.planner import PROBE_FIRST, PROBE_LONGEST, PlannerMemory, RoundPlan, SpeculationPlanner
+from hf_dynaspec.generation.calibration import RoundCosts
+
+
+def hopeless_costs(max_tokens: int = 20) -> RoundCosts:
+    """Each verified token costs a full step and drafting is dear: not even an always-right drafter pays."""
+    return RoundCosts([0.0] + [float(n) for n in range(1, max_tokens + 2)], consume_seconds=0.01,
+                      first_draft_seconds=0.5, draft_step_seconds=0.5)
+
+
+def edge_costs(max_tokens: int = 20) -> RoundCosts:
+    """Each verified token costs 60% of a step: at the prior's acceptance (0.5) no draft pays, at 0.85 four do."""
+    return RoundCosts([0.0] + [1.0 + 0.6 * (n - 1) for n in range(1, max_tokens + 2)], consume_seconds=0.01,
+                      first_draft_seconds=0.02, draft_step_seconds=0.03)
+
+
+def rounds_until_probe(planner: SpeculationPlanner) -> tuple[int, RoundPlan]:
+    """Plan (and record as drafting nothing) rounds until one drafts: (its number, its plan)."""
+    for count in range(1, 10 * PROBE_LONGEST):
+        plan = planner.plan_round([], room=100)
+        if plan.source != "none":
+            return count, plan
+        planner.record(plan, num_drafted=0, num_accepted=0)
+    raise AssertionError("no probe")
+
+
+def test_probes_follow_a_doubling_schedule_up_to_the_cap():
+    planner = SpeculationPlanner(linear_costs(), PlannerMemory(), 8)
+    # Under linear costs an always-right drafter's rate (k + 1) / T(k) grows with k: the probe drafts all 8.
+    gaps = []
+    for _ in range(9):
+        count, plan = rounds_until_probe(planner)
+        assert plan == RoundPlan("drafter", 8, probe=True)
+        gaps.append(count)
+    # The probe is the round after `interval` rounds that drafted nothing.
+    assert gaps == [min(PROBE_FIRST * 2**i, PROBE_LONGEST) + 1 for i in range(9)]
+    # The probe is capped by the room left.
+    planner.memory.rounds_since_probe = planner.memory.probe_interval
+    assert planner.plan_round([], room=3) == RoundPlan("drafter", 3, probe=True)
+    # Every round that is not a probe counts towards the next one, whatever it drafted.
+    for plan in (RoundPlan("drafter", 4), RoundPlan("prompt-lookup", 3, 2), RoundPlan("drafter", 3, probe=True)):
+        planner.record(plan, num_drafted=2, num_accepted=1)
+    assert planner.memory.rounds_since_probe == 2
+
+
+def test_accepted_probes_unlock_drafting_on_their_own():
+    memory = PlannerMemory()
+    planner = SpeculationPlanner(linear_costs(), memory, 8)
+    _, probe = rounds_until_probe(planner)
+    assert memory.probe_interval == 2 * PROBE_FIRST
+    for _ in range(40):  # probes all accepted (0.98 per position): the drafter now pays on its own
+        planner.record(probe, num_drafted=8, num_accepted=8)
+    plan = planner.plan_round([], room=100)
+    assert plan.source == "drafter" and not plan.probe
+
+
+def test_no_probe_where_even_a_perfect_drafter_cannot_pay():
+    planner = SpeculationPlanner(hopeless_costs(), PlannerMemory(), 8)
+    for _ in range(4 * PROBE_LONGEST):
+        plan = planner.plan_round([], room=100)
+        assert plan.source == "none"
+        planner.record(plan, num_drafted=0, num_accepted=0)
+
+
+def test_lookup_rounds_count_towards_a_probe():
+    """A lookup source that keeps winning may win only because the drafter's estimate is the prior."""
+    from hf_dynaspec.drafting.planner import LookupCandidate
+
+    planner = SpeculationPlanner(linear_costs(), PlannerMemory(), 8)
+    for _ in range(30):
+        planner.record(RoundPlan("prompt-lookup", 6, 3), num_drafted=6, num_accepted=6)
+    lookup = LookupCandidate("prompt-lookup", match_length=3, num_tokens=6)
+    assert planner.plan_round([lookup], room=100) == RoundPlan("drafter", 8, probe=True)
+
+
+@pytest.fixture
+def fixed_costs(monkeypatch):
+    def use(costs):
+        monkeypatch.setattr("hf_dynaspec.generation.candidate_generator.round_costs", lambda *a, **k: costs)
+    return use
+
+
+def test_a_good_drafter_behind_a_pessimistic_prior_is_found_and_output_is_identical(family, fixed_costs):
+    """The 0.5 prior says "no draft"; the drafter is nearly always right. Probes find it, the plan then drafts on
+    its own (rounds that are not probes), and greedy output stays identical."""
+    fixed_costs(edge_costs())
+    target = one_layer_target(family, seed=2)
+    assistant = imitating_assistant(target, noise=0.0, seed=4, **AUTO, prompt_lookup_num_tokens=0)
+    prompt = torch.randint(0, target.config.vocab_size, (1, 16), generator=torch.Generator().manual_seed(5))
+    expected = plain_generate(target, prompt, max_new_tokens=120, do_sample=False)
+    got = assisted_generate(target, assistant, prompt, max_new_tokens=120, do_sample=False)
+    assert torch.equal(got, expected)
+    stats = assistant.stats
+    assert stats.passes_by_source.get("drafter", 0) >= 10, stats.passes_by_source
+    assert stats.tau > 2.0, stats.tau
+    # Before the first probe only "none" rounds ran; the probe drafted the full cap (AUTO: 4 tokens).
+    assert stats.drafted_per_pass[:PROBE_FIRST] == [0] * PROBE_FIRST
+    assert stats.drafted_per_pass[PROBE_FIRST] == AUTO["auto_max_assistant_tokens"]
+
+
+@pytest.mark.parametrize("form", ["cpu", "accelerator"])
+def test_a_sampled_probe_round_is_exact(monkeypatch, form):
+    """Every round a probe (interval 0): the enumerated outcome distribution of a sampled probe round equals the
+    target's, and the round did draft (a probe that drafted nothing would pass the comparison vacuously)."""
+    monkeypatch.setattr(planner_module, "PROBE_FIRST", 0)
+    monkeypatch.setattr(planner_module, "PROBE_LONGEST", 0)
+    error, outcomes = planned_round_error(linear_costs(), "temperature", form, monkeypatch)
+    assert error < TOLERANCE, error
+    assert max(len(tokens) for tokens in outcomes) >= 3, "the probe round must have drafted"
