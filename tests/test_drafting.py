@@ -126,7 +126,7 @@ def captured_sessions(assistant, monkeypatch) -> list:
 
     def capturing(*args, **kwargs):
         generator = make(*args, **kwargs)
-        sessions.append(generator.session)
+        sessions.append(generator.round.session)
         return generator
 
     monkeypatch.setattr(hook, "make_candidate_generator", capturing)

@@ -242,15 +242,15 @@ def test_block_verification_reads_the_device_once():
 def _generator(assistant, target, input_ids, planned: bool):
     options = assistant.generation_config
     session = _session(assistant, runtime_head(assistant, options))
-    generator = EagleCandidateGenerator(assistant, session, options, max_length=64)
+    from hf_dynaspec.drafting.round import SpeculationRound
     from hf_dynaspec.drafting.runtime import suffix_cache
     from hf_dynaspec.stats import start_stats
 
-    start_stats(assistant)
-    generator.planner = SpeculationPlanner(COSTS, PlannerMemory(), 6) if planned else None
-    generator.suffix = suffix_cache(assistant, options)
-    generator.begin(input_ids)  # reads the prompt, once per generate() call
-    return generator
+    planner = SpeculationPlanner(COSTS, PlannerMemory(), 6) if planned else None
+    speculation = SpeculationRound(session, options, start_stats(assistant), planner=planner,
+                                   suffix=suffix_cache(assistant, options))
+    speculation.begin(input_ids)  # reads the prompt, once per generate() call
+    return EagleCandidateGenerator(assistant, speculation, max_length=64)
 
 
 class _Outputs:
@@ -283,12 +283,12 @@ def test_a_round_names_its_reads(planned, lookups, suffix):
         sites = sorted(site.split(":")[0] + ":" + site.split("(")[-1].rstrip(")") for site in events.reads)
         expected = []
         if lookups:  # the ids committed since the last round, for the host copy the lookups search
-            expected += ["generation/candidate_generator.py:_read_committed"] * 2
-        if planned and generator._plan.source == "drafter":
+            expected += ["drafting/round.py:read_committed"] * 2
+        if planned and generator.round.plan.source == "drafter":
             expected.append("drafting/chain.py:_deferred_cut")  # the planner's cut of the draft
         assert sites == sorted(expected), events.reads
         if not lookups:
-            assert generator._plan.source == "drafter"
+            assert generator.round.plan.source == "drafter"
         assert on_fake_cuda(candidates)
         # Looked-up drafts are handed to the device once per round (one upload of a few ids).
         assert len(events.uploads) <= 1

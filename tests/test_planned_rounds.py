@@ -19,6 +19,7 @@ from conftest import assisted_generate, imitating_assistant, one_layer_target, p
 from test_enumeration import TOLERANCE
 from test_planner import AUTO, flat_costs, planned_round_error
 
+from hf_dynaspec.drafting import round as speculation
 from hf_dynaspec.drafting.chain import ChainDraftSession
 from hf_dynaspec.drafting.device_paths import accelerator_paths_on_cpu
 from hf_dynaspec.drafting.planner import SpeculationPlanner
@@ -53,7 +54,7 @@ class RoundSpy:
 
     def __init__(self, monkeypatch):
         self.rounds, self._proposals = [], {}
-        plan_round, lookup_match, propose = SpeculationPlanner.plan_round, cg.lookup_match, SuffixCache.propose
+        plan_round, lookup_match, propose = SpeculationPlanner.plan_round, speculation.lookup_match, SuffixCache.propose
         get_candidates = cg.EagleCandidateGenerator.get_candidates
         spy = self
 
@@ -79,7 +80,7 @@ class RoundSpy:
                 spy.rounds.append((copy.copy(spy._plan), dict(spy._proposals), drafted))
             return ids, logits
 
-        monkeypatch.setattr(cg, "lookup_match", recording_lookup)
+        monkeypatch.setattr(speculation, "lookup_match", recording_lookup)
         monkeypatch.setattr(SuffixCache, "propose", recording_propose)
         monkeypatch.setattr(SpeculationPlanner, "plan_round", recording_plan)
         monkeypatch.setattr(cg.EagleCandidateGenerator, "get_candidates", recording_candidates)

@@ -1,0 +1,201 @@
+"""One speculation round, one owner: pick the source, absorb the verified positions, draft, cut once.
+
+Both routes into generate() run their rounds through `SpeculationRound`: the `assistant_model=` route (its
+candidate generator is a thin adapter, hf_dynaspec.generation.candidate_generator) and the public
+`custom_generate=chain_generate` route (hf_dynaspec.generation.chain, which verifies the round's draft as a
+one-branch tree). A round, as `draft` runs it:
+
+1. bring the host copy of the committed ids up to date (only while a lookup source is on: one read of the few
+   ids committed since the last round);
+2. pick the source: with `draft_plan="fixed"`, the suffix cache's draft, else prompt lookup's, else the drafter
+   (whose first token may veto a lookup draft); with `draft_plan="auto"`, the planner's choice among the drafter
+   (a chain of up to K tokens), each lookup source's draft and no draft at all;
+3. draft: the drafter's pass over the verified positions always runs (it keeps the drafter's cache in step,
+   drafting or not), then the chosen source's tokens; the drafter's K-step loop is
+   `ChainDraftSession.propose`, which knows nothing of sources;
+4. cut once: after the first EOS where transformers does not crop at EOS itself (releases before 5.18).
+
+`learn` then records the verified outcome: statistics by source, the planner's acceptance tables, the shortlist
+coverage. What a round may read: the context and the drafter's distributions, never a token drawn in this round,
+so greedy output is identical to plain generate() and sampling exact (tests/test_planner.py,
+tests/test_planned_rounds.py, tests/test_enumeration.py).
+
+Legend: N committed tokens, K draft tokens.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from hf_dynaspec.drafting.chain import ChainDraftSession, Draft
+from hf_dynaspec.drafting.lookup import lookup_match
+from hf_dynaspec.drafting.planner import LookupCandidate, ProbeDrafting, RoundPlan, SpeculationPlanner
+from hf_dynaspec.drafting.suffix_cache import SuffixCache
+
+
+class SpeculationRound:
+    """The rounds of one generate() call. `planner` None: `draft_plan="fixed"`; `suffix` None: no suffix cache;
+    `eos_token_ids` `[E]`: cut drafts after an EOS (None: the caller's loop crops at EOS itself)."""
+
+    def __init__(self, session: ChainDraftSession, options, stats, planner: SpeculationPlanner | None = None,
+                 suffix: SuffixCache | None = None, eos_token_ids: torch.Tensor | None = None,
+                 collect_draft_tokens: bool = False):
+        self.session = session
+        self.options = options
+        self.stats = stats
+        self.planner = planner
+        self.suffix = suffix
+        self.eos_token_ids = eos_token_ids
+        self.collect_draft_tokens = collect_draft_tokens
+        self.plan = RoundPlan("none", 0)  # what the last round drafted (its source and, for the planner, its plan)
+        self.num_drafted: int | None = None  # tokens drafted for the pass being verified; None: the prefill
+        # Host copy of the committed ids while a lookup source is on: prompt lookup and the suffix cache search
+        # it, so that on a device a round reads only the few ids committed since the last one.
+        self._context: list[int] | None = None
+
+    @property
+    def max_draft_tokens(self) -> int:
+        return self.options.num_assistant_tokens if self.planner is None else self.options.auto_max_assistant_tokens
+
+    def begin(self, input_ids: torch.Tensor) -> None:
+        """Start a generate() call on the prompt `[1, N]` (one read of the prompt when a lookup source is on)."""
+        if self.options.prompt_lookup_num_tokens > 0 or self.suffix is not None:
+            self._context = input_ids[0].tolist()
+        if self.suffix is not None:
+            self.suffix.begin_request(self._context)
+
+    def skip(self) -> None:
+        """The pass being verified drafted nothing by the caller's choice (the prefill)."""
+        self.num_drafted = None
+
+    def draft(self, input_ids: torch.Tensor, target_hidden: torch.Tensor, room: int) -> Draft:
+        """The round's draft continuing `input_ids` `[1, N]`: `Draft.token_ids` `[1, k]`, 0 <= k <= `room`
+        (k = 0: verify the target's own token only). `target_hidden` `[1, >=T_new, F]`: the drafter's features
+        of the last verification pass (ChainDraftSession.propose)."""
+        self.read_committed(input_ids)
+        budget = min(self.max_draft_tokens, room)
+        if budget < 1:
+            self.session.shortlists_of_last_draft = []
+            return self._drafted(RoundPlan("none", 0), self._empty(input_ids))
+        if self.planner is None:
+            draft = self._fixed_draft(input_ids, target_hidden, budget, room)
+        else:
+            draft = self._planned_draft(input_ids, target_hidden, room)
+        return self._drafted(self.plan, self._end_at_eos(draft))
+
+    def learn(self, committed_ids: torch.Tensor, num_accepted: int) -> None:
+        """Record the verified outcome of the last draft: `committed_ids` `[1, N']` now ends with the accepted
+        drafts and the target's own token."""
+        self.read_committed(committed_ids)
+        if self.num_drafted is None:
+            return
+        source = self.plan.source if self.num_drafted else "none"
+        self.stats.record(self.num_drafted, num_accepted, looked_up=source not in ("drafter", "none"), source=source)
+        if self.planner is not None:
+            self.planner.record(self.plan, self.num_drafted, num_accepted)
+        committed = committed_ids[0, -(num_accepted + 1) :]  # the target's tokens at draft positions 0..n
+        self.stats.record_shortlists(self.session.shortlists_of_last_draft, committed)
+
+    def read_committed(self, input_ids: torch.Tensor) -> None:
+        """Bring the tokens committed since the last round to the host copy and the suffix cache (a read of a few
+        ids; none when no lookup source is on)."""
+        if self._context is None or input_ids.shape[1] <= len(self._context):  # shapes are host values
+            return
+        new = input_ids[0, len(self._context) :].tolist()
+        self._context.extend(new)
+        if self.suffix is not None:
+            self.suffix.extend(new)
+
+    # -- the sources ------------------------------------------------------------------------------------------
+    def _fixed_draft(self, input_ids, target_hidden, budget: int, room: int) -> Draft:
+        """`draft_plan="fixed"`: a suffix-cache or prompt-lookup draft when there is one (the drafter may veto
+        it), else `budget` drafter tokens."""
+        found = self.suffix.propose(min(self.options.suffix_cache_num_tokens, room)) if self.suffix else None
+        source = "prompt-lookup" if found is None else found.source
+        looked_up = None if found is None else _as_ids(found.tokens, input_ids)
+        if looked_up is None:
+            looked_up = self._prompt_lookup(input_ids, room)
+        draft = self.session.propose(input_ids, target_hidden, budget, lookup=looked_up,
+                                     lookup_veto=self.options.prompt_lookup_veto)
+        if looked_up is not None and not draft.looked_up:
+            self.stats.lookup_vetoes += 1
+        self.plan = RoundPlan(source if draft.looked_up else "drafter", draft.token_ids.shape[1])
+        return draft
+
+    def _planned_draft(self, input_ids, target_hidden, room: int) -> Draft:
+        """`draft_plan="auto"`: the planner picks the drafter, a lookup source or nothing."""
+        candidates, drafts = self._lookup_candidates(room)
+        plan = self.plan = self.planner.plan_round(candidates, room)
+        if plan.source == "none":
+            self.session.shortlists_of_last_draft = []
+            self.session.consume_verified(input_ids, target_hidden, plan=False)  # keep the drafter in step
+            return self._empty(input_ids)
+        if plan.source != "drafter":
+            # Only the chosen source's ids go to the device: one upload of a few ids.
+            looked_up = _as_ids(drafts[plan.source][: plan.num_tokens], input_ids)
+            return self.session.propose(input_ids, target_hidden, 1, lookup=looked_up)
+        # A probe drafts exactly its length (the planner would cut it to nothing); others stop when the planner says.
+        planner = ProbeDrafting() if plan.probe else self.planner
+        capped = plan.probe or self.session.defer_host_decisions
+        cap = plan.num_tokens if capped else min(self.planner.max_draft_tokens, room)
+        draft = self.session.propose(input_ids, target_hidden, cap, planner=planner)
+        plan.confidences = draft.confidences
+        return draft
+
+    def _lookup_candidates(self, room: int) -> tuple[list[LookupCandidate], dict[str, list[int]]]:
+        """What prompt lookup and the suffix cache propose now: (candidates for the planner, tokens by source)."""
+        options, candidates, drafts = self.options, [], {}
+        if options.prompt_lookup_num_tokens > 0:
+            tokens, match = lookup_match(torch.tensor(self._context), min(options.prompt_lookup_num_tokens, room),
+                                         options.prompt_lookup_min_ngram, options.max_matching_ngram_size)
+            if match:
+                candidates.append(LookupCandidate("prompt-lookup", match, len(tokens)))
+                drafts["prompt-lookup"] = tokens.tolist()
+        if self.suffix is not None:
+            found = self.suffix.propose(min(options.suffix_cache_num_tokens, room))
+            if found is not None:
+                candidates.append(LookupCandidate(found.source, found.match_length, len(found.tokens)))
+                drafts[found.source] = list(found.tokens)
+        return candidates, drafts
+
+    def _prompt_lookup(self, input_ids: torch.Tensor, room: int) -> torch.Tensor | None:
+        """Prompt-lookup draft `[1, n]` (1 <= n <= room), or None (off, or no earlier match). Not capped by
+        num_assistant_tokens: a lookup draft costs nothing to make."""
+        options = self.options
+        if options.prompt_lookup_num_tokens <= 0:
+            return None
+        continuation, _ = lookup_match(torch.tensor(self._context), min(options.prompt_lookup_num_tokens, room),
+                                       options.prompt_lookup_min_ngram, options.max_matching_ngram_size)
+        return _as_ids(continuation.tolist(), input_ids) if len(continuation) else None
+
+    # -- the end of a round -----------------------------------------------------------------------------------
+    def _drafted(self, plan: RoundPlan, draft: Draft) -> Draft:
+        self.plan = plan
+        self.num_drafted = draft.token_ids.shape[1]
+        if self.collect_draft_tokens and self.num_drafted and not draft.looked_up:
+            self.stats.draft_token_ids.append(draft.token_ids[0])
+        return draft
+
+    @staticmethod
+    def _empty(input_ids: torch.Tensor) -> Draft:
+        return Draft(token_ids=input_ids.new_empty((1, 0)), logits=None)
+
+    def _end_at_eos(self, draft: Draft) -> Draft:
+        """Cut the draft after its first EOS, as transformers' own candidate generators end theirs: releases
+        before 5.18 commit every accepted token and check the stopping criteria only on the last one, so tokens
+        drafted past an EOS would be appended after it. The cut reads tokens already drawn and drops only
+        positions that follow an EOS, whose tokens are never part of the output: sampling stays exact."""
+        if self.eos_token_ids is None or not draft.token_ids.shape[1]:
+            return draft
+        is_eos = torch.isin(draft.token_ids[0], self.eos_token_ids)
+        if not bool(is_eos.any()):
+            return draft
+        keep = int(is_eos.nonzero()[0, 0]) + 1
+        logits = draft.logits[:, :keep] if draft.logits is not None else None
+        return Draft(token_ids=draft.token_ids[:, :keep], logits=logits, looked_up=draft.looked_up,
+                     confidences=draft.confidences[:keep])
+
+
+def _as_ids(tokens: list[int], like: torch.Tensor) -> torch.Tensor:
+    """Host token ids (a lookup draft) -> `[1, n]` with the dtype and device of `like` (the context's ids)."""
+    return torch.tensor([tokens], dtype=like.dtype, device=like.device)
