@@ -28,6 +28,7 @@ FAKE_CUDA = "tests/test_fake_cuda.py"
 PROCESSORS = "tests/test_context_processors.py"
 UNTRUSTED = "tests/test_untrusted_inputs.py"
 PROBES = "tests/test_planner_probes.py"
+CHAIN_GENERATE = "tests/test_chain_generate.py"
 PLANNED = "tests/test_planned_rounds.py"
 
 
@@ -200,6 +201,13 @@ MUTATIONS = [
              "            return token, full, confident, top", [PLANNED], select="every_cost_model and cpu"),
     Mutation("no probe rounds: a planner that stops drafting never learns", "hf_dynaspec/drafting/planner.py",
              "        return self._probe_or(best, room)", "        return best", [PROBES]),
+    Mutation("public chain route verifies sampled drafts as point masses", "hf_dynaspec/generation/chain.py",
+             "do_sample=bool(generation_config.do_sample), draws_drafts=False)",
+             "do_sample=bool(generation_config.do_sample), draws_drafts=bool(generation_config.do_sample))",
+             [CHAIN_GENERATE], select="sampled"),
+    Mutation("public chain route: lookup drafts ignore the room left", "hf_dynaspec/generation/chain.py",
+             "draft = self.round.draft(input_ids, target_hidden, room=max(max_depth, 0))",
+             "draft = self.round.draft(input_ids, target_hidden, room=max(max_depth, 0) + 3)", [CHAIN_GENERATE]),
     Mutation("probe rounds cut by the planner", "hf_dynaspec/drafting/round.py",
              "planner = ProbeDrafting() if plan.probe else self.planner", "planner = self.planner", [PROBES],
              select="pessimistic"),

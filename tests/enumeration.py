@@ -90,10 +90,14 @@ def _randomness_replaced_by(chooser: _Chooser):
         torch.multinomial, torch.rand_like, tree_verify.accepts = saved
 
 
-def enumerate_paths(fn) -> list[tuple[float, object]]:
-    """Every (probability, output) of `fn()` over all of its random choices; the probabilities sum to 1."""
+def enumerate_paths(fn, max_paths: int | None = None) -> list[tuple[float, object]]:
+    """Every (probability, output) of `fn()` over all of its random choices; the probabilities sum to 1. More
+    than `max_paths` paths fail at once: code that draws where it should not (a draft sampled where it must be
+    deterministic) multiplies the paths, and the enumeration would otherwise run for hours."""
     results, stack = [], [[]]
     while stack:
+        if max_paths is not None and len(results) >= max_paths:
+            raise AssertionError(f"more than {max_paths} random paths: the code draws more often than it should")
         script = stack.pop()
         chooser = _Chooser(script)
         with _randomness_replaced_by(chooser):

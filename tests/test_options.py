@@ -117,23 +117,18 @@ def test_the_hook_binds_arguments_by_signature_whatever_their_form(monkeypatch):
     assert seen[0]["input_ids"] == seen[1]["input_ids"] == "IDS" and seen[0]["logits_processor"] == "LP"
 
 
-def test_chain_generate_refuses_what_it_does_not_implement():
-    target = one_layer_target("llama")
-    assistant = imitating_assistant(target, prompt_lookup_num_tokens=3)
-    with pytest.raises(ValueError, match="prompt_lookup_num_tokens"):
-        target.generate(prompt(0, 6), max_new_tokens=4, custom_generate=chain_generate, drafter=assistant)
-
-
 def test_drafts_end_at_their_first_eos_where_transformers_does_not_crop(monkeypatch):
-    """transformers < 5.18 appends every accepted token; the generator then ends a draft at its first EOS (tokens
-    and the draft logits alike). Newer releases crop themselves, and the generator skips the cut (a host sync)."""
+    """transformers < 5.18 appends every accepted token; the round then ends a draft at its first EOS (tokens and
+    the draft logits alike). Newer releases crop themselves, and the round skips the cut (a host sync)."""
     from hf_dynaspec.drafting.chain import Draft
     from hf_dynaspec.generation import candidate_generator as cg
 
     config = GenerationConfig(eos_token_id=[7, 9])
     monkeypatch.setattr(cg, "TRANSFORMERS_CROPS_AT_EOS", False)
     eos = cg._eos_token_ids_to_cut(config, torch.device("cpu"))
-    generator = cg.EagleCandidateGenerator.__new__(cg.EagleCandidateGenerator)
+    from hf_dynaspec.drafting.round import SpeculationRound
+
+    generator = SpeculationRound.__new__(SpeculationRound)
     generator.eos_token_ids = eos
     draft = Draft(token_ids=torch.tensor([[3, 9, 7, 4]]), logits=torch.randn(1, 4, 11))
     cut = generator._end_at_eos(draft)

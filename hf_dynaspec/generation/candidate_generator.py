@@ -54,17 +54,26 @@ def make_candidate_generator(assistant, target, input_ids, generation_config, lo
     ensure_attached(assistant, target)
     check_chain_inputs(input_ids, generation_config, model_kwargs, assistant.config.vocab_size)
     options = call_options(assistant, generation_config)
+    do_sample = bool(generation_config.do_sample)
+    speculation = build_round(target, assistant, options, input_ids, logits_processor, do_sample,
+                              draws_drafts=do_sample, eos_token_ids=_eos_token_ids_to_cut(generation_config,
+                                                                                          input_ids.device))
+    generator = EagleCandidateGenerator(assistant, speculation, max_length=generation_config.max_length)
+    generator.block_verification = do_sample and options.verification == "block"
+    return generator
+
+
+def build_round(target, assistant, options, input_ids, logits_processor, do_sample: bool, draws_drafts: bool,
+                eos_token_ids=None) -> SpeculationRound:
+    """The `SpeculationRound` of one generate() call on either route, begun on the prompt `input_ids` `[1, N]`.
+    `draws_drafts`: the drafter samples its tokens from its distribution (the `assistant_model=` route when
+    sampling, verified by speculative sampling); False drafts its most likely tokens (greedy calls, and the
+    public route, whose tree verifier takes point-mass proposals). `do_sample` keys the planner's tables."""
     stats = start_stats(assistant)
     head = runtime_head(assistant, options)
-    do_sample = bool(generation_config.do_sample)
-    session = ChainDraftSession(
-        assistant.drafter,
-        vocab_size=assistant.config.vocab_size,
-        do_sample=do_sample,
-        logits_processor=logits_processor,
-        head=head,
-        confidence=options.assistant_confidence_threshold,
-    )
+    session = ChainDraftSession(assistant.drafter, vocab_size=assistant.config.vocab_size, do_sample=draws_drafts,
+                                logits_processor=logits_processor, head=head,
+                                confidence=options.assistant_confidence_threshold)
     planner = None
     if options.draft_plan == "auto":
         longest = max(options.auto_max_assistant_tokens, options.prompt_lookup_num_tokens,
@@ -72,12 +81,9 @@ def make_candidate_generator(assistant, target, input_ids, generation_config, lo
         planner = SpeculationPlanner(round_costs(target, assistant, options, head, longest),
                                      planner_memory(assistant, do_sample), options.auto_max_assistant_tokens)
     speculation = SpeculationRound(session, options, stats, planner=planner, suffix=suffix_cache(assistant, options),
-                                   eos_token_ids=_eos_token_ids_to_cut(generation_config, input_ids.device),
-                                   collect_draft_tokens=assistant.collect_draft_tokens)
+                                   eos_token_ids=eos_token_ids, collect_draft_tokens=assistant.collect_draft_tokens)
     speculation.begin(input_ids)
-    generator = EagleCandidateGenerator(assistant, speculation, max_length=generation_config.max_length)
-    generator.block_verification = do_sample and options.verification == "block"
-    return generator
+    return speculation
 
 
 def _eos_token_ids_to_cut(generation_config, device: torch.device) -> torch.Tensor | None:

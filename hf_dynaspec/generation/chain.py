@@ -3,37 +3,66 @@
     from hf_dynaspec import chain_generate
     out = model.generate(**inputs, custom_generate=chain_generate, drafter=assistant)
 
-A chain of K draft tokens is a tree of width 1 and depth K, so this runs the tree loop
-(hf_dynaspec.generation.tree) with `tree_top_k=1`, `tree_depth=tree_total_tokens=K`: the same verification
-rules (tests/test_enumeration.py enumerates them exactly), the same output as plain `generate()` under greedy
-decoding. It is the fallback for a transformers release that moves the private method the
-`assistant_model=` route wraps (hf_dynaspec.generation.hook). What it does not do: prompt lookup, the
-confidence stop, the suffix cache and planned rounds (`draft_plan` is not read: every round drafts
-`num_assistant_tokens`); the `assistant_model=` route has them.
+Each round is the `assistant_model=` route's round (hf_dynaspec.drafting.round.SpeculationRound: the drafter,
+prompt lookup, the suffix cache, the confidence stop and `draft_plan="auto"`, as the assistant's options say),
+verified as a tree of one branch by the public loop (hf_dynaspec.generation.tree.run_rounds). Its drafts are
+point-mass proposals (the drafter's most likely tokens, lookup tokens), which the tree verifier accepts by
+recursive rejection: greedy output identical to plain `generate()`, sampling exact (tests/test_chain_generate.py).
+It is also the fallback for a transformers release that moves the private method the `assistant_model=` route
+wraps (hf_dynaspec.generation.hook).
+
+Legend: L sequence length, K draft tokens.
 """
 
 from __future__ import annotations
 
-from hf_dynaspec.generation.tree import tree_generate
+import torch
+
+from hf_dynaspec.drafting.round import SpeculationRound
+from hf_dynaspec.drafting.tree_structure import DraftTree
+from hf_dynaspec.generation.attachment import ensure_attached
+from hf_dynaspec.generation.candidate_generator import build_round
+from hf_dynaspec.generation.tree import check_public_inputs, run_rounds
 
 
+@torch.no_grad()
 def chain_generate(model, input_ids, logits_processor, stopping_criteria, generation_config, drafter=None,
                    **model_kwargs):
-    """`custom_generate` callable: chain speculative decoding with `drafter` (a DynaSpecAssistant).
-
-    K is `drafter.generation_config.num_assistant_tokens` (as for the `assistant_model=` route). Returns what `tree_generate`
-    returns (sequences `[1, L]`, or a `GenerateDecoderOnlyOutput`)."""
+    """`custom_generate` callable: chain speculative decoding with `drafter` (a DynaSpecAssistant), drafting as
+    `drafter.generation_config` says. Returns the sequences `[1, L]`, or a `GenerateDecoderOnlyOutput` with
+    `return_dict_in_generate`."""
     if drafter is None:
         raise ValueError(
             "chain_generate needs the assistant: model.generate(..., custom_generate=chain_generate, drafter=assistant)"
         )
-    options = drafter.generation_config
-    options.validate_options()  # before num_assistant_tokens becomes tree_depth (its error names the option set)
-    unsupported = [name for name in ("prompt_lookup_num_tokens", "assistant_confidence_threshold")
-                   if getattr(options, name)]
-    if unsupported:
-        raise ValueError(f"chain_generate does not implement {unsupported}: set them to 0 on the assistant's "
-                         "generation_config, or use model.generate(..., assistant_model=assistant), which has them")
-    depth = options.num_assistant_tokens
-    return tree_generate(model, input_ids, logits_processor, stopping_criteria, generation_config, drafter=drafter,
-                         tree_top_k=1, tree_depth=depth, tree_total_tokens=depth, **model_kwargs)
+    assistant = ensure_attached(drafter, model, argument="drafter")
+    check_public_inputs(model, assistant, input_ids, generation_config, model_kwargs)
+    options = assistant.generation_config
+    options.validate_options()  # options set one by one since loading are checked here
+    speculation = build_round(model, assistant, options, input_ids, logits_processor,
+                              do_sample=bool(generation_config.do_sample), draws_drafts=False)
+    return run_rounds(model, assistant, input_ids, logits_processor, stopping_criteria, generation_config,
+                      ChainDrafts(speculation), model_kwargs)
+
+
+class ChainDrafts:
+    """`run_rounds`' drafts: the round's chain as a tree of one branch."""
+
+    def __init__(self, speculation: SpeculationRound):
+        self.round = speculation
+
+    def propose(self, input_ids: torch.Tensor, target_hidden: torch.Tensor, max_depth: int) -> DraftTree:
+        draft = self.round.draft(input_ids, target_hidden, room=max(max_depth, 0))
+        return chain_tree(input_ids[0, -1:], draft.token_ids[0])
+
+    def learn(self, input_ids: torch.Tensor, tree: DraftTree, num_accepted: int, path) -> None:
+        self.round.learn(input_ids, num_accepted)
+
+
+def chain_tree(root: torch.Tensor, tokens: torch.Tensor) -> DraftTree:
+    """The root `[1]` and K drafted tokens `[K]` as a tree of one branch (node i's parent is node i - 1), built
+    on their device from host sizes only."""
+    size = tokens.shape[0] + 1
+    positions = torch.arange(size, device=tokens.device)
+    return DraftTree(token_ids=torch.cat([root, tokens]), parents=positions - 1, depths=positions,
+                     max_depth=size - 1)

@@ -21,7 +21,7 @@ from transformers.generation.utils import GenerateDecoderOnlyOutput
 
 from hf_dynaspec.drafting.runtime import runtime_head
 from hf_dynaspec.drafting.tree import TreeDraftSession
-from hf_dynaspec.drafting.tree_structure import tree_attention_mask, tree_position_ids
+from hf_dynaspec.drafting.tree_structure import DraftTree, tree_attention_mask, tree_position_ids
 from hf_dynaspec.generation.attachment import ensure_attached
 from hf_dynaspec.generation.checks import check_prompt_ids
 from hf_dynaspec.generation.forward_args import cache_kwargs
@@ -54,18 +54,45 @@ def tree_generate(
             "tree_generate needs the assistant: model.generate(..., custom_generate=tree_generate, drafter=assistant)"
         )
     assistant = ensure_attached(drafter, model, argument="drafter")
-    _check_attention(model)
-    _check_inputs(input_ids, generation_config, model_kwargs)
-    check_prompt_ids(input_ids, assistant.config.vocab_size)
+    check_public_inputs(model, assistant, input_ids, generation_config, model_kwargs)
     # A validated copy: options set one by one since loading (assistant.generation_config.X = ...) are checked here.
     options = assistant.generation_config.with_options(
         tree_top_k=tree_top_k, tree_depth=tree_depth, tree_total_tokens=tree_total_tokens)
-    cache = _empty_cache(model, model_kwargs, generation_config.max_length)
     session = TreeDraftSession(
         assistant.drafter, assistant.config.vocab_size, head=runtime_head(assistant, options),
         top_k=options.tree_top_k, depth=options.tree_depth, total_tokens=options.tree_total_tokens,
     )
-    stats = start_stats(assistant)
+    return run_rounds(model, assistant, input_ids, logits_processor, stopping_criteria, generation_config,
+                      TreeDrafts(session, start_stats(assistant)), model_kwargs)
+
+
+def check_public_inputs(model, assistant, input_ids, generation_config, model_kwargs: dict) -> None:
+    """What the public routes (tree_generate, chain_generate) refuse, with the fix."""
+    _check_attention(model)
+    _check_inputs(input_ids, generation_config, model_kwargs)
+    check_prompt_ids(input_ids, assistant.config.vocab_size)
+
+
+class TreeDrafts:
+    """`run_rounds`' drafts: an EAGLE-2 tree per round."""
+
+    def __init__(self, session: TreeDraftSession, stats):
+        self.session, self.stats = session, stats
+
+    def propose(self, input_ids, target_hidden, max_depth: int) -> DraftTree:
+        return self.session.propose_tree(input_ids, target_hidden, max_depth=max_depth)
+
+    def learn(self, input_ids, tree: DraftTree, num_accepted: int, path) -> None:
+        self.stats.record(len(tree) - 1, num_accepted)
+        self.stats.record_shortlists(self.session.shortlists_of_last_draft, path.new_tokens)
+
+
+def run_rounds(model, assistant, input_ids, logits_processor, stopping_criteria, generation_config, drafts,
+               model_kwargs: dict):
+    """The public routes' loop: prefill, then rounds of `drafts.propose` (a `DraftTree`; a chain is a tree of one
+    branch), one target forward over the tree, the accepted path, the cache compacted to it, the committed tokens
+    checked against the stopping criteria; `drafts.learn` sees each outcome."""
+    cache = _empty_cache(model, model_kwargs, generation_config.max_length)
     hidden_selection = assistant.drafter.hidden_state_selection()
     do_sample = bool(generation_config.do_sample)
     scores, raw_logits = [], []
@@ -79,7 +106,7 @@ def tree_generate(
     while not done:
         past_length = input_ids.shape[1] - 1  # the root (last token) is not in the cache yet
         room = generation_config.max_length - input_ids.shape[1]
-        tree = session.propose_tree(input_ids, target_hidden, max_depth=room - 1)
+        tree = drafts.propose(input_ids, target_hidden, room - 1)
         out = model(
             input_ids=tree.token_ids[None],
             position_ids=tree_position_ids(tree, past_length),
@@ -93,8 +120,7 @@ def tree_generate(
         target_hidden = assistant.drafter.select_target_hidden(out.hidden_states)[:, path.kept_index]
         input_ids, committed, done = _commit(input_ids, path.new_tokens, path, stopping_criteria, scores, raw_logits)
         # A stop inside the path commits fewer tokens than were accepted: count what was committed.
-        stats.record(len(tree) - 1, committed - 1)
-        stats.record_shortlists(session.shortlists_of_last_draft, path.new_tokens)
+        drafts.learn(input_ids, tree, committed - 1, path)
 
     if generation_config.return_dict_in_generate:
         return GenerateDecoderOnlyOutput(

@@ -1,0 +1,126 @@
+"""`custom_generate=chain_generate` runs the `assistant_model=` route's round (hf_dynaspec.drafting.round): every
+option an assistant loads with (prompt lookup, the suffix cache, the confidence stop, `draft_plan="auto"`) works
+on the public route, greedy token-identical to plain generate() and sampling exact.
+
+- greedy identity over families, prompts and 80 new tokens, for the shipped option sets and a fixed plan with
+  every lookup source and the confidence stop, with each source shown to have drafted;
+- the exact enumeration of whole sampled chain_generate calls (every random choice followed: the prefill's
+  token, the verifier's accept tests, the residual draws), fixed and planned, against the target's joint
+  distribution of the new tokens;
+- each shipped assistant as loaded (real models, fp32): token-identical on both routes.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import imitating_assistant, one_layer_target, plain_generate
+from enumeration import TargetOracle, enumerate_paths, max_error, outcome_distribution, target_joint
+from test_enumeration import PROMPT, TOLERANCE, VOCAB, processors
+from test_planned_rounds import repeating_prompt
+from test_planner import flat_costs
+
+from hf_dynaspec import DynaSpecAssistant, chain_generate, zoo
+from hf_dynaspec.drafting.planner import PlannerMemory
+from hf_dynaspec.drafting.suffix_cache import SuffixCache
+from hf_dynaspec.generation import candidate_generator as cg
+
+SHIPPED = dict(draft_plan="auto", prompt_lookup_num_tokens=5, suffix_cache_num_tokens=16, auto_max_assistant_tokens=8)
+FIXED_ALL = dict(draft_plan="fixed", num_assistant_tokens=3, prompt_lookup_num_tokens=4, suffix_cache_num_tokens=8,
+                 assistant_confidence_threshold=0.05)
+
+
+# 4 tokens of a 6-token vocabulary with point-mass drafts: 6**4 paths (per token: the draft accepted, or rejected
+# and one of the 5 others drawn); sampled drafts multiply that by up to 6 per drafted position.
+MAX_PATHS = 2 * VOCAB**4
+
+
+def public(target, assistant, prompt, **kwargs):
+    return target.generate(prompt, custom_generate=chain_generate, drafter=assistant, **kwargs)
+
+
+@pytest.mark.parametrize("options", [SHIPPED, FIXED_ALL], ids=["shipped-auto", "fixed-every-source"])
+def test_greedy_chain_generate_is_identical_with_every_source(family, options, monkeypatch):
+    monkeypatch.setattr(cg, "round_costs", lambda *a, **k: flat_costs())
+    target = one_layer_target(family, seed=2)
+    assistant = imitating_assistant(target, noise=0.6, seed=4, **options)
+    sources = {}
+    for seed in range(2):
+        prompt = repeating_prompt(target.config.vocab_size, seed=seed)
+        expected = plain_generate(target, prompt, max_new_tokens=80, do_sample=False)
+        got = public(target, assistant, prompt, max_new_tokens=80, do_sample=False)
+        assert torch.equal(got, expected)
+        for source, count in assistant.stats.passes_by_source.items():
+            sources[source] = sources.get(source, 0) + count
+    assert sources.get("drafter", 0) > 0, sources
+    assert sources.get("prompt-lookup", 0) + sum(n for s, n in sources.items() if s.startswith("suffix-")) > 0, sources
+
+
+def test_the_confidence_stop_drafts_less_on_the_public_route():
+    target = one_layer_target("llama", seed=2)
+    prompt = repeating_prompt(target.config.vocab_size, seed=0)
+    drafted = {}
+    for threshold in (0.0, 0.9):
+        assistant = imitating_assistant(target, noise=1.5, seed=4, num_assistant_tokens=4,
+                                        assistant_confidence_threshold=threshold)
+        got = public(target, assistant, prompt, max_new_tokens=40, do_sample=False)
+        assert torch.equal(got, plain_generate(target, prompt, max_new_tokens=40, do_sample=False))
+        drafted[threshold] = assistant.stats.drafted
+    assert drafted[0.9] < drafted[0.0], drafted
+
+
+def fresh_run_time_state(monkeypatch):
+    """Each enumerated call starts from the same state: the planner's tables and the suffix cache (kept across
+    calls of one assistant) would otherwise differ between the enumeration's re-runs."""
+    monkeypatch.setattr(cg, "round_costs", lambda *a, **k: flat_costs())
+    monkeypatch.setattr(cg, "planner_memory", lambda *a, **k: PlannerMemory())
+    monkeypatch.setattr(cg, "suffix_cache", lambda assistant, options: SuffixCache(vocab_size=VOCAB)
+                        if options.suffix_cache_num_tokens else None)
+
+
+@pytest.mark.parametrize("options", [
+    dict(draft_plan="fixed", num_assistant_tokens=2, prompt_lookup_num_tokens=2),
+    dict(draft_plan="auto", auto_max_assistant_tokens=2, prompt_lookup_num_tokens=2, suffix_cache_num_tokens=2),
+], ids=["fixed", "auto"])
+def test_sampled_chain_generate_is_exact(monkeypatch, options):
+    """Four new tokens sampled at temperature 0.7 through whole chain_generate calls: their exact distribution
+    equals the target's. A round that verified a sampled draft as a point mass, or a plan that read a drawn
+    token, fails this (benchmarks/mutation_check.py)."""
+    fresh_run_time_state(monkeypatch)
+    target = one_layer_target("llama", seed=5, vocab_size=VOCAB)
+    assistant = imitating_assistant(target, noise=1.0, seed=3, **options)
+    prompt = torch.tensor([PROMPT])
+    drafted = []
+
+    def call():
+        out = public(target, assistant, prompt, max_new_tokens=4, do_sample=True, temperature=0.7, top_k=0)
+        drafted.append(assistant.stats.drafted)
+        return tuple(out[0, len(PROMPT):].tolist())
+
+    paths = enumerate_paths(call, max_paths=MAX_PATHS)
+    outcomes = outcome_distribution(paths)
+    oracle = TargetOracle(target, processors("temperature"))
+    assert max_error(outcomes, target_joint(oracle, PROMPT, 4)) < TOLERANCE
+    assert max(drafted) >= 2, "the calls must have verified drafts"
+
+
+@pytest.mark.real_model
+@pytest.mark.parametrize("name", ["qwen2.5-coder-0.5b-instruct", "gemma-3-270m"])
+def test_each_shipped_assistant_as_loaded_is_exact_on_the_public_route(name):
+    from pathlib import Path
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path, shipped = zoo.cached_path(name), Path(__file__).resolve().parents[1] / "assistants" / name
+    if path is None:
+        pytest.fail(f"{name} is not cached: run `hf-dynaspec models fetch {name}` first (.ci/run does).")
+    target = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    assistant = DynaSpecAssistant.from_pretrained(shipped, target=target)
+    assert assistant.generation_config.prompt_lookup_num_tokens > 0  # as shipped: the option the route refused
+    for text in ("def fibonacci(n):", "Write a haiku about the sea."):
+        prompt = tokenizer(text, return_tensors="pt")["input_ids"]
+        expected = target.generate(prompt, attention_mask=torch.ones_like(prompt), do_sample=False, max_new_tokens=40)
+        assert torch.equal(public(target, assistant, prompt, do_sample=False, max_new_tokens=40), expected)
+        assert torch.equal(target.generate(prompt, attention_mask=torch.ones_like(prompt), do_sample=False,
+                                           max_new_tokens=40, assistant_model=assistant), expected)
