@@ -163,7 +163,7 @@ def test_every_expanded_node_scores_what_a_chain_along_its_path_scores(family, f
             state, plan = chain.consume_verified(ids, hidden)
             for depth, step in enumerate(tree.path_to(node)[1:]):
                 embed = assistant.drafter.embed(tree.token_ids[step].view(1, 1))
-                plan = chain._plan(embed[:, -1], state[:, -1], depth + 1)
+                plan = chain.shortlist_plan(embed[:, -1], state[:, -1], depth + 1)
                 position = torch.full((1, 1), ids.shape[1] - 1 + depth, dtype=torch.long)
                 state = assistant.drafter.step(embed, state, position, chain.cache, None)
             scores = head.scores(state[:, -1], plan)

@@ -132,7 +132,7 @@ class ChainDraftSession:
                 context = torch.cat([context, token_id], dim=1)
             position_ids = torch.full((1, 1), seq_len - 1 + k, device=device, dtype=torch.long)
             token_embed = drafter.embed(token_id)
-            plan = self._plan(token_embed[:, -1], hidden[:, -1], k + 1)
+            plan = self.shortlist_plan(token_embed[:, -1], hidden[:, -1], k + 1)
             hidden = drafter.step(token_embed, hidden, position_ids, self.cache, None)
         if self.defer_host_decisions and draft_ids and (confident[0] is not None or planner is not None):
             keep, tops = self._deferred_cut(confident, tops, planner)
@@ -183,7 +183,7 @@ class ChainDraftSession:
         position_ids = torch.arange(start, seq_len - 1, device=device)[None]
         # The router reads the inputs of the step whose output it shortlists (E(x_t), h_{t-1}): it is started
         # before the drafter's layer so that on CUDA the two overlap.
-        plan = self._plan(token_embeds[:, -1], hidden_in[:, -1], 0) if plan else None
+        plan = self.shortlist_plan(token_embeds[:, -1], hidden_in[:, -1], 0) if plan else None
         # The mask reads the cache's own length, so a cache out of step with `start` shows up as wrong drafts
         # (tests/test_drafting.py compares the cache with a recomputation), not as a shape error deep in attention.
         mask = causal_mask(num_new, self.cache.length, device)
@@ -191,7 +191,7 @@ class ChainDraftSession:
         self.num_verified_pairs = seq_len - 1
         return hidden[:, -1:], plan
 
-    def _plan(self, token_embed: torch.Tensor, hidden_in: torch.Tensor, position: int):
+    def shortlist_plan(self, token_embed: torch.Tensor, hidden_in: torch.Tensor, position: int):
         return self.head.plan(token_embed, hidden_in, position) if self.head is not None else None
 
     def _score(self, hidden, plan) -> ShortlistHeadOutput:

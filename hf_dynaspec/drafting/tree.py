@@ -26,17 +26,31 @@ from hf_dynaspec.drafting.tree_structure import DraftTree
 from hf_dynaspec.modeling.drafter import Drafter
 
 
-class TreeDraftSession(ChainDraftSession):
-    """Drafting state of one tree-decoding call: the chain session's verified-prefix handling plus trees."""
+class TreeDraftSession:
+    """Drafting state of one tree-decoding call: trees grown on a chain session (`chain`), which owns the drafter's
+    cache of the verified prefix, absorbs the verified positions and plans each depth's shortlist. Composition,
+    not inheritance: a tree session has no chain `propose`."""
 
     def __init__(self, drafter: Drafter, vocab_size: int, *, top_k: int, depth: int, total_tokens: int,
                  head=None):
-        super().__init__(drafter, vocab_size, do_sample=False, logits_processor=None, head=head)
         if top_k < 1 or depth < 1 or total_tokens < 1:
             raise ValueError(f"tree sizes must be positive: top_k={top_k}, depth={depth}, total_tokens={total_tokens}")
+        self.chain = ChainDraftSession(drafter, vocab_size, do_sample=False, head=head)
+        self.drafter = drafter
+        self.head = head
         self.top_k = top_k
         self.depth = depth
         self.total_tokens = total_tokens
+        self.shortlists_of_last_draft: list[torch.Tensor | None] = []  # ids scored at each depth
+
+    @property
+    def cache(self):
+        """The drafter's cache (the chain session's): the verified prefix, then the last tree's entries."""
+        return self.chain.cache
+
+    @property
+    def num_verified_pairs(self) -> int:
+        return self.chain.num_verified_pairs
 
     @torch.no_grad()
     def propose_tree(self, input_ids: torch.Tensor, new_target_hidden: torch.Tensor,
@@ -48,7 +62,7 @@ class TreeDraftSession(ChainDraftSession):
         rows are tensors whose shapes depend only on the tree sizes, so drafting a tree never waits on an
         accelerator (tests/test_sync_budget.py)."""
         depth = self.depth if max_depth is None else max(1, min(self.depth, max_depth))
-        hidden, plan = self.consume_verified(input_ids, new_target_hidden)
+        hidden, plan = self.chain.consume_verified(input_ids, new_target_hidden)
         self.shortlists_of_last_draft = []
         device = input_ids.device
         log_probs, ids = self._log_probs(hidden[0], plan)  # [1, S]
@@ -70,7 +84,7 @@ class TreeDraftSession(ChainDraftSession):
         for d in range(1, depth):
             num_frontier = frontier.shape[0]
             embeds = self.drafter.embed(frontier_tokens[None])  # [1, R, D]
-            plan = self._plan(embeds[0], parent_hidden, d)
+            plan = self.chain.shortlist_plan(embeds[0], parent_hidden, d)
             # Its ancestors' slots (its parent's row) and its own new slot.
             tree_rows = torch.cat([tree_rows, torch.eye(num_frontier, dtype=torch.bool, device=device)], dim=1)
             mask = torch.cat([torch.ones(num_frontier, self.num_verified_pairs, dtype=torch.bool, device=device),
@@ -104,7 +118,7 @@ class TreeDraftSession(ChainDraftSession):
             scores = self.head.scores(hidden, plan)
             logits, ids = scores.scores, scores.token_ids
         else:
-            logits, ids = self.drafter.draft_vocab_logits(hidden).float(), self.shortlist_ids
+            logits, ids = self.drafter.draft_vocab_logits(hidden).float(), self.chain.shortlist_ids
         self.shortlists_of_last_draft.append(ids)
         return logits.log_softmax(dim=-1), ids
 
