@@ -165,6 +165,38 @@ def test_drafter_cache_equals_a_recomputation_after_generate(family, monkeypatch
     assert_cache_matches_a_recomputation(assistant, target, sessions[-1], out)
 
 
+def test_deferred_positions_are_absorbed_in_step(family, monkeypatch):
+    """Rounds drafted by prompt lookup defer the drafter's pass (ChainDraftSession.defer_verified); the next
+    drafter round absorbs every waiting position at once. Sampled (greedy output of these tiny targets settles
+    into a cycle that lookup then drafts to the end), with 1-gram lookup, so that lookup and drafter rounds
+    alternate: deferrals are followed by absorbing passes, and the drafter cache equals a recomputation
+    (features, tokens and positions aligned across every deferred stretch)."""
+    from test_planned_rounds import repeating_prompt
+
+    target = one_layer_target(family, seed=2)
+    assistant = imitating_assistant(target, noise=0.3, seed=4, num_assistant_tokens=3, prompt_lookup_num_tokens=2,
+                                    prompt_lookup_min_ngram=1)
+    sessions = captured_sessions(assistant, monkeypatch)
+    events, defer, consume = [], ChainDraftSession.defer_verified, ChainDraftSession.consume_verified
+
+    def deferring(self, input_ids, hidden):
+        events.append("defer")
+        return defer(self, input_ids, hidden)
+
+    def consuming(self, input_ids, hidden, plan=True):
+        events.append("consume")
+        return consume(self, input_ids, hidden, plan)
+
+    monkeypatch.setattr(ChainDraftSession, "defer_verified", deferring)
+    monkeypatch.setattr(ChainDraftSession, "consume_verified", consuming)
+    torch.manual_seed(0)
+    out = assisted_generate(target, assistant, repeating_prompt(target.config.vocab_size), max_new_tokens=80,
+                            do_sample=True)
+    absorbed_after_deferral = sum(1 for a, b in zip(events, events[1:]) if (a, b) == ("defer", "consume"))
+    assert absorbed_after_deferral >= 3, events
+    assert_cache_matches_a_recomputation(assistant, target, sessions[-1], out)
+
+
 @pytest.mark.slow
 def test_long_generation_stays_exact_and_in_step(family, monkeypatch):
     """1,100 new tokens: the drafter cache doubles past its first capacity (256) twice, the target's grows too.

@@ -72,6 +72,9 @@ class ChainDraftSession:
         self.logits_processor = logits_processor if logits_processor is not None and len(logits_processor) else None
         self.cache = DraftKVCache()
         self.num_verified_pairs = 0  # drafter cache entries computed from target features
+        # [1, P, F] target features of verified positions not absorbed yet (rounds drafted by lookup or not at all
+        # defer the drafter's pass: see `defer_verified`)
+        self.pending_hidden: torch.Tensor | None = None
         self.shortlist_ids = drafter.draft_to_target_ids() if drafter.has_own_head else None
         self.defer_host_decisions = use_accelerator_paths(next(drafter.parameters()).device)
 
@@ -85,9 +88,10 @@ class ChainDraftSession:
 
         `lookup` `[1, n]`: a prompt-lookup draft (not capped by `num_draft_tokens`: it costs nothing to make). It
         is the round's draft (`looked_up=True`) unless the drafter vetoes it: its own most likely first token
-        differs from `lookup[0, 0]` and has a probability above `lookup_veto` (1.0: never, and the drafter only
-        absorbs the verified positions). The check reads the drafter's argmax, never a sample, so the choice
-        between the two drafts is a fixed function of the context and sampling stays exact.
+        differs from `lookup[0, 0]` and has a probability above `lookup_veto` (1.0: never, and the drafter's pass
+        over the verified positions is deferred to the next round that drafts with it, `defer_verified`). The
+        check reads the drafter's argmax, never a sample, so the choice between the two drafts is a fixed
+        function of the context and sampling stays exact.
 
         `planner` (a `SpeculationPlanner`, `draft_plan="auto"`): `num_draft_tokens` is then a cap, and the round
         keeps drafting while the planner expects another position to pay (reading each position's top
@@ -95,7 +99,9 @@ class ChainDraftSession:
         the draft once, at the end. The drafted positions' top probabilities come back in `Draft.confidences`.
         """
         checked = lookup is not None and lookup_veto < 1.0
-        hidden, plan = self.consume_verified(input_ids, new_target_hidden, plan=lookup is None or checked)
+        if lookup is not None and not checked:  # nothing to ask the drafter: its pass waits for a drafter round
+            return self.lookup_draft(input_ids, new_target_hidden, lookup)
+        hidden, plan = self.consume_verified(input_ids, new_target_hidden)
         drafter = self.drafter
         device = input_ids.device
         seq_len = input_ids.shape[1]
@@ -103,7 +109,7 @@ class ChainDraftSession:
         self.shortlists_of_last_draft = []
         context = input_ids
         first_scores = self._score(hidden, plan) if checked else None
-        if lookup is not None and (not checked or not self._vetoes(first_scores, int(lookup[0, 0]), lookup_veto)):
+        if checked and not self._vetoes(first_scores, int(lookup[0, 0]), lookup_veto):
             self.shortlists_of_last_draft = []  # the veto check's shortlist drafted nothing: keep it out of the stats
             logits = one_hot_logits(lookup, self.vocab_size) if self.do_sample else None
             return Draft(token_ids=lookup, logits=logits, looked_up=True)
@@ -159,14 +165,38 @@ class ChainDraftSession:
         host_tops = values[-1]
         return min(keep, planner.cut(host_tops)), host_tops
 
+    def lookup_draft(self, input_ids: torch.Tensor, new_target_hidden: torch.Tensor, lookup: torch.Tensor) -> Draft:
+        """`lookup` `[1, n]` as the round's draft; the drafter's pass over the verified positions is deferred."""
+        self.defer_verified(input_ids, new_target_hidden)
+        self.shortlists_of_last_draft = []
+        logits = one_hot_logits(lookup, self.vocab_size) if self.do_sample else None
+        return Draft(token_ids=lookup, logits=logits, looked_up=True)
+
+    def defer_verified(self, input_ids: torch.Tensor, new_target_hidden: torch.Tensor) -> None:
+        """Keep the features of the newly verified positions of `input_ids` `[1, N]` for the next
+        `consume_verified` instead of running the drafter over them now: a round that drafts by lookup, or not
+        at all, does not need the drafter, and one pass over all the positions kept costs about what a pass over
+        the last round's costs (positions go through the drafter's layer together). Shapes only: no read."""
+        pending = 0 if self.pending_hidden is None else self.pending_hidden.shape[1]
+        num_new = input_ids.shape[1] - 1 - self.num_verified_pairs - pending
+        if num_new < 1 or new_target_hidden.shape[1] < num_new:
+            raise RuntimeError(f"drafter out of step with the target: {num_new} new verified positions, "
+                               f"{new_target_hidden.shape[1]} target hidden states")
+        piece = new_target_hidden[:, :num_new]
+        self.pending_hidden = piece if self.pending_hidden is None else torch.cat([self.pending_hidden, piece], 1)
+
     @torch.no_grad()
     def consume_verified(self, input_ids: torch.Tensor, new_target_hidden: torch.Tensor, plan: bool = True):
         """Run the drafter over the newly verified positions; return its last hidden `[1, 1, H]` (which predicts
-        the token after `input_ids`) and the shortlist plan for draft position 0 (None with `plan=False`, for a
-        round that drafts by prompt lookup and only keeps the drafter's cache in step).
+        the token after `input_ids`) and the shortlist plan for draft position 0 (None with `plan=False`: a pass that
+        only brings the drafter's cache up to date, as calibration times it).
 
-        Drops the speculative entries of the previous draft from the drafter cache first.
+        Drops the speculative entries of the previous draft from the drafter cache first, and absorbs the
+        positions deferred since (`defer_verified`) in the same pass.
         """
+        if self.pending_hidden is not None:
+            new_target_hidden = torch.cat([self.pending_hidden, new_target_hidden], dim=1)
+            self.pending_hidden = None
         seq_len = input_ids.shape[1]
         start = self.num_verified_pairs
         num_new = seq_len - 1 - start

@@ -1,8 +1,10 @@
 """Speculation planned from measured costs (`draft_plan="auto"`): each round, the draft that maximises expected
 committed tokens per second.
 
-A round costs the drafter's pass over the verified positions (always), the drafting (k drafter steps; nothing
-for a lookup or suffix-cache draft) and the target's forward over k + 1 tokens; it commits 1 + (accepted drafts)
+A drafter round costs the drafter's pass over the verified positions, the drafting (k drafter steps) and the
+target's forward over k + 1 tokens; a lookup or suffix-cache round, and a round with no draft, cost the forward
+only (the drafter's pass waits for the next drafter round, which absorbs every waiting position at once:
+ChainDraftSession.defer_verified); it commits 1 + (accepted drafts)
 tokens. With a_j the probability that draft position j is accepted once every earlier one was, the expected
 tokens of a k-token draft are E(k) = 1 + sum_{j<=k} prod_{i<=j} a_i and its rate E(k) / T(k). The costs T come
 from the machine (hf_dynaspec.generation.calibration); the a_j are learnt online, during generation:
@@ -129,7 +131,9 @@ class SpeculationPlanner:
         return self.costs.consume_seconds + self.costs.drafting(k) + self.costs.verify(k + 1)
 
     def _lookup_seconds(self, k: int) -> float:
-        return self.costs.consume_seconds + self.costs.verify(k + 1)
+        # A lookup round (or none, k = 0) defers the drafter's pass to the next drafter round
+        # (ChainDraftSession.defer_verified), which absorbs every deferred position in one pass: not paid here.
+        return self.costs.verify(k + 1)
 
     def drafter_priors(self, start: int, count: int) -> list[float]:
         """a_j for draft positions start+1 .. start+count, by position only."""
@@ -146,10 +150,11 @@ class SpeculationPlanner:
     def plan_round(self, lookups: list[LookupCandidate], room: int) -> RoundPlan:
         """The round's draft: the best of the drafter (planned from position estimates), each lookup candidate,
         and no draft at all; at most `room` tokens."""
+        best, best_rate = RoundPlan("none", 0), 1.0 / self._lookup_seconds(0)
         drafter_k, drafter_rate = self._best(self.drafter_priors(0, min(self.max_draft_tokens, room)),
-                                             self._drafter_seconds)
-        best = RoundPlan("drafter", drafter_k) if drafter_k else RoundPlan("none", 0)
-        best_rate = drafter_rate
+                                             self._drafter_seconds, smallest=1)
+        if drafter_rate > best_rate:
+            best, best_rate = RoundPlan("drafter", drafter_k), drafter_rate
         for candidate in lookups:
             probabilities = self.lookup_probabilities(candidate)[:room]
             k, rate = self._best(probabilities, self._lookup_seconds)
@@ -162,8 +167,8 @@ class SpeculationPlanner:
         memory = self.memory
         if memory.rounds_since_probe < memory.probe_interval:
             return plan
-        probe_tokens, _ = self._best([1.0] * min(room, self.max_draft_tokens), self._drafter_seconds)
-        if probe_tokens == 0:  # not even a drafter that is always right would pay here
+        probe_tokens, rate = self._best([1.0] * min(room, self.max_draft_tokens), self._drafter_seconds, smallest=1)
+        if rate <= 1.0 / self._lookup_seconds(0):  # not even a drafter that is always right would pay here
             return plan
         memory.rounds_since_probe = 0
         memory.probe_interval = min(2 * memory.probe_interval, PROBE_LONGEST)

@@ -10,9 +10,10 @@ one-branch tree). A round, as `draft` runs it:
 2. pick the source: with `draft_plan="fixed"`, the suffix cache's draft, else prompt lookup's, else the drafter
    (whose first token may veto a lookup draft); with `draft_plan="auto"`, the planner's choice among the drafter
    (a chain of up to K tokens), each lookup source's draft and no draft at all;
-3. draft: the drafter's pass over the verified positions always runs (it keeps the drafter's cache in step,
-   drafting or not), then the chosen source's tokens; the drafter's K-step loop is
-   `ChainDraftSession.propose`, which knows nothing of sources;
+3. draft: the chosen source's tokens. A drafter round first runs the drafter over the newly verified positions
+   (and any a lookup round left waiting), then its K-step loop, `ChainDraftSession.propose`, which knows
+   nothing of sources; a lookup round, or one with no draft, leaves those positions waiting
+   (`ChainDraftSession.defer_verified`): the drafter is not run at all;
 4. cut once: after the first EOS where transformers does not crop at EOS itself (releases before 5.18).
 
 `learn` then records the verified outcome: statistics by source, the planner's acceptance tables, the shortlist
@@ -128,12 +129,12 @@ class SpeculationRound:
         plan = self.plan = self.planner.plan_round(candidates, room)
         if plan.source == "none":
             self.session.shortlists_of_last_draft = []
-            self.session.consume_verified(input_ids, target_hidden, plan=False)  # keep the drafter in step
+            self.session.defer_verified(input_ids, target_hidden)  # the drafter absorbs them when next needed
             return self._empty(input_ids)
         if plan.source != "drafter":
             # Only the chosen source's ids go to the device: one upload of a few ids.
             looked_up = _as_ids(drafts[plan.source][: plan.num_tokens], input_ids)
-            return self.session.propose(input_ids, target_hidden, 1, lookup=looked_up)
+            return self.session.lookup_draft(input_ids, target_hidden, looked_up)
         # A probe drafts exactly its length (the planner would cut it to nothing); others stop when the planner says.
         planner = ProbeDrafting() if plan.probe else self.planner
         capped = plan.probe or self.session.defer_host_decisions
