@@ -133,3 +133,12 @@ def imitating_assistant(target, noise: float = 0.0, seed: int = 1, **overrides):
             # The noise is drawn on the CPU (the generator's stream) and added on the weight's device.
             fc.add_((noise * torch.randn(fc.shape, generator=generator) / hidden**0.5).to(fc.device, fc.dtype))
     return assistant
+
+
+@pytest.fixture
+def fixed_costs(monkeypatch):
+    """`fixed_costs(costs)`: every planned call of the test sees `costs` (a `RoundCosts`: a machine of a chosen
+    kind) instead of measuring this one."""
+    def use(costs):
+        monkeypatch.setattr("hf_dynaspec.generation.candidate_generator.round_costs", lambda *a, **k: costs)
+    return use

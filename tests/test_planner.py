@@ -83,18 +83,6 @@ def test_record_learns_only_the_positions_that_were_reached():
     assert memory.lookup.counts == {("prompt-lookup", 2, j): [1, 1] for j in (1, 2, 3)}
 
 
-@pytest.fixture
-def fixed_costs(monkeypatch):
-    """Make every planned call see `costs` (a machine of a chosen kind) instead of measuring this one."""
-    chosen = {}
-
-    def use(costs):
-        chosen["costs"] = costs
-
-    monkeypatch.setattr("hf_dynaspec.generation.candidate_generator.round_costs", lambda *a, **k: chosen["costs"])
-    return use
-
-
 @pytest.mark.parametrize("costs", [flat_costs, linear_costs])
 def test_planned_greedy_output_is_identical(family, fixed_costs, costs):
     """Several hundred tokens (the drafter cache grows past its first capacity), planned rounds of varying

@@ -92,13 +92,6 @@ def test_lookup_rounds_count_towards_a_probe():
     assert planner.plan_round([lookup], room=100) == RoundPlan("drafter", 8, probe=True)
 
 
-@pytest.fixture
-def fixed_costs(monkeypatch):
-    def use(costs):
-        monkeypatch.setattr("hf_dynaspec.generation.candidate_generator.round_costs", lambda *a, **k: costs)
-    return use
-
-
 def test_a_good_drafter_behind_a_pessimistic_prior_is_found_and_output_is_identical(family, fixed_costs):
     """The 0.5 prior says "no draft"; the drafter is nearly always right. Probes find it, the plan then drafts on
     its own (rounds that are not probes), and greedy output stays identical."""

@@ -145,15 +145,13 @@ class SpeculationRound:
 
     def _lookup_candidates(self, room: int) -> tuple[list[LookupCandidate], dict[str, list[int]]]:
         """What prompt lookup and the suffix cache propose now: (candidates for the planner, tokens by source)."""
-        options, candidates, drafts = self.options, [], {}
-        if options.prompt_lookup_num_tokens > 0:
-            tokens, match = lookup_match(torch.tensor(self._context), min(options.prompt_lookup_num_tokens, room),
-                                         options.prompt_lookup_min_ngram, options.max_matching_ngram_size)
-            if match:
-                candidates.append(LookupCandidate("prompt-lookup", match, len(tokens)))
-                drafts["prompt-lookup"] = tokens.tolist()
+        candidates, drafts = [], {}
+        tokens, match = self._prompt_lookup_match(room)
+        if match:
+            candidates.append(LookupCandidate("prompt-lookup", match, len(tokens)))
+            drafts["prompt-lookup"] = tokens
         if self.suffix is not None:
-            found = self.suffix.propose(min(options.suffix_cache_num_tokens, room))
+            found = self.suffix.propose(min(self.options.suffix_cache_num_tokens, room))
             if found is not None:
                 candidates.append(LookupCandidate(found.source, found.match_length, len(found.tokens)))
                 drafts[found.source] = list(found.tokens)
@@ -162,12 +160,18 @@ class SpeculationRound:
     def _prompt_lookup(self, input_ids: torch.Tensor, room: int) -> torch.Tensor | None:
         """Prompt-lookup draft `[1, n]` (1 <= n <= room), or None (off, or no earlier match). Not capped by
         num_assistant_tokens: a lookup draft costs nothing to make."""
+        tokens, match = self._prompt_lookup_match(room)
+        return _as_ids(tokens, input_ids) if match else None
+
+    def _prompt_lookup_match(self, room: int) -> tuple[list[int], int]:
+        """(host ids of the continuation of the context's last n-gram's earlier occurrence, n); n = 0 when prompt
+        lookup is off or finds nothing. Searches the host copy of the context: no device read."""
         options = self.options
         if options.prompt_lookup_num_tokens <= 0:
-            return None
-        continuation, _ = lookup_match(torch.tensor(self._context), min(options.prompt_lookup_num_tokens, room),
-                                       options.prompt_lookup_min_ngram, options.max_matching_ngram_size)
-        return _as_ids(continuation.tolist(), input_ids) if len(continuation) else None
+            return [], 0
+        tokens, match = lookup_match(torch.tensor(self._context), min(options.prompt_lookup_num_tokens, room),
+                                     options.prompt_lookup_min_ngram, options.max_matching_ngram_size)
+        return (tokens.tolist(), match) if match and len(tokens) else ([], 0)
 
     # -- the end of a round -----------------------------------------------------------------------------------
     def _drafted(self, plan: RoundPlan, draft: Draft) -> Draft:
