@@ -30,6 +30,7 @@ UNTRUSTED = "tests/test_untrusted_inputs.py"
 PROBES = "tests/test_planner_probes.py"
 CHAIN_GENERATE = "tests/test_chain_generate.py"
 PLANNED = "tests/test_planned_rounds.py"
+PLANNED_TREES = "tests/test_planned_trees.py"
 
 
 @dataclass
@@ -167,7 +168,7 @@ MUTATIONS = [
              "usable = key in stored", [UNTRUSTED], select="verify_rows"),
     Mutation("prompt ids not checked against the vocabulary", "hf_dynaspec/generation/checks.py",
              "    if vocab_size is not None:\n        check_prompt_ids(input_ids, vocab_size)", "", [UNTRUSTED],
-             also=("hf_dynaspec/generation/tree.py", "    check_prompt_ids(input_ids, assistant.config.vocab_size)\n", ""),
+             also=("hf_dynaspec/generation/public_loop.py", "    check_prompt_ids(input_ids, assistant.config.vocab_size)\n", ""),
              select="prompt_id"),
     Mutation("suffix-cache corpus ids not checked", "hf_dynaspec/drafting/suffix_cache.py",
              "bad = [t for t in tokens if t < 0 or (self.vocab_size is not None and t >= self.vocab_size)]", "bad = []",
@@ -213,6 +214,15 @@ MUTATIONS = [
              "new_target_hidden = torch.cat([self.pending_hidden, new_target_hidden], dim=1)",
              "new_target_hidden = torch.cat([new_target_hidden, self.pending_hidden], dim=1)",
              ["tests/test_drafting.py"], select="deferred"),
+    Mutation("tree rounds teach the chain's table", "hf_dynaspec/drafting/planner.py",
+             "            if plan.source == \"tree\":\n                memory.tree_depth.record(",
+             "            if plan.source == \"tree\":\n                memory.drafter_position.record(",
+             [PLANNED_TREES], select="teaches"),
+    Mutation("trees priced by depth, not node count", "hf_dynaspec/drafting/planner.py",
+             "costs.verify(self.tree.nodes(depth) + 1)", "costs.verify(depth + 1)", [PLANNED_TREES]),
+    Mutation("tree rounds drafted deeper than planned", "hf_dynaspec/drafting/round.py",
+             "tree = self.trees.propose_tree(input_ids, target_hidden, max_depth=depth)",
+             "tree = self.trees.propose_tree(input_ids, target_hidden)", [PLANNED_TREES], select="planned_tree"),
     Mutation("probe rounds cut by the planner", "hf_dynaspec/drafting/round.py",
              "planner = ProbeDrafting() if plan.probe else self.planner", "planner = self.planner", [PROBES],
              select="pessimistic"),

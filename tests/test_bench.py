@@ -298,14 +298,21 @@ def test_tree_method_strings():
 def test_auto_suffix_and_tree_shape_suffixes_reach_the_assistant():
     seen = []
     build_methods(["dynaspec:8+lookup:10+suffix+auto", "dynaspec:8+suffix:4+auto:5", "dynaspec-tree:8+tree:2x6x8",
-                   "eagle"], assistant_factory=lambda **o: seen.append(o) or object())
+                   "eagle", "dynaspec-tree+lookup:5+suffix+auto:6+tree:3x5x12"],
+                  assistant_factory=lambda **o: seen.append(o) or object())
     assert seen[0]["draft_plan"] == "auto" and seen[0]["auto_max_assistant_tokens"] == 8
     assert seen[0]["suffix_cache_num_tokens"] == 16 and seen[0]["prompt_lookup_num_tokens"] == 10
     assert seen[1]["auto_max_assistant_tokens"] == 5 and seen[1]["suffix_cache_num_tokens"] == 4
     assert (seen[2]["tree_top_k"], seen[2]["tree_depth"], seen[2]["tree_total_tokens"]) == (2, 6, 8)
     assert seen[3]["draft_plan"] == "fixed" and seen[3]["suffix_cache_num_tokens"] == 0  # off unless asked for
+    assert seen[2]["draft_plan"] == "fixed"  # a tree method without +auto drafts its tree every round
+    planned_tree = seen[4]  # tree_generate plans trees, chains and lookups
+    assert planned_tree["draft_plan"] == "auto" and planned_tree["auto_max_assistant_tokens"] == 6
+    assert (planned_tree["prompt_lookup_num_tokens"], planned_tree["suffix_cache_num_tokens"]) == (5, 16)
+    assert (planned_tree["tree_top_k"], planned_tree["tree_depth"], planned_tree["tree_total_tokens"]) == (3, 5, 12)
     for bad, message in [("dynaspec+tree:4x4", "three positive integers"), ("dynaspec+tree:4x4x8", "eagle-tree or"),
-                         ("dynaspec-tree+auto", "tree methods take"), ("eagle+auto:0", "positive integer"),
+                         ("dynaspec-tree+auto+draft:3", "tree methods take"),
+                         ("dynaspec-tree+suffix", "tree methods take"), ("eagle+auto:0", "positive integer"),
                          ("eagle+suffix+suffix", "each at most once")]:
         with pytest.raises(ValueError, match=message):
             build_methods([bad], assistant_factory=lambda **o: object())

@@ -201,6 +201,33 @@ def test_tree_drafting_and_its_masks_stay_on_the_device(strategy):
         assert all(on_fake_cuda(t) for t in (tree.token_ids, tree.parents, tree.depths, mask, positions))
 
 
+@pytest.mark.parametrize("strategy", ["full", "dynaspec"])
+def test_a_planned_tree_round_never_reads_the_device(strategy):
+    """tree_generate's planned round choosing a tree: the plan reads host tables only, the tree grows on the chain
+    session's cache on the device."""
+    from test_planned_trees import SHAPE, flat_tree_costs, trees_learnt
+
+    from hf_dynaspec.drafting.round import SpeculationRound
+    from hf_dynaspec.stats import start_stats
+
+    target, assistant = _pair(strategy)
+    with FakeCuda() as cuda:
+        _to_fake_cuda(cuda, target, assistant)
+        head = runtime_head(assistant, assistant.generation_config)
+        chain = _session(assistant, head)
+        trees = TreeDraftSession(assistant.drafter, VOCAB, top_k=SHAPE.top_k, depth=SHAPE.max_depth,
+                                 total_tokens=SHAPE.total_tokens, head=head, chain=chain)
+        planner = SpeculationPlanner(flat_tree_costs(), trees_learnt(PlannerMemory()), 4, tree=SHAPE)
+        speculation = SpeculationRound(chain, assistant.generation_config, start_stats(assistant), planner=planner,
+                                       trees=trees)
+        input_ids, hidden = _verified(target)
+        with cuda.counting() as events:
+            draft = speculation.draft(input_ids, hidden, room=20)
+        assert events.reads == [] and events.uploads == []
+        assert speculation.plan.source == "tree" and draft.tree is not None
+        assert draft.token_ids.shape == (1, SHAPE.total_tokens) and on_fake_cuda(draft.tree.parents)
+
+
 # -- verification -----------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("processed", [False, True], ids=["plain", "repetition-penalty"])
 def test_greedy_tree_verification_reads_the_device_at_most_twice(processed):

@@ -85,7 +85,7 @@ def test_gemma3_trees_are_exact_while_the_window_never_slides_and_refused_once_i
 def test_gemma3_window_matters_at_these_sizes_so_the_refusal_is_needed(monkeypatch):
     """Past the window, full-attention layers would give other tokens: without the refusal trees would be wrong
     (so the test above is not vacuous), while chain drafting, on transformers' own sliding cache, stays exact."""
-    from hf_dynaspec.generation import tree as tree_module
+    from hf_dynaspec.generation import public_loop as loop_module
 
     target = gemma_target(4)
     assistant = DynaSpecAssistant.from_target(target, num_assistant_tokens=3)
@@ -94,7 +94,7 @@ def test_gemma3_window_matters_at_these_sizes_so_the_refusal_is_needed(monkeypat
     chained = target.generate(input_ids, attention_mask=torch.ones_like(input_ids), assistant_model=assistant,
                               max_new_tokens=16)
     assert torch.equal(chained, expected)
-    monkeypatch.setattr(tree_module, "_window_never_slides", lambda cache, max_length: True)
+    monkeypatch.setattr(loop_module, "_window_never_slides", lambda cache, max_length: True)
     wrong = target.generate(input_ids, attention_mask=torch.ones_like(input_ids), custom_generate=tree_generate,
                             drafter=assistant, max_new_tokens=16, tree_top_k=2, tree_depth=3, tree_total_tokens=6)
     assert not torch.equal(wrong, expected)

@@ -162,7 +162,7 @@ def test_calibration_is_measured_once_and_cached(tmp_path, monkeypatch):
     assert len(stored) == 1
     # A new process (empty memory) reads the file instead of measuring.
     monkeypatch.setattr(calibration, "_MEMORY", {})
-    monkeypatch.setattr(calibration, "measure_round_costs", lambda *a: pytest.fail("measured again"))
+    monkeypatch.setattr(calibration, "measure_round_costs", lambda *a, **k: pytest.fail("measured again"))
     assert calibration.round_costs(target, assistant, assistant.generation_config, head, 6) == costs
     # Other thread counts are other machines; a corrupt file is measured again, not trusted.
     key = calibration.calibration_key(target, assistant, assistant.generation_config)
@@ -174,7 +174,7 @@ def test_calibration_is_measured_once_and_cached(tmp_path, monkeypatch):
         torch.set_num_threads(threads)
     (tmp_path / "calibration.json").write_text("{not json")
     monkeypatch.setattr(calibration, "_MEMORY", {})
-    monkeypatch.setattr(calibration, "measure_round_costs", lambda *a: costs)
+    monkeypatch.setattr(calibration, "measure_round_costs", lambda *a, **k: costs)
     assert calibration.round_costs(target, assistant, assistant.generation_config, head, 6) == costs
     assert json.loads((tmp_path / "calibration.json").read_text())
 

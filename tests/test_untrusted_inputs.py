@@ -80,7 +80,7 @@ def test_legacy_options_beside_a_generation_config_are_reported_as_they_are_used
 
 # -- the calibration cache ------------------------------------------------------------------------------------
 GOOD = RoundCosts([0.0] + [0.01 * (1 + 0.1 * n) for n in range(1, 10)], consume_seconds=0.002,
-                  first_draft_seconds=0.001, draft_step_seconds=0.0)
+                  first_draft_seconds=0.001, draft_step_seconds=0.0, tree_step_seconds=0.002)
 
 
 @pytest.fixture
@@ -89,7 +89,7 @@ def cached_costs(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_DYNASPEC_HOME", str(tmp_path))
     monkeypatch.setattr(calibration, "_MEMORY", {})
     measured = []
-    monkeypatch.setattr(calibration, "measure_round_costs", lambda *a: measured.append(a) or GOOD)
+    monkeypatch.setattr(calibration, "measure_round_costs", lambda *a, **k: measured.append(a) or GOOD)
     target = one_layer_target("qwen2")
     assistant = imitating_assistant(target)
     options = assistant.generation_config
@@ -128,6 +128,9 @@ def _set(field, value, index=None):
     (_set("draft_step_seconds", -1e-3), "draft_step_seconds = -0.001"),
     (_set("first_draft_seconds", "0.1"), "first_draft_seconds = '0.1'"),
     (_set("first_draft_seconds", True), "first_draft_seconds = True"),
+    (_set("tree_step_seconds", None), "tree_step_seconds = None"),
+    (_set("tree_step_seconds", -2.0), "tree_step_seconds = -2.0"),
+    (lambda entry: entry.pop("tree_step_seconds"), "expected the fields"),  # a file written before trees were planned
     (lambda entry: entry.pop("consume_seconds"), "expected the fields"),
     (lambda entry: entry.update(extra=1), "expected the fields"),
 ])
@@ -169,7 +172,7 @@ def test_a_bf16_target_does_not_reuse_the_fp32_costs(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_DYNASPEC_HOME", str(tmp_path))
     monkeypatch.setattr(calibration, "_MEMORY", {})
     measured = []
-    monkeypatch.setattr(calibration, "measure_round_costs", lambda target, *a: measured.append(target.dtype) or GOOD)
+    monkeypatch.setattr(calibration, "measure_round_costs", lambda target, *a, **k: measured.append(target.dtype) or GOOD)
     target = one_layer_target("llama")
     assistant = imitating_assistant(target)
     options = assistant.generation_config

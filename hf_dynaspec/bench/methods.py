@@ -47,6 +47,8 @@ METHOD_HELP = {
                        "chains up to KMAX, default 8), e.g. dynaspec:8+lookup:10+suffix+auto; without it 'fixed'",
     "...+tree:TOPKxDEPTHxTOTAL": "tree methods: this tree shape (default: --tree, else the artifact's), e.g. "
                                  "dynaspec-tree:8+tree:4x4x8",
+    "...-tree+auto[:KMAX]": "tree methods: each round planned among trees of the shape cut to any depth, chains up "
+                            "to KMAX and, with +lookup / +suffix, lookup drafts, e.g. dynaspec-tree+lookup:5+suffix+auto",
     "LABEL/...": "with several --assistant LABEL=PATH: the assistant's methods of that one assistant; an "
                  "unlabelled assistant method runs once per assistant",
 }
@@ -247,9 +249,11 @@ def _assistant_method(key: str, name: str, arg: str | None, factory) -> Method:
     tree = name.endswith("-tree")
     if tree and confidence is not None:
         raise ValueError(f"method {key!r}: a draft confidence applies to chain drafting, not trees")
-    if tree and plus.keys() - {"tree_shape"}:
-        raise ValueError(f"method {key!r}: tree methods take +tree:TOPKxDEPTHxTOTAL only (+lookup, +veto, +draft, "
-                         "+suffix and +auto apply to chain drafting)")
+    planned_tree = {"tree_shape", "auto_max_assistant_tokens", "prompt_lookup_num_tokens", "suffix_cache_num_tokens"}
+    if tree and plus.keys() - (planned_tree if "auto_max_assistant_tokens" in plus else {"tree_shape"}):
+        raise ValueError(f"method {key!r}: tree methods take +tree:TOPKxDEPTHxTOTAL, and +auto[:KMAX] with "
+                         "+lookup[:N] and +suffix[:N] (a planned round: trees, chains up to KMAX, lookups); +veto "
+                         "and +draft apply to chain drafting")
     if not tree and "tree_shape" in plus:
         raise ValueError(f"method {key!r}: +tree sets a tree's shape; use it with eagle-tree or dynaspec-tree")
     # The key describes the whole method: without a suffix its feature is off, whatever default the artifact's

@@ -25,6 +25,14 @@ such a drafter pays). A good drafter behind a pessimistic prior is found within 
 truly does not pay costs at most its extra rows once in 256 rounds. (A fresh fp32 0.5B pairing on this project's
 CPU sits on that edge: without probes, measuring noise decided whether the shipped assistant ever drafted.)
 
+Trees (`tree_generate` with `draft_plan="auto"`): an EAGLE-2 tree of the assistant's shape (`tree_top_k`,
+`tree_total_tokens`) cut to depth d joins the candidates. Its nodes grow with d (top_k at depth 1, then up to
+top_k^2 per depth, at most `tree_total_tokens`), so it is priced by the measured verify cost of its node count plus
+its drafting (the first token, then one frontier step of top_k rows per further depth); its expected tokens come
+from a per-depth table of how often the accepted path reached and passed each depth, learnt from tree rounds and
+started from the chain's estimate at that position (a tree holds about the chain's path and more). Probe rounds
+alternate between a chain and a tree, so both tables learn.
+
 On a machine where verifying 8 tokens costs ~1.2 steps (AVX-512 BF16 CPUs, GPUs) this drafts long chains; where
 it costs ~k steps (AVX2 CPUs) short ones or none. Output is unchanged: the
 plan decides only how many tokens are verified, from the context and the distributions (never from a drawn
@@ -80,7 +88,8 @@ class LookupCandidate:
 
 @dataclass
 class RoundPlan:
-    """What a round drafts: "none", "drafter" (up to `num_tokens`, cut by `keep_after`) or a lookup source."""
+    """What a round drafts: "none", "drafter" (a chain of up to `num_tokens`, cut by the confidence table),
+    "tree" (a tree of depth `num_tokens`) or a lookup source (`num_tokens` of its tokens)."""
 
     source: str
     num_tokens: int
@@ -97,17 +106,38 @@ class PlannerMemory:
         self.drafter_position = AcceptanceTable(lambda position: 0.5)
         self.drafter_confidence = AcceptanceTable(lambda bin_: (bin_ + 0.5) / CONFIDENCE_BINS)
         self.lookup = AcceptanceTable(lambda key: 0.5)
+        # keyed by (top_k, total_tokens, depth): a tree's acceptance depends on its shape
+        self.tree_depth = AcceptanceTable(lambda key: self.drafter_position.estimate(key[-1]))
         self.rounds_since_probe = 0
         self.probe_interval = PROBE_FIRST
+        self.probes = 0  # probe rounds so far: with trees, even ones probe a chain and odd ones a tree
+
+
+@dataclass(frozen=True)
+class TreeShape:
+    """An EAGLE-2 tree as the planner may draft it: `top_k` children per expanded node, at most `total_tokens`
+    nodes, any depth up to `max_depth`."""
+
+    top_k: int
+    max_depth: int
+    total_tokens: int
+
+    def nodes(self, depth: int) -> int:
+        """Draft nodes of a tree of `depth` (candidates: top_k at depth 1, top_k^2 per further depth)."""
+        return min(self.total_tokens, self.top_k + (depth - 1) * self.top_k * self.top_k)
 
 
 class SpeculationPlanner:
-    """Picks each round's draft from `costs` (a `RoundCosts`) and the acceptance tables in `memory`."""
+    """Picks each round's draft from `costs` (a `RoundCosts`) and the acceptance tables in `memory`; `tree` (a
+    `TreeShape`, needs `costs.tree_step_seconds`) adds trees to the candidates."""
 
-    def __init__(self, costs, memory: PlannerMemory, max_draft_tokens: int):
+    def __init__(self, costs, memory: PlannerMemory, max_draft_tokens: int, tree: TreeShape | None = None):
+        if tree is not None and costs.tree_step_seconds is None:
+            raise ValueError("planning trees needs the measured cost of a tree depth (RoundCosts.tree_step_seconds)")
         self.costs = costs
         self.memory = memory
         self.max_draft_tokens = max_draft_tokens
+        self.tree = tree
 
     # -- expected tokens and rates ---------------------------------------------------------------------------
     def _best(self, probabilities: list[float], seconds, smallest: int = 0) -> tuple[int, float]:
@@ -135,6 +165,18 @@ class SpeculationPlanner:
         # (ChainDraftSession.defer_verified), which absorbs every deferred position in one pass: not paid here.
         return self.costs.verify(k + 1)
 
+    def _tree_seconds(self, depth: int) -> float:
+        costs = self.costs
+        drafting = costs.first_draft_seconds + (depth - 1) * costs.tree_step_seconds
+        return costs.consume_seconds + drafting + costs.verify(self.tree.nodes(depth) + 1)
+
+    def _tree_key(self, depth: int) -> tuple[int, int, int]:
+        return (self.tree.top_k, self.tree.total_tokens, _position_key(depth))
+
+    def tree_priors(self, count: int) -> list[float]:
+        """a_d for tree depths 1..count: P(the accepted path passes depth d | it reached depth d - 1)."""
+        return [self.memory.tree_depth.estimate(self._tree_key(d)) for d in range(1, count + 1)]
+
     def drafter_priors(self, start: int, count: int) -> list[float]:
         """a_j for draft positions start+1 .. start+count, by position only."""
         table = self.memory.drafter_position
@@ -155,6 +197,11 @@ class SpeculationPlanner:
                                              self._drafter_seconds, smallest=1)
         if drafter_rate > best_rate:
             best, best_rate = RoundPlan("drafter", drafter_k), drafter_rate
+        if self.tree is not None:
+            depth, tree_rate = self._best(self.tree_priors(min(self.tree.max_depth, room)), self._tree_seconds,
+                                          smallest=1)
+            if tree_rate > best_rate:
+                best, best_rate = RoundPlan("tree", depth), tree_rate
         for candidate in lookups:
             probabilities = self.lookup_probabilities(candidate)[:room]
             k, rate = self._best(probabilities, self._lookup_seconds)
@@ -163,16 +210,22 @@ class SpeculationPlanner:
         return self._probe_or(best, room)
 
     def _probe_or(self, plan: RoundPlan, room: int) -> RoundPlan:
-        """`plan`, or a drafter probe after `probe_interval` rounds without one (see the module docstring)."""
+        """`plan`, or a probe after `probe_interval` rounds without one (see the module docstring): a chain, or
+        with trees every other probe a tree, of the length a drafter that is always right would be given."""
         memory = self.memory
         if memory.rounds_since_probe < memory.probe_interval:
             return plan
-        probe_tokens, rate = self._best([1.0] * min(room, self.max_draft_tokens), self._drafter_seconds, smallest=1)
+        if self.tree is not None and memory.probes % 2:
+            source, longest, seconds = "tree", min(room, self.tree.max_depth), self._tree_seconds
+        else:
+            source, longest, seconds = "drafter", min(room, self.max_draft_tokens), self._drafter_seconds
+        probe_tokens, rate = self._best([1.0] * longest, seconds, smallest=1)
         if rate <= 1.0 / self._lookup_seconds(0):  # not even a drafter that is always right would pay here
             return plan
         memory.rounds_since_probe = 0
         memory.probe_interval = min(2 * memory.probe_interval, PROBE_LONGEST)
-        return RoundPlan("drafter", probe_tokens, probe=True)
+        memory.probes += 1
+        return RoundPlan(source, probe_tokens, probe=True)
 
     def drafted_probabilities(self, confidences: list[float]) -> list[float]:
         table = self.memory.drafter_confidence
@@ -208,13 +261,16 @@ class SpeculationPlanner:
 
     def record(self, plan: RoundPlan, num_drafted: int, num_accepted: int) -> None:
         """Learn from a verified round: positions 1..min(num_accepted + 1, num_drafted) were reached, the first
-        num_accepted accepted."""
+        num_accepted accepted (a tree: depths 1..min(num_accepted + 1, its depth))."""
         memory = self.memory
         if not plan.probe:
             memory.rounds_since_probe += 1
-        for j in range(1, min(num_accepted + 1, num_drafted) + 1):
+        reachable = plan.num_tokens if plan.source == "tree" else num_drafted
+        for j in range(1, min(num_accepted + 1, reachable) + 1):
             accepted = j <= num_accepted
-            if plan.source == "drafter":
+            if plan.source == "tree":
+                memory.tree_depth.record(self._tree_key(j), accepted)
+            elif plan.source == "drafter":
                 memory.drafter_position.record(_position_key(j), accepted)
                 if j <= len(plan.confidences):
                     memory.drafter_confidence.record(confidence_bin(plan.confidences[j - 1]), accepted)

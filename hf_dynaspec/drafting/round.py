@@ -9,7 +9,8 @@ one-branch tree). A round, as `draft` runs it:
    ids committed since the last round);
 2. pick the source: with `draft_plan="fixed"`, the suffix cache's draft, else prompt lookup's, else the drafter
    (whose first token may veto a lookup draft); with `draft_plan="auto"`, the planner's choice among the drafter
-   (a chain of up to K tokens), each lookup source's draft and no draft at all;
+   (a chain of up to K tokens), a tree of some depth (`tree_generate` only: its verifier reads trees), each
+   lookup source's draft and no draft at all;
 3. draft: the chosen source's tokens. A drafter round first runs the drafter over the newly verified positions
    (and any a lookup round left waiting), then its K-step loop, `ChainDraftSession.propose`, which knows
    nothing of sources; a lookup round, or one with no draft, leaves those positions waiting
@@ -32,6 +33,7 @@ from hf_dynaspec.drafting.chain import ChainDraftSession, Draft
 from hf_dynaspec.drafting.lookup import lookup_match
 from hf_dynaspec.drafting.planner import LookupCandidate, ProbeDrafting, RoundPlan, SpeculationPlanner
 from hf_dynaspec.drafting.suffix_cache import SuffixCache
+from hf_dynaspec.drafting.tree import TreeDraftSession
 
 
 class SpeculationRound:
@@ -40,8 +42,15 @@ class SpeculationRound:
 
     def __init__(self, session: ChainDraftSession, options, stats, planner: SpeculationPlanner | None = None,
                  suffix: SuffixCache | None = None, eos_token_ids: torch.Tensor | None = None,
-                 collect_draft_tokens: bool = False):
+                 collect_draft_tokens: bool = False, trees: TreeDraftSession | None = None):
+        """`trees`: grows the trees a planner with a `TreeShape` may choose (on `session`, which it shares)."""
+        if (trees is not None) != (planner is not None and planner.tree is not None):
+            raise ValueError("a round drafts trees exactly when its planner plans them: pass trees= with a planner "
+                             "that has a TreeShape, or neither")
+        if trees is not None and trees.chain is not session:
+            raise ValueError("the tree session must grow on the round's chain session (TreeDraftSession(chain=...))")
         self.session = session
+        self.trees = trees
         self.options = options
         self.stats = stats
         self.planner = planner
@@ -131,6 +140,8 @@ class SpeculationRound:
             self.session.shortlists_of_last_draft = []
             self.session.defer_verified(input_ids, target_hidden)  # the drafter absorbs them when next needed
             return self._empty(input_ids)
+        if plan.source == "tree":
+            return self._tree_draft(input_ids, target_hidden, plan.num_tokens)
         if plan.source != "drafter":
             # Only the chosen source's ids go to the device: one upload of a few ids.
             looked_up = _as_ids(drafts[plan.source][: plan.num_tokens], input_ids)
@@ -142,6 +153,12 @@ class SpeculationRound:
         draft = self.session.propose(input_ids, target_hidden, cap, planner=planner)
         plan.confidences = draft.confidences
         return draft
+
+    def _tree_draft(self, input_ids, target_hidden, depth: int) -> Draft:
+        """An EAGLE-2 tree of exactly `depth` levels (the plan's; tests/test_planned_trees.py)."""
+        tree = self.trees.propose_tree(input_ids, target_hidden, max_depth=depth)
+        self.session.shortlists_of_last_draft = self.trees.shortlists_of_last_draft
+        return Draft(token_ids=tree.token_ids[None, 1:], logits=None, tree=tree)
 
     def _lookup_candidates(self, room: int) -> tuple[list[LookupCandidate], dict[str, list[int]]]:
         """What prompt lookup and the suffix cache propose now: (candidates for the planner, tokens by source)."""
@@ -177,7 +194,7 @@ class SpeculationRound:
     def _drafted(self, plan: RoundPlan, draft: Draft) -> Draft:
         self.plan = plan
         self.num_drafted = draft.token_ids.shape[1]
-        if self.collect_draft_tokens and self.num_drafted and not draft.looked_up:
+        if self.collect_draft_tokens and self.num_drafted and not draft.looked_up and draft.tree is None:
             self.stats.draft_token_ids.append(draft.token_ids[0])
         return draft
 
@@ -190,8 +207,8 @@ class SpeculationRound:
         before 5.18 commit every accepted token and check the stopping criteria only on the last one, so tokens
         drafted past an EOS would be appended after it. The cut reads tokens already drawn and drops only
         positions that follow an EOS, whose tokens are never part of the output: sampling stays exact."""
-        if self.eos_token_ids is None or not draft.token_ids.shape[1]:
-            return draft
+        if self.eos_token_ids is None or not draft.token_ids.shape[1] or draft.tree is not None:
+            return draft  # (a tree's verifier checks every committed token against the stopping criteria)
         is_eos = torch.isin(draft.token_ids[0], self.eos_token_ids)
         if not bool(is_eos.any()):
             return draft

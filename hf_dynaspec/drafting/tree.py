@@ -32,10 +32,15 @@ class TreeDraftSession:
     not inheritance: a tree session has no chain `propose`."""
 
     def __init__(self, drafter: Drafter, vocab_size: int, *, top_k: int, depth: int, total_tokens: int,
-                 head=None):
+                 head=None, chain: ChainDraftSession | None = None):
+        """`chain`: the chain session whose verified prefix the trees grow on (a planned round that drafts chains
+        in some rounds and trees in others shares one); None starts one."""
         if top_k < 1 or depth < 1 or total_tokens < 1:
             raise ValueError(f"tree sizes must be positive: top_k={top_k}, depth={depth}, total_tokens={total_tokens}")
-        self.chain = ChainDraftSession(drafter, vocab_size, do_sample=False, head=head)
+        if chain is not None and (chain.drafter is not drafter or chain.head is not head or chain.do_sample):
+            raise ValueError("a tree session grows on a chain session of the same drafter and head, drafting "
+                             "deterministically (do_sample=False)")
+        self.chain = chain if chain is not None else ChainDraftSession(drafter, vocab_size, do_sample=False, head=head)
         self.drafter = drafter
         self.head = head
         self.top_k = top_k

@@ -8,7 +8,9 @@ assistant of a call, on this device, dtype and thread count:
   between machines: on AVX-512 BF16 CPUs 8 tokens cost ~1.2 steps, on AVX2 CPUs ~8, on GPUs ~1;
 - `consume_seconds`: the drafter's pass over the newly verified positions (paid every round, drafting or not);
 - `draft_step_seconds`: one more drafted token (a drafter step and the head through the call's shortlist);
-- `first_draft_seconds`: the head on the pass that consumed the verified positions (the first drafted token).
+- `first_draft_seconds`: the head on the pass that consumed the verified positions (the first drafted token);
+- `tree_step_seconds`: one more depth of an EAGLE-2 tree of the assistant's shape (a drafter step over `tree_top_k`
+  frontier rows, the head over them, the top-k choices), which prices trees for `tree_generate`'s planner.
 
 Measuring takes a few seconds (random token ids: speed does not depend on the text); the result is kept in a
 JSON file (`calibration_path()`), keyed by everything that changes it (shapes, dtype, device, threads, shortlist
@@ -37,6 +39,7 @@ from transformers.utils import logging
 
 from hf_dynaspec.cache_home import home_dir
 from hf_dynaspec.drafting.chain import ChainDraftSession
+from hf_dynaspec.drafting.tree import TreeDraftSession
 from hf_dynaspec.generation.forward_args import cache_kwargs
 from hf_dynaspec.version import __version__
 
@@ -57,6 +60,7 @@ class RoundCosts:
     consume_seconds: float
     first_draft_seconds: float
     draft_step_seconds: float
+    tree_step_seconds: float | None = None  # None: not measured (trees are then not planned)
 
     def verify(self, num_tokens: int) -> float:
         """Seconds of a target forward over `num_tokens` new tokens (extrapolated linearly past the table)."""
@@ -104,6 +108,7 @@ def calibration_key(target, assistant, options) -> str:
         "drafter_config": assistant.config.to_json_string(use_diff=False),
         "shortlist": [options.shortlist, options.shortlist_size, options.max_clusters, options.fixed_clusters,
                       options.max_shortlist_size],
+        "tree": [options.tree_top_k, options.tree_total_tokens],
         "cpu_verify": verify_rows_patch.enabled_method(target),
     }
     return _digest(parts)
@@ -126,7 +131,8 @@ def round_costs(target, assistant, options, head, max_tokens: int) -> RoundCosts
     else:
         logger.info("hf-dynaspec: measuring this machine's speculation costs for draft_plan='auto' (once per "
                     f"target, assistant, dtype, device and thread count; cached in {path})")
-    costs = measure_round_costs(target, assistant, head, max_tokens)
+    costs = measure_round_costs(target, assistant, head, max_tokens, tree_top_k=options.tree_top_k,
+                                tree_total_tokens=options.tree_total_tokens)
     _MEMORY[key] = costs
     stored[key] = asdict(costs)
     _write(path, stored)
@@ -144,7 +150,7 @@ def stored_round_costs(entry, max_tokens: int) -> tuple[RoundCosts | None, str |
     """A cache entry -> (its `RoundCosts`, None) when usable for drafts of up to `max_tokens` tokens, else
     (None, what is wrong). Verify forwards must cost > 0 s (the planner divides by them); the drafter's parts may
     measure 0 (a step below the timer's resolution) but never below it, nor NaN or inf."""
-    fields = {"verify_seconds", "consume_seconds", "first_draft_seconds", "draft_step_seconds"}
+    fields = {"verify_seconds", "consume_seconds", "first_draft_seconds", "draft_step_seconds", "tree_step_seconds"}
     if not isinstance(entry, dict) or set(entry) != fields:
         keys = sorted(entry) if isinstance(entry, dict) else type(entry).__name__
         return None, f"expected the fields {sorted(fields)}, found {keys}"
@@ -156,7 +162,7 @@ def stored_round_costs(entry, max_tokens: int) -> tuple[RoundCosts | None, str |
     bad = [n for n, value in enumerate(table[1:], start=1) if not _is_seconds(value, zero_allowed=False)]
     if bad:
         return None, f"verify_seconds[{bad[0]}] = {table[bad[0]]!r} is not a positive finite number of seconds"
-    for name in ("consume_seconds", "first_draft_seconds", "draft_step_seconds"):
+    for name in ("consume_seconds", "first_draft_seconds", "draft_step_seconds", "tree_step_seconds"):
         if not _is_seconds(entry[name], zero_allowed=True):
             return None, f"{name} = {entry[name]!r} is not a finite number of seconds >= 0"
     return RoundCosts(**entry), None
@@ -198,8 +204,10 @@ def _seconds(thunk, device: torch.device) -> float:
 
 
 @torch.no_grad()
-def measure_round_costs(target, assistant, head, max_tokens: int) -> RoundCosts:
-    """Measure `RoundCosts` with `verify_seconds` up to `max_tokens + 1` tokens (K drafts and the target's own)."""
+def measure_round_costs(target, assistant, head, max_tokens: int, tree_top_k: int = 4,
+                        tree_total_tokens: int = 8) -> RoundCosts:
+    """Measure `RoundCosts` with `verify_seconds` up to `max_tokens + 1` tokens (K drafts and the target's own),
+    trees of `tree_top_k` children per node and `tree_total_tokens` nodes."""
     device = target.get_input_embeddings().weight.device
     ids = _random_ids(target, assistant.config.vocab_size, device)
     cache = DynamicCache()
@@ -208,9 +216,10 @@ def measure_round_costs(target, assistant, head, max_tokens: int) -> RoundCosts:
     sizes = sorted({1, *[s for s in MEASURED_SIZES if s <= max_tokens + 1], max_tokens + 1})
     measured = _verify_seconds(target, ids, cache, sizes, device)
     verify_seconds = [0.0] + _interpolate(measured, max_tokens + 1)
-    consume, first, step = _measure_drafter(assistant, head, ids, assistant.drafter.select_target_hidden(out.hidden_states),
-                                            device)
-    return RoundCosts(verify_seconds, consume, first, step)
+    target_hidden = assistant.drafter.select_target_hidden(out.hidden_states)
+    consume, first, step, tree_step = _measure_drafter(assistant, head, ids, target_hidden, device,
+                                                       (tree_top_k, tree_total_tokens))
+    return RoundCosts(verify_seconds, consume, first, step, tree_step)
 
 
 def _random_ids(target, vocab_size: int, device) -> torch.Tensor:
@@ -284,9 +293,13 @@ def _interpolate(measured: dict[int, float], largest: int) -> list[float]:
     return values
 
 
-def _measure_drafter(assistant, head, ids, target_hidden, device):
-    """(consume, first draft, one more draft step) seconds, on the calibration context."""
+def _measure_drafter(assistant, head, ids, target_hidden, device, tree_shape: tuple[int, int]):
+    """(consume, first draft, one more draft step, one more tree depth) seconds, on the calibration context;
+    `tree_shape`: (top_k, total_tokens) of the trees."""
     session = ChainDraftSession(assistant.drafter, vocab_size=assistant.config.vocab_size, do_sample=False, head=head)
+    top_k, total_tokens = tree_shape
+    trees = TreeDraftSession(assistant.drafter, assistant.config.vocab_size, top_k=top_k, depth=3,
+                             total_tokens=total_tokens, head=head, chain=session)
     context = ids[:, : CONTEXT - 2]
     session.consume_verified(context, target_hidden, plan=False)  # the prompt pass, untimed
     start = session.num_verified_pairs
@@ -305,13 +318,21 @@ def _measure_drafter(assistant, head, ids, target_hidden, device):
         rewind()
         session.propose(verified, new_hidden, tokens)
 
+    def tree(depth):
+        rewind()
+        trees.propose_tree(verified, new_hidden, max_depth=depth)
+
     consume()
     consume_seconds = _seconds(consume, device)
     draft(1)
     one = _seconds(lambda: draft(1), device)
     three = _seconds(lambda: draft(3), device)
+    tree(3)
+    tree_one = _seconds(lambda: tree(1), device)
+    tree_three = _seconds(lambda: tree(3), device)
     rewind()
-    return consume_seconds, max(one - consume_seconds, 0.0), max((three - one) / 2, 0.0)
+    return (consume_seconds, max(one - consume_seconds, 0.0), max((three - one) / 2, 0.0),
+            max((tree_three - tree_one) / 2, 0.0))
 
 
 def apply_cpu_verify(model, choice: str | None) -> str | None:

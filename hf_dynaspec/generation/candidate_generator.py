@@ -14,9 +14,10 @@ from transformers.generation.candidate_generator import CandidateGenerator
 
 import hf_dynaspec.generation.block_verify as block_verify
 from hf_dynaspec.drafting.chain import ChainDraftSession
-from hf_dynaspec.drafting.planner import SpeculationPlanner
+from hf_dynaspec.drafting.planner import SpeculationPlanner, TreeShape
 from hf_dynaspec.drafting.round import SpeculationRound
 from hf_dynaspec.drafting.runtime import planner_memory, runtime_head, suffix_cache
+from hf_dynaspec.drafting.tree import TreeDraftSession
 from hf_dynaspec.generation.attachment import ensure_attached
 from hf_dynaspec.generation.calibration import round_costs
 from hf_dynaspec.generation.checks import check_chain_inputs
@@ -64,24 +65,30 @@ def make_candidate_generator(assistant, target, input_ids, generation_config, lo
 
 
 def build_round(target, assistant, options, input_ids, logits_processor, do_sample: bool, draws_drafts: bool,
-                eos_token_ids=None) -> SpeculationRound:
+                eos_token_ids=None, with_trees: bool = False) -> SpeculationRound:
     """The `SpeculationRound` of one generate() call on either route, begun on the prompt `input_ids` `[1, N]`.
     `draws_drafts`: the drafter samples its tokens from its distribution (the `assistant_model=` route when
     sampling, verified by speculative sampling); False drafts its most likely tokens (greedy calls, and the
-    public route, whose tree verifier takes point-mass proposals). `do_sample` keys the planner's tables."""
+    public route, whose tree verifier takes point-mass proposals). `do_sample` keys the planner's tables.
+    `with_trees` (tree_generate, `draft_plan="auto"`): the planner may draft trees of the options' shape."""
     stats = start_stats(assistant)
     head = runtime_head(assistant, options)
     session = ChainDraftSession(assistant.drafter, vocab_size=assistant.config.vocab_size, do_sample=draws_drafts,
                                 logits_processor=logits_processor, head=head,
                                 confidence=options.assistant_confidence_threshold)
-    planner = None
+    planner = trees = None
     if options.draft_plan == "auto":
+        shape = TreeShape(options.tree_top_k, options.tree_depth, options.tree_total_tokens) if with_trees else None
         longest = max(options.auto_max_assistant_tokens, options.prompt_lookup_num_tokens,
-                      options.suffix_cache_num_tokens)
+                      options.suffix_cache_num_tokens, options.tree_total_tokens if with_trees else 0)
         planner = SpeculationPlanner(round_costs(target, assistant, options, head, longest),
-                                     planner_memory(assistant, do_sample), options.auto_max_assistant_tokens)
+                                     planner_memory(assistant, do_sample), options.auto_max_assistant_tokens, tree=shape)
+        if with_trees:
+            trees = TreeDraftSession(assistant.drafter, assistant.config.vocab_size, top_k=shape.top_k,
+                                     depth=shape.max_depth, total_tokens=shape.total_tokens, head=head, chain=session)
     speculation = SpeculationRound(session, options, stats, planner=planner, suffix=suffix_cache(assistant, options),
-                                   eos_token_ids=eos_token_ids, collect_draft_tokens=assistant.collect_draft_tokens)
+                                   eos_token_ids=eos_token_ids, collect_draft_tokens=assistant.collect_draft_tokens,
+                                   trees=trees)
     speculation.begin(input_ids)
     return speculation
 

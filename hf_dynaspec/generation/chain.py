@@ -5,7 +5,7 @@
 
 Each round is the `assistant_model=` route's round (hf_dynaspec.drafting.round.SpeculationRound: the drafter,
 prompt lookup, the suffix cache, the confidence stop and `draft_plan="auto"`, as the assistant's options say),
-verified as a tree of one branch by the public loop (hf_dynaspec.generation.tree.run_rounds). Its drafts are
+verified as a tree of one branch by the public loop (hf_dynaspec.generation.public_loop.run_rounds). Its drafts are
 point-mass proposals (the drafter's most likely tokens, lookup tokens), which the tree verifier accepts by
 recursive rejection: greedy output identical to plain `generate()`, sampling exact (tests/test_chain_generate.py).
 It is also the fallback for a transformers release that moves the private method the `assistant_model=` route
@@ -22,7 +22,7 @@ from hf_dynaspec.drafting.round import SpeculationRound
 from hf_dynaspec.drafting.tree_structure import DraftTree
 from hf_dynaspec.generation.attachment import ensure_attached
 from hf_dynaspec.generation.candidate_generator import build_round
-from hf_dynaspec.generation.tree import check_public_inputs, run_rounds
+from hf_dynaspec.generation.public_loop import check_public_inputs, run_rounds
 
 
 @torch.no_grad()
@@ -46,13 +46,16 @@ def chain_generate(model, input_ids, logits_processor, stopping_criteria, genera
 
 
 class ChainDrafts:
-    """`run_rounds`' drafts: the round's chain as a tree of one branch."""
+    """`run_rounds`' drafts: the round's chain as a tree of one branch, or the round's tree (tree_generate's
+    planner)."""
 
     def __init__(self, speculation: SpeculationRound):
         self.round = speculation
 
     def propose(self, input_ids: torch.Tensor, target_hidden: torch.Tensor, max_depth: int) -> DraftTree:
         draft = self.round.draft(input_ids, target_hidden, room=max(max_depth, 0))
+        if draft.tree is not None:
+            return draft.tree
         return chain_tree(input_ids[0, -1:], draft.token_ids[0])
 
     def learn(self, input_ids: torch.Tensor, tree: DraftTree, num_accepted: int, path) -> None:

@@ -1,7 +1,7 @@
 """Inputs to `generate()` that assisted decoding cannot honour exactly: refused with the reason and the fix.
 
 Called by the chain candidate generator (hf_dynaspec.modeling.assistant) before the first round; tree decoding has its
-own, stricter checks (hf_dynaspec.generation.tree).
+own, stricter checks (hf_dynaspec.generation.public_loop).
 """
 
 from __future__ import annotations

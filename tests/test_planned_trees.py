@@ -1,0 +1,200 @@
+"""`tree_generate` with `draft_plan="auto"`: the planner chooses trees too (hf_dynaspec.drafting.planner).
+
+- pricing: a tree is chosen where verifying its nodes costs about one step and the tree has been accepted deeper
+  than the chain; never where each verified node costs a step; its depth is the plan's;
+- learning: a tree round teaches the tree table of its shape only (not the chain's), at the depths its path
+  reached; probes alternate between a chain and a tree;
+- the round drafts exactly the planned tree (its depth cap and node count), shares the chain session's cache, and decodes greedy
+  token-identical to plain generate() with rounds of every kind; whole sampled calls enumerated exactly.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import imitating_assistant, one_layer_target, plain_generate
+from enumeration import TargetOracle, enumerate_paths, max_error, outcome_distribution, target_joint
+from test_enumeration import PROMPT, TOLERANCE, VOCAB, processors
+from test_planned_rounds import repeating_prompt
+
+from hf_dynaspec import tree_generate
+from hf_dynaspec.drafting.planner import PROBE_FIRST, PlannerMemory, RoundPlan, SpeculationPlanner, TreeShape
+from hf_dynaspec.drafting.suffix_cache import SuffixCache
+from hf_dynaspec.drafting.tree import TreeDraftSession
+from hf_dynaspec.generation import candidate_generator as cg
+from hf_dynaspec.generation.calibration import RoundCosts
+
+SHAPE = TreeShape(top_k=3, max_depth=4, total_tokens=10)
+TREE_AUTO = dict(draft_plan="auto", auto_max_assistant_tokens=4, tree_top_k=3, tree_depth=4, tree_total_tokens=10,
+                 suffix_cache_num_tokens=0)
+
+
+def flat_tree_costs(max_tokens: int = 20) -> RoundCosts:
+    """Verifying any number of nodes costs one step (GPUs, AVX-512 BF16 CPUs); a tree depth costs a bit more
+    than a chain step."""
+    return RoundCosts([0.0] + [1.0] * (max_tokens + 1), consume_seconds=0.01, first_draft_seconds=0.02,
+                      draft_step_seconds=0.03, tree_step_seconds=0.04)
+
+
+def steep_tree_costs(max_tokens: int = 20) -> RoundCosts:
+    """Each verified node costs 90% of a step (bf16 on AVX2 CPUs)."""
+    return RoundCosts([0.0] + [1.0 + 0.9 * (n - 1) for n in range(1, max_tokens + 2)], consume_seconds=0.01,
+                      first_draft_seconds=0.02, draft_step_seconds=0.03, tree_step_seconds=0.04)
+
+
+def trees_learnt(memory: PlannerMemory, reach: float = 0.95, rounds: int = 60, shape: TreeShape = SHAPE):
+    """`memory` after tree rounds of `shape` whose path passed each depth with probability `reach` and chain
+    rounds that went about one depth less deep."""
+    planner = SpeculationPlanner(flat_tree_costs(), memory, 4, tree=shape)
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(rounds):
+        depth = 0
+        while depth < shape.max_depth and torch.rand(1, generator=generator).item() < reach:
+            depth += 1
+        planner.record(RoundPlan("tree", shape.max_depth, probe=True), num_drafted=shape.total_tokens,
+                       num_accepted=depth)
+        planner.record(RoundPlan("drafter", 4, probe=True), num_drafted=4, num_accepted=max(depth - 1, 0))
+    return memory
+
+
+def test_trees_are_planned_where_nodes_are_cheap_and_the_tree_is_accepted_deeper():
+    memory = trees_learnt(PlannerMemory())
+    assert SpeculationPlanner(flat_tree_costs(), memory, 4, tree=SHAPE).plan_round([], room=100) \
+        == RoundPlan("tree", 4)
+    # Capped by the room left, like a chain.
+    assert SpeculationPlanner(flat_tree_costs(), memory, 4, tree=SHAPE).plan_round([], room=2) \
+        == RoundPlan("tree", 2)
+    # Where each node costs most of a step, ten nodes cost far more than the tokens they add.
+    assert SpeculationPlanner(steep_tree_costs(), memory, 4, tree=SHAPE).plan_round([], room=100).source != "tree"
+    # Without the tree shape (chain_generate, the assistant_model= route) a tree is never a candidate.
+    assert SpeculationPlanner(flat_tree_costs(), memory, 4).plan_round([], room=100).source != "tree"
+    # A tree accepted no better than the chain costs more than the chain: the chain wins.
+    same = PlannerMemory()
+    for _ in range(60):
+        for j in (1, 2, 3, 4):
+            same.drafter_position.record(j, True)
+    assert SpeculationPlanner(flat_tree_costs(), same, 4, tree=SHAPE).plan_round([], room=100) == RoundPlan("drafter", 4)
+
+
+def test_the_node_count_grows_with_depth_up_to_the_total():
+    assert [SHAPE.nodes(d) for d in (1, 2, 3, 4)] == [3, 10, 10, 10]
+    assert [TreeShape(2, 5, 12).nodes(d) for d in (1, 2, 3, 4, 5)] == [2, 6, 10, 12, 12]
+
+
+def test_a_tree_round_teaches_its_own_table_at_the_depths_its_path_reached():
+    memory = PlannerMemory()
+    planner = SpeculationPlanner(flat_tree_costs(), memory, 4, tree=SHAPE)
+    planner.record(RoundPlan("tree", 3), num_drafted=10, num_accepted=1)
+    assert memory.tree_depth.counts == {(3, 10, 1): [1, 1], (3, 10, 2): [0, 1]}
+    assert memory.drafter_position.counts == {} and memory.drafter_confidence.counts == {}
+    # All three depths accepted: the path could not go deeper than the tree.
+    planner.record(RoundPlan("tree", 3), num_drafted=10, num_accepted=3)
+    assert memory.tree_depth.counts[(3, 10, 3)] == [1, 1] and (3, 10, 4) not in memory.tree_depth.counts
+    # Another shape learns apart.
+    SpeculationPlanner(flat_tree_costs(), memory, 4, tree=TreeShape(2, 4, 6)).record(RoundPlan("tree", 1), 2, 0)
+    assert memory.tree_depth.counts[(2, 6, 1)] == [0, 1] and memory.tree_depth.counts[(3, 10, 1)] == [2, 2]
+
+
+def test_probes_alternate_between_a_chain_and_a_tree():
+    planner = SpeculationPlanner(steep_tree_costs(), PlannerMemory(), 4, tree=SHAPE)
+    planner.costs.verify_seconds[1:] = [1.0 + 0.3 * (n - 1) for n in range(1, 22)]  # a perfect drafter pays
+    probes = []
+    while len(probes) < 4:
+        plan = planner.plan_round([], room=100)
+        if plan.probe:
+            probes.append(plan.source)
+        planner.record(plan, num_drafted=plan.num_tokens, num_accepted=0)
+    assert probes == ["drafter", "tree", "drafter", "tree"]
+    assert planner.memory.probe_interval == PROBE_FIRST * 2**4
+
+
+def test_planning_trees_needs_their_measured_cost():
+    costs = flat_tree_costs()
+    costs.tree_step_seconds = None
+    with pytest.raises(ValueError, match="tree_step_seconds"):
+        SpeculationPlanner(costs, PlannerMemory(), 4, tree=SHAPE)
+
+
+def fresh_tree_state(monkeypatch, memory_factory=lambda: trees_learnt(PlannerMemory())):
+    """Every call starts from the same planner tables (trees learnt to pay), flat costs, no suffix cache."""
+    monkeypatch.setattr(cg, "round_costs", lambda *a, **k: flat_tree_costs())
+    monkeypatch.setattr(cg, "planner_memory", lambda *a, **k: memory_factory())
+    monkeypatch.setattr(cg, "suffix_cache", lambda assistant, options: SuffixCache(vocab_size=VOCAB)
+                        if options.suffix_cache_num_tokens else None)
+
+
+def test_the_round_drafts_exactly_the_planned_tree(monkeypatch):
+    """Each tree round is grown with the planned depth on the chain session's cache (one drafter state for chains
+    and trees), with the node count the planner priced."""
+    fresh_tree_state(monkeypatch)
+    grown = []
+    original = TreeDraftSession.propose_tree
+
+    def spy(session, input_ids, hidden, max_depth=None):
+        tree = original(session, input_ids, hidden, max_depth=max_depth)
+        grown.append((max_depth, int(tree.depths.max()), len(tree), session.chain))
+        return tree
+
+    monkeypatch.setattr(TreeDraftSession, "propose_tree", spy)
+    planned = []
+    original_plan = SpeculationPlanner.plan_round
+    monkeypatch.setattr(SpeculationPlanner, "plan_round",
+                        lambda self, *a, **k: planned.append(original_plan(self, *a, **k)) or planned[-1])
+    target = one_layer_target("llama", seed=2)
+    assistant = imitating_assistant(target, noise=0.3, seed=4, **TREE_AUTO)
+    prompt = repeating_prompt(target.config.vocab_size, seed=0)
+    got = target.generate(prompt, custom_generate=tree_generate, drafter=assistant, max_new_tokens=30, do_sample=False)
+    assert torch.equal(got, plain_generate(target, prompt, max_new_tokens=30, do_sample=False))
+    tree_plans = [plan.num_tokens for plan in planned if plan.source == "tree"]
+    assert tree_plans and [depth for depth, *_ in grown] == tree_plans
+    # The depth is a cap (EAGLE-2 keeps the best-scored nodes, which may stop short of it); the node count, which
+    # the planner priced, is exact.
+    assert all(deepest <= depth and nodes == SHAPE.nodes(depth) + 1 for depth, deepest, nodes, _ in grown), grown
+    assert any(deepest > 1 for _, deepest, *_ in grown)
+    assert len({id(chain) for *_, chain in grown}) == 1
+    assert assistant.stats.passes_by_source["tree"] == len(tree_plans)
+    assert assistant.stats.drafted >= sum(nodes - 1 for *_, nodes, _ in grown)
+
+
+@pytest.mark.parametrize("options", [
+    TREE_AUTO,
+    dict(TREE_AUTO, prompt_lookup_num_tokens=4, suffix_cache_num_tokens=8, assistant_confidence_threshold=0.05),
+], ids=["trees-and-chains", "with-every-lookup"])
+def test_greedy_planned_trees_are_identical(family, options, monkeypatch):
+    """Rounds of every kind (trees of several depths, chains, lookups, none) in one call; identical output."""
+    fresh_tree_state(monkeypatch, memory_factory=lambda: trees_learnt(PlannerMemory(), reach=0.7))
+    target = one_layer_target(family, seed=2)
+    assistant = imitating_assistant(target, noise=0.6, seed=4, **options)
+    sources = {}
+    for seed in range(2):
+        prompt = repeating_prompt(target.config.vocab_size, seed=seed)
+        expected = plain_generate(target, prompt, max_new_tokens=60, do_sample=False)
+        got = target.generate(prompt, custom_generate=tree_generate, drafter=assistant, max_new_tokens=60,
+                              do_sample=False)
+        assert torch.equal(got, expected)
+        for source, count in assistant.stats.passes_by_source.items():
+            sources[source] = sources.get(source, 0) + count
+    assert sources.get("tree", 0) >= 4, sources
+
+
+def test_sampled_planned_trees_are_exact(monkeypatch):
+    """Four tokens sampled at temperature 0.7 through whole tree_generate calls whose planner drafts trees: their
+    exact distribution is the target's."""
+    small = TreeShape(top_k=2, max_depth=2, total_tokens=4)
+    fresh_tree_state(monkeypatch, memory_factory=lambda: trees_learnt(PlannerMemory(), reach=0.8, shape=small))
+    target = one_layer_target("llama", seed=5, vocab_size=VOCAB)
+    assistant = imitating_assistant(target, noise=1.0, seed=3, **dict(TREE_AUTO, tree_top_k=2, tree_depth=2,
+                                                                        tree_total_tokens=4))
+    prompt = torch.tensor([PROMPT])
+    kinds = set()
+
+    def call():
+        out = target.generate(prompt, custom_generate=tree_generate, drafter=assistant, max_new_tokens=4,
+                              do_sample=True, temperature=0.7, top_k=0)
+        kinds.update(assistant.stats.passes_by_source)
+        return tuple(out[0, len(PROMPT):].tolist())
+
+    paths = enumerate_paths(call, max_paths=4 * VOCAB**4)
+    oracle = TargetOracle(target, processors("temperature"))
+    assert max_error(outcome_distribution(paths), target_joint(oracle, PROMPT, 4)) < TOLERANCE
+    assert "tree" in kinds, kinds
