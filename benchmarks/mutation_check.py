@@ -170,7 +170,7 @@ MUTATIONS = [
              "    if vocab_size is not None:\n        check_prompt_ids(input_ids, vocab_size)", "", [UNTRUSTED],
              also=("hf_dynaspec/generation/public_loop.py", "    check_prompt_ids(input_ids, assistant.config.vocab_size)\n", ""),
              select="prompt_id"),
-    Mutation("suffix-cache corpus ids not checked", "hf_dynaspec/drafting/suffix_cache.py",
+    Mutation("suffix-cache corpus ids not checked", "hf_dynaspec/drafting/lookup.py",
              "bad = [t for t in tokens if t < 0 or (self.vocab_size is not None and t >= self.vocab_size)]", "bad = []",
              [UNTRUSTED], select="corpus"),
     Mutation("non-finite check sees NaN only", "hf_dynaspec/modeling/integrity.py",

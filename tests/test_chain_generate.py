@@ -21,8 +21,8 @@ from test_planned_rounds import repeating_prompt
 from test_planner import flat_costs
 
 from hf_dynaspec import DynaSpecAssistant, chain_generate, zoo
+from hf_dynaspec.drafting.lookup import SuffixCache
 from hf_dynaspec.drafting.planner import PlannerMemory
-from hf_dynaspec.drafting.suffix_cache import SuffixCache
 from hf_dynaspec.generation import candidate_generator as cg
 
 SHIPPED = dict(draft_plan="auto", prompt_lookup_num_tokens=5, suffix_cache_num_tokens=16, auto_max_assistant_tokens=8)

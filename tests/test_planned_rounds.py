@@ -22,9 +22,9 @@ from test_planner import AUTO, flat_costs, planned_round_error
 from hf_dynaspec.drafting import round as speculation
 from hf_dynaspec.drafting.chain import ChainDraftSession
 from hf_dynaspec.drafting.device_paths import accelerator_paths_on_cpu
+from hf_dynaspec.drafting.lookup import SuffixCache
 from hf_dynaspec.drafting.planner import SpeculationPlanner
 from hf_dynaspec.drafting.runtime import planner_memory, runtime_head
-from hf_dynaspec.drafting.suffix_cache import SuffixCache
 from hf_dynaspec.generation import calibration
 from hf_dynaspec.generation import candidate_generator as cg
 from hf_dynaspec.generation.calibration import RoundCosts

@@ -18,8 +18,8 @@ from test_enumeration import PROMPT, TOLERANCE, VOCAB, processors
 from test_planned_rounds import repeating_prompt
 
 from hf_dynaspec import tree_generate
+from hf_dynaspec.drafting.lookup import SuffixCache
 from hf_dynaspec.drafting.planner import PROBE_FIRST, PlannerMemory, RoundPlan, SpeculationPlanner, TreeShape
-from hf_dynaspec.drafting.suffix_cache import SuffixCache
 from hf_dynaspec.drafting.tree import TreeDraftSession
 from hf_dynaspec.generation import candidate_generator as cg
 from hf_dynaspec.generation.calibration import RoundCosts

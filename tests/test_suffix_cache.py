@@ -1,4 +1,4 @@
-"""The suffix cache (hf_dynaspec.drafting.suffix_cache): what it drafts, its bound, and exact output with it."""
+"""The suffix cache (hf_dynaspec.drafting.lookup): what it drafts, its bound, and exact output with it."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from enumeration import TargetOracle, chain_round, extended_joint, max_error, ta
 from test_enumeration import PROMPT, TOLERANCE, VOCAB, processors
 
 from hf_dynaspec import suffix_cache
-from hf_dynaspec.drafting.suffix_cache import NgramIndex, SuffixCache
+from hf_dynaspec.drafting.lookup import NgramIndex, SuffixCache
 
 
 def test_request_drafts_continue_the_most_recent_longest_match():

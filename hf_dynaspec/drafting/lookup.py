@@ -1,17 +1,39 @@
-"""Prompt lookup: draft by copying what followed an earlier occurrence of the context's last n tokens.
+"""The lookup sources: drafts copied from text rather than drafted by a model. Both cost a few microseconds of
+host work per drafted token and leave verification unchanged, so output stays exact.
+
+**Prompt lookup.** Draft by copying what followed an earlier occurrence of the context's last n tokens.
 
 Prompt lookup (Saxena 2023; transformers' `prompt_lookup_num_tokens`) is nearly free and strong exactly where a
 learned drafter is weak: summaries, retrieval answers and code edits that repeat spans of the prompt or of the
 answer so far. `hf_dynaspec` uses it as a first choice before the drafter (see `EagleCandidateGenerator`):
 when the context's last n-gram occurred before, the tokens that followed it are the draft; otherwise the
-drafter drafts. Verification is unchanged, so output stays exact.
+drafter drafts.
 
 Written here rather than reusing transformers' `PromptLookupCandidateGenerator` because that class is a whole
 candidate generator (its own stopping and length rules) and always falls back to 1-gram matches, which on a
 150k vocabulary are mostly common tokens whose continuations lose to the drafter.
+
+**The suffix cache.** Drafts from the longest earlier match of the context's end (SuffixDecoding, arXiv 2411.04975;
+llama.cpp's n-gram cache), over the request itself and the assistant's earlier outputs.
+
+Two indexes map every n-gram (n = 1..`max_ngram`) to the tokens that followed it, with counts:
+
+- the request's: the prompt and the output so far (what prompt lookup reads), grown as tokens are committed;
+  its continuations are the most recent ones (text that repeats tends to repeat its nearest copy);
+- the shared one: the outputs of earlier generate() calls of the same assistant and any corpus the user adds
+  (`add_corpus`), bounded to `max_tokens` stored tokens (oldest document out first); its continuations are the
+  most frequent ones. This is what wins on repeated tasks: the same template with different inputs.
+
+A draft extends the context token by token: at each step the longest n-gram ending the context (and the draft
+so far) that either index holds picks the next token (the request's index when its match is at least as long).
+It generalises prompt lookup (a request index with n in [2, 3] and one continuation) at no training cost, and
+plugs into the planner (hf_dynaspec.drafting.planner) as lookup sources with their own acceptance estimates.
 """
 
 from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
 
 import torch
 
@@ -49,3 +71,158 @@ def one_hot_logits(token_ids: torch.Tensor, vocab_size: int) -> torch.Tensor:
     logits = torch.full((1, token_ids.shape[1], vocab_size), float("-inf"), device=token_ids.device)
     logits.scatter_(2, token_ids[..., None], 0.0)
     return logits
+
+
+# -- the suffix cache ----------------------------------------------------------------------------------------
+class NgramIndex:
+    """n-gram (a tuple of 1..max_ngram ids) -> {next id: [count, last position]}."""
+
+    def __init__(self, max_ngram: int):
+        self.max_ngram = max_ngram
+        self.table: dict[tuple, dict[int, list[int]]] = {}
+        self.position = 0  # running position, for recency
+
+    def add(self, tokens: list[int], history: list[int] | None = None) -> None:
+        """Index every n-gram of `history + tokens` that ends just before a token of `tokens` (`history`: the
+        tokens already indexed before them, of which only the last max_ngram matter)."""
+        context = list(history[-self.max_ngram :]) if history else []
+        for token in tokens:
+            self.position += 1
+            for n in range(1, min(self.max_ngram, len(context)) + 1):
+                entry = self.table.setdefault(tuple(context[-n:]), {}).setdefault(token, [0, 0])
+                entry[0] += 1
+                entry[1] = self.position
+            context.append(token)
+            if len(context) > self.max_ngram:
+                del context[0]
+
+    def remove(self, tokens: list[int]) -> None:
+        """Undo `add(tokens)` (counts only; used to evict a document)."""
+        context: list[int] = []
+        for token in tokens:
+            for n in range(1, min(self.max_ngram, len(context)) + 1):
+                key = tuple(context[-n:])
+                followers = self.table.get(key)
+                if followers is None or token not in followers:
+                    continue
+                followers[token][0] -= 1
+                if followers[token][0] <= 0:
+                    del followers[token]
+                    if not followers:
+                        del self.table[key]
+            context.append(token)
+            if len(context) > self.max_ngram:
+                del context[0]
+
+    def longest_match(self, context: list[int], min_ngram: int) -> tuple[int, dict[int, list[int]] | None]:
+        """(n, followers) for the longest n-gram ending `context` that is indexed, n >= min_ngram; (0, None)."""
+        for n in range(min(self.max_ngram, len(context)), min_ngram - 1, -1):
+            followers = self.table.get(tuple(context[-n:]))
+            if followers:
+                return n, followers
+        return 0, None
+
+
+@dataclass
+class SuffixDraft:
+    """A suffix-cache draft: its tokens, which index the first token came from ("suffix-request" or
+    "suffix-shared") and the length of that first match."""
+
+    tokens: list[int]
+    source: str
+    match_length: int
+
+
+class SuffixCache:
+    """The request index and the shared index of one assistant (see the module docstring)."""
+
+    def __init__(self, max_ngram: int = 4, min_ngram: int = 2, max_tokens: int = 32768,
+                 vocab_size: int | None = None):
+        if not 1 <= min_ngram <= max_ngram:
+            raise ValueError(f"SuffixCache needs 1 <= min_ngram <= max_ngram, got {min_ngram} and {max_ngram}")
+        self.max_ngram, self.min_ngram, self.max_tokens = max_ngram, min_ngram, max_tokens
+        self.vocab_size = vocab_size  # the target's: corpus ids must index its embedding
+        self.shared = NgramIndex(max_ngram)
+        self.documents: deque[list[int]] = deque()
+        self.stored_tokens = 0
+        self.request = NgramIndex(max_ngram)
+        self.request_tokens: list[int] = []
+        self.prompt_length = 0
+
+    # -- the shared part ------------------------------------------------------------------------------------
+    def add_corpus(self, documents) -> None:
+        """Add token-id sequences (e.g. `tokenizer(texts)["input_ids"]`: earlier answers, the files an agent
+        edits) to the shared index. Every id must be one of the target's (0 <= id < vocab_size): a corpus
+        tokenized with another tokenizer is refused here, not by an index error in a later generate()."""
+        checked = [self._checked_ids(number, document) for number, document in enumerate(documents)]
+        for tokens in checked:  # all or nothing: nothing is stored from a corpus with a bad document
+            self._store(tokens)
+
+    def _checked_ids(self, number: int, document) -> list[int]:
+        tokens = [int(t) for t in document]
+        bad = [t for t in tokens if t < 0 or (self.vocab_size is not None and t >= self.vocab_size)]
+        if bad:
+            where = "below 0" if bad[0] < 0 else f"outside the target's vocabulary of {self.vocab_size} ids"
+            raise ValueError(
+                f"suffix-cache corpus document {number} holds token id {bad[0]}, {where}: it was tokenized with "
+                "another tokenizer. Tokenize the corpus with the target model's own tokenizer."
+            )
+        return tokens
+
+    def _store(self, tokens: list[int]) -> None:
+        if not tokens or len(tokens) > self.max_tokens:
+            tokens = tokens[-self.max_tokens :]
+        if not tokens:
+            return
+        self.shared.add(tokens)
+        self.documents.append(tokens)
+        self.stored_tokens += len(tokens)
+        while self.stored_tokens > self.max_tokens:
+            oldest = self.documents.popleft()
+            self.shared.remove(oldest)
+            self.stored_tokens -= len(oldest)
+
+    # -- the request part -----------------------------------------------------------------------------------
+    def begin_request(self, prompt_ids: list[int]) -> None:
+        """Start a generate() call: the previous call's output joins the shared index; the request index is
+        rebuilt over the prompt."""
+        self.end_request()
+        self.request = NgramIndex(self.max_ngram)
+        self.request.add(prompt_ids)
+        self.request_tokens = list(prompt_ids)
+        self.prompt_length = len(prompt_ids)
+
+    def end_request(self) -> None:
+        output = self.request_tokens[self.prompt_length :]
+        if output:
+            self._store(output)
+        self.request_tokens, self.prompt_length = [], 0
+
+    def extend(self, committed: list[int]) -> None:
+        """Tokens committed since the last call (the request's running text)."""
+        self.request.add(committed, history=self.request_tokens)
+        self.request_tokens.extend(committed)
+
+    # -- drafting -------------------------------------------------------------------------------------------
+    def propose(self, max_tokens: int) -> SuffixDraft | None:
+        """Up to `max_tokens` tokens continuing the request, or None when no n-gram of at least min_ngram ids
+        ending it was seen before."""
+        context = self.request_tokens[-self.max_ngram :]
+        draft: list[int] = []
+        source, first_match = None, 0
+        while len(draft) < max_tokens:
+            request_n, request_next = self.request.longest_match(context, self.min_ngram)
+            shared_n, shared_next = self.shared.longest_match(context, self.min_ngram)
+            if request_n == 0 and shared_n == 0:
+                break
+            if request_n >= shared_n:
+                token = max(request_next.items(), key=lambda item: item[1][1])[0]  # most recent
+                step_source, step_match = "suffix-request", request_n
+            else:
+                token = max(shared_next.items(), key=lambda item: (item[1][0], item[1][1]))[0]  # most frequent
+                step_source, step_match = "suffix-shared", shared_n
+            if source is None:
+                source, first_match = step_source, step_match
+            draft.append(token)
+            context = (context + [token])[-self.max_ngram :]
+        return SuffixDraft(draft, source, first_match) if draft else None

@@ -30,9 +30,8 @@ from __future__ import annotations
 import torch
 
 from hf_dynaspec.drafting.chain import ChainDraftSession, Draft
-from hf_dynaspec.drafting.lookup import lookup_match
+from hf_dynaspec.drafting.lookup import SuffixCache, lookup_match
 from hf_dynaspec.drafting.planner import LookupCandidate, ProbeDrafting, RoundPlan, SpeculationPlanner
-from hf_dynaspec.drafting.suffix_cache import SuffixCache
 from hf_dynaspec.drafting.tree import TreeDraftSession
 
 

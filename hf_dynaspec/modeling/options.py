@@ -87,7 +87,7 @@ class DynaSpecGenerationConfig(GenerationConfig):
       forwards (2..n rows) go through the CPU rows kernel (hf_dynaspec.kernels.verify_rows) for the row counts
       where it was measured faster than PyTorch here (measured once, cached), during the assisted call only; its
       one-token steps and prefills keep PyTorch's kernels. "off": never.
-    - `suffix_cache_num_tokens` (16): the suffix cache (hf_dynaspec.drafting.suffix_cache: the request and the
+    - `suffix_cache_num_tokens` (16): the suffix cache (hf_dynaspec.drafting.lookup: the request and the
       assistant's earlier outputs) drafts up to this many tokens; 0: off. Under "fixed" a suffix-cache draft,
       when there is one, comes first, as a prompt-lookup draft does.
     - `suffix_cache_max_tokens` (32768): tokens of earlier outputs and corpus the suffix cache keeps.
