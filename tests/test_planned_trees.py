@@ -21,6 +21,7 @@ from hf_dynaspec import tree_generate
 from hf_dynaspec.drafting.lookup import SuffixCache
 from hf_dynaspec.drafting.planner import PROBE_FIRST, PlannerMemory, RoundPlan, SpeculationPlanner, TreeShape
 from hf_dynaspec.drafting.tree import TreeDraftSession
+from hf_dynaspec.drafting.tree_structure import DraftTree
 from hf_dynaspec.generation import candidate_generator as cg
 from hf_dynaspec.generation.calibration import RoundCosts
 
@@ -198,3 +199,31 @@ def test_sampled_planned_trees_are_exact(monkeypatch):
     oracle = TargetOracle(target, processors("temperature"))
     assert max_error(outcome_distribution(paths), target_joint(oracle, PROMPT, 4)) < TOLERANCE
     assert "tree" in kinds, kinds
+
+
+def test_what_a_chain_would_have_done_is_read_from_the_trees_first_children():
+    # root 0 -> 1, 2; 1 -> 3, 4; 2 -> 5; 3 -> 6. First children: 1, 3, 6 (the drafter's chain).
+    tree = DraftTree.from_parents(torch.arange(7), [-1, 0, 0, 1, 1, 2, 3])
+    assert tree.greedy_chain_outcome([]) == (0, 1)  # nothing accepted: the chain's first token was rejected
+    assert tree.greedy_chain_outcome([1]) == (1, 2)
+    assert tree.greedy_chain_outcome([1, 3, 6]) == (3, 3)  # the tree ends: nothing known past depth 3
+    assert tree.greedy_chain_outcome([1, 4]) == (1, 2)  # the path left the first children at depth 2
+    assert tree.greedy_chain_outcome([2, 5]) == (0, 1)
+
+
+def test_tree_rounds_keep_the_chains_table_learning(monkeypatch):
+    """While trees are drafted, the chain's position table learns from their first children: a chain priced low
+    by a bad stretch is not left frozen until the next chain probe."""
+    memories = []
+    fresh_tree_state(monkeypatch, memory_factory=lambda: memories.append(trees_learnt(PlannerMemory())) or memories[-1])
+    target = one_layer_target("llama", seed=2)
+    assistant = imitating_assistant(target, noise=0.3, seed=4, **TREE_AUTO)
+    prompt = repeating_prompt(target.config.vocab_size, seed=0)
+    before = {key: list(counts) for key, counts in trees_learnt(PlannerMemory()).drafter_position.counts.items()}
+    target.generate(prompt, custom_generate=tree_generate, drafter=assistant, max_new_tokens=30, do_sample=False)
+    sources = assistant.stats.passes_by_source
+    assert sources.get("tree", 0) >= 3 * sources.get("drafter", 0) + 3, sources  # (chain rounds: probes)
+    after = memories[0].drafter_position.counts
+    assert after[1][1] - before[1][1] == sources["tree"] + sources.get("drafter", 0), \
+        "every tree round verifies the chain's first position"
+    assert after[1][0] > before[1][0] and after[2][1] > before[2][1]

@@ -278,6 +278,15 @@ class SpeculationPlanner:
                 memory.lookup.record((plan.source, min(plan.match_length, 8), _position_key(j)), accepted)
 
 
+    def record_chain_outcome(self, num_accepted: int, num_reached: int) -> None:
+        """Learn the chain's position table from what a chain would have done in a tree round (the tree's first
+        children: DraftTree.greedy_chain_outcome): positions 1..num_reached verified, the first num_accepted
+        accepted. Keeps the chain's estimates current while trees are drafted: otherwise a chain that had a bad
+        stretch would stay priced low (and trees drafted where chains pay more) until the next chain probe."""
+        for j in range(1, num_reached + 1):
+            self.memory.drafter_position.record(_position_key(j), j <= num_accepted)
+
+
 class ProbeDrafting:
     """Stands in for the planner in a probe round: every position up to the probe's length is kept, and the
     session still reports their confidences, so the confidence table learns too."""

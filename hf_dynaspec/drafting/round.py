@@ -92,16 +92,20 @@ class SpeculationRound:
             draft = self._planned_draft(input_ids, target_hidden, room)
         return self._drafted(self.plan, self._end_at_eos(draft))
 
-    def learn(self, committed_ids: torch.Tensor, num_accepted: int) -> None:
+    def learn(self, committed_ids: torch.Tensor, num_accepted: int, tree_outcome: tuple[int, int] | None = None) -> None:
         """Record the verified outcome of the last draft: `committed_ids` `[1, N']` now ends with the accepted
-        drafts and the target's own token."""
+        drafts and the target's own token. `tree_outcome` (a tree round): what a chain would have done there
+        (DraftTree.greedy_chain_outcome), which the chain's table learns too."""
         self.read_committed(committed_ids)
         if self.num_drafted is None:
             return
         source = self.plan.source if self.num_drafted else "none"
-        self.stats.record(self.num_drafted, num_accepted, looked_up=source not in ("drafter", "none"), source=source)
+        self.stats.record(self.num_drafted, num_accepted, looked_up=source not in ("drafter", "tree", "none"),
+                          source=source)
         if self.planner is not None:
             self.planner.record(self.plan, self.num_drafted, num_accepted)
+            if source == "tree" and tree_outcome is not None:
+                self.planner.record_chain_outcome(*tree_outcome)
         committed = committed_ids[0, -(num_accepted + 1) :]  # the target's tokens at draft positions 0..n
         self.stats.record_shortlists(self.session.shortlists_of_last_draft, committed)
 

@@ -64,6 +64,25 @@ class DraftTree:
             visible = own | (visible[parent] & has_parent)
         return visible
 
+    def greedy_chain_outcome(self, accepted: list[int]) -> tuple[int, int]:
+        """How a chain of the drafter's most likely tokens would have fared where this tree was verified with
+        `accepted` (the accepted nodes, root excluded, root-to-leaf): (its tokens accepted, its positions verified).
+
+        A node's first child is its most likely kept child (EAGLE-2 keeps children by score, and a kept child
+        never outscores its parent's argmax child), i.e. the chain's next token. The chain is accepted while the
+        accepted path follows first children, and is rejected at the next depth where the path leaves them or
+        stops (when the tree has a child there); where the tree ends, so does what it tells. Under sampling the
+        tree tries the first child first, with the chain's acceptance probability. The shortlist per depth can
+        make the tree's argmax differ from the chain's: an estimate, for the planner's tables."""
+        kids = self.children()
+        node, followed = 0, 0
+        for child in accepted:
+            if not kids[node] or kids[node][0] != child:
+                break
+            followed += 1
+            node = child
+        return followed, followed + (1 if kids[node] else 0)
+
     def path_to(self, node: int) -> list[int]:
         """Node indices from the root to `node`, both included."""
         parents = self.parents.tolist()
