@@ -11,6 +11,7 @@ from conftest import assisted_generate, imitating_assistant, one_layer_target, p
 from enumeration import TargetOracle, chain_round, extended_joint, max_error, target_joint
 from test_enumeration import PROMPT, TOLERANCE, VOCAB, processors
 
+from hf_dynaspec import chain_generate, tree_generate
 from hf_dynaspec.drafting.chain import ChainDraftSession
 from hf_dynaspec.drafting.device_paths import accelerator_paths_on_cpu
 from hf_dynaspec.drafting.planner import LookupCandidate, PlannerMemory, RoundPlan, SpeculationPlanner
@@ -186,10 +187,12 @@ def test_round_costs_interpolate_and_extrapolate():
     assert calibration._interpolate({1: 1.0, 3: 3.0, 5: 4.0}, 5) == [1.0, 2.0, 3.0, 3.5, 4.0]
 
 
-def test_auto_routes_the_targets_verification_through_the_rows_kernel_only_during_the_call(monkeypatch):
+@pytest.mark.parametrize("route", ["assistant_model", "chain_generate", "tree_generate"])
+def test_auto_routes_the_targets_verification_through_the_rows_kernel_only_during_the_call(monkeypatch, route):
     """bf16 CPU target, draft_plan="auto": its 2..n-row forwards use the kernel (n as measured) inside the call,
     one-token steps do not, and the model is restored after; "fixed" and a target the user routed are left as
-    they are. Output stays identical to generate() either way (checked here too)."""
+    they are. Output stays identical to generate() either way (checked here too). On every route: the public ones
+    run their own loop, so they enter the kernel themselves."""
     from hf_dynaspec.generation import calibration as cal
     from hf_dynaspec.kernels.verify_rows import loader
     from hf_dynaspec.kernels.verify_rows import patch as verify_rows_patch
@@ -197,8 +200,18 @@ def test_auto_routes_the_targets_verification_through_the_rows_kernel_only_durin
     if not loader.available():
         pytest.skip("the CPU kernel needs x86-64 with AVX2/FMA and a C compiler")
     monkeypatch.setattr(cal, "measured_verify_rows", lambda target: 4)
-    monkeypatch.setattr("hf_dynaspec.generation.candidate_generator.round_costs", lambda *a, **k: flat_costs())
+    costs = flat_costs()
+    costs.tree_step_seconds = 0.05
+    monkeypatch.setattr("hf_dynaspec.generation.candidate_generator.round_costs", lambda *a, **k: costs)
     target = one_layer_target("llama", seed=2).to(torch.bfloat16)
+    public = {"chain_generate": chain_generate, "tree_generate": tree_generate}
+
+    def generate_on_route(target, assistant, prompt, **kwargs):
+        if route == "assistant_model":
+            return assisted_generate(target, assistant, prompt, **kwargs)
+        return target.generate(prompt, attention_mask=torch.ones_like(prompt), custom_generate=public[route],
+                               drafter=assistant, **kwargs)
+
     kernel_rows = []  # rows of every product the kernel computed for the target (the drafter uses it too)
     product = loader.bf16_rows_matmul
     target_weights = {m.weight.data_ptr() for m in target.modules() if isinstance(m, torch.nn.Linear)}
@@ -209,12 +222,12 @@ def test_auto_routes_the_targets_verification_through_the_rows_kernel_only_durin
     for plan, routed in (("auto", True), ("fixed", False)):
         kernel_rows.clear()
         assistant = imitating_assistant(target, noise=0.5, **{**AUTO, "draft_plan": plan})
-        assert torch.equal(assisted_generate(target, assistant, prompt, max_new_tokens=30, do_sample=False), expected)
+        assert torch.equal(generate_on_route(target, assistant, prompt, max_new_tokens=30, do_sample=False), expected)
         assert not verify_rows_patch.is_enabled(target)  # restored
         assert bool(kernel_rows) == routed and set(kernel_rows) <= {2, 3, 4}, (plan, kernel_rows)
     verify_rows_patch.enable(target, max_rows=verify_rows_patch.ANY_ROWS, method="kernel")  # the user's own choice
     assistant = imitating_assistant(target, noise=0.5, **AUTO)
     kernel_rows.clear()
-    assisted_generate(target, assistant, prompt, max_new_tokens=10, do_sample=False)
+    generate_on_route(target, assistant, prompt, max_new_tokens=10, do_sample=False)
     assert verify_rows_patch.enabled_method(target) == "kernel" and 10 in kernel_rows  # still every row count
     verify_rows_patch.disable(target)

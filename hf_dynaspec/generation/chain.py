@@ -22,7 +22,7 @@ from hf_dynaspec.drafting.round import SpeculationRound
 from hf_dynaspec.drafting.tree_structure import DraftTree
 from hf_dynaspec.generation.attachment import ensure_attached
 from hf_dynaspec.generation.candidate_generator import build_round
-from hf_dynaspec.generation.public_loop import check_public_inputs, run_rounds
+from hf_dynaspec.generation.public_loop import check_public_inputs, run_rounds, verify_kernel_for
 
 
 @torch.no_grad()
@@ -39,10 +39,11 @@ def chain_generate(model, input_ids, logits_processor, stopping_criteria, genera
     check_public_inputs(model, assistant, input_ids, generation_config, model_kwargs)
     options = assistant.generation_config
     options.validate_options()  # options set one by one since loading are checked here
-    speculation = build_round(model, assistant, options, input_ids, logits_processor,
-                              do_sample=bool(generation_config.do_sample), draws_drafts=False)
-    return run_rounds(model, assistant, input_ids, logits_processor, stopping_criteria, generation_config,
-                      ChainDrafts(speculation), model_kwargs)
+    with verify_kernel_for(model, options):  # before build_round: the planner's costs are measured with it
+        speculation = build_round(model, assistant, options, input_ids, logits_processor,
+                                  do_sample=bool(generation_config.do_sample), draws_drafts=False)
+        return run_rounds(model, assistant, input_ids, logits_processor, stopping_criteria, generation_config,
+                          ChainDrafts(speculation), model_kwargs)
 
 
 class ChainDrafts:

@@ -13,14 +13,27 @@ Legend: L sequence length, N tree nodes, V vocabulary, D target hidden.
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 from transformers.cache_utils import DynamicCache, DynamicLayer, DynamicSlidingWindowLayer
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
 from hf_dynaspec.drafting.tree_structure import tree_attention_mask, tree_position_ids
+from hf_dynaspec.generation.calibration import target_verify_kernel
 from hf_dynaspec.generation.checks import check_prompt_ids
 from hf_dynaspec.generation.forward_args import cache_kwargs
 from hf_dynaspec.generation.tree_verify import accept_path, check_tree_cache, compact_cache
+
+
+def verify_kernel_for(model, options):
+    """The context a public route runs its call in: as on the `assistant_model=` route (hf_dynaspec.generation.hook),
+    a planned call (`draft_plan="auto"`, `target_verify_kernel="auto"`) routes the target's few-row verification
+    forwards through the CPU rows kernel where it was measured faster (calibration.target_verify_kernel), and the
+    call's costs are measured with it; otherwise nothing changes."""
+    if options.draft_plan == "auto" and options.target_verify_kernel == "auto":
+        return target_verify_kernel(model)
+    return contextlib.nullcontext()
 
 
 def check_public_inputs(model, assistant, input_ids, generation_config, model_kwargs: dict) -> None:
