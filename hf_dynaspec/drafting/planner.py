@@ -277,7 +277,6 @@ class SpeculationPlanner:
             elif plan.source != "none":
                 memory.lookup.record((plan.source, min(plan.match_length, 8), _position_key(j)), accepted)
 
-
     def record_chain_outcome(self, num_accepted: int, num_reached: int) -> None:
         """Learn the chain's position table from what a chain would have done in a tree round (the tree's first
         children: DraftTree.greedy_chain_outcome): positions 1..num_reached verified, the first num_accepted

@@ -158,7 +158,8 @@ class SpeculationRound:
         return draft
 
     def _tree_draft(self, input_ids, target_hidden, depth: int) -> Draft:
-        """An EAGLE-2 tree of exactly `depth` levels (the plan's; tests/test_planned_trees.py)."""
+        """An EAGLE-2 tree grown to the plan's `depth` (a cap: EAGLE-2 keeps the best-scored nodes, which may stop
+        short of it) with the node count the planner priced (tests/test_planned_trees.py)."""
         tree = self.trees.propose_tree(input_ids, target_hidden, max_depth=depth)
         self.session.shortlists_of_last_draft = self.trees.shortlists_of_last_draft
         return Draft(token_ids=tree.token_ids[None, 1:], logits=None, tree=tree)

@@ -60,9 +60,9 @@ class ChainDrafts:
         return chain_tree(input_ids[0, -1:], draft.token_ids[0])
 
     def learn(self, input_ids: torch.Tensor, tree: DraftTree, num_accepted: int, path) -> None:
-        # A planned tree round also tells what a chain would have done (read from the tree's parents: N ints).
-        planned_tree = self.round.plan.source == "tree" and self.round.planner is not None
-        outcome = tree.greedy_chain_outcome(path.nodes[:num_accepted]) if planned_tree else None
+        # A tree round (only a planner drafts one here) also tells what a chain would have done: one more read of
+        # N ints, the tree's parents, in a round whose verification already reads its accepted path.
+        outcome = tree.greedy_chain_outcome(path.nodes[:num_accepted]) if self.round.plan.source == "tree" else None
         self.round.learn(input_ids, num_accepted, tree_outcome=outcome)
 
 
