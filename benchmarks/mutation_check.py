@@ -31,6 +31,8 @@ PROBES = "tests/test_planner_probes.py"
 CHAIN_GENERATE = "tests/test_chain_generate.py"
 PLANNED = "tests/test_planned_rounds.py"
 PLANNED_TREES = "tests/test_planned_trees.py"
+MEDUSA = "tests/test_medusa.py"
+LATTICE = "tests/test_lattice.py"
 
 
 @dataclass
@@ -232,6 +234,21 @@ MUTATIONS = [
     Mutation("public routes never route verification through the rows kernel", "hf_dynaspec/generation/public_loop.py",
              "    if options.draft_plan == \"auto\" and options.target_verify_kernel == \"auto\":",
              "    if False:", ["tests/test_planner.py"], select="rows_kernel"),
+    Mutation("medusa: head k drafts with block k - 1 (off by one head)", "hf_dynaspec/modeling/medusa.py",
+             "        return torch.stack([block(hidden) for block in self.blocks])",
+             "        return torch.stack([block(hidden) for block in self.blocks]).roll(1, dims=0)", [MEDUSA],
+             select="own_position or loads_as_published"),
+    Mutation("medusa: shortlisted heads score the first S rows, not the list's", "hf_dynaspec/modeling/medusa.py",
+             "weights = self.target.get_output_embeddings().weight[self.frequency_ids][None]",
+             "weights = self.target.get_output_embeddings().weight[: self.frequency_ids.numel()][None]", [MEDUSA],
+             select="shortlisted"),
+    Mutation("lattice tree: a child scored without its parent's path", "hf_dynaspec/drafting/lattice.py",
+             "heapq.heappush(heap, (-(score + path_score(lp, causal, lam)), counter, node, token))",
+             "heapq.heappush(heap, (-path_score(lp, causal, lam), counter, node, token))", [LATTICE],
+             select="prefix_closed"),
+    Mutation("CPS: the causal score left out", "hf_dynaspec/drafting/lattice.py",
+             "    return lam * lattice_lp + (1.0 - lam) * causal_lp", "    return lattice_lp", [LATTICE],
+             select="causal_score or full_beam"),
     Mutation("probe rounds cut by the planner", "hf_dynaspec/drafting/round.py",
              "planner = ProbeDrafting() if plan.probe else self.planner", "planner = self.planner", [PROBES],
              select="pessimistic"),

@@ -1,14 +1,16 @@
-"""hf-dynaspec: lossless speculative decoding for Hugging Face causal LMs (EAGLE drafters + DynaSpec).
+"""hf-dynaspec: lossless speculative decoding for Hugging Face causal LMs (EAGLE drafters + DynaSpec, Medusa heads).
 
 Importing the package installs the `generate(assistant_model=...)` route (hf_dynaspec.generation.hook).
 """
 
+from hf_dynaspec.drafting.diffusion import DiffusionDrafter
 from hf_dynaspec.drafting.runtime import suffix_cache
 from hf_dynaspec.errors import ArtifactError, AssistantMismatchError, UnsupportedTargetError
 from hf_dynaspec.exactness import Divergence, check_exactness, first_divergence
-from hf_dynaspec.generation import chain_generate, tree_generate
+from hf_dynaspec.generation import chain_generate, lattice_generate, medusa_generate, tree_generate
 from hf_dynaspec.modeling.assistant import DynaSpecAssistant
 from hf_dynaspec.modeling.config import DynaSpecConfig
+from hf_dynaspec.modeling.medusa import MedusaAssistant, MedusaConfig
 from hf_dynaspec.modeling.options import DynaSpecGenerationConfig
 from hf_dynaspec.stats import DraftStats
 from hf_dynaspec.version import __version__
@@ -17,14 +19,19 @@ __all__ = [
     "ArtifactError",
     "AssistantMismatchError",
     "Divergence",
+    "DiffusionDrafter",
     "DraftStats",
     "DynaSpecAssistant",
     "DynaSpecConfig",
     "DynaSpecGenerationConfig",
+    "MedusaAssistant",
+    "MedusaConfig",
     "UnsupportedTargetError",
     "check_exactness",
     "chain_generate",
     "first_divergence",
+    "lattice_generate",
+    "medusa_generate",
     "suffix_cache",
     "tree_generate",
     "__version__",

@@ -120,8 +120,8 @@ def test_a_method_that_changes_the_output_is_reported_not_exact(target):
 
 
 def test_method_strings_are_validated():
-    with pytest.raises(ValueError, match="unknown method 'medusa'"):
-        build_methods(["medusa"])
+    with pytest.raises(ValueError, match="unknown method 'lookahead'"):
+        build_methods(["lookahead"])
     with pytest.raises(ValueError, match="needs an argument"):
         build_methods(["frspec"], assistant_factory=lambda **o: None)
     with pytest.raises(ValueError, match="--draft-model"):
@@ -136,6 +136,10 @@ def test_method_strings_are_validated():
     assert [m.key for m in methods] == ["frspec:32768", "dynaspec-fixed:8", "dynaspec", "dynaspec:48"]
     off = {"assistant_confidence_threshold": 0.0, "prompt_lookup_num_tokens": 0, "prompt_lookup_veto": 1.0,
            "suffix_cache_num_tokens": 0, "draft_plan": "fixed"}
+    with pytest.raises(ValueError, match=r"\+adl adapts a chain"):
+        build_methods(["dynaspec+adl+auto"], assistant_factory=lambda **o: object())
+    assert build_methods(["dynaspec+draft:5+adl"], assistant_factory=lambda **o: seen.append(o) or object())
+    assert seen.pop() == {"shortlist": "dynaspec", **off, "draft_plan": "adl", "num_assistant_tokens": 5}
     assert seen == [{"shortlist": "frspec", "shortlist_size": 32768, **off},
                     {"shortlist": "dynaspec-fixed", "fixed_clusters": 8, **off},
                     {"shortlist": "dynaspec", **off}, {"shortlist": "dynaspec", "max_clusters": 48, **off}]

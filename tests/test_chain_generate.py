@@ -39,7 +39,8 @@ def public(target, assistant, prompt, **kwargs):
     return target.generate(prompt, custom_generate=chain_generate, drafter=assistant, **kwargs)
 
 
-@pytest.mark.parametrize("options", [SHIPPED, FIXED_ALL], ids=["shipped-auto", "fixed-every-source"])
+@pytest.mark.parametrize("options", [SHIPPED, FIXED_ALL, dict(FIXED_ALL, draft_plan="adl", num_assistant_tokens=5)],
+                         ids=["shipped-auto", "fixed-every-source", "adl-every-source"])
 def test_greedy_chain_generate_is_identical_with_every_source(family, options, monkeypatch):
     monkeypatch.setattr(cg, "round_costs", lambda *a, **k: flat_costs())
     target = one_layer_target(family, seed=2)
@@ -69,6 +70,23 @@ def test_the_confidence_stop_drafts_less_on_the_public_route():
     assert drafted[0.9] < drafted[0.0], drafted
 
 
+def test_adaptive_length_follows_acceptance_on_both_routes():
+    """draft_plan="adl": a drafter that is always right drafts longer chains than one that is mostly wrong, and
+    both routes stay identical to plain generate()."""
+    target = one_layer_target("llama", seed=2)
+    prompt = repeating_prompt(target.config.vocab_size, seed=1)
+    expected = plain_generate(target, prompt, max_new_tokens=40, do_sample=False)
+    per_round = {}
+    for noise in (0.0, 3.0):
+        assistant = imitating_assistant(target, noise=noise, seed=4, draft_plan="adl", num_assistant_tokens=6)
+        assert torch.equal(public(target, assistant, prompt, max_new_tokens=40, do_sample=False), expected)
+        per_round[noise] = assistant.stats.drafted / assistant.stats.verify_passes
+        got = target.generate(prompt, attention_mask=torch.ones_like(prompt), assistant_model=assistant,
+                              max_new_tokens=40, do_sample=False)
+        assert torch.equal(got, expected)
+    assert per_round[0.0] > 3.0 > per_round[3.0], per_round
+
+
 def fresh_run_time_state(monkeypatch):
     """Each enumerated call starts from the same state: the planner's tables and the suffix cache (kept across
     calls of one assistant) would otherwise differ between the enumeration's re-runs."""
@@ -81,7 +99,8 @@ def fresh_run_time_state(monkeypatch):
 @pytest.mark.parametrize("options", [
     dict(draft_plan="fixed", num_assistant_tokens=2, prompt_lookup_num_tokens=2),
     dict(draft_plan="auto", auto_max_assistant_tokens=2, prompt_lookup_num_tokens=2, suffix_cache_num_tokens=2),
-], ids=["fixed", "auto"])
+    dict(draft_plan="adl", num_assistant_tokens=3),
+], ids=["fixed", "auto", "adl"])
 def test_sampled_chain_generate_is_exact(monkeypatch, options):
     """Four new tokens sampled at temperature 0.7 through whole chain_generate calls: their exact distribution
     equals the target's. A round that verified a sampled draft as a point mass, or a plan that read a drawn

@@ -39,6 +39,8 @@ def add_parser(commands) -> None:
                             "for every method, vanilla included: auto (the kernel for the row counts where it is "
                             "measured faster than PyTorch's bf16 here, else off), kernel or shadow (every "
                             "multi-token forward, prefill included)")
+    bench.add_argument("--medusa", default=None, metavar="PATH",
+                       help="Medusa heads for the medusa methods (ours, FasterDecoding's or vLLM's layout)")
     bench.add_argument("--json", default=None, metavar="OUT")
     bench.add_argument("--results", default=None, metavar="PATH",
                        help="append one record per method to this results table (JSON lines, "
@@ -87,8 +89,14 @@ def run(args) -> dict:
         if draft_model is not None:  # hf-assisted's draft model re-reads accepted tokens: same help, same terms
             apply_cpu_verify(draft_model, args.cpu_verify)
     labelled = {label: factory_for(path) for label, path in assistants.items() if label is not None}
+    medusa_heads = None
+    if args.medusa:
+        from hf_dynaspec.modeling.medusa import MedusaAssistant
+
+        medusa_heads = MedusaAssistant.from_pretrained(args.medusa, target=target)
     methods = build_methods(keys, assistant_factory=factory_for(assistants[None]) if None in assistants
-                            else no_assistant, labelled_factories=labelled or None, draft_model=draft_model)
+                            else no_assistant, labelled_factories=labelled or None, draft_model=draft_model,
+                            medusa_heads=medusa_heads)
     answer = None
     if args.mt_bench_turns == 2:
         def answer(input_ids):
@@ -101,6 +109,7 @@ def run(args) -> dict:
     # One assistant: its path; several: {label: path}; none: None.
     report["assistant"] = assistants[None] if None in assistants else (assistants or None)
     report["draft_model"] = args.draft_model
+    report["medusa"] = args.medusa
     report["cpu_verify"] = cpu_verify_method  # "kernel" | "shadow" | None
     report["command"] = "hf-dynaspec " + " ".join(sys.argv[1:]) if sys.argv[0].endswith("hf-dynaspec") else None
     print(markdown_table(report))

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from hf_dynaspec.generation import tree_generate
+from hf_dynaspec.generation.medusa import medusa_generate
 from hf_dynaspec.modeling.assistant import DynaSpecAssistant
 
 DEFAULT_LOOKUP_TOKENS = 7  # 8 rows per verification pass: one sweep of the CPU kernel (cpu_verify)
@@ -43,12 +44,20 @@ METHOD_HELP = {
                    "--num-draft-tokens, else the artifact's), e.g. dynaspec:8+lookup:5+draft:3",
     "...+suffix[:N]": "chain methods of the assistant: the suffix cache drafts up to N tokens (default "
                       f"{DEFAULT_SUFFIX_TOKENS}), e.g. dynaspec:8+suffix",
+    "...+adl": "chain methods of the assistant: draft_plan='adl' (DiffuSpec's adaptive draft length, 1..K), e.g. "
+                "dynaspec:8+draft:6+adl",
     "...+auto[:KMAX]": "chain methods of the assistant: draft_plan='auto' (each round planned from measured costs, "
                        "chains up to KMAX, default 8), e.g. dynaspec:8+lookup:10+suffix+auto; without it 'fixed'",
     "...+tree:TOPKxDEPTHxTOTAL": "tree methods: this tree shape (default: --tree, else the artifact's), e.g. "
                                  "dynaspec-tree:8+tree:4x4x8",
     "...-tree+auto[:KMAX]": "tree methods: each round planned among trees of the shape cut to any depth, chains up "
                             "to KMAX and, with +lookup / +suffix, lookup drafts, e.g. dynaspec-tree+lookup:5+suffix+auto",
+    "medusa[:K]": "Medusa heads (--medusa PATH): each head's argmax, a chain of K tokens (default: every head)",
+    "medusa-tree[:TOTAL]": "Medusa heads: the TOTAL best nodes of the lattice's prefix tree (default 16)",
+    "medusa...+cps[:LAMBDA]": "Medusa methods: DiffuSpec's causal path search, lattice weight LAMBDA (default 0.5) "
+                              "against an n-gram model of the context",
+    "medusa...+adl": "Medusa methods: DiffuSpec's adaptive draft length",
+    "medusa...+shortlist": "Medusa methods: heads score only the FR-Spec list stored with them",
     "LABEL/...": "with several --assistant LABEL=PATH: the assistant's methods of that one assistant; an "
                  "unlabelled assistant method runs once per assistant",
 }
@@ -105,13 +114,14 @@ def parse_plus_suffixes(key: str) -> dict:
         "suffix": ("suffix_cache_num_tokens", lambda arg: _positive_int(key, arg, DEFAULT_SUFFIX_TOKENS)),
         "auto": ("auto_max_assistant_tokens", lambda arg: _positive_int(key, arg, DEFAULT_AUTO_MAX)),
         "tree": ("tree_shape", lambda arg: _tree_shape(key, arg)),
+        "adl": ("adaptive_length", lambda arg: True),
     }
     for suffix in suffixes:
         name, _, arg = suffix.partition(":")
         name, arg = name.strip(), arg.strip() or None
         if name not in readers or readers[name][0] in overrides:
             raise ValueError(f"method {key!r}: the + suffixes are +lookup[:N], +veto[:P], +draft:K, +suffix[:N], "
-                             f"+auto[:KMAX] and +tree:AxBxC, each at most once, e.g. {head}+lookup:5+draft:3")
+                             f"+auto[:KMAX], +adl and +tree:AxBxC, each at most once, e.g. {head}+lookup:5+draft:3")
         option, read = readers[name]
         overrides[option] = read(arg)
     if "prompt_lookup_veto" in overrides and "prompt_lookup_num_tokens" not in overrides:
@@ -195,11 +205,12 @@ def build_methods(
     assistant_factory: Callable[..., DynaSpecAssistant] | None = None,
     labelled_factories: dict[str, Callable[..., DynaSpecAssistant]] | None = None,
     draft_model=None,
+    medusa_heads=None,
 ) -> list[Method]:
     """Methods for `keys`. `assistant_factory(**overrides)` loads a fresh assistant attached to the target
     (overrides as in `DynaSpecAssistant.from_pretrained`); `labelled_factories` holds one such factory per
     label, for keys `LABEL/method` (pass the keys through `expand_assistant_labels` first); `draft_model` serves
-    `hf-assisted`."""
+    `hf-assisted`, `medusa_heads` (a MedusaAssistant) the medusa methods."""
     if len(set(keys)) != len(keys):
         raise ValueError(f"a method is listed twice in {keys}")
     methods = []
@@ -229,6 +240,10 @@ def build_methods(
             methods.append(Method(key, {"assistant_model": draft_model}))
         elif name == "prompt-lookup":
             methods.append(Method(key, {"prompt_lookup_num_tokens": _positive_int(key, arg, 10)}))
+        elif name in ("medusa", "medusa-tree"):
+            if medusa_heads is None:
+                raise ValueError(f"method {key!r} needs Medusa heads: pass --medusa PATH")
+            methods.append(Method(key, medusa_kwargs(key, name, arg, medusa_heads), medusa_heads))
         elif name in ASSISTANT_METHODS:
             if factory is None:
                 raise ValueError(f"method {key!r} needs an assistant: pass --assistant PATH")
@@ -263,7 +278,11 @@ def _assistant_method(key: str, name: str, arg: str | None, factory) -> Method:
     overrides["prompt_lookup_num_tokens"] = plus.get("prompt_lookup_num_tokens", 0)
     overrides["prompt_lookup_veto"] = plus.get("prompt_lookup_veto", 1.0)
     overrides["suffix_cache_num_tokens"] = plus.get("suffix_cache_num_tokens", 0)
-    overrides["draft_plan"] = "auto" if "auto_max_assistant_tokens" in plus else "fixed"
+    if plus.get("adaptive_length") and ("auto_max_assistant_tokens" in plus or tree):
+        raise ValueError(f"method {key!r}: +adl adapts a chain's fixed length; it does not combine with +auto or "
+                         "tree methods")
+    overrides["draft_plan"] = ("auto" if "auto_max_assistant_tokens" in plus
+                               else "adl" if plus.get("adaptive_length") else "fixed")
     for option in ("num_assistant_tokens", "auto_max_assistant_tokens"):
         if option in plus:
             overrides[option] = plus[option]
@@ -273,3 +292,30 @@ def _assistant_method(key: str, name: str, arg: str | None, factory) -> Method:
     if tree:
         return Method(key, {"custom_generate": tree_generate, "drafter": assistant}, assistant)
     return Method(key, {"assistant_model": assistant}, assistant)
+
+
+def medusa_kwargs(key: str, name: str, arg: str | None, heads) -> dict:
+    """generate() arguments of a medusa method: `medusa[:K]` / `medusa-tree[:TOTAL]` with `+cps[:LAMBDA]`,
+    `+adl`, `+shortlist`."""
+    kwargs = {"custom_generate": medusa_generate, "drafter": heads, "medusa_draft": "chain"}
+    if name == "medusa-tree":
+        kwargs.update(medusa_draft="tree", medusa_cps_lambda=1.0,
+                      medusa_tree_total_tokens=_positive_int(key, arg, 16))
+    elif arg is not None:
+        kwargs["medusa_tokens"] = _positive_int(key, arg)
+    for suffix in split_label(key)[1].split("+")[1:]:
+        option, _, value = suffix.partition(":")
+        if option == "cps":
+            lam = 0.5 if not value else float(value)
+            if not 0.0 <= lam < 1.0:
+                raise ValueError(f"method {key!r}: +cps:LAMBDA takes a weight in [0, 1), e.g. +cps:0.5")
+            kwargs["medusa_cps_lambda"] = lam
+            if name == "medusa":
+                kwargs["medusa_draft"] = "cps"
+        elif option == "adl" and not value:
+            kwargs["medusa_adaptive_length"] = True
+        elif option == "shortlist" and not value:
+            kwargs["medusa_shortlist"] = True
+        else:
+            raise ValueError(f"method {key!r}: medusa methods take +cps[:LAMBDA], +adl and +shortlist")
+    return kwargs

@@ -7,10 +7,10 @@ one-branch tree). A round, as `draft` runs it:
 
 1. bring the host copy of the committed ids up to date (only while a lookup source is on: one read of the few
    ids committed since the last round);
-2. pick the source: with `draft_plan="fixed"`, the suffix cache's draft, else prompt lookup's, else the drafter
-   (whose first token may veto a lookup draft); with `draft_plan="auto"`, the planner's choice among the drafter
-   (a chain of up to K tokens), a tree of some depth (`tree_generate` only: its verifier reads trees), each
-   lookup source's draft and no draft at all;
+2. pick the source: with `draft_plan="fixed"` (or `"adl"`, whose drafter length adapts), the suffix cache's
+   draft, else prompt lookup's, else the drafter (whose first token may veto a lookup draft); with
+   `draft_plan="auto"`, the planner's choice among the drafter (a chain of up to K tokens), a tree of some depth
+   (`tree_generate` only: its verifier reads trees), each lookup source's draft and no draft at all;
 3. draft: the chosen source's tokens. A drafter round first runs the drafter over the newly verified positions
    (and any a lookup round left waiting), then its K-step loop, `ChainDraftSession.propose`, which knows
    nothing of sources; a lookup round, or one with no draft, leaves those positions waiting
@@ -30,6 +30,7 @@ from __future__ import annotations
 import torch
 
 from hf_dynaspec.drafting.chain import ChainDraftSession, Draft
+from hf_dynaspec.drafting.lattice import AdaptiveDraftLength
 from hf_dynaspec.drafting.lookup import SuffixCache, lookup_match
 from hf_dynaspec.drafting.planner import LookupCandidate, ProbeDrafting, RoundPlan, SpeculationPlanner
 from hf_dynaspec.drafting.tree import TreeDraftSession
@@ -56,6 +57,9 @@ class SpeculationRound:
         self.suffix = suffix
         self.eos_token_ids = eos_token_ids
         self.collect_draft_tokens = collect_draft_tokens
+        # draft_plan="adl": the drafter's K from smoothed accepted lengths (DiffuSpec's ADL), else None.
+        self.adaptive_length = (AdaptiveDraftLength(k_min=1, k_max=options.num_assistant_tokens)
+                                if options.draft_plan == "adl" else None)
         self.plan = RoundPlan("none", 0)  # what the last round drafted (its source and, for the planner, its plan)
         self.num_drafted: int | None = None  # tokens drafted for the pass being verified; None: the prefill
         # Host copy of the committed ids while a lookup source is on: prompt lookup and the suffix cache search
@@ -87,6 +91,8 @@ class SpeculationRound:
             self.session.shortlists_of_last_draft = []
             return self._drafted(RoundPlan("none", 0), self._empty(input_ids))
         if self.planner is None:
+            if self.adaptive_length is not None:
+                budget = min(budget, self.adaptive_length.length)
             draft = self._fixed_draft(input_ids, target_hidden, budget, room)
         else:
             draft = self._planned_draft(input_ids, target_hidden, room)
@@ -102,6 +108,8 @@ class SpeculationRound:
         source = self.plan.source if self.num_drafted else "none"
         self.stats.record(self.num_drafted, num_accepted, looked_up=source not in ("drafter", "tree", "none"),
                           source=source)
+        if self.adaptive_length is not None and source == "drafter":
+            self.adaptive_length.record(self.num_drafted, num_accepted)
         if self.planner is not None:
             self.planner.record(self.plan, self.num_drafted, num_accepted)
             if source == "tree" and tree_outcome is not None:

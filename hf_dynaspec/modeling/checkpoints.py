@@ -80,9 +80,9 @@ def read_state_dict(directory: Path) -> dict[str, torch.Tensor]:
     """All tensors of the artifact's weight files: safetensors (one file, or shards named by an index), else
     `pytorch_model.bin` (or its shards) through `torch.load(weights_only=True)`."""
     files = _weight_files(directory, WEIGHTS_INDEX_NAME, "*.safetensors")
-    loader = _load_safetensors
+    loader = load_safetensors
     if not files:
-        files, loader = _weight_files(directory, BIN_WEIGHTS_INDEX_NAME, BIN_WEIGHTS_NAME), _load_bin
+        files, loader = _weight_files(directory, BIN_WEIGHTS_INDEX_NAME, BIN_WEIGHTS_NAME), load_bin
     if not files:
         pickles = sorted(p.name for p in directory.iterdir() if p.suffix in PICKLE_SUFFIXES)
         if pickles:
@@ -111,14 +111,14 @@ def _weight_files(directory: Path, index_name: str, pattern: str) -> list[Path]:
     return sorted(directory.glob(pattern))
 
 
-def _load_safetensors(file: Path) -> dict[str, torch.Tensor]:
+def load_safetensors(file: Path) -> dict[str, torch.Tensor]:
     try:
         return load_file(str(file))
     except (SafetensorError, OSError, ValueError) as err:
         raise ArtifactError(f"{file} is corrupt or not a safetensors file ({err}); re-download it.") from err
 
 
-def _load_bin(file: Path) -> dict[str, torch.Tensor]:
+def load_bin(file: Path) -> dict[str, torch.Tensor]:
     """A published `.bin` state dict, through `torch.load(weights_only=True)`: tensors and plain containers
     only; anything else in the pickle (classes, functions) is refused by torch before it runs."""
     try:

@@ -56,7 +56,7 @@ OPTION_DEFAULTS: dict[str, Any] = {
     "verification": "token",
     "target_verify_kernel": "auto",
 }
-DRAFT_PLANS = ("auto", "fixed")
+DRAFT_PLANS = ("auto", "fixed", "adl")
 VERIFICATIONS = ("token", "block")
 # Options that transformers' GenerationConfig has too (same name, same meaning).
 TRANSFORMERS_FIELDS = ("num_assistant_tokens", "assistant_confidence_threshold", "prompt_lookup_num_tokens",
@@ -80,6 +80,8 @@ class DynaSpecGenerationConfig(GenerationConfig):
       (hf_dynaspec.generation.calibration, cached) and acceptance learnt online (hf_dynaspec.drafting.planner);
       it then ignores `num_assistant_tokens` and `assistant_confidence_threshold` is only a hard floor.
       "fixed": K = `num_assistant_tokens` every round, lookup first (the behaviour before planned rounds).
+      "adl": as "fixed", but the drafter's K follows DiffuSpec's adaptive draft length (the smoothed accepted
+      length plus one, 1..`num_assistant_tokens`; hf_dynaspec.drafting.lattice.AdaptiveDraftLength).
       Sampled runs under "auto" are exact but not reproducible from a seed across machines (the plan reads
       measured costs); use "fixed" where a seed must reproduce a sample.
     - `auto_max_assistant_tokens` (8): the longest drafter chain "auto" may draft.

@@ -1,0 +1,147 @@
+"""Drafting from a lattice (Medusa heads, a diffusion LM): a chain, a lattice path (CPS), a tree picked from the
+lattice, or a static tree.
+
+Each round the source scores K positions past the root (the last committed token) at once: that is the lattice.
+Medusa heads read the target's last hidden state at the newest verified position (the one whose LM-head row gave
+the root); a diffusion LM reads the context and K mask tokens. What the round sends to the verifier
+(`MedusaOptions.draft`):
+
+- `"chain"`: each head's argmax (Medusa-1's top-1 proposal), on the device, no host read;
+- `"cps"`: the best path of DiffuSpec's causal-consistency path search (lattice and n-gram scores mixed by
+  `cps_lambda`), a chain;
+- `"tree"`: the `tree_total_tokens` best nodes of the lattice's prefix tree (`cps_lambda` mixes the n-gram score
+  in here too; 1.0 scores by the lattice alone), verified as one tree;
+- `"choices"`: Medusa's static sparse tree from `medusa_choices`.
+
+With `adaptive_length` the depth of the next round follows DiffuSpec's ADL. Every option drafts tokens that are a
+function of the context only: greedy output is identical to plain generate() and sampling exact
+(tests/test_medusa.py enumerates it).
+
+Legend: K heads, L sequence length, D target hidden.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import torch
+
+from hf_dynaspec.drafting.lattice import (
+    AdaptiveDraftLength,
+    Lattice,
+    NgramScorer,
+    best_paths,
+    lattice_tree,
+    tree_from_choices,
+)
+from hf_dynaspec.drafting.tree_structure import DraftTree
+
+MEDUSA_DRAFTS = ("chain", "cps", "tree", "choices")
+
+
+@dataclass
+class MedusaOptions:
+    """How Medusa heads draft (`medusa_generate`'s keyword arguments of the same names)."""
+
+    draft: str = "tree"
+    num_tokens: int | None = None  # chain length / tree depth cap; None: every head
+    tree_top_k: int = 4  # children per node of a lattice tree
+    tree_total_tokens: int = 16  # draft nodes of a lattice tree
+    max_candidates: int = 15  # CPS's M_max
+    coverage: float = 0.8  # CPS's tau: per position, the candidates covering this much probability
+    cps_lambda: float = 0.5  # weight of the lattice's log-probability against the n-gram's
+    cps_beam: int = 4
+    ngram_order: int = 3
+    adaptive_length: bool = False  # ADL
+    adl_rho: float = 0.5
+    adl_delta: int = 1
+    shortlist: bool = False  # score the stored FR-Spec list only
+    choices: list | None = None  # Medusa's medusa_choices: per-position candidate ranks of each node
+
+    @classmethod
+    def from_kwargs(cls, **kwargs) -> MedusaOptions:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(kwargs) - known)
+        if unknown:
+            raise TypeError(f"unknown Medusa drafting options {unknown}; known: {sorted(known)}")
+        options = cls(**{k: v for k, v in kwargs.items() if v is not None})
+        options.validate()
+        return options
+
+    def validate(self) -> None:
+        if self.draft not in MEDUSA_DRAFTS:
+            raise ValueError(f"medusa draft must be one of {MEDUSA_DRAFTS}; got {self.draft!r}.")
+        if self.draft == "choices" and not self.choices:
+            raise ValueError("draft='choices' needs medusa_choices (e.g. [(0,), (1,), (0, 0)]): per-position ranks")
+        for name in ("tree_top_k", "tree_total_tokens", "max_candidates", "cps_beam", "ngram_order"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"Medusa option {name} must be >= 1; got {getattr(self, name)!r}.")
+        if self.num_tokens is not None and self.num_tokens < 0:
+            raise ValueError(f"Medusa option num_tokens must be >= 0; got {self.num_tokens!r}.")
+        if not 0.0 < self.coverage <= 1.0 or not 0.0 <= self.cps_lambda <= 1.0:
+            raise ValueError(f"coverage must be in (0, 1] and cps_lambda in [0, 1]; got {self.coverage!r}, "
+                             f"{self.cps_lambda!r}.")
+
+    @property
+    def uses_context(self) -> bool:
+        """The round's choice reads an n-gram model of the context (CPS, or a tree scored with it)."""
+        return self.draft == "cps" or (self.draft == "tree" and self.cps_lambda < 1.0)
+
+
+class LatticeDrafts:
+    """`run_rounds`' drafts for a lattice source (hf_dynaspec.generation.public_loop): Medusa heads
+    (`MedusaAssistant`) or a diffusion LM (hf_dynaspec.drafting.diffusion.DiffusionDrafter). A source has
+    `num_positions` (K) and `lattice_logits(input_ids, target_hidden, depth, shortlist)` -> (logits
+    `[depth, R]`, target ids of the R columns `[R]` or None)."""
+
+    def __init__(self, source, options: MedusaOptions, stats, vocab_size: int):
+        self.source, self.options, self.stats = source, options, stats
+        positions = source.num_positions
+        self.depth = positions if options.num_tokens is None else min(options.num_tokens, positions)
+        self.adl = (AdaptiveDraftLength(k_min=1, k_max=max(self.depth, 1), rho=options.adl_rho,
+                                        delta=options.adl_delta) if options.adaptive_length else None)
+        self.scorer = NgramScorer(vocab_size, order=options.ngram_order) if options.uses_context else None
+        self._seen = 0  # committed tokens the scorer has read
+
+    def propose(self, input_ids: torch.Tensor, target_hidden: torch.Tensor, max_depth: int) -> DraftTree:
+        """The round's draft continuing `input_ids` `[1, L]` (its last token is the root), from the target's last
+        hidden states `[1, T, D]` (row -1: the position that predicted the root); at most `max_depth` deep."""
+        self._read_context(input_ids)
+        depth = min(self.depth, max_depth, self.adl.length if self.adl is not None else self.depth)
+        root = input_ids[0, -1:]
+        if depth < 1:
+            return _tree(root, root.new_empty(0), [])
+        options = self.options
+        logits, ids = self.source.lattice_logits(input_ids, target_hidden, depth, options.shortlist)
+        if options.draft == "chain":  # on the device: no read
+            columns = logits.argmax(dim=-1)
+            tokens = columns if ids is None else ids[columns]
+            return _tree(root, tokens.to(root.dtype), list(range(depth)))
+        lattice = Lattice.from_logits(logits, ids, options.max_candidates, options.coverage)
+        if options.draft == "cps":
+            path, _ = best_paths(lattice, depth, scorer=self.scorer, lam=options.cps_lambda,
+                                 beam=options.cps_beam)[0]
+            tokens, parents = path, list(range(len(path)))
+        elif options.draft == "tree":
+            tokens, parents = lattice_tree(lattice, options.tree_total_tokens, depth, top_k=options.tree_top_k,
+                                           scorer=self.scorer, lam=options.cps_lambda)
+        else:
+            tokens, parents = tree_from_choices(lattice, options.choices, depth)
+        return _tree(root, torch.tensor(tokens, dtype=root.dtype, device=root.device), parents)
+
+    def learn(self, input_ids: torch.Tensor, tree: DraftTree, num_accepted: int, path) -> None:
+        self.stats.record(len(tree) - 1, num_accepted, source=self.source.source_name)
+        if self.adl is not None:
+            self.adl.record(int(tree.max_depth or 0), num_accepted)
+
+    def _read_context(self, input_ids: torch.Tensor) -> None:
+        """The n-gram scorer reads the tokens committed since the last round (one read of a few ids)."""
+        if self.scorer is None or input_ids.shape[1] <= self._seen:
+            return
+        self.scorer.extend(input_ids[0, self._seen :].tolist())
+        self._seen = input_ids.shape[1]
+
+
+def _tree(root: torch.Tensor, tokens: torch.Tensor, parents: list[int]) -> DraftTree:
+    """The root `[1]` and draft nodes `[n]` whose parents are `parents` (0 = the root; node i + 1 is draft i)."""
+    return DraftTree.from_parents(torch.cat([root, tokens]), [-1] + parents)

@@ -1,0 +1,78 @@
+"""`medusa_generate` (alias `lattice_generate`): speculative decoding from a lattice source through `generate()`'s
+`custom_generate` hook: Medusa heads, or a diffusion LM (hf_dynaspec.drafting.diffusion.DiffusionDrafter).
+
+    from hf_dynaspec import MedusaAssistant, medusa_generate
+    heads = MedusaAssistant.from_pretrained(path, target=model)   # ours, FasterDecoding's or vLLM's layout
+    out = model.generate(**inputs, custom_generate=medusa_generate, drafter=heads, medusa_draft="tree")
+
+Each round the source drafts a lattice (Medusa: from the target's last hidden state of the previous pass;
+hf_dynaspec.drafting.medusa picks the chain, CPS path or tree) and the public loop verifies it in one target
+forward (hf_dynaspec.generation.public_loop).
+Medusa's "typical acceptance" is lossy and not offered: acceptance is the tree verifier's, exact.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from hf_dynaspec.drafting.diffusion import DiffusionDrafter
+from hf_dynaspec.drafting.medusa import LatticeDrafts, MedusaOptions
+from hf_dynaspec.errors import AssistantMismatchError
+from hf_dynaspec.generation.public_loop import check_public_inputs, run_rounds
+from hf_dynaspec.modeling.medusa import MedusaAssistant
+from hf_dynaspec.stats import start_stats
+
+
+@torch.no_grad()
+def medusa_generate(model, input_ids, logits_processor, stopping_criteria, generation_config, drafter=None,
+                    medusa_draft: str | None = None, medusa_tokens: int | None = None,
+                    medusa_tree_top_k: int | None = None, medusa_tree_total_tokens: int | None = None,
+                    medusa_max_candidates: int | None = None, medusa_coverage: float | None = None,
+                    medusa_cps_lambda: float | None = None, medusa_cps_beam: int | None = None,
+                    medusa_ngram_order: int | None = None, medusa_adaptive_length: bool | None = None,
+                    medusa_adl_rho: float | None = None, medusa_adl_delta: int | None = None,
+                    medusa_shortlist: bool | None = None, medusa_choices: list | None = None, **model_kwargs):
+    """`custom_generate` callable. `drafter`: a `MedusaAssistant` for `model`, or a `DiffusionDrafter`. `medusa_draft`: "chain", "cps",
+    "tree" (default) or "choices"; `medusa_tokens`: chain length / tree depth (default: every head); further
+    `medusa_*` keyword arguments set the other `MedusaOptions` fields (`medusa_tree_total_tokens=16`,
+    `medusa_cps_lambda=0.5`, `medusa_adaptive_length=True`, `medusa_shortlist=True`, ...). Returns the sequences
+    `[1, L]`, or a `GenerateDecoderOnlyOutput` with `return_dict_in_generate`. (Each option is a named argument:
+    generate() hands a `custom_generate` only the keyword arguments its signature names.)"""
+    heads = _attached(drafter, model)
+    named = dict(locals())
+    options = MedusaOptions.from_kwargs(
+        draft=medusa_draft, num_tokens=medusa_tokens,
+        **{name.removeprefix("medusa_"): named[name] for name in OPTION_ARGUMENTS})
+    check_public_inputs(model, heads, input_ids, generation_config, model_kwargs)
+    drafts = LatticeDrafts(heads, options, start_stats(heads), model.get_output_embeddings().weight.shape[0])
+    return run_rounds(model, heads, input_ids, logits_processor, stopping_criteria, generation_config, drafts,
+                      model_kwargs)
+
+
+OPTION_ARGUMENTS = ("medusa_tree_top_k", "medusa_tree_total_tokens", "medusa_max_candidates", "medusa_coverage",
+                    "medusa_cps_lambda", "medusa_cps_beam", "medusa_ngram_order", "medusa_adaptive_length",
+                    "medusa_adl_rho", "medusa_adl_delta", "medusa_shortlist", "medusa_choices")
+
+
+lattice_generate = medusa_generate  # the same route, named for any lattice source
+
+
+def _attached(heads, model):
+    if heads is None:
+        raise ValueError("medusa_generate needs the heads: model.generate(..., custom_generate=medusa_generate, "
+                         "drafter=MedusaAssistant.from_pretrained(path, target=model))")
+    if isinstance(heads, DiffusionDrafter):
+        return heads.attach(model) if heads.target is not model else heads
+    if not isinstance(heads, MedusaAssistant):
+        raise TypeError(f"medusa_generate's drafter must be a MedusaAssistant or a DiffusionDrafter, got "
+                        f"{type(heads).__name__}")
+    if heads.target is None:
+        return heads.attach(model)
+    if heads.target is not model:
+        raise AssistantMismatchError("these Medusa heads are attached to another model object: call "
+                                     "heads.attach(model) first")
+    weight = model.get_output_embeddings().weight
+    first = next(heads.parameters())
+    if first.dtype != model.dtype or first.device != weight.device:
+        heads.attach(model)  # the target was cast or moved since: follow it
+    return heads
