@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -151,6 +152,11 @@ def main(argv=None) -> MedusaAssistant:
         with log.open("a") as handle:
             handle.write(json.dumps(record) + "\n")
         accelerator.print(record)
+    heads.card_data = {"training": {
+        "features": [str(path) for path in args.features], "training tokens": sum(len(s.input_ids) for s in train),
+        "steps": len(batches), "heads": args.heads, "layers": args.layers, "learning rate": args.lr,
+        "loss": f"Medusa-1, weight {args.decay}^k per head, sampled rows (+{args.negatives} random)",
+        "command": "python -m recipes.train_medusa " + " ".join(sys.argv[1:] if argv is None else argv)}}
     heads.save_pretrained(args.out / "heads")
     return heads
 

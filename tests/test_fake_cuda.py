@@ -228,6 +228,32 @@ def test_a_planned_tree_round_never_reads_the_device(strategy):
         assert draft.token_ids.shape == (1, SHAPE.total_tokens) and on_fake_cuda(draft.tree.parents)
 
 
+@pytest.mark.parametrize("draft", ["chain", "tree", "cps"])
+@pytest.mark.parametrize("shortlist", [False, True], ids=["full-heads", "shortlisted-heads"])
+def test_a_medusa_round_stays_on_the_device(draft, shortlist):
+    """A Medusa chain reads nothing from the device; a lattice round (tree, CPS) reads its lattice once."""
+    from hf_dynaspec.drafting.medusa import LatticeDrafts, MedusaOptions
+    from hf_dynaspec.modeling.medusa import MedusaAssistant
+    from hf_dynaspec.stats import DraftStats
+
+    target = tiny_target("qwen2")
+    heads = MedusaAssistant.from_target(target, num_heads=3)
+    heads.config.frequency_list_size = 40
+    heads.frequency_ids = torch.arange(40)
+    with FakeCuda() as cuda:
+        target.to("cuda")
+        heads.attach(target)
+        assert all(on_fake_cuda(t) for t in heads.state_dict().values())
+        options = MedusaOptions(draft=draft, shortlist=shortlist, tree_total_tokens=6, cps_lambda=0.5)
+        drafts = LatticeDrafts(heads, options, DraftStats(), VOCAB)
+        input_ids, hidden = _verified(target)
+        drafts.propose(input_ids, hidden, max_depth=10)  # the n-gram scorer's first read of the prompt
+        with cuda.counting() as events:
+            tree = drafts.propose(input_ids, hidden, max_depth=10)
+        assert len(events.reads) == (0 if draft == "chain" else 1), events.reads
+        assert on_fake_cuda(tree.token_ids) and on_fake_cuda(tree.parents)
+
+
 # -- verification -----------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("processed", [False, True], ids=["plain", "repetition-penalty"])
 def test_greedy_tree_verification_reads_the_device_at_most_twice(processed):

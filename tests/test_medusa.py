@@ -159,8 +159,8 @@ def test_shortlisted_heads_score_the_lists_rows_exactly(medusa_pair):
         heads.attach(target)
 
 
-@pytest.mark.parametrize("options", [DRAFTS[0], DRAFTS[1], DRAFTS[2], DRAFTS[6]],
-                         ids=["chain", "cps", "tree", "tree-shortlist"])
+@pytest.mark.parametrize("options", [DRAFTS[0], DRAFTS[1], DRAFTS[2], DRAFTS[4], DRAFTS[5], DRAFTS[6]],
+                         ids=["chain", "cps", "tree", "choices", "chain-adl", "tree-shortlist"])
 def test_sampled_medusa_is_exact(options):
     """Four tokens sampled at temperature 0.7 through whole medusa_generate calls: exactly the target's joint."""
     target = tiny_target("llama", seed=5, vocab_size=SMALL_VOCAB)
@@ -267,9 +267,13 @@ def test_vllm_layout_loads_as_published_and_decodes_exactly(tmp_path, variant):
 
 def test_saved_heads_load_with_every_value(tmp_path, medusa_pair):
     target, heads = medusa_pair
+    heads.card_data = {"training": {"tokens": 480, "commands": "python -m recipes.train_medusa --heads 4"}}
     heads.save_pretrained(tmp_path)
     loaded = MedusaAssistant.from_pretrained(tmp_path, target=target)
     assert loaded.config.drafter_kind == "medusa" and loaded.config.frequency_list_size == VOCAB - 20
+    assert loaded.card_data == heads.card_data
+    card = (tmp_path / "README.md").read_text()
+    assert "python -m recipes.train_medusa --heads 4" in card and "FR-Spec list" in card
     for name, value in heads.state_dict().items():
         assert torch.equal(loaded.state_dict()[name], value), name
 
@@ -335,3 +339,25 @@ def test_medusa_bench_methods_parse_and_are_measured_exact(medusa_pair):
     for key in keys[1:]:
         assert report["methods"][key]["exact"] is True, key
         assert report["methods"][key]["tau"] >= 1.0
+
+
+def test_the_recipes_pairs_give_head_k_the_token_k_plus_two_ahead():
+    """Source t reads h_t; its teacher is the top-k at t + k + 1 (the distribution of token t + k + 2), within one
+    sequence, and only where that token is a response token."""
+    from recipes.train_medusa import frequency_list, head_pairs
+
+    def sequence(length: int, response_from: int) -> Sequence:
+        response = torch.arange(length) >= response_from
+        return Sequence(torch.arange(length) + 10 * length, torch.zeros(length, 2), torch.zeros(length, 1),
+                        torch.zeros(length, 1), response)
+
+    sequences = [sequence(6, 3), sequence(4, 0)]
+    for head in range(3):
+        sources, teachers = head_pairs(sequences, head)
+        expected = [(offset + t, offset + t + head + 1)
+                    for offset, s in ((0, sequences[0]), (6, sequences[1]))
+                    for t in range(len(s.input_ids) - head - 2) if s.response[t + head + 2]]
+        assert list(zip(sources.tolist(), teachers.tolist())) == expected, head
+    ids = frequency_list([Sequence(torch.tensor([5, 5, 7, 2, 7, 5, 9]), torch.zeros(7, 2), torch.zeros(7, 1),
+                                   torch.zeros(7, 1), torch.tensor([False] + [True] * 6))], 2)
+    assert ids.tolist() == [5, 7]

@@ -18,7 +18,17 @@ from hf_dynaspec import DynaSpecConfig, zoo
 from hf_dynaspec.bench.runner import SHIPPED_ASSISTANTS
 
 MAX_BYTES = 60 * 1024 * 1024  # the recipes issue: each shipped artifact under ~60 MB
-SHIPPED = sorted(path for path in SHIPPED_ASSISTANTS.iterdir() if path.is_dir())
+def _model_type(path) -> str | None:
+    return json.loads((path / "config.json").read_text()).get("model_type")
+
+
+SHIPPED_ALL = sorted(path for path in SHIPPED_ASSISTANTS.iterdir() if path.is_dir())
+SHIPPED = [path for path in SHIPPED_ALL if _model_type(path) == "dynaspec"]
+SHIPPED_MEDUSA = [path for path in SHIPPED_ALL if _model_type(path) == "dynaspec-medusa"]
+
+
+def test_every_shipped_folder_is_an_assistant_or_medusa_heads():
+    assert SHIPPED_ALL == sorted(SHIPPED + SHIPPED_MEDUSA)
 
 
 def test_both_qwen_targets_have_a_shipped_assistant():
@@ -30,7 +40,7 @@ def tensors(path):
         return {key: handle.get_tensor(key) for key in handle.keys()}
 
 
-@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", SHIPPED + SHIPPED_MEDUSA, ids=lambda p: p.name)
 def test_artifact_files_are_safe_small_and_complete(path):
     names = {file.name for file in path.iterdir()}
     assert {"config.json", "model.safetensors", "README.md", "card.json"} <= names, names
@@ -61,10 +71,28 @@ def test_config_matches_its_target_and_its_weights(path):
     assert covered.numel() == config.vocab_size
 
 
-@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", SHIPPED + SHIPPED_MEDUSA, ids=lambda p: p.name)
 def test_model_card_records_results_and_commands(path):
     card = json.loads((path / "card.json").read_text())
-    assert card["training"].get("commands"), "the card must say how the artifact was made"
+    assert card["training"].get("commands") or card["training"].get("command"), \
+        "the card must say how the artifact was made"
     readme = (path / "README.md").read_text()
     assert "| tau" in readme or "tau |" in readme, "the model card must carry the measured table"
     assert "python -m recipes." in readme
+
+
+@pytest.mark.parametrize("path", SHIPPED_MEDUSA, ids=lambda p: p.name)
+def test_medusa_heads_match_their_target_and_config(path):
+    from hf_dynaspec import MedusaConfig
+
+    config = MedusaConfig.from_pretrained(path)
+    target = path.name.removesuffix("-medusa")
+    assert config.target_name_or_path == target and target in zoo.ZOO
+    weights = tensors(path)
+    assert {t.dtype for t in weights.values() if t.is_floating_point()} == {torch.bfloat16}
+    for k in range(config.num_heads):
+        for j in range(config.num_layers):
+            assert weights[f"blocks.{k}.layers.{j}.weight"].shape == (config.hidden_size, config.hidden_size)
+    ids = weights["frequency_ids"]
+    assert ids.numel() == config.frequency_list_size and int(ids.max()) < config.vocab_size
+    assert ids.unique().numel() == ids.numel()

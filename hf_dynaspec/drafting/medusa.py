@@ -110,13 +110,13 @@ class LatticeDrafts:
         depth = min(self.depth, max_depth, self.adl.length if self.adl is not None else self.depth)
         root = input_ids[0, -1:]
         if depth < 1:
-            return _tree(root, root.new_empty(0), [])
+            return _chain(root, root.new_empty(0))
         options = self.options
         logits, ids = self.source.lattice_logits(input_ids, target_hidden, depth, options.shortlist)
         if options.draft == "chain":  # on the device: no read
             columns = logits.argmax(dim=-1)
             tokens = columns if ids is None else ids[columns]
-            return _tree(root, tokens.to(root.dtype), list(range(depth)))
+            return _chain(root, tokens.to(root.dtype))
         lattice = Lattice.from_logits(logits, ids, options.max_candidates, options.coverage)
         if options.draft == "cps":
             path, _ = best_paths(lattice, depth, scorer=self.scorer, lam=options.cps_lambda,
@@ -140,6 +140,12 @@ class LatticeDrafts:
             return
         self.scorer.extend(input_ids[0, self._seen :].tolist())
         self._seen = input_ids.shape[1]
+
+
+def _chain(root: torch.Tensor, tokens: torch.Tensor) -> DraftTree:
+    """The root `[1]` and K tokens `[K]` as a tree of one branch, built on their device from host sizes only."""
+    positions = torch.arange(tokens.shape[0] + 1, device=tokens.device)
+    return DraftTree(torch.cat([root, tokens]), parents=positions - 1, depths=positions, max_depth=tokens.shape[0])
 
 
 def _tree(root: torch.Tensor, tokens: torch.Tensor, parents: list[int]) -> DraftTree:

@@ -19,6 +19,7 @@ Legend: K heads, L residual blocks per head, N rows, D target hidden, V target v
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -28,7 +29,7 @@ import torch.nn.functional as F
 from transformers import PretrainedConfig, PreTrainedModel
 
 from hf_dynaspec.errors import ArtifactError, AssistantMismatchError
-from hf_dynaspec.modeling import checkpoints
+from hf_dynaspec.modeling import checkpoints, model_card
 from hf_dynaspec.modeling.medusa_layouts import OWN_MODEL_TYPE, read_medusa
 from hf_dynaspec.stats import DraftStats, latest_stats
 from hf_dynaspec.version import __version__
@@ -110,6 +111,7 @@ class MedusaAssistant(PreTrainedModel):
                              else torch.zeros(0, dtype=torch.long))
         self.register_buffer("frequency_ids", torch.zeros(config.frequency_list_size, dtype=torch.long))
         self.post_init()
+        self.card_data: dict = {}  # how the heads were made and what they measured (card.json, the model card)
         self.__dict__["_target"] = None
         self.__dict__["_shortlist_rows"] = None
 
@@ -160,7 +162,16 @@ class MedusaAssistant(PreTrainedModel):
             if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
                 raise ArtifactError(f"{directory}: {name} holds NaN or infinite values; re-download the heads.")
         heads.load_state_dict(state)
+        heads.card_data = model_card.read_card_data(Path(directory))
         return heads.attach(target) if target is not None else heads
+
+    def save_pretrained(self, save_directory: str | os.PathLike, *args, **kwargs) -> None:
+        """config.json, model.safetensors, card.json (when there is card data) and a README model card."""
+        super().save_pretrained(save_directory, *args, **kwargs)
+        directory = Path(save_directory)
+        if self.card_data:
+            (directory / model_card.CARD_DATA_NAME).write_text(json.dumps(self.card_data, indent=2) + "\n")
+        (directory / "README.md").write_text(model_card.render_medusa_card(self.config, self.card_data))
 
     # -- the target ----------------------------------------------------------------------------------
     @property
@@ -227,8 +238,9 @@ class MedusaAssistant(PreTrainedModel):
                                  "--frequency-list-size S, or draft with shortlist=False")
             return self._shortlisted_logits(states), self.frequency_ids
         if self.lm_heads is None:
-            head = self.target.get_output_embeddings()
-            logits = torch.stack([head(state) for state in states])
+            # One product for all K heads: the shared head's weight (V x D, the largest matrix of a small target)
+            # is read once per round, not K times.
+            logits = self.target.get_output_embeddings()(states)
         else:
             logits = torch.stack([projection(state) for projection, state in zip(self.lm_heads, states)])
         ids = self.head_token_ids if self.head_token_ids.numel() else None
@@ -245,6 +257,8 @@ class MedusaAssistant(PreTrainedModel):
                     raise ValueError("a shortlist over truncated own heads is not supported: use their token map")
                 weights = torch.stack([projection.weight[self.frequency_ids] for projection in self.lm_heads])
             rows = self.__dict__["_shortlist_rows"] = weights.to(states.dtype).contiguous()  # [1 or K, S, D]
+        if rows.shape[0] == 1:  # the target's head: one [K*N, D] x [D, S] product, its S rows read once
+            return (states.reshape(-1, states.shape[-1]) @ rows[0].T).reshape(*states.shape[:2], -1).float()
         return torch.matmul(states, rows.transpose(1, 2)).float()
 
     def forward(self, *args, **kwargs):

@@ -135,3 +135,49 @@ out = model.generate(**inputs, assistant_model=assistant, max_new_tokens=128)
 {results_text}
 """
     return str(ModelCard.from_template(metadata, template_str="---\n{{ card_data }}\n---\n" + body))
+
+
+def render_medusa_card(config, card_data: dict) -> str:
+    """README.md text for Medusa heads (`MedusaConfig`), from `card_data` as for assistants."""
+    from huggingface_hub import ModelCard, ModelCardData
+
+    target = config.target_name_or_path or "unknown"
+    metadata = ModelCardData(library_name="hf-dynaspec", tags=["speculative-decoding", "medusa"],
+                             base_model=target if "/" in target and not target.startswith(("/", ".")) else None,
+                             license=card_data.get("license"))
+    projection = ("its own vocabulary projection per head" if config.own_heads
+                  else "the target's own LM head (only the residual blocks are stored)")
+    shortlist = (f"- FR-Spec list for shortlisted heads: {config.frequency_list_size:,} tokens"
+                 if config.frequency_list_size else "- no shortlist stored")
+    results = card_data.get("results")
+    body = f"""
+# Medusa heads for {target}
+
+{config.num_heads} Medusa heads ({config.num_layers} residual block(s) each, head k guessing the token k + 2 steps
+ahead) scoring {projection}; {config.vocab_size:,}-token vocabulary. Verification uses the target's full
+vocabulary: greedy output is the target's own (up to bf16 near-ties) and sampling keeps its distribution.
+
+## Use
+
+```python
+from transformers import AutoModelForCausalLM
+from hf_dynaspec import MedusaAssistant, medusa_generate
+
+model = AutoModelForCausalLM.from_pretrained("{target}")
+heads = MedusaAssistant.from_pretrained("<this repo or directory>", target=model)
+out = model.generate(**inputs, custom_generate=medusa_generate, drafter=heads, medusa_draft="tree")
+```
+
+## Components
+
+{shortlist}
+
+## How it was made
+
+{_training_text(card_data.get("training"))}
+
+## Results
+
+{_results_table(results) if results else "No measurements were recorded with these heads."}
+"""
+    return str(ModelCard.from_template(metadata, template_str="---\n{{ card_data }}\n---\n" + body))
