@@ -41,7 +41,7 @@ def generate(target, assistant, route: str, input_ids=PROMPT, **kwargs):
 @pytest.mark.parametrize("name, value, accepted", [
     ("num_assistant_tokens", -1, "a positive integer"),
     ("num_assistant_tokens", 0, "a positive integer"),
-    ("draft_plan", "planned", r"one of \('auto', 'fixed'\)"),
+    ("draft_plan", "planned", r"one of \('auto', 'fixed', 'adl'\)"),
     ("verification", "blocks", r"one of \('token', 'block'\)"),
     ("shortlist", "dynamic", "one of"),
     ("prompt_lookup_veto", 1.5, r"a probability in \[0, 1\]"),
