@@ -32,6 +32,7 @@ CHAIN_GENERATE = "tests/test_chain_generate.py"
 PLANNED = "tests/test_planned_rounds.py"
 PLANNED_TREES = "tests/test_planned_trees.py"
 MEDUSA = "tests/test_medusa.py"
+MEDUSA_AUTO = "tests/test_medusa_auto.py"
 LATTICE = "tests/test_lattice.py"
 
 
@@ -252,6 +253,14 @@ MUTATIONS = [
     Mutation("probe rounds cut by the planner", "hf_dynaspec/drafting/round.py",
              "planner = ProbeDrafting() if plan.probe else self.planner", "planner = self.planner", [PROBES],
              select="pessimistic"),
+    Mutation("planned lattice rounds: the chain cut by position alone, its confidences ignored",
+             "hf_dynaspec/drafting/lattice_planner.py",
+             "priors = [self.memory.confidence.estimate((position_key(j), confidence_bin(c)))",
+             "priors = [self.memory.position.estimate(position_key(j))", [MEDUSA_AUTO], select="confidences_cut"),
+    Mutation("planned lattice rounds: a chain of the whole depth whatever the plan", "hf_dynaspec/drafting/medusa.py",
+             "return _chain(root, _as_ids(lattice.argmax_path(plan.num_tokens), root))",
+             "return _chain(root, _as_ids(lattice.argmax_path(), root))", [MEDUSA_AUTO],
+             select="greedy_auto or confidences_pay"),
 ]
 
 

@@ -54,9 +54,12 @@ METHOD_HELP = {
                             "to KMAX and, with +lookup / +suffix, lookup drafts, e.g. dynaspec-tree+lookup:5+suffix+auto",
     "medusa[:K]": "Medusa heads (--medusa PATH): each head's argmax, a chain of K tokens (default: every head)",
     "medusa-tree[:TOTAL]": "Medusa heads: the TOTAL best nodes of the lattice's prefix tree (default 16)",
+    "medusa-auto[:TOTAL]": "Medusa heads, medusa_draft='auto': each round planned from measured costs among chain "
+                           "lengths, lattice trees of up to TOTAL nodes (default 16) and no draft",
+    "medusa-auto...+lookup[:N]": "medusa-auto: a prompt-lookup draft of up to N tokens (default 10) competes",
     "medusa...+cps[:LAMBDA]": "Medusa methods: DiffuSpec's causal path search, lattice weight LAMBDA (default 0.5) "
                               "against an n-gram model of the context",
-    "medusa...+adl": "Medusa methods: DiffuSpec's adaptive draft length",
+    "medusa...+adl": "Medusa chain and tree methods: DiffuSpec's adaptive draft length",
     "medusa...+shortlist": "Medusa methods: heads score only the FR-Spec list stored with them",
     "LABEL/...": "with several --assistant LABEL=PATH: the assistant's methods of that one assistant; an "
                  "unlabelled assistant method runs once per assistant",
@@ -240,7 +243,7 @@ def build_methods(
             methods.append(Method(key, {"assistant_model": draft_model}))
         elif name == "prompt-lookup":
             methods.append(Method(key, {"prompt_lookup_num_tokens": _positive_int(key, arg, 10)}))
-        elif name in ("medusa", "medusa-tree"):
+        elif name in ("medusa", "medusa-tree", "medusa-auto"):
             if medusa_heads is None:
                 raise ValueError(f"method {key!r} needs Medusa heads: pass --medusa PATH")
             methods.append(Method(key, medusa_kwargs(key, name, arg, medusa_heads), medusa_heads))
@@ -295,11 +298,11 @@ def _assistant_method(key: str, name: str, arg: str | None, factory) -> Method:
 
 
 def medusa_kwargs(key: str, name: str, arg: str | None, heads) -> dict:
-    """generate() arguments of a medusa method: `medusa[:K]` / `medusa-tree[:TOTAL]` with `+cps[:LAMBDA]`,
-    `+adl`, `+shortlist`."""
+    """generate() arguments of a medusa method: `medusa[:K]` / `medusa-tree[:TOTAL]` / `medusa-auto[:TOTAL]` with
+    `+cps[:LAMBDA]`, `+adl` (not auto), `+shortlist`, `+lookup[:N]` (auto)."""
     kwargs = {"custom_generate": medusa_generate, "drafter": heads, "medusa_draft": "chain"}
-    if name == "medusa-tree":
-        kwargs.update(medusa_draft="tree", medusa_cps_lambda=1.0,
+    if name in ("medusa-tree", "medusa-auto"):
+        kwargs.update(medusa_draft=name.removeprefix("medusa-"), medusa_cps_lambda=1.0,
                       medusa_tree_total_tokens=_positive_int(key, arg, 16))
     elif arg is not None:
         kwargs["medusa_tokens"] = _positive_int(key, arg)
@@ -312,10 +315,13 @@ def medusa_kwargs(key: str, name: str, arg: str | None, heads) -> dict:
             kwargs["medusa_cps_lambda"] = lam
             if name == "medusa":
                 kwargs["medusa_draft"] = "cps"
-        elif option == "adl" and not value:
+        elif option == "adl" and not value and name != "medusa-auto":
             kwargs["medusa_adaptive_length"] = True
         elif option == "shortlist" and not value:
             kwargs["medusa_shortlist"] = True
+        elif option == "lookup" and name == "medusa-auto":
+            kwargs["medusa_prompt_lookup_num_tokens"] = _positive_int(key, value or None, 10)
         else:
-            raise ValueError(f"method {key!r}: medusa methods take +cps[:LAMBDA], +adl and +shortlist")
+            raise ValueError(f"method {key!r}: medusa methods take +cps[:LAMBDA], +adl (chain and tree), +shortlist "
+                             "and, for medusa-auto, +lookup[:N]")
     return kwargs

@@ -11,7 +11,10 @@ the root); a diffusion LM reads the context and K mask tokens. What the round se
   `cps_lambda`), a chain;
 - `"tree"`: the `tree_total_tokens` best nodes of the lattice's prefix tree (`cps_lambda` mixes the n-gram score
   in here too; 1.0 scores by the lattice alone), verified as one tree;
-- `"choices"`: Medusa's static sparse tree from `medusa_choices`.
+- `"choices"`: Medusa's static sparse tree from `medusa_choices`;
+- `"auto"`: planned from measured costs and learnt acceptance (hf_dynaspec.drafting.lattice_planner): each round
+  the chain length, lattice-tree depth, prompt-lookup draft (with `prompt_lookup_num_tokens`) or no draft with the
+  best expected tokens per second.
 
 With `adaptive_length` the depth of the next round follows DiffuSpec's ADL. Every option drafts tokens that are a
 function of the context only: greedy output is identical to plain generate() and sampling exact
@@ -22,6 +25,7 @@ Legend: K heads, L sequence length, D target hidden.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields
 
 import torch
@@ -34,9 +38,12 @@ from hf_dynaspec.drafting.lattice import (
     lattice_tree,
     tree_from_choices,
 )
+from hf_dynaspec.drafting.lattice_planner import LatticePlanner
+from hf_dynaspec.drafting.lookup import lookup_match
+from hf_dynaspec.drafting.planner import LookupCandidate, RoundPlan
 from hf_dynaspec.drafting.tree_structure import DraftTree
 
-MEDUSA_DRAFTS = ("chain", "cps", "tree", "choices")
+MEDUSA_DRAFTS = ("chain", "cps", "tree", "choices", "auto")
 
 
 @dataclass
@@ -57,6 +64,7 @@ class MedusaOptions:
     adl_delta: int = 1
     shortlist: bool = False  # score the stored FR-Spec list only
     choices: list | None = None  # Medusa's medusa_choices: per-position candidate ranks of each node
+    prompt_lookup_num_tokens: int = 0  # draft="auto": a prompt-lookup draft of up to this many tokens competes
 
     @classmethod
     def from_kwargs(cls, **kwargs) -> MedusaOptions:
@@ -76,6 +84,11 @@ class MedusaOptions:
         for name in ("tree_top_k", "tree_total_tokens", "max_candidates", "cps_beam", "ngram_order"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"Medusa option {name} must be >= 1; got {getattr(self, name)!r}.")
+        if self.draft == "auto" and self.adaptive_length:
+            raise ValueError("draft='auto' plans each round's length itself; drop adaptive_length (ADL), or pick a "
+                             "fixed draft kind ('chain', 'cps', 'tree') to adapt its length with ADL")
+        if int(self.prompt_lookup_num_tokens) < 0:
+            raise ValueError(f"prompt_lookup_num_tokens must be >= 0; got {self.prompt_lookup_num_tokens!r}.")
         if self.num_tokens is not None and self.num_tokens < 0:
             raise ValueError(f"Medusa option num_tokens must be >= 0; got {self.num_tokens!r}.")
         if not 0.0 < self.coverage <= 1.0 or not 0.0 <= self.cps_lambda <= 1.0:
@@ -85,7 +98,7 @@ class MedusaOptions:
     @property
     def uses_context(self) -> bool:
         """The round's choice reads an n-gram model of the context (CPS, or a tree scored with it)."""
-        return self.draft == "cps" or (self.draft == "tree" and self.cps_lambda < 1.0)
+        return self.draft == "cps" or (self.draft in ("tree", "auto") and self.cps_lambda < 1.0)
 
 
 class LatticeDrafts:
@@ -94,19 +107,25 @@ class LatticeDrafts:
     `num_positions` (K) and `lattice_logits(input_ids, target_hidden, depth, shortlist)` -> (logits
     `[depth, R]`, target ids of the R columns `[R]` or None)."""
 
-    def __init__(self, source, options: MedusaOptions, stats, vocab_size: int):
-        self.source, self.options, self.stats = source, options, stats
+    def __init__(self, source, options: MedusaOptions, stats, vocab_size: int, planner: LatticePlanner | None = None):
+        if (options.draft == "auto") != (planner is not None):
+            raise ValueError("draft='auto' drafts through a LatticePlanner, and only it does")
+        self.source, self.options, self.stats, self.planner = source, options, stats, planner
         positions = source.num_positions
         self.depth = positions if options.num_tokens is None else min(options.num_tokens, positions)
         self.adl = (AdaptiveDraftLength(k_min=1, k_max=max(self.depth, 1), rho=options.adl_rho,
                                         delta=options.adl_delta) if options.adaptive_length else None)
         self.scorer = NgramScorer(vocab_size, order=options.ngram_order) if options.uses_context else None
-        self._seen = 0  # committed tokens the scorer has read
+        self._lookup = planner is not None and options.prompt_lookup_num_tokens > 0
+        self._context: list[int] = []  # host copy of the committed ids, kept when the scorer or lookup reads it
+        self.plan: RoundPlan | None = None  # the last planned round's plan
 
     def propose(self, input_ids: torch.Tensor, target_hidden: torch.Tensor, max_depth: int) -> DraftTree:
         """The round's draft continuing `input_ids` `[1, L]` (its last token is the root), from the target's last
         hidden states `[1, T, D]` (row -1: the position that predicted the root); at most `max_depth` deep."""
         self._read_context(input_ids)
+        if self.planner is not None:
+            return self._planned(input_ids, target_hidden, max_depth)
         depth = min(self.depth, max_depth, self.adl.length if self.adl is not None else self.depth)
         root = input_ids[0, -1:]
         if depth < 1:
@@ -127,19 +146,69 @@ class LatticeDrafts:
                                            scorer=self.scorer, lam=options.cps_lambda)
         else:
             tokens, parents = tree_from_choices(lattice, options.choices, depth)
-        return _tree(root, torch.tensor(tokens, dtype=root.dtype, device=root.device), parents)
+        return _tree(root, _as_ids(tokens, root), parents)
+
+    def _planned(self, input_ids: torch.Tensor, target_hidden: torch.Tensor, max_depth: int) -> DraftTree:
+        """A `draft="auto"` round: the planner decides whether to score the lattice at all, then (the lattice read:
+        one device read) which chain length, tree depth, lookup draft or nothing to send."""
+        root = input_ids[0, -1:]
+        room = min(self.depth, max_depth)
+        lookup, lookup_tokens = self._lookup_candidate(room)
+        plan = self.planner.plan_round(lookup, room)
+        lattice = None
+        if plan.source in ("lattice", "chain", "tree"):
+            logits, ids = self.source.lattice_logits(input_ids, target_hidden, plan.num_tokens, self.options.shortlist)
+            lattice = Lattice.from_logits(logits, ids, self.options.max_candidates, self.options.coverage)
+            confidences = [math.exp(row[0]) for row in lattice.log_probs]
+            if plan.probe:
+                plan.confidences = confidences
+            else:
+                plan = self.planner.choose(confidences, lookup, room)
+        self.plan = plan
+        if plan.source == "chain":
+            return _chain(root, _as_ids(lattice.argmax_path(plan.num_tokens), root))
+        if plan.source == "tree":
+            nodes = self.planner.tree.nodes(plan.num_tokens)
+            tokens, parents = lattice_tree(lattice, nodes, plan.num_tokens, top_k=self.options.tree_top_k,
+                                           scorer=self.scorer, lam=self.options.cps_lambda)
+            return _tree(root, _as_ids(tokens, root), parents)
+        if plan.source == "prompt-lookup":
+            return _chain(root, _as_ids(lookup_tokens[: plan.num_tokens], root))
+        return _chain(root, root.new_empty(0))
+
+    def _lookup_candidate(self, room: int) -> tuple[LookupCandidate | None, list[int]]:
+        """Prompt lookup over the host copy of the context (no device read): (candidate, its tokens)."""
+        if not self._lookup or room < 1:
+            return None, []
+        tokens, match = lookup_match(torch.tensor(self._context), min(self.options.prompt_lookup_num_tokens, room))
+        if not match or not len(tokens):
+            return None, []
+        return LookupCandidate("prompt-lookup", match, len(tokens)), tokens.tolist()
 
     def learn(self, input_ids: torch.Tensor, tree: DraftTree, num_accepted: int, path) -> None:
-        self.stats.record(len(tree) - 1, num_accepted, source=self.source.source_name)
+        plan = self.plan
+        source = plan.source if plan is not None and plan.source == "prompt-lookup" else self.source.source_name
+        self.stats.record(len(tree) - 1, num_accepted, source=source)
         if self.adl is not None:
             self.adl.record(int(tree.max_depth or 0), num_accepted)
+        if self.planner is not None:
+            # A tree round also tells what the argmax chain inside it would have done (its first children).
+            outcome = tree.greedy_chain_outcome(path.nodes[:num_accepted]) if plan.source == "tree" else None
+            self.planner.record(plan, len(tree) - 1, num_accepted, chain_outcome=outcome)
 
     def _read_context(self, input_ids: torch.Tensor) -> None:
-        """The n-gram scorer reads the tokens committed since the last round (one read of a few ids)."""
-        if self.scorer is None or input_ids.shape[1] <= self._seen:
+        """The n-gram scorer and prompt lookup read the tokens committed since the last round (one read of a few
+        ids)."""
+        if (self.scorer is None and not self._lookup) or input_ids.shape[1] <= len(self._context):
             return
-        self.scorer.extend(input_ids[0, self._seen :].tolist())
-        self._seen = input_ids.shape[1]
+        new = input_ids[0, len(self._context) :].tolist()
+        self._context.extend(new)
+        if self.scorer is not None:
+            self.scorer.extend(new)
+
+
+def _as_ids(tokens: list[int], like: torch.Tensor) -> torch.Tensor:
+    return torch.tensor(tokens, dtype=like.dtype, device=like.device)
 
 
 def _chain(root: torch.Tensor, tokens: torch.Tensor) -> DraftTree:

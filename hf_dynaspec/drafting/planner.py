@@ -72,8 +72,25 @@ def confidence_bin(confidence: float) -> int:
     return min(int(confidence * CONFIDENCE_BINS), CONFIDENCE_BINS - 1)
 
 
-def _position_key(position: int) -> int:
+def position_key(position: int) -> int:
     return min(position, MAX_POSITION_KEY)
+
+
+def best_length(probabilities: list[float], seconds, smallest: int = 0) -> tuple[int, float]:
+    """(k, rate) maximising E(k) / seconds(k) over smallest <= k <= len(probabilities); `probabilities[j-1]` is
+    a_j."""
+    expected, totals = 1.0, [1.0]
+    reach = 1.0
+    for a in probabilities:
+        reach *= a
+        expected += reach
+        totals.append(expected)
+    best_k, best_rate = smallest, totals[smallest] / seconds(smallest)
+    for k in range(smallest + 1, len(probabilities) + 1):
+        rate = totals[k] / seconds(k)
+        if rate > best_rate:
+            best_k, best_rate = k, rate
+    return best_k, best_rate
 
 
 @dataclass
@@ -140,23 +157,6 @@ class SpeculationPlanner:
         self.tree = tree
 
     # -- expected tokens and rates ---------------------------------------------------------------------------
-    def _best(self, probabilities: list[float], seconds, smallest: int = 0) -> tuple[int, float]:
-        """(k, rate) maximising E(k) / seconds(k) over smallest <= k <= len(probabilities); `probabilities[j-1]`
-        is a_j."""
-        expected, reach = 1.0, 1.0
-        best_k = smallest
-        totals = [1.0]
-        for a in probabilities:
-            reach *= a
-            expected += reach
-            totals.append(expected)
-        best_rate = totals[smallest] / seconds(smallest)
-        for k in range(smallest + 1, len(probabilities) + 1):
-            rate = totals[k] / seconds(k)
-            if rate > best_rate:
-                best_k, best_rate = k, rate
-        return best_k, best_rate
-
     def _drafter_seconds(self, k: int) -> float:
         return self.costs.consume_seconds + self.costs.drafting(k) + self.costs.verify(k + 1)
 
@@ -171,7 +171,7 @@ class SpeculationPlanner:
         return costs.consume_seconds + drafting + costs.verify(self.tree.nodes(depth) + 1)
 
     def _tree_key(self, depth: int) -> tuple[int, int, int]:
-        return (self.tree.top_k, self.tree.total_tokens, _position_key(depth))
+        return (self.tree.top_k, self.tree.total_tokens, position_key(depth))
 
     def tree_priors(self, count: int) -> list[float]:
         """a_d for tree depths 1..count: P(the accepted path passes depth d | it reached depth d - 1)."""
@@ -180,12 +180,12 @@ class SpeculationPlanner:
     def drafter_priors(self, start: int, count: int) -> list[float]:
         """a_j for draft positions start+1 .. start+count, by position only."""
         table = self.memory.drafter_position
-        return [table.estimate(_position_key(j)) for j in range(start + 1, start + count + 1)]
+        return [table.estimate(position_key(j)) for j in range(start + 1, start + count + 1)]
 
     def lookup_probabilities(self, candidate: LookupCandidate) -> list[float]:
         table = self.memory.lookup
         match = min(candidate.match_length, 8)
-        return [table.estimate((candidate.source, match, _position_key(j)))
+        return [table.estimate((candidate.source, match, position_key(j)))
                 for j in range(1, candidate.num_tokens + 1)]
 
     # -- decisions ------------------------------------------------------------------------------------------
@@ -193,18 +193,18 @@ class SpeculationPlanner:
         """The round's draft: the best of the drafter (planned from position estimates), each lookup candidate,
         and no draft at all; at most `room` tokens."""
         best, best_rate = RoundPlan("none", 0), 1.0 / self._lookup_seconds(0)
-        drafter_k, drafter_rate = self._best(self.drafter_priors(0, min(self.max_draft_tokens, room)),
+        drafter_k, drafter_rate = best_length(self.drafter_priors(0, min(self.max_draft_tokens, room)),
                                              self._drafter_seconds, smallest=1)
         if drafter_rate > best_rate:
             best, best_rate = RoundPlan("drafter", drafter_k), drafter_rate
         if self.tree is not None:
-            depth, tree_rate = self._best(self.tree_priors(min(self.tree.max_depth, room)), self._tree_seconds,
+            depth, tree_rate = best_length(self.tree_priors(min(self.tree.max_depth, room)), self._tree_seconds,
                                           smallest=1)
             if tree_rate > best_rate:
                 best, best_rate = RoundPlan("tree", depth), tree_rate
         for candidate in lookups:
             probabilities = self.lookup_probabilities(candidate)[:room]
-            k, rate = self._best(probabilities, self._lookup_seconds)
+            k, rate = best_length(probabilities, self._lookup_seconds)
             if k and rate > best_rate:
                 best, best_rate = RoundPlan(candidate.source, k, candidate.match_length), rate
         return self._probe_or(best, room)
@@ -219,7 +219,7 @@ class SpeculationPlanner:
             source, longest, seconds = "tree", min(room, self.tree.max_depth), self._tree_seconds
         else:
             source, longest, seconds = "drafter", min(room, self.max_draft_tokens), self._drafter_seconds
-        probe_tokens, rate = self._best([1.0] * longest, seconds, smallest=1)
+        probe_tokens, rate = best_length([1.0] * longest, seconds, smallest=1)
         if rate <= 1.0 / self._lookup_seconds(0):  # not even a drafter that is always right would pay here
             return plan
         memory.rounds_since_probe = 0
@@ -248,7 +248,7 @@ class SpeculationPlanner:
             return False
         known = self.drafted_probabilities(confidences)
         future = self.drafter_priors(j, min(self.max_draft_tokens, room) - j)
-        k, _ = self._best(known + future, self._drafter_seconds, smallest=j)
+        k, _ = best_length(known + future, self._drafter_seconds, smallest=j)
         return k > j
 
     def cut(self, confidences: list[float]) -> int:
@@ -256,7 +256,7 @@ class SpeculationPlanner:
         positions to keep: the prefix length with the best rate, every drafter step already paid."""
         probabilities = self.drafted_probabilities(confidences)
         sunk = self.costs.consume_seconds + self.costs.drafting(len(confidences))
-        k, _ = self._best(probabilities, lambda k: sunk + self.costs.verify(k + 1))
+        k, _ = best_length(probabilities, lambda k: sunk + self.costs.verify(k + 1))
         return k
 
     def record(self, plan: RoundPlan, num_drafted: int, num_accepted: int) -> None:
@@ -271,11 +271,11 @@ class SpeculationPlanner:
             if plan.source == "tree":
                 memory.tree_depth.record(self._tree_key(j), accepted)
             elif plan.source == "drafter":
-                memory.drafter_position.record(_position_key(j), accepted)
+                memory.drafter_position.record(position_key(j), accepted)
                 if j <= len(plan.confidences):
                     memory.drafter_confidence.record(confidence_bin(plan.confidences[j - 1]), accepted)
             elif plan.source != "none":
-                memory.lookup.record((plan.source, min(plan.match_length, 8), _position_key(j)), accepted)
+                memory.lookup.record((plan.source, min(plan.match_length, 8), position_key(j)), accepted)
 
     def record_chain_outcome(self, num_accepted: int, num_reached: int) -> None:
         """Learn the chain's position table from what a chain would have done in a tree round (the tree's first
@@ -283,7 +283,7 @@ class SpeculationPlanner:
         accepted. Keeps the chain's estimates current while trees are drafted: otherwise a chain that had a bad
         stretch would stay priced low (and trees drafted where chains pay more) until the next chain probe."""
         for j in range(1, num_reached + 1):
-            self.memory.drafter_position.record(_position_key(j), j <= num_accepted)
+            self.memory.drafter_position.record(position_key(j), j <= num_accepted)
 
 
 class ProbeDrafting:

@@ -13,11 +13,16 @@ Medusa's "typical acceptance" is lossy and not offered: acceptance is the tree v
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 
 from hf_dynaspec.drafting.diffusion import DiffusionDrafter
+from hf_dynaspec.drafting.lattice_planner import LatticeMemory, LatticePlanner
 from hf_dynaspec.drafting.medusa import LatticeDrafts, MedusaOptions
+from hf_dynaspec.drafting.planner import TreeShape
 from hf_dynaspec.errors import AssistantMismatchError
+from hf_dynaspec.generation.lattice_costs import lattice_round_costs
 from hf_dynaspec.generation.public_loop import check_public_inputs, run_rounds
 from hf_dynaspec.modeling.medusa import MedusaAssistant
 from hf_dynaspec.stats import start_stats
@@ -31,7 +36,8 @@ def medusa_generate(model, input_ids, logits_processor, stopping_criteria, gener
                     medusa_cps_lambda: float | None = None, medusa_cps_beam: int | None = None,
                     medusa_ngram_order: int | None = None, medusa_adaptive_length: bool | None = None,
                     medusa_adl_rho: float | None = None, medusa_adl_delta: int | None = None,
-                    medusa_shortlist: bool | None = None, medusa_choices: list | None = None, **model_kwargs):
+                    medusa_shortlist: bool | None = None, medusa_choices: list | None = None,
+                    medusa_prompt_lookup_num_tokens: int | None = None, **model_kwargs):
     """`custom_generate` callable. `drafter`: a `MedusaAssistant` for `model`, or a `DiffusionDrafter`. `medusa_draft`: "chain", "cps",
     "tree" (default) or "choices"; `medusa_tokens`: chain length / tree depth (default: every head); further
     `medusa_*` keyword arguments set the other `MedusaOptions` fields (`medusa_tree_total_tokens=16`,
@@ -44,17 +50,34 @@ def medusa_generate(model, input_ids, logits_processor, stopping_criteria, gener
         draft=medusa_draft, num_tokens=medusa_tokens,
         **{name.removeprefix("medusa_"): named[name] for name in OPTION_ARGUMENTS})
     check_public_inputs(model, heads, input_ids, generation_config, model_kwargs)
-    drafts = LatticeDrafts(heads, options, start_stats(heads), model.get_output_embeddings().weight.shape[0])
+    planner = _planner(model, heads, options, bool(generation_config.do_sample))
+    drafts = LatticeDrafts(heads, options, start_stats(heads), model.get_output_embeddings().weight.shape[0], planner)
     return run_rounds(model, heads, input_ids, logits_processor, stopping_criteria, generation_config, drafts,
                       model_kwargs)
 
 
 OPTION_ARGUMENTS = ("medusa_tree_top_k", "medusa_tree_total_tokens", "medusa_max_candidates", "medusa_coverage",
                     "medusa_cps_lambda", "medusa_cps_beam", "medusa_ngram_order", "medusa_adaptive_length",
-                    "medusa_adl_rho", "medusa_adl_delta", "medusa_shortlist", "medusa_choices")
+                    "medusa_adl_rho", "medusa_adl_delta", "medusa_shortlist", "medusa_choices",
+                    "medusa_prompt_lookup_num_tokens")
 
 
 lattice_generate = medusa_generate  # the same route, named for any lattice source
+
+# The planner's acceptance tables per source and decoding mode, kept across calls (a planner learns the workload)
+# and dropped with the source.
+_MEMORIES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _planner(model, source, options: MedusaOptions, do_sample: bool) -> LatticePlanner | None:
+    """`draft="auto"`'s planner: this machine's measured costs, the source's tables for this decoding mode."""
+    if options.draft != "auto":
+        return None
+    depth = source.num_positions if options.num_tokens is None else min(options.num_tokens, source.num_positions)
+    memory = _MEMORIES.setdefault(source, {}).setdefault(do_sample, LatticeMemory())
+    costs = lattice_round_costs(model, source, options, max(depth, options.tree_total_tokens))
+    tree = TreeShape(options.tree_top_k, depth, options.tree_total_tokens)
+    return LatticePlanner(costs, memory, depth, tree)
 
 
 def _attached(heads, model):

@@ -1,0 +1,107 @@
+"""What a lattice round costs on this machine (`medusa_draft="auto"`'s input), measured once and cached beside the
+EAGLE planner's costs (hf_dynaspec.generation.calibration: same file, same checks, same keys plus the source's).
+
+- `verify_seconds[n]`: the target's forward over n new tokens on a cache of `CONTEXT` tokens, as for EAGLE;
+- `lattice_seconds`: the source's scores for every position (`lattice_logits` at full depth, read to the host as
+  a round reads it): K head blocks and projections, or a diffusion forward;
+- `tree_seconds`: the host search of a lattice tree of the configured size (with the n-gram scorer when the
+  options score with it).
+
+Legend: N calibration context.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+import torch
+from transformers.cache_utils import DynamicCache
+
+import hf_dynaspec.generation.calibration as calibration
+from hf_dynaspec.drafting.lattice import Lattice, NgramScorer, lattice_tree
+from hf_dynaspec.drafting.lattice_planner import LatticeCosts
+from hf_dynaspec.generation.forward_args import cache_kwargs
+
+
+def lattice_costs_key(target, source, options, max_tokens: int) -> str:
+    """Everything the costs depend on: the target's parts (shapes, dtype, device, threads, versions), the source's
+    config, the options that change the lattice's or the tree's work, the rows kernel's routing."""
+    from hf_dynaspec.kernels.verify_rows import patch as verify_rows_patch
+
+    parts = {
+        **calibration._target_parts(target),
+        "lattice_source": type(source).__name__,
+        "source_config": source.config.to_json_string(use_diff=False),
+        "options": [options.shortlist, options.max_candidates, options.coverage, options.tree_top_k,
+                    options.tree_total_tokens, options.cps_lambda < 1.0, options.ngram_order],
+        "cpu_verify": verify_rows_patch.enabled_method(target),
+    }
+    return f"lattice:{calibration._digest(parts)}:{max_tokens}"
+
+
+def lattice_round_costs(target, source, options, max_tokens: int) -> LatticeCosts:
+    """The costs for this pairing: from memory, else from the calibration file, else measured (and saved)."""
+    key = lattice_costs_key(target, source, options, max_tokens)
+    if key in calibration._MEMORY:
+        return calibration._MEMORY[key]
+    path = calibration.calibration_path()
+    stored = calibration._read(path)
+    costs, problem = _stored(stored.get(key), max_tokens) if key in stored else (None, None)
+    if problem is not None:
+        calibration.logger.warning(f"hf-dynaspec: the lattice costs cached in {path} are unusable ({problem}); "
+                                   "measuring them again (a few seconds).")
+    if costs is None:
+        costs = measure_lattice_costs(target, source, options, max_tokens)
+        stored[key] = asdict(costs)
+        calibration._write(path, stored)
+    calibration._MEMORY[key] = costs
+    return costs
+
+
+def _stored(entry, max_tokens: int) -> tuple[LatticeCosts | None, str | None]:
+    """A cache entry -> (its `LatticeCosts`, None) when usable, else (None, what is wrong)."""
+    fields = {"verify_seconds", "lattice_seconds", "tree_seconds"}
+    if not isinstance(entry, dict) or set(entry) != fields:
+        return None, f"expected the fields {sorted(fields)}"
+    table = entry["verify_seconds"]
+    if not isinstance(table, list) or len(table) < max_tokens + 2:
+        return None, f"verify_seconds does not cover {max_tokens + 1} token counts"
+    if not all(calibration._is_seconds(value, zero_allowed=False) for value in table[1:]):
+        return None, "verify_seconds holds a value that is not a positive finite number of seconds"
+    for name in ("lattice_seconds", "tree_seconds"):
+        if not calibration._is_seconds(entry[name], zero_allowed=True):
+            return None, f"{name} = {entry[name]!r} is not a finite number of seconds >= 0"
+    return LatticeCosts(**entry), None
+
+
+@torch.no_grad()
+def measure_lattice_costs(target, source, options, max_tokens: int) -> LatticeCosts:
+    """Measure `LatticeCosts` with `verify_seconds` up to `max_tokens + 1` tokens."""
+    device = target.get_input_embeddings().weight.device
+    ids = calibration._random_ids(target, target.config.vocab_size, device)
+    cache = DynamicCache()
+    out = target(input_ids=ids[:, : calibration.CONTEXT], **cache_kwargs(target, cache), use_cache=True,
+                 output_hidden_states=source.hidden_state_selection())
+    sizes = sorted({1, *[s for s in calibration.MEASURED_SIZES if s <= max_tokens + 1], max_tokens + 1})
+    measured = calibration._verify_seconds(target, ids, cache, sizes, device)
+    verify_seconds = [0.0] + calibration._interpolate(measured, max_tokens + 1)
+    context = ids[:, : calibration.CONTEXT]
+    hidden = source.select_target_hidden(out.hidden_states)
+    depth = max(1, min(max_tokens, source.num_positions))
+
+    def lattice():
+        logits, columns = source.lattice_logits(context, hidden, depth, options.shortlist)
+        return Lattice.from_logits(logits, columns, options.max_candidates, options.coverage)
+
+    read = lattice()
+    scorer = None
+    if options.cps_lambda < 1.0:
+        scorer = NgramScorer(target.config.vocab_size, order=options.ngram_order)
+        scorer.extend(context[0].tolist())
+
+    def tree():
+        lattice_tree(read, options.tree_total_tokens, depth, top_k=options.tree_top_k, scorer=scorer,
+                     lam=options.cps_lambda)
+
+    tree()
+    return LatticeCosts(verify_seconds, calibration._seconds(lattice, device), calibration._seconds(tree, device))

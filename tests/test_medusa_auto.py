@@ -1,0 +1,249 @@
+"""`medusa_draft="auto"`: lattice rounds planned from measured costs (hf_dynaspec.drafting.lattice_planner).
+
+- the planner's decisions: a lattice that does not pay is not even scored, confidences cut the chain, a learnt
+  lookup wins, a tree wins where its depth table says so, probes alternate chain and tree, and only reached
+  positions are learnt;
+- the round drafts exactly what was planned (chain length, tree depth cap and node count);
+- greedy output identical to plain generate() under flat, steep and this machine's measured costs, with lookup
+  and shortlists; sampled whole calls enumerated exactly under flat and steep costs;
+- the costs are measured once and cached; a damaged cache entry is measured again.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from conftest import VOCAB, plain_generate, tiny_target
+from enumeration import TargetOracle, enumerate_paths, max_error, outcome_distribution, target_joint
+from test_enumeration import PROMPT, TOLERANCE, processors
+from test_enumeration import VOCAB as SMALL_VOCAB
+from test_medusa import trained_heads
+
+import hf_dynaspec.generation.medusa as medusa_route
+from hf_dynaspec.bench import build_methods
+from hf_dynaspec.drafting.lattice_planner import LatticeCosts, LatticeMemory, LatticePlanner
+from hf_dynaspec.drafting.medusa import LatticeDrafts, MedusaOptions
+from hf_dynaspec.drafting.planner import PROBE_FIRST, LookupCandidate, RoundPlan, TreeShape
+from hf_dynaspec.generation import calibration, lattice_costs
+from hf_dynaspec.modeling.medusa import MedusaAssistant
+from hf_dynaspec.stats import DraftStats
+
+
+def flat_costs(lattice: float = 0.05) -> LatticeCosts:
+    """Verifying more tokens costs nothing extra (a GPU, an AVX-512 BF16 CPU at a few rows)."""
+    return LatticeCosts([0.0] + [1.0] * 24, lattice_seconds=lattice, tree_seconds=0.01)
+
+
+def steep_costs() -> LatticeCosts:
+    """Each verified token costs 45% of a step: only confident positions pay."""
+    return LatticeCosts([0.0] + [1.0 + 0.45 * n for n in range(24)], lattice_seconds=0.05, tree_seconds=0.01)
+
+
+TREE = TreeShape(top_k=2, max_depth=4, total_tokens=8)
+
+
+def planner(costs, memory=None, tree=TREE) -> LatticePlanner:
+    return LatticePlanner(costs, memory or LatticeMemory(), depth=4, tree=tree)
+
+
+def kind(plan: RoundPlan) -> tuple[str, int]:
+    return plan.source, plan.num_tokens
+
+
+# -- decisions ---------------------------------------------------------------------------------------------
+def test_a_lattice_that_does_not_pay_is_not_scored():
+    assert planner(flat_costs()).plan_round(None, room=10) == RoundPlan("lattice", 4)
+    assert planner(flat_costs(lattice=5.0)).plan_round(None, room=10) == RoundPlan("none", 0)
+
+
+def test_confidences_cut_the_chain_under_steep_costs():
+    chain_only = planner(steep_costs(), tree=None)
+    assert chain_only.choose([0.99, 0.97, 0.1, 0.1], None, room=10).num_tokens == 2
+    assert chain_only.choose([0.05, 0.05, 0.05, 0.05], None, room=10).source == "none"
+    assert kind(planner(flat_costs(), tree=None).choose([0.99, 0.97, 0.1, 0.1], None, room=10)) == ("chain", 4)
+    assert chain_only.choose([0.99] * 4, None, room=2).num_tokens == 2
+
+
+def test_learnt_acceptance_picks_the_source():
+    memory = LatticeMemory()
+    lookup = LookupCandidate("prompt-lookup", 3, 6)
+    plan = planner(steep_costs(), memory)
+    for _ in range(30):
+        plan.record(RoundPlan("prompt-lookup", 6, 3), num_drafted=6, num_accepted=6)
+        plan.record(RoundPlan("chain", 4, confidences=[0.5] * 4), num_drafted=4, num_accepted=0)
+    assert plan.choose([0.5] * 4, lookup, room=10).source == "prompt-lookup"
+    assert plan.choose([0.5] * 4, None, room=10).source == "none"
+
+    trees = LatticeMemory()
+    for _ in range(30):
+        planner(flat_costs(), trees).record(RoundPlan("tree", 4), num_drafted=8, num_accepted=4)
+        planner(flat_costs(), trees).record(RoundPlan("chain", 4, confidences=[0.5] * 4), 4, 0)
+    assert kind(planner(flat_costs(), trees).choose([0.5] * 4, None, room=10)) == ("tree", 4)
+
+
+def test_probes_alternate_and_only_reached_positions_are_learnt():
+    memory = LatticeMemory()
+    plan = planner(flat_costs(lattice=5.0), memory)
+    kinds = []
+    for _ in range(3 * PROBE_FIRST + 6):
+        chosen = plan.plan_round(None, room=10)
+        kinds.append((chosen.source, chosen.probe))
+        plan.record(chosen, num_drafted=0, num_accepted=0)
+    assert [kind for kind in kinds if kind[1]] == [("chain", True), ("tree", True)]
+    assert kinds[PROBE_FIRST] == ("chain", True)
+
+    memory = LatticeMemory()
+    planner(flat_costs(), memory).record(RoundPlan("chain", 4, confidences=[0.95, 0.9, 0.2, 0.5]), 4, 1)
+    assert memory.position.counts == {1: [1, 1], 2: [0, 1]}
+    assert memory.confidence.counts == {(1, 9): [1, 1], (2, 9): [0, 1]}
+    planner(flat_costs(), memory).record(RoundPlan("tree", 3, confidences=[0.6] * 3), 8, 3, chain_outcome=(1, 2))
+    assert memory.tree_depth.counts == {(8, 1): [1, 1], (8, 2): [1, 1], (8, 3): [1, 1]}
+    assert memory.position.counts == {1: [2, 2], 2: [0, 2]}
+
+
+class PeakedLattice:
+    """A lattice source whose first two positions are sure of a token and whose last two are not."""
+
+    num_positions = 4
+    source_name = "stub"
+
+    def lattice_logits(self, input_ids, target_hidden, depth, shortlist=False):
+        logits = torch.zeros(4, 10)
+        logits[0, 7] = logits[1, 3] = 12.0
+        logits[2, 5] = logits[3, 1] = 0.5
+        return logits[:depth], None
+
+
+def test_a_planned_round_drafts_the_chain_its_confidences_pay_for():
+    moderate = LatticeCosts([0.0] + [1.0 + 0.3 * n for n in range(24)], lattice_seconds=0.05, tree_seconds=0.01)
+    plan = LatticePlanner(moderate, LatticeMemory(), depth=4, tree=None)
+    drafts = LatticeDrafts(PeakedLattice(), MedusaOptions(draft="auto"), DraftStats(), 10, planner=plan)
+    tree = drafts.propose(torch.tensor([[1, 2, 3]]), torch.zeros(1, 3, 8), max_depth=10)
+    assert kind(drafts.plan) == ("chain", 2)
+    assert tree.token_ids.tolist() == [3, 7, 3]
+
+
+# -- rounds ------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def medusa_pair():
+    target = tiny_target("llama", seed=3)
+    return target, trained_heads(target, frequency=VOCAB - 20)
+
+
+class RecordingDrafts(LatticeDrafts):
+    """Checks every round against its plan: a chain of exactly the planned length, a tree within the planned
+    depth and the priced node count."""
+
+    kinds: list
+
+    def propose(self, input_ids, target_hidden, max_depth):
+        tree = super().propose(input_ids, target_hidden, max_depth)
+        plan = self.plan
+        drafted = len(tree) - 1
+        if plan.source == "tree":
+            assert drafted <= self.planner.tree.nodes(plan.num_tokens) and tree.max_depth <= plan.num_tokens
+            assert drafted > plan.num_tokens or plan.num_tokens == 1, "a lattice tree branches"
+        else:
+            assert drafted == plan.num_tokens, plan
+            assert drafted <= max_depth
+        RecordingDrafts.kinds.append(plan.source)
+        return tree
+
+
+COSTS = {"flat": flat_costs, "steep": steep_costs, "measured": None}
+
+
+@pytest.mark.parametrize("costs", COSTS)
+def test_greedy_auto_is_identical_and_drafts_what_was_planned(medusa_pair, costs, monkeypatch):
+    target, heads = medusa_pair
+    if COSTS[costs] is not None:
+        monkeypatch.setattr(medusa_route, "lattice_round_costs", lambda *a, **k: COSTS[costs]())
+    monkeypatch.setattr(medusa_route, "LatticeDrafts", RecordingDrafts)
+    monkeypatch.setattr(medusa_route, "_MEMORIES", type(medusa_route._MEMORIES)())
+    RecordingDrafts.kinds = []
+    for seed, extra in enumerate([{}, dict(medusa_prompt_lookup_num_tokens=6), dict(medusa_shortlist=True)]):
+        prompt = torch.randint(0, VOCAB, (1, 6), generator=torch.Generator().manual_seed(100 + seed))
+        prompt = torch.cat([prompt, prompt], dim=1)  # a repeat: prompt lookup finds matches
+        expected = plain_generate(target, prompt, max_new_tokens=40, do_sample=False)
+        got = target.generate(prompt, custom_generate=medusa_generate_auto(), drafter=heads, max_new_tokens=40,
+                              do_sample=False, medusa_draft="auto", medusa_tree_total_tokens=8, **extra)
+        assert torch.equal(got, expected), extra
+    kinds = set(RecordingDrafts.kinds)
+    if costs == "flat":
+        assert {"chain", "tree"} <= kinds, kinds
+    if costs != "measured":
+        assert "prompt-lookup" in kinds and len(kinds) >= 3, kinds
+
+
+def medusa_generate_auto():
+    return medusa_route.medusa_generate
+
+
+@pytest.mark.parametrize("costs", ["flat", "steep"])
+def test_sampled_auto_is_exact(costs, monkeypatch):
+    """Four tokens sampled at temperature 0.7 through whole planned calls (fresh tables per call, so that every
+    replay of the enumeration plans alike): exactly the target's joint."""
+    target = tiny_target("llama", seed=5, vocab_size=SMALL_VOCAB)
+    heads = MedusaAssistant.from_target(target, num_heads=3)
+    with torch.no_grad():
+        for parameter in heads.blocks.parameters():
+            parameter.normal_(0, 0.5, generator=torch.Generator().manual_seed(parameter.numel()))
+    monkeypatch.setattr(medusa_route, "lattice_round_costs", lambda *a, **k: COSTS[costs]())
+    monkeypatch.setattr(medusa_route, "LatticeDrafts", RecordingDrafts)
+    RecordingDrafts.kinds = []
+    prompt = torch.tensor([PROMPT])
+
+    def call():
+        medusa_route._MEMORIES.clear()
+        out = target.generate(prompt, custom_generate=medusa_route.medusa_generate, drafter=heads, max_new_tokens=4,
+                              do_sample=True, temperature=0.7, top_k=0, medusa_draft="auto",
+                              medusa_tree_total_tokens=4, medusa_prompt_lookup_num_tokens=3)
+        return tuple(out[0, len(PROMPT):].tolist())
+
+    paths = enumerate_paths(call, max_paths=4 * SMALL_VOCAB**4)
+    oracle = TargetOracle(target, processors("temperature"))
+    assert max_error(outcome_distribution(paths), target_joint(oracle, PROMPT, 4)) < TOLERANCE
+    assert len(set(RecordingDrafts.kinds)) >= 2, set(RecordingDrafts.kinds)
+
+
+def test_auto_refuses_adl_and_bench_methods_parse(medusa_pair):
+    target, heads = medusa_pair
+    prompt = torch.tensor([[1, 2, 3]])
+    with pytest.raises(ValueError, match="drop adaptive_length"):
+        target.generate(prompt, custom_generate=medusa_route.medusa_generate, drafter=heads, max_new_tokens=4,
+                        medusa_draft="auto", medusa_adaptive_length=True)
+    with pytest.raises(ValueError, match="only it does"):
+        LatticeDrafts(heads, MedusaOptions(draft="auto"), DraftStats(), VOCAB)
+    methods = build_methods(["medusa-auto:12+lookup:5+shortlist"], medusa_heads=heads)
+    assert methods[0].generate_kwargs == {
+        "custom_generate": medusa_route.medusa_generate, "drafter": heads, "medusa_draft": "auto",
+        "medusa_cps_lambda": 1.0, "medusa_tree_total_tokens": 12, "medusa_prompt_lookup_num_tokens": 5,
+        "medusa_shortlist": True}
+    with pytest.raises(ValueError, match="medusa-auto"):
+        build_methods(["medusa-auto+adl"], medusa_heads=heads)
+    with pytest.raises(ValueError, match="medusa-auto"):
+        build_methods(["medusa+lookup"], medusa_heads=heads)
+
+
+def test_lattice_costs_are_measured_once_and_cached(medusa_pair, tmp_path, monkeypatch):
+    target, heads = medusa_pair
+    monkeypatch.setenv("HF_DYNASPEC_HOME", str(tmp_path))
+    monkeypatch.setattr(calibration, "_MEMORY", {})
+    options = MedusaOptions(draft="auto")
+    measured = []
+    original = lattice_costs.measure_lattice_costs
+    monkeypatch.setattr(lattice_costs, "measure_lattice_costs", lambda *a: measured.append(1) or original(*a))
+    costs = lattice_costs.lattice_round_costs(target, heads, options, 16)
+    assert len(costs.verify_seconds) == 18 and costs.lattice_seconds > 0 and costs.tree_seconds >= 0
+    monkeypatch.setattr(calibration, "_MEMORY", {})
+    assert lattice_costs.lattice_round_costs(target, heads, options, 16) == costs and len(measured) == 1
+    path = calibration.calibration_path()
+    stored = json.loads(path.read_text())
+    key = lattice_costs.lattice_costs_key(target, heads, options, 16)
+    stored[key]["lattice_seconds"] = float("nan")
+    path.write_text(json.dumps(stored))
+    monkeypatch.setattr(calibration, "_MEMORY", {})
+    again = lattice_costs.lattice_round_costs(target, heads, options, 16)
+    assert len(measured) == 2 and again.lattice_seconds > 0
