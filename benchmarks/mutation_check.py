@@ -32,6 +32,7 @@ CHAIN_GENERATE = "tests/test_chain_generate.py"
 PLANNED = "tests/test_planned_rounds.py"
 PLANNED_TREES = "tests/test_planned_trees.py"
 MEDUSA = "tests/test_medusa.py"
+BATCHED = "tests/test_batched.py"
 MEDUSA_AUTO = "tests/test_medusa_auto.py"
 LATTICE = "tests/test_lattice.py"
 
@@ -261,6 +262,17 @@ MUTATIONS = [
              "return _chain(root, _as_ids(lattice.argmax_path(plan.num_tokens), root))",
              "return _chain(root, _as_ids(lattice.argmax_path(), root))", [MEDUSA_AUTO],
              select="greedy_auto or confidences_pay"),
+    Mutation("batched rounds: positions counted on the padded row", "hf_dynaspec/generation/batched_loop.py",
+             "positions = torch.stack([_padded(tree.depths, width, tree.depths[:1]) + row.ids.shape[1] - 1",
+             "positions = torch.stack([_padded(tree.depths, width, tree.depths[:1]) + row.sequence.shape[1] - 1",
+             [BATCHED], select="own_plain_greedy and chain-fixed or own_forward"),
+    Mutation("batched rounds: masked cache slots attended", "hf_dynaspec/generation/batched_loop.py",
+             "visible[:, :, :past] = valid[:, None, :]", "visible[:, :, :past] = True", [BATCHED],
+             select="own_plain_greedy and chain-fixed or own_forward"),
+    Mutation("batched rounds: every row keeps the first row's accepted slots", "hf_dynaspec/generation/batched_loop.py",
+             "index = torch.stack([torch.cat([k, k.new_zeros(most - k.shape[0])]) for k in kept])",
+             "index = torch.stack([torch.cat([kept[0], kept[0].new_zeros(most - kept[0].shape[0])]) for k in kept])",
+             [BATCHED], select="different_lengths or own_plain_greedy"),
 ]
 
 

@@ -292,9 +292,11 @@ def test_greedy_identical_through_shortlists(tmp_path, strategy):
 def test_clear_errors_for_unsupported_inputs():
     target = one_layer_target("llama")
     assistant = imitating_assistant(target)
-    two = prompt(0, 5).repeat(2, 1)
-    with pytest.raises(ValueError, match="batch size 2"):
-        target.generate(**TREE, drafter=assistant, input_ids=two, attention_mask=torch.ones_like(two), max_new_tokens=4)
+    two = prompt(0, 5).repeat(2, 1)  # batches decode (tests/test_batched.py); right padding is refused
+    right = torch.ones_like(two)
+    right[0, -1] = 0
+    with pytest.raises(ValueError, match="padding_side='left'"):
+        target.generate(**TREE, drafter=assistant, input_ids=two, attention_mask=right, max_new_tokens=4)
     with pytest.raises(ValueError, match="num_beams"):
         target.generate(**TREE, drafter=assistant, input_ids=prompt(0, 5), num_beams=2, max_new_tokens=4)
     with pytest.raises(ValueError, match="needs the assistant"):

@@ -41,6 +41,9 @@ def add_parser(commands) -> None:
                             "multi-token forward, prefill included)")
     bench.add_argument("--medusa", default=None, metavar="PATH",
                        help="Medusa heads for the medusa methods (ours, FasterDecoding's or vLLM's layout)")
+    bench.add_argument("--batch-size", default=None, metavar="N[,N...]",
+                       help="batched throughput instead: the prompts in left-padded batches of N rows, plain batched "
+                            "generate() ('vanilla', first in --methods) against each method, e.g. 1,4,16")
     bench.add_argument("--json", default=None, metavar="OUT")
     bench.add_argument("--results", default=None, metavar="PATH",
                        help="append one record per method to this results table (JSON lines, "
@@ -104,6 +107,8 @@ def run(args) -> dict:
                                   max_new_tokens=args.max_new_tokens)
             return tokenizer.decode(out[0, input_ids.shape[1]:], skip_special_tokens=True)
     encoded = encode_prompts(tokenizer, prompts, answer_first_turn=answer)
+    if args.batch_size:
+        return _run_batched(args, target, tokenizer, methods, encoded, assistants, cpu_verify_method)
     report = run_benchmark(target, methods, encoded, max_new_tokens=args.max_new_tokens,
                            dtype=args.dtype, target_name=args.target)
     # One assistant: its path; several: {label: path}; none: None.
@@ -120,6 +125,38 @@ def run(args) -> dict:
         append_records(args.results, report_records(report, args.json))
     if args.plots:
         write_plots(report, Path(args.plots), vocab_size=target.get_output_embeddings().weight.shape[0])
+    return report
+
+
+def _run_batched(args, target, tokenizer, methods, encoded, assistants, cpu_verify_method) -> dict:
+    """`--batch-size`: hf_dynaspec.bench.batched's interleaved throughput per batch size; its table and records."""
+    from hf_dynaspec.bench.batched import batched_markdown, run_batched_benchmark
+
+    try:
+        sizes = [int(value) for value in args.batch_size.split(",")]
+    except ValueError:
+        sizes = []
+    if not sizes or min(sizes) < 1:
+        raise ValueError(f"--batch-size takes positive integers separated by commas, e.g. 1,4,16; got "
+                         f"{args.batch_size!r}")
+    eos = target.generation_config.eos_token_id
+    eos_ids = set(eos if isinstance(eos, list) else [] if eos is None else [eos])
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(eos_ids, default=0)
+    report = run_batched_benchmark(target, methods, encoded, sizes, max_new_tokens=args.max_new_tokens,
+                                   pad_token_id=pad, eos_ids=eos_ids)
+    report.update(target=args.target, dtype=args.dtype, cpu_verify=cpu_verify_method,
+                  assistant=assistants[None] if None in assistants else (assistants or None), medusa=args.medusa,
+                  command="hf-dynaspec " + " ".join(sys.argv[1:]) if sys.argv[0].endswith("hf-dynaspec") else None)
+    print(batched_markdown(report))
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+    if args.results:
+        records = [make_record("generate-batched", method, {**metrics, "batch_size": size, "dtype": args.dtype,
+                                                            "max_new_tokens": args.max_new_tokens, "file": args.json},
+                               target=args.target, command=report.get("command") or "-")
+                   for size, per_method in report["batch_sizes"].items() for method, metrics in per_method.items()]
+        append_records(args.results, records)
     return report
 
 

@@ -40,7 +40,7 @@ from hf_dynaspec.drafting.lattice import (
 )
 from hf_dynaspec.drafting.lattice_planner import LatticePlanner
 from hf_dynaspec.drafting.lookup import lookup_match
-from hf_dynaspec.drafting.planner import LookupCandidate, RoundPlan
+from hf_dynaspec.drafting.planner import LookupCandidate, RoundPlan, share_costs
 from hf_dynaspec.drafting.tree_structure import DraftTree
 
 MEDUSA_DRAFTS = ("chain", "cps", "tree", "choices", "auto")
@@ -184,6 +184,10 @@ class LatticeDrafts:
         if not match or not len(tokens):
             return None, []
         return LookupCandidate("prompt-lookup", match, len(tokens)), tokens.tolist()
+
+    def share_costs(self, rows: int) -> None:
+        """In a batch of `rows` active rows: price rounds as this row's share of the batch's verify forward."""
+        share_costs(self.planner, rows)
 
     def learn(self, input_ids: torch.Tensor, tree: DraftTree, num_accepted: int, path) -> None:
         plan = self.plan

@@ -303,6 +303,30 @@ class ProbeDrafting:
         return len(confidences)
 
 
+class BatchShare:
+    """One row's share of a batched round's costs (hf_dynaspec.generation.batched_loop): the verify forward is
+    shared by `rows` rows that each verify about as many tokens, so a row's n tokens cost `verify(rows * n) / rows`
+    (the measured table, extrapolated linearly past it); everything else (its drafting, its lattice) the row pays
+    alone. `rows = 1` is the cost itself."""
+
+    def __init__(self, costs, rows: int):
+        self.base, self.rows = costs, rows
+
+    def verify(self, num_tokens: int) -> float:
+        return self.base.verify(self.rows * num_tokens) / self.rows
+
+    def __getattr__(self, name):
+        return getattr(self.base, name)
+
+
+def share_costs(planner, rows: int) -> None:
+    """Price `planner`'s rounds (a `SpeculationPlanner` or a lattice planner; None: nothing) as one row of `rows`."""
+    if planner is None:
+        return
+    base = planner.costs.base if isinstance(planner.costs, BatchShare) else planner.costs
+    planner.costs = base if rows == 1 else BatchShare(base, rows)
+
+
 def _expected(probabilities: list[float]) -> float:
     expected, reach = 1.0, 1.0
     for a in probabilities:

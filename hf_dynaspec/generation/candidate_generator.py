@@ -65,13 +65,14 @@ def make_candidate_generator(assistant, target, input_ids, generation_config, lo
 
 
 def build_round(target, assistant, options, input_ids, logits_processor, do_sample: bool, draws_drafts: bool,
-                eos_token_ids=None, with_trees: bool = False) -> SpeculationRound:
+                eos_token_ids=None, with_trees: bool = False, stats=None) -> SpeculationRound:
     """The `SpeculationRound` of one generate() call on either route, begun on the prompt `input_ids` `[1, N]`.
     `draws_drafts`: the drafter samples its tokens from its distribution (the `assistant_model=` route when
     sampling, verified by speculative sampling); False drafts its most likely tokens (greedy calls, and the
     public route, whose tree verifier takes point-mass proposals). `do_sample` keys the planner's tables.
-    `with_trees` (tree_generate, `draft_plan="auto"`): the planner may draft trees of the options' shape."""
-    stats = start_stats(assistant)
+    `with_trees` (tree_generate, `draft_plan="auto"`): the planner may draft trees of the options' shape.
+    `stats`: the call's statistics when several rounds share them (a batch: one round per row); else started."""
+    stats = start_stats(assistant) if stats is None else stats
     head = runtime_head(assistant, options)
     session = ChainDraftSession(assistant.drafter, vocab_size=assistant.config.vocab_size, do_sample=draws_drafts,
                                 logits_processor=logits_processor, head=head,

@@ -18,18 +18,21 @@ from __future__ import annotations
 
 import torch
 
+from hf_dynaspec.drafting.planner import share_costs
 from hf_dynaspec.drafting.round import SpeculationRound
 from hf_dynaspec.drafting.tree_structure import DraftTree
 from hf_dynaspec.generation.attachment import ensure_attached
 from hf_dynaspec.generation.candidate_generator import build_round
-from hf_dynaspec.generation.public_loop import check_public_inputs, run_rounds, verify_kernel_for
+from hf_dynaspec.generation.public_loop import check_public_inputs, decode, verify_kernel_for
+from hf_dynaspec.stats import start_stats
 
 
 @torch.no_grad()
 def chain_generate(model, input_ids, logits_processor, stopping_criteria, generation_config, drafter=None,
                    **model_kwargs):
     """`custom_generate` callable: chain speculative decoding with `drafter` (a DynaSpecAssistant), drafting as
-    `drafter.generation_config` says. Returns the sequences `[1, L]`, or a `GenerateDecoderOnlyOutput` with
+    `drafter.generation_config` says. A batch of left-padded prompts decodes each row at its own pace
+    (hf_dynaspec.generation.batched_loop). Returns the sequences `[B, L]`, or a `GenerateDecoderOnlyOutput` with
     `return_dict_in_generate`."""
     if drafter is None:
         raise ValueError(
@@ -39,11 +42,15 @@ def chain_generate(model, input_ids, logits_processor, stopping_criteria, genera
     check_public_inputs(model, assistant, input_ids, generation_config, model_kwargs)
     options = assistant.generation_config
     options.validate_options()  # options set one by one since loading are checked here
+    stats = start_stats(assistant)  # one set for the call, every row's rounds recorded in it
+
+    def drafts_for(prompt_ids):
+        return ChainDrafts(build_round(model, assistant, options, prompt_ids, logits_processor, stats=stats,
+                                       do_sample=bool(generation_config.do_sample), draws_drafts=False))
+
     with verify_kernel_for(model, options):  # before build_round: the planner's costs are measured with it
-        speculation = build_round(model, assistant, options, input_ids, logits_processor,
-                                  do_sample=bool(generation_config.do_sample), draws_drafts=False)
-        return run_rounds(model, assistant, input_ids, logits_processor, stopping_criteria, generation_config,
-                          ChainDrafts(speculation), model_kwargs)
+        return decode(model, assistant, input_ids, logits_processor, stopping_criteria, generation_config, drafts_for,
+                      model_kwargs)
 
 
 class ChainDrafts:
@@ -58,6 +65,10 @@ class ChainDrafts:
         if draft.tree is not None:
             return draft.tree
         return chain_tree(input_ids[0, -1:], draft.token_ids[0])
+
+    def share_costs(self, rows: int) -> None:
+        """In a batch of `rows` active rows: price this row's rounds as its share of the batch's verify forward."""
+        share_costs(self.round.planner, rows)
 
     def learn(self, input_ids: torch.Tensor, tree: DraftTree, num_accepted: int, path) -> None:
         # A tree round (only a planner drafts one here) also tells what a chain would have done: one more read of

@@ -23,7 +23,7 @@ from hf_dynaspec.drafting.medusa import LatticeDrafts, MedusaOptions
 from hf_dynaspec.drafting.planner import TreeShape
 from hf_dynaspec.errors import AssistantMismatchError
 from hf_dynaspec.generation.lattice_costs import lattice_round_costs
-from hf_dynaspec.generation.public_loop import check_public_inputs, run_rounds
+from hf_dynaspec.generation.public_loop import check_public_inputs, decode
 from hf_dynaspec.modeling.medusa import MedusaAssistant
 from hf_dynaspec.stats import start_stats
 
@@ -51,9 +51,13 @@ def medusa_generate(model, input_ids, logits_processor, stopping_criteria, gener
         **{name.removeprefix("medusa_"): named[name] for name in OPTION_ARGUMENTS})
     check_public_inputs(model, heads, input_ids, generation_config, model_kwargs)
     planner = _planner(model, heads, options, bool(generation_config.do_sample))
-    drafts = LatticeDrafts(heads, options, start_stats(heads), model.get_output_embeddings().weight.shape[0], planner)
-    return run_rounds(model, heads, input_ids, logits_processor, stopping_criteria, generation_config, drafts,
-                      model_kwargs)
+    stats, vocab_size = start_stats(heads), model.get_output_embeddings().weight.shape[0]
+
+    def drafts_for(prompt_ids):  # one per prompt of a batch: its own context, ADL and n-gram scorer
+        return LatticeDrafts(heads, options, stats, vocab_size, planner)
+
+    return decode(model, heads, input_ids, logits_processor, stopping_criteria, generation_config, drafts_for,
+                  model_kwargs)
 
 
 OPTION_ARGUMENTS = ("medusa_tree_top_k", "medusa_tree_total_tokens", "medusa_max_candidates", "medusa_coverage",

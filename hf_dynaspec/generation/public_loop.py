@@ -20,6 +20,7 @@ from transformers.cache_utils import DynamicCache, DynamicLayer, DynamicSlidingW
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
 from hf_dynaspec.drafting.tree_structure import tree_attention_mask, tree_position_ids
+from hf_dynaspec.generation.batched_loop import check_batch, run_batched_rounds
 from hf_dynaspec.generation.calibration import target_verify_kernel
 from hf_dynaspec.generation.checks import check_prompt_ids
 from hf_dynaspec.generation.forward_args import cache_kwargs
@@ -41,6 +42,24 @@ def check_public_inputs(model, assistant, input_ids, generation_config, model_kw
     _check_attention(model)
     _check_inputs(input_ids, generation_config, model_kwargs)
     check_prompt_ids(input_ids, assistant.config.vocab_size)
+
+
+def is_batched(input_ids: torch.Tensor, model_kwargs: dict) -> bool:
+    """Several prompts, or one padded prompt: decoded by hf_dynaspec.generation.batched_loop."""
+    attention_mask = model_kwargs.get("attention_mask")
+    return input_ids.shape[0] != 1 or (attention_mask is not None and not bool(attention_mask.all()))
+
+
+def decode(model, assistant, input_ids, logits_processor, stopping_criteria, generation_config, make_drafts,
+           model_kwargs: dict):
+    """The public routes' entry: one prompt through `run_rounds`, a batch through `run_batched_rounds`;
+    `make_drafts(prompt_ids [1, L_b])` builds the drafts of one prompt."""
+    if not is_batched(input_ids, model_kwargs):
+        return run_rounds(model, assistant, input_ids, logits_processor, stopping_criteria, generation_config,
+                          make_drafts(input_ids), model_kwargs)
+    mask = check_batch(input_ids, model_kwargs.get("attention_mask"), generation_config)
+    return run_batched_rounds(model, assistant, input_ids, mask, logits_processor, stopping_criteria,
+                              generation_config, make_drafts, model_kwargs)
 
 
 def run_rounds(model, assistant, input_ids, logits_processor, stopping_criteria, generation_config, drafts,
@@ -175,14 +194,8 @@ def _check_inputs(input_ids: torch.Tensor, generation_config, model_kwargs: dict
     if input_ids.shape[1] == 0:
         raise ValueError("the prompt is empty: generate() needs at least one input token (e.g. the tokenizer's "
                          "BOS token) to condition on")
-    if input_ids.shape[0] != 1:
-        raise ValueError(
-            f"tree decoding drafts for one sequence at a time; got batch size {input_ids.shape[0]}. "
-            "Call generate once per prompt (padding-aware tree masks for batches are not implemented)."
-        )
-    attention_mask = model_kwargs.get("attention_mask")
-    if attention_mask is not None and not bool(attention_mask.all()):
-        raise ValueError("tree decoding does not support padded inputs (the attention_mask has zeros)")
+    if is_batched(input_ids, model_kwargs):
+        check_batch(input_ids, model_kwargs.get("attention_mask"), generation_config)
     if not generation_config.use_cache:
         raise ValueError("tree decoding needs the KV cache: do not pass use_cache=False")
     if generation_config.output_attentions or generation_config.output_hidden_states:

@@ -22,7 +22,7 @@ from hf_dynaspec.drafting.tree_structure import DraftTree
 from hf_dynaspec.generation.attachment import ensure_attached
 from hf_dynaspec.generation.candidate_generator import build_round
 from hf_dynaspec.generation.chain import ChainDrafts
-from hf_dynaspec.generation.public_loop import check_public_inputs, run_rounds, verify_kernel_for
+from hf_dynaspec.generation.public_loop import check_public_inputs, decode, verify_kernel_for
 from hf_dynaspec.stats import start_stats
 
 
@@ -57,19 +57,22 @@ def tree_generate(
     # A validated copy: options set one by one since loading (assistant.generation_config.X = ...) are checked here.
     options = assistant.generation_config.with_options(
         tree_top_k=tree_top_k, tree_depth=tree_depth, tree_total_tokens=tree_total_tokens)
-    with verify_kernel_for(model, options):  # before build_round: the planner's costs are measured with it
+    stats = start_stats(assistant)  # one set for the call (a batch: every row's rounds)
+
+    def drafts_for(prompt_ids):
         if options.draft_plan == "auto":  # each round planned: a tree of the depth that pays, a chain, a lookup, none
-            speculation = build_round(model, assistant, options, input_ids, logits_processor,
-                                      do_sample=bool(generation_config.do_sample), draws_drafts=False, with_trees=True)
-            drafts = ChainDrafts(speculation)
-        else:
-            session = TreeDraftSession(
-                assistant.drafter, assistant.config.vocab_size, head=runtime_head(assistant, options),
-                top_k=options.tree_top_k, depth=options.tree_depth, total_tokens=options.tree_total_tokens,
-            )
-            drafts = TreeDrafts(session, start_stats(assistant))
-        return run_rounds(model, assistant, input_ids, logits_processor, stopping_criteria, generation_config, drafts,
-                          model_kwargs)
+            return ChainDrafts(build_round(model, assistant, options, prompt_ids, logits_processor, stats=stats,
+                                           do_sample=bool(generation_config.do_sample), draws_drafts=False,
+                                           with_trees=True))
+        session = TreeDraftSession(
+            assistant.drafter, assistant.config.vocab_size, head=runtime_head(assistant, options),
+            top_k=options.tree_top_k, depth=options.tree_depth, total_tokens=options.tree_total_tokens,
+        )
+        return TreeDrafts(session, stats)
+
+    with verify_kernel_for(model, options):  # before build_round: the planner's costs are measured with it
+        return decode(model, assistant, input_ids, logits_processor, stopping_criteria, generation_config, drafts_for,
+                      model_kwargs)
 
 
 class TreeDrafts:
@@ -80,6 +83,9 @@ class TreeDrafts:
 
     def propose(self, input_ids, target_hidden, max_depth: int) -> DraftTree:
         return self.session.propose_tree(input_ids, target_hidden, max_depth=max_depth)
+
+    def share_costs(self, rows: int) -> None:
+        """A fixed tree is not priced: nothing to share."""
 
     def learn(self, input_ids, tree: DraftTree, num_accepted: int, path) -> None:
         self.stats.record(len(tree) - 1, num_accepted)

@@ -1,0 +1,219 @@
+"""Batched speculative decoding on the public routes: several left-padded prompts in one generate() call, each row
+drafting, being verified and accepting its own number of tokens in the same target pass.
+
+transformers' own assisted loop (the `assistant_model=` route) keeps one `input_ids` tensor and one accepted
+length per step, so it cannot carry rows that accept different numbers of tokens; this loop does (`chain_generate`,
+`tree_generate`, `medusa_generate` take batches through it).
+
+One target KV cache holds every active row. Each round:
+
+1. each row's drafts (its own `ChainDrafts` / `TreeDrafts` / `LatticeDrafts`: its own source, length and plan,
+   the planner's tables shared) propose a tree from that row's context and target hidden states; a planner
+   prices the row's draft as its share of the batch's verify forward (`planner.BatchShare`: A rows of n tokens
+   cost what the measured table says for A x n tokens), its drafting as its own;
+2. the trees are padded to the largest (padding nodes see only themselves and are never accepted) and read in one
+   target forward: per-row positions (the row's own length: left padding does not count), one additive mask
+   `[A, 1, N, T + N]` with each row's valid cache slots and its tree's ancestors;
+3. each row's accepted path is chosen by the tree verifier on its own context, exactly as for one sequence;
+4. the cache keeps, per row, the root and the accepted nodes, moved to the front of the round's new slots; a row
+   that accepted fewer than the longest leaves slots that stay masked (`valid`) and cost only their memory;
+5. committed tokens are checked per row against the stopping criteria (EOS, stop strings, `max_new_tokens` as
+   plain generate counts them, on the left-padded row); a finished row leaves the batch (its cache rows dropped),
+   so it costs no more work.
+
+Output: `[B, L + n]` sequences, row b its prompt as given (left padding kept) then its tokens, then the pad token
+after it finished, as plain batched `generate()` returns them.
+
+Legend: B rows, A active rows, L padded prompt length, T cache slots, N nodes of the widest tree, V vocabulary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from transformers.cache_utils import DynamicCache
+from transformers.generation.utils import GenerateDecoderOnlyOutput
+
+from hf_dynaspec.generation.forward_args import cache_kwargs
+from hf_dynaspec.generation.tree_verify import accept_path, check_tree_cache
+
+
+@dataclass(eq=False)
+class _Row:
+    """One prompt of the batch while it decodes."""
+
+    index: int  # its row in the caller's batch
+    padding: int  # left padding of its prompt
+    sequence: torch.Tensor  # [1, L + n]: the padded prompt and its committed tokens (the last one the root)
+    drafts: object
+    hidden: torch.Tensor  # [1, t, F]: the drafter's target features of the positions verified last
+
+    @property
+    def ids(self) -> torch.Tensor:
+        """The row's own context `[1, L_b + n]` (no padding): what its drafts and logits processors read."""
+        return self.sequence[:, self.padding :]
+
+
+def check_batch(input_ids: torch.Tensor, attention_mask: torch.Tensor | None, generation_config) -> torch.Tensor:
+    """The batch's `[B, L]` bool mask of real tokens, checked: left padding only, no empty row, no per-step outputs."""
+    mask = torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
+    if mask.shape != input_ids.shape:
+        raise ValueError(f"attention_mask has shape {tuple(mask.shape)}, input_ids {tuple(input_ids.shape)}: they "
+                         "must match")
+    lengths = mask.sum(dim=1)
+    if bool((lengths == 0).any()):
+        raise ValueError("a prompt of the batch is empty (its attention_mask row is all zeros): every row needs at "
+                         "least one token")
+    # Left padding: each row's real tokens are its last `length` ones.
+    positions = torch.arange(input_ids.shape[1], device=mask.device)[None]
+    if not torch.equal(mask, positions >= input_ids.shape[1] - lengths[:, None]):
+        raise ValueError("batched speculative decoding needs left-padded prompts: load the tokenizer with "
+                         "padding_side='left' (tokenizer(prompts, padding=True, padding_side='left'))")
+    if generation_config.output_scores or generation_config.output_logits:
+        raise ValueError("per-step scores and logits are not returned for batches (rows advance at different "
+                         "speeds); drop output_scores / output_logits, or call generate once per prompt")
+    return mask
+
+
+def run_batched_rounds(model, assistant, input_ids, mask, logits_processor, stopping_criteria, generation_config,
+                       make_drafts, model_kwargs: dict):
+    """Decode the left-padded batch `input_ids` `[B, L]` (`mask` its real tokens, from `check_batch`);
+    `make_drafts(prompt_ids [1, L_b])` builds one row's drafts. Returns `[B, L + n]` sequences (or a
+    `GenerateDecoderOnlyOutput` holding them with `return_dict_in_generate`)."""
+    cache = model_kwargs.get("past_key_values") or DynamicCache()
+    check_tree_cache(cache)
+    if cache.get_seq_length():
+        raise ValueError("batched decoding starts from an empty cache; pass the whole prompts without past_key_values")
+    do_sample = bool(generation_config.do_sample)
+    lengths = mask.sum(dim=1).tolist()
+    width = input_ids.shape[1]
+    rows = [_Row(b, width - n, input_ids[b : b + 1], make_drafts(input_ids[b : b + 1, width - n :]), None)
+            for b, n in enumerate(lengths)]
+    valid, first_scores = _prefill(model, assistant, rows, input_ids, mask, cache, logits_processor, do_sample)
+    finished = [row for row, scores in zip(rows, first_scores) if bool(stopping_criteria(row.sequence, scores).any())]
+    active = [row for row in rows if row not in finished]
+    cache, valid = _keep(cache, valid, rows, active)
+    while active:
+        for row in active:  # the planners price each row's draft as its share of this batch's verify forward
+            row.drafts.share_costs(len(active))
+        trees = [row.drafts.propose(row.ids, row.hidden, generation_config.max_length - row.sequence.shape[1] - 1)
+                 for row in active]
+        out = _verify(model, assistant, active, trees, valid, cache)
+        paths = [accept_path(tree, out.logits[i, : len(tree)].float(), row.ids, logits_processor, do_sample)
+                 for i, (row, tree) in enumerate(zip(active, trees))]
+        valid = _compact(cache, valid, [path.kept_index for path in paths])
+        features = assistant.drafter.select_target_hidden(out.hidden_states)
+        still = []
+        for i, (row, tree, path) in enumerate(zip(active, trees, paths)):
+            row.hidden = features[i : i + 1, path.kept_index]
+            committed, done = _commit(row, path, stopping_criteria)
+            row.drafts.learn(row.ids, tree, committed - 1, path)
+            (finished if done else still).append(row)
+        cache, valid = _keep(cache, valid, active, still)
+        active = still
+    sequences = _pad_together(rows, _pad_token(generation_config, input_ids))
+    if generation_config.return_dict_in_generate:
+        return GenerateDecoderOnlyOutput(sequences=sequences, past_key_values=None)
+    return sequences
+
+
+def _prefill(model, assistant, rows, input_ids, mask, cache, logits_processor, do_sample):
+    """The target's pass over the padded prompts: each row's first token appended, its prompt features kept;
+    -> (the cache's valid slots `[B, L]`, each row's processed scores `[1, V]`)."""
+    positions = (mask.long().cumsum(dim=1) - 1).clamp(min=0)
+    out = model(input_ids=input_ids, attention_mask=mask.long(), position_ids=positions,
+                **cache_kwargs(model, cache), use_cache=True,
+                output_hidden_states=assistant.drafter.hidden_state_selection(), logits_to_keep=1)
+    features = assistant.drafter.select_target_hidden(out.hidden_states)
+    scores = []
+    for b, row in enumerate(rows):
+        logits = out.logits[b : b + 1, -1].float()
+        processed = logits_processor(row.ids, logits) if len(logits_processor) else logits
+        token = torch.multinomial(processed.softmax(dim=-1), 1) if do_sample else processed.argmax(-1, keepdim=True)
+        row.hidden = features[b : b + 1, row.padding :]
+        row.sequence = torch.cat([row.sequence, token], dim=1)
+        scores.append(processed)
+    return mask.clone(), scores
+
+
+def _verify(model, assistant, rows, trees, valid, cache):
+    """One target forward over every row's tree, padded to the widest `[A, N]`."""
+    width = max(len(tree) for tree in trees)
+    past = valid.shape[1]
+    device = valid.device
+    # Padding nodes repeat the root at the root's position: ordinary inputs, masked from every real node.
+    tokens = torch.stack([_padded(tree.token_ids, width, tree.token_ids[:1]) for tree in trees])
+    positions = torch.stack([_padded(tree.depths, width, tree.depths[:1]) + row.ids.shape[1] - 1
+                             for row, tree in zip(rows, trees)])
+    visible = torch.zeros(len(rows), width, past + width, dtype=torch.bool, device=device)
+    visible[:, :, :past] = valid[:, None, :]
+    visible[:, :, past:] = torch.eye(width, dtype=torch.bool, device=device)  # padding nodes: themselves only
+    for i, tree in enumerate(trees):
+        n = len(tree)
+        visible[i, :n, past : past + n] = tree.ancestor_matrix()
+    attention = torch.zeros(visible.shape, dtype=model.dtype, device=device)
+    attention.masked_fill_(~visible, torch.finfo(model.dtype).min)
+    return model(input_ids=tokens, position_ids=positions, attention_mask=attention[:, None],
+                 **cache_kwargs(model, cache), use_cache=True,
+                 output_hidden_states=assistant.drafter.hidden_state_selection())
+
+
+def _padded(values: torch.Tensor, width: int, fill: torch.Tensor) -> torch.Tensor:
+    """`values` `[n]` followed by `fill` `[1]` repeated to `[width]` (on their device, nothing read)."""
+    return torch.cat([values, fill.expand(width - values.shape[0])])
+
+
+def _compact(cache: DynamicCache, valid: torch.Tensor, kept: list[torch.Tensor]) -> torch.Tensor:
+    """Keep, per row, the round's kept nodes `kept[i]` (root first) at the front of the round's slots; the slots
+    past a row's count stay masked. -> the new valid mask `[A, T + M]`, M the most kept by a row."""
+    past = valid.shape[1]
+    most = max(k.shape[0] for k in kept)
+    index = torch.stack([torch.cat([k, k.new_zeros(most - k.shape[0])]) for k in kept])  # [A, M]
+    counts = torch.tensor([k.shape[0] for k in kept], device=valid.device)
+    for layer in cache.layers:
+        gather = index.to(layer.keys.device)[:, None, :, None] + past
+        for name in ("keys", "values"):
+            tensor = getattr(layer, name)
+            moved = tensor.gather(2, gather.expand(-1, tensor.shape[1], -1, tensor.shape[3]))
+            setattr(layer, name, torch.cat([tensor[:, :, :past], moved], dim=2))
+    fresh = torch.arange(most, device=valid.device)[None] < counts[:, None]
+    return torch.cat([valid, fresh], dim=1)
+
+
+def _keep(cache: DynamicCache, valid: torch.Tensor, rows: list, kept_rows: list):
+    """Drop the rows that finished from the cache and the valid mask (they cost no more work)."""
+    if len(kept_rows) == len(rows):
+        return cache, valid
+    index = torch.tensor([i for i, row in enumerate(rows) if row in kept_rows], device=valid.device, dtype=torch.long)
+    if kept_rows:
+        cache.batch_select_indices(index)
+    return cache, valid[index]
+
+
+def _commit(row: _Row, path, stopping_criteria) -> tuple[int, bool]:
+    """Append the accepted tokens up to the first whose prefix meets the stopping criteria (on the padded row, as
+    plain generate sees it); -> (tokens committed, stopped). One host read for the n checks."""
+    extended = torch.cat([row.sequence, path.new_tokens[None]], dim=1)
+    length = row.sequence.shape[1]
+    stops = torch.stack([stopping_criteria(extended[:, : length + i + 1], processed).any()
+                         for i, processed in enumerate(path.scores)]).tolist()
+    committed = stops.index(True) + 1 if True in stops else len(stops)
+    row.sequence = extended[:, : length + committed]
+    return committed, True in stops
+
+
+def _pad_token(generation_config, input_ids: torch.Tensor) -> int:
+    for name in ("_pad_token_tensor", "_eos_token_tensor"):
+        value = getattr(generation_config, name, None)
+        if value is not None and value.numel():
+            return int(value.reshape(-1)[0])
+    return generation_config.pad_token_id if generation_config.pad_token_id is not None else 0
+
+
+def _pad_together(rows: list, pad: int) -> torch.Tensor:
+    """Every row's sequence, right-padded with `pad` to the longest, in the caller's order `[B, L + n]`."""
+    longest = max(row.sequence.shape[1] for row in rows)
+    ordered = sorted(rows, key=lambda row: row.index)
+    return torch.cat([torch.nn.functional.pad(row.sequence, (0, longest - row.sequence.shape[1]), value=pad)
+                      for row in ordered])

@@ -1,0 +1,249 @@
+"""Batched speculative decoding on the public routes (hf_dynaspec.generation.batched_loop): each row exact.
+
+- fp32 greedy: every row of a left-padded batch of 1, 3 and 8 mixed-length prompts equals that prompt's own
+  batch-1 plain greedy output, for chains (fixed and planned, with lookup), EAGLE-2 trees (fixed and planned) and
+  Medusa chains, trees and planned rounds; the whole output equals plain batched generate()'s (pads included);
+- sampling: whole batched calls of two different prompts enumerated exactly: the joint of the two rows is the
+  product of the target's joints (rows independent, each exact);
+- per row: EOS (a row that finishes at once beside long rows) and max_new_tokens; finished rows leave the
+  verify batch; rows that accept different numbers of tokens keep masked slots that are never read;
+- bad batches refused by name (right padding, per-step scores).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+from conftest import VOCAB, imitating_assistant, one_layer_target, plain_generate, tiny_target
+from enumeration import TargetOracle, enumerate_paths, max_error, outcome_distribution, target_joint
+from test_chain_generate import fresh_run_time_state
+from test_enumeration import PROMPT, TOLERANCE, processors
+from test_enumeration import VOCAB as SMALL_VOCAB
+from test_medusa import trained_heads
+from test_planner import flat_costs
+
+import hf_dynaspec.generation.medusa as medusa_route
+from hf_dynaspec import chain_generate, tree_generate
+from hf_dynaspec.generation import candidate_generator as cg
+from hf_dynaspec.modeling.medusa import MedusaAssistant
+
+
+def left_padded(prompts: list[torch.Tensor], pad: int = 0, extra: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Prompts `[n_b]` -> (input_ids `[B, L]`, attention_mask `[B, L]`), padded on the left (`extra` more columns:
+    a batch of one padded prompt goes through the batched loop too)."""
+    width = max(len(p) for p in prompts) + extra
+    ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+    mask = torch.zeros(len(prompts), width, dtype=torch.long)
+    for i, prompt in enumerate(prompts):
+        ids[i, width - len(prompt) :] = prompt
+        mask[i, width - len(prompt) :] = 1
+    return ids, mask
+
+
+def mixed_prompts(count: int, seed: int = 0, vocab: int = VOCAB) -> list[torch.Tensor]:
+    """`count` prompts of lengths 2..12, some repeating themselves (prompt lookup then finds matches)."""
+    generator = torch.Generator().manual_seed(seed)
+    prompts = []
+    for i in range(count):
+        length = 2 + (5 * i + 3) % 11
+        prompt = torch.randint(0, vocab, (length,), generator=generator)
+        prompts.append(torch.cat([prompt, prompt]) if i % 3 == 1 else prompt)
+    return prompts
+
+
+def assert_rows_exact(target, prompts, out, width, max_new_tokens, **kwargs):
+    for i, prompt in enumerate(prompts):
+        expected = plain_generate(target, prompt[None], max_new_tokens=max_new_tokens, do_sample=False, **kwargs)
+        new = expected[0, len(prompt) :]
+        assert torch.equal(out[i, width : width + len(new)], new), f"row {i}"
+
+
+@pytest.fixture(scope="module")
+def eagle_pair():
+    target = one_layer_target("llama", seed=2)
+    return target, imitating_assistant(target, noise=0.2, seed=4)
+
+
+ROUTES = {
+    "chain-fixed": (chain_generate, dict(draft_plan="fixed", num_assistant_tokens=3), {}),
+    "chain-auto-lookup": (chain_generate, dict(draft_plan="auto", prompt_lookup_num_tokens=4,
+                                               auto_max_assistant_tokens=4), {}),
+    "tree-fixed": (tree_generate, dict(draft_plan="fixed"), dict(tree_top_k=2, tree_depth=3, tree_total_tokens=6)),
+    "tree-auto": (tree_generate, dict(draft_plan="auto", auto_max_assistant_tokens=4),
+                  dict(tree_top_k=2, tree_depth=3, tree_total_tokens=6)),
+}
+
+
+@pytest.mark.parametrize("batch", [1, 3, 8])
+@pytest.mark.parametrize("route", ROUTES)
+def test_every_row_equals_its_own_plain_greedy_output(eagle_pair, route, batch, monkeypatch):
+    target, assistant = eagle_pair
+    fresh_run_time_state(monkeypatch)
+    with_trees = dataclasses.replace(flat_costs(), tree_step_seconds=0.02)  # trees planned too
+    monkeypatch.setattr(cg, "round_costs", lambda *a, **k: with_trees)
+    custom, options, kwargs = ROUTES[route]
+    for name, value in options.items():
+        monkeypatch.setattr(assistant.generation_config, name, value)
+    prompts = mixed_prompts(batch, seed=batch)
+    ids, mask = left_padded(prompts, extra=2 if batch == 1 else 0)
+    out = target.generate(input_ids=ids, attention_mask=mask, custom_generate=custom, drafter=assistant,
+                          max_new_tokens=24, do_sample=False, pad_token_id=0, **kwargs)
+    assert_rows_exact(target, prompts, out, ids.shape[1], 24)
+    assert assistant.stats.drafted > 0 and sum(
+        n * c for n, c in enumerate(assistant.stats.acceptance_histogram)) > 0, "drafts must be accepted"
+
+
+@pytest.fixture(scope="module")
+def medusa_pair():
+    target = tiny_target("llama", seed=3)
+    return target, trained_heads(target, steps=60)
+
+
+@pytest.mark.parametrize("draft", ["chain", "tree", "auto"])
+def test_medusa_rows_equal_their_own_plain_greedy_output(medusa_pair, draft):
+    target, heads = medusa_pair
+    prompts = mixed_prompts(8, seed=11)
+    ids, mask = left_padded(prompts)
+    out = target.generate(input_ids=ids, attention_mask=mask, custom_generate=medusa_route.medusa_generate,
+                          drafter=heads, max_new_tokens=24, do_sample=False, pad_token_id=0, medusa_draft=draft,
+                          medusa_tree_total_tokens=6, medusa_prompt_lookup_num_tokens=4 if draft == "auto" else None)
+    assert_rows_exact(target, prompts, out, ids.shape[1], 24)
+
+
+def test_eos_per_row_and_the_whole_output_equal_plain_batched_generate(eagle_pair, monkeypatch):
+    """Row 1's first token is made an EOS: it finishes at once beside long rows; the output (lengths, the pads
+    after EOS) is plain batched generate()'s, and the finished row leaves the verify batch."""
+    target, assistant = eagle_pair
+    fresh_run_time_state(monkeypatch)
+    monkeypatch.setattr(assistant.generation_config, "num_assistant_tokens", 3)
+    prompts = mixed_prompts(4, seed=5)
+    ids, mask = left_padded(prompts)
+    first = plain_generate(target, prompts[1][None], max_new_tokens=1, do_sample=False)[0, -1].item()
+    kwargs = dict(max_new_tokens=20, do_sample=False, eos_token_id=first, pad_token_id=VOCAB - 1)
+    expected = target.generate(input_ids=ids, attention_mask=mask, **kwargs)
+    widths = []
+    original = target.forward
+
+    def forward(*args, **kw):
+        widths.append(kw["input_ids"].shape[0])
+        return original(*args, **kw)
+
+    monkeypatch.setattr(target, "forward", forward)
+    out = target.generate(input_ids=ids, attention_mask=mask, custom_generate=chain_generate, drafter=assistant,
+                          **kwargs)
+    assert torch.equal(out, expected)
+    assert out[1, ids.shape[1]].item() == first and (out[1, ids.shape[1] + 1 :] == VOCAB - 1).all()
+    assert widths[0] == 4 and max(widths[1:]) <= 3, widths
+
+
+def test_rows_accepting_different_lengths_never_read_rejected_slots(eagle_pair, monkeypatch):
+    """Rows that accept nothing in a round beside rows that accept several drafts: the short rows' masked slots
+    sit between their valid ones, and their outputs are still exact."""
+    target, assistant = eagle_pair
+    fresh_run_time_state(monkeypatch)
+    monkeypatch.setattr(assistant.generation_config, "num_assistant_tokens", 4)
+    prompts = mixed_prompts(3, seed=8)
+    ids, mask = left_padded(prompts)
+    out = target.generate(input_ids=ids, attention_mask=mask, custom_generate=chain_generate, drafter=assistant,
+                          max_new_tokens=30, do_sample=False, pad_token_id=0)
+    assert_rows_exact(target, prompts, out, ids.shape[1], 30)
+    histogram = assistant.stats.acceptance_histogram
+    assert histogram[0] > 0 and sum(histogram[2:]) > 0, "rows must accept different lengths"
+
+
+def test_sampled_batches_are_exact_per_row(monkeypatch):
+    """Two different prompts, two tokens each, sampled at temperature 0.7 in one batched call (chain and Medusa
+    tree): the joint of the rows is the product of the target's joints."""
+    fresh_run_time_state(monkeypatch)
+    target = one_layer_target("llama", seed=5, vocab_size=SMALL_VOCAB)
+    assistant = imitating_assistant(target, noise=1.0, seed=3, num_assistant_tokens=2)
+    heads = MedusaAssistant.from_target(target, num_heads=2)
+    with torch.no_grad():
+        for parameter in heads.blocks.parameters():
+            parameter.normal_(0, 0.5, generator=torch.Generator().manual_seed(parameter.numel()))
+    second = [3, 0, 4]
+    ids, mask = left_padded([torch.tensor(PROMPT), torch.tensor(second)])
+    oracle = TargetOracle(target, processors("temperature"))
+    first_joint, second_joint = target_joint(oracle, PROMPT, 2), target_joint(oracle, second, 2)
+    expected = {(a, b): p * q for a, p in first_joint.items() for b, q in second_joint.items()}
+    for drafts in (dict(custom_generate=chain_generate, drafter=assistant),
+                   dict(custom_generate=medusa_route.medusa_generate, drafter=heads, medusa_draft="tree",
+                        medusa_tree_total_tokens=3)):
+        def call(drafts=drafts):
+            out = target.generate(input_ids=ids, attention_mask=mask, max_new_tokens=2, do_sample=True,
+                                  temperature=0.7, top_k=0, pad_token_id=0, **drafts)
+            width = ids.shape[1]
+            return tuple(out[0, width:].tolist()), tuple(out[1, width:].tolist())
+
+        paths = enumerate_paths(call, max_paths=2 * SMALL_VOCAB**4)
+        assert max_error(outcome_distribution(paths), expected) < TOLERANCE, drafts["custom_generate"].__name__
+
+
+def test_bad_batches_are_refused_by_name(eagle_pair):
+    target, assistant = eagle_pair
+    ids, mask = left_padded(mixed_prompts(2))
+    right = mask.flip(1)
+    with pytest.raises(ValueError, match="padding_side='left'"):
+        target.generate(input_ids=ids, attention_mask=right, custom_generate=chain_generate, drafter=assistant,
+                        max_new_tokens=4, pad_token_id=0)
+    with pytest.raises(ValueError, match="output_scores"):
+        target.generate(input_ids=ids, attention_mask=mask, custom_generate=chain_generate, drafter=assistant,
+                        max_new_tokens=4, pad_token_id=0, output_scores=True, return_dict_in_generate=True)
+
+
+def test_batched_verify_logits_equal_each_rows_own_forward():
+    """Two rounds of the batched loop's own steps on a 2-layer target (prefill of a left-padded batch, trees of
+    different sizes, compaction keeping different counts per row): every row's logits equal a plain forward over
+    that row's own context (no padding, no masked slots), so positions, masks and kept slots are each row's."""
+    from transformers.cache_utils import DynamicCache
+    from transformers.generation.logits_process import LogitsProcessorList
+
+    from hf_dynaspec.generation.batched_loop import _compact, _prefill, _Row, _verify
+    from hf_dynaspec.generation.chain import chain_tree
+
+    target = tiny_target("llama", seed=3)
+    heads = MedusaAssistant.from_target(target, num_heads=2)
+    prompts = mixed_prompts(3, seed=21)
+    ids, mask = left_padded(prompts)
+    rows = [_Row(b, ids.shape[1] - len(p), ids[b : b + 1], None, None) for b, p in enumerate(prompts)]
+    cache = DynamicCache()
+    with torch.no_grad():
+        valid, _ = _prefill(target, heads, rows, ids, mask.bool(), cache, LogitsProcessorList(), False)
+        generator = torch.Generator().manual_seed(0)
+        for sizes, kept_counts in (([1, 3, 2], [1, 3, 2]), ([4, 2, 3], [2, 1, 4])):
+            trees = [chain_tree(row.ids[0, -1:], torch.randint(0, VOCAB, (n,), generator=generator))
+                     for row, n in zip(rows, sizes)]
+            out = _verify(target, heads, rows, trees, valid, cache)
+            for i, (row, tree) in enumerate(zip(rows, trees)):
+                context = torch.cat([row.ids[0], tree.token_ids[1:]])[None]
+                reference = target(context).logits[0, -len(tree) :]
+                torch.testing.assert_close(out.logits[i, : len(tree)], reference, atol=1e-4, rtol=1e-4)
+            kept = [torch.arange(k) for k in kept_counts]
+            valid = _compact(cache, valid, kept)
+            for row, tree, k in zip(rows, trees, kept_counts):
+                bonus = torch.randint(0, VOCAB, (1,), generator=generator)
+                row.sequence = torch.cat([row.sequence, tree.token_ids[1:k][None], bonus[None]], dim=1)
+
+
+def test_a_rows_plan_is_priced_as_its_share_of_the_batch():
+    """A machine where verifying up to 8 tokens costs one step and each token past 8 costs 30% more: one row
+    drafts its whole chain, while in a batch of 8 rows (8 x n tokens per forward) each row drafts less."""
+    from hf_dynaspec.drafting.planner import BatchShare, PlannerMemory, RoundPlan, SpeculationPlanner, share_costs
+    from hf_dynaspec.generation.calibration import RoundCosts
+
+    table = [0.0] + [1.0 if n <= 8 else 1.0 + 0.3 * (n - 8) for n in range(1, 80)]
+    costs = RoundCosts(table, consume_seconds=0.01, first_draft_seconds=0.02, draft_step_seconds=0.02)
+    memory = PlannerMemory()
+    planner = SpeculationPlanner(costs, memory, max_draft_tokens=6)
+    for _ in range(40):  # a drafter right 80% of the time at every position
+        for accepted in (6, 6, 6, 6, 0):
+            planner.record(RoundPlan("drafter", 6), 6, accepted)
+    alone = planner.plan_round([], 100).num_tokens
+    share_costs(planner, 8)
+    assert isinstance(planner.costs, BatchShare) and planner.costs.verify(2) == costs.verify(16) / 8
+    batched = planner.plan_round([], 100).num_tokens
+    share_costs(planner, 1)
+    assert planner.costs is costs
+    assert alone == 6 and batched < alone, (alone, batched)
