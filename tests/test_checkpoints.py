@@ -295,16 +295,36 @@ def test_refuses_an_assistant_attached_to_another_model_object():
         assisted_generate(second, assistant, torch.tensor([[1, 2, 3]]), max_new_tokens=4)
 
 
-def test_refuses_batch_size_above_one_and_padding():
+def test_batches_on_the_assistant_route_decode_per_row_and_bad_ones_are_refused():
+    """A batch (or one padded prompt) passed with assistant_model= goes to the batched public loop
+    (hf_dynaspec.generation.hook; tests/test_batched.py checks it at 3 and 8 rows); right padding and streaming a
+    batch are refused by name."""
+    from transformers.generation.streamers import BaseStreamer
+
+    class Collecting(BaseStreamer):
+        def put(self, value):
+            pass
+
+        def end(self):
+            pass
+
     target = tiny_target("llama")
     assistant = DynaSpecAssistant.from_target(target)
-    batch = torch.randint(0, VOCAB, (2, 5))
-    with pytest.raises(ValueError, match="batch size 2"):
-        target.generate(batch, attention_mask=torch.ones_like(batch), assistant_model=assistant, max_new_tokens=3)
-    single = torch.randint(0, VOCAB, (1, 5))
-    mask = torch.tensor([[0, 1, 1, 1, 1]])
-    with pytest.raises(ValueError, match="padded"):
-        target.generate(single, attention_mask=mask, assistant_model=assistant, max_new_tokens=3)
+    batch = torch.randint(0, VOCAB, (2, 5), generator=torch.Generator().manual_seed(0))
+    out = target.generate(batch, attention_mask=torch.ones_like(batch), assistant_model=assistant, max_new_tokens=3,
+                          do_sample=False)
+    for row in range(2):
+        assert torch.equal(out[row], plain_generate(target, batch[row : row + 1], max_new_tokens=3)[0])
+    single = torch.randint(0, VOCAB, (1, 5), generator=torch.Generator().manual_seed(1))
+    padded = target.generate(single, attention_mask=torch.tensor([[0, 1, 1, 1, 1]]), assistant_model=assistant,
+                             max_new_tokens=3, do_sample=False, pad_token_id=0)
+    assert torch.equal(padded[0, 5:], plain_generate(target, single[:, 1:], max_new_tokens=3)[0, 4:])
+    with pytest.raises(ValueError, match="padding_side='left'"):
+        target.generate(batch, attention_mask=torch.tensor([[1, 1, 1, 1, 0]] * 2), assistant_model=assistant,
+                        max_new_tokens=3)
+    with pytest.raises(ValueError, match="streaming a batch"):
+        target.generate(batch, attention_mask=torch.ones_like(batch), assistant_model=assistant, max_new_tokens=3,
+                        streamer=Collecting())
 
 
 def test_refuses_unsupported_target_family():

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from hf_dynaspec.exactness import greedy_gaps
 
@@ -44,6 +45,16 @@ def test_readme_python_blocks_run_as_written(monkeypatch):
     assert namespace["assistant"].generation_config.shortlist == "dynaspec"
     # What the README promises: greedy output, up to bf16 near-ties, at every token.
     assert (greedy_gaps(namespace["model"], prompt, namespace["out"][0, prompt.shape[1]:]) <= 1.0).all()
+    # The batch: each row greedy on its own prompt (no padding), up to bf16 near-ties.
+    batch, outs = namespace["batch"], namespace["outs"]
+    width = batch["input_ids"].shape[1]
+    eos = namespace["model"].generation_config.eos_token_id
+    eos = set(eos if isinstance(eos, list) else [eos])
+    for row in range(outs.shape[0]):
+        own = batch["input_ids"][row][batch["attention_mask"][row].bool()][None]
+        new = outs[row, width:].tolist()
+        new = new[: next((i + 1 for i, t in enumerate(new) if t in eos), len(new))]
+        assert len(new) > 1 and (greedy_gaps(namespace["model"], own, torch.tensor(new)) <= 1.0).all()
     # docs/trees.md continues the README's quickstart (its model, inputs and assistant_path)
     for block in re.findall(r"```python\n(.*?)```", (ROOT / "docs" / "trees.md").read_text(), flags=re.S):
         exec(compile(block, "docs/trees.md", "exec"), namespace)

@@ -85,7 +85,7 @@ def test_gemma3_trees_are_exact_while_the_window_never_slides_and_refused_once_i
 def test_gemma3_window_matters_at_these_sizes_so_the_refusal_is_needed(monkeypatch):
     """Past the window, full-attention layers would give other tokens: without the refusal trees would be wrong
     (so the test above is not vacuous), while chain drafting, on transformers' own sliding cache, stays exact."""
-    from hf_dynaspec.generation import public_loop as loop_module
+    from hf_dynaspec.generation import tree_verify as loop_module
 
     target = gemma_target(4)
     assistant = DynaSpecAssistant.from_target(target, num_assistant_tokens=3)

@@ -36,7 +36,7 @@ from transformers.cache_utils import DynamicCache
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
 from hf_dynaspec.generation.forward_args import cache_kwargs
-from hf_dynaspec.generation.tree_verify import accept_path, check_tree_cache
+from hf_dynaspec.generation.tree_verify import accept_path, empty_tree_cache
 
 
 @dataclass(eq=False)
@@ -81,10 +81,7 @@ def run_batched_rounds(model, assistant, input_ids, mask, logits_processor, stop
     """Decode the left-padded batch `input_ids` `[B, L]` (`mask` its real tokens, from `check_batch`);
     `make_drafts(prompt_ids [1, L_b])` builds one row's drafts. Returns `[B, L + n]` sequences (or a
     `GenerateDecoderOnlyOutput` holding them with `return_dict_in_generate`)."""
-    cache = model_kwargs.get("past_key_values") or DynamicCache()
-    check_tree_cache(cache)
-    if cache.get_seq_length():
-        raise ValueError("batched decoding starts from an empty cache; pass the whole prompts without past_key_values")
+    cache = empty_tree_cache(model, model_kwargs, generation_config.max_length)
     do_sample = bool(generation_config.do_sample)
     lengths = mask.sum(dim=1).tolist()
     width = input_ids.shape[1]

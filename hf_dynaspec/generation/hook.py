@@ -187,6 +187,27 @@ def _wrap_speculative_sampling() -> str | None:
     return None
 
 
+def _batched_call(model, original, args, kwargs):
+    """A batch (several prompts, or a padded one) on the `assistant_model=` route: transformers' assisted loop keeps
+    one accepted length per step for the whole batch, so it cannot let rows accept different numbers of tokens.
+    The call goes to the public chain route instead (hf_dynaspec.generation.batched_loop), with the same
+    processors, stopping criteria and options; -> a thunk running it, or None for one unpadded prompt."""
+    from hf_dynaspec.generation.chain import chain_generate
+    from hf_dynaspec.generation.public_loop import is_batched
+
+    bound = inspect.signature(original).bind(model, *args, **kwargs)
+    arguments = dict(bound.arguments)
+    model_kwargs = dict(arguments.pop("model_kwargs", {}) or {})
+    if not is_batched(arguments["input_ids"], model_kwargs):
+        return None
+    if arguments.get("streamer") is not None:
+        raise ValueError("streaming a batch with an assistant is not supported: rows advance at different speeds; "
+                         "stream one prompt at a time, or drop the streamer")
+    return functools.partial(chain_generate, model, arguments["input_ids"], arguments["logits_processor"],
+                             arguments["stopping_criteria"], arguments["generation_config"],
+                             drafter=arguments["assistant_model"], **model_kwargs)
+
+
 def _wrap_assisted_decoding() -> str | None:
     """Around an assisted call with a DynaSpecAssistant planning its rounds (`draft_plan="auto"`,
     `target_verify_kernel="auto"`): the target's verification forwards through the CPU rows kernel where measured
@@ -200,6 +221,10 @@ def _wrap_assisted_decoding() -> str | None:
     def _assisted_decoding(self, *args, **kwargs):
         assistant = kwargs.get("assistant_model")
         refuse_if_route_disabled(assistant)
+        if isinstance(assistant, DynaSpecAssistant):
+            batched = _batched_call(self, original, args, kwargs)
+            if batched is not None:
+                return batched()
         options = getattr(assistant, "generation_config", None)
         if (isinstance(assistant, DynaSpecAssistant) and options.draft_plan == "auto"
                 and options.target_verify_kernel == "auto"):

@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 
 import torch
-from transformers.cache_utils import DynamicCache, DynamicLayer, DynamicSlidingWindowLayer
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
 from hf_dynaspec.drafting.tree_structure import tree_attention_mask, tree_position_ids
@@ -24,7 +23,7 @@ from hf_dynaspec.generation.batched_loop import check_batch, run_batched_rounds
 from hf_dynaspec.generation.calibration import target_verify_kernel
 from hf_dynaspec.generation.checks import check_prompt_ids
 from hf_dynaspec.generation.forward_args import cache_kwargs
-from hf_dynaspec.generation.tree_verify import accept_path, check_tree_cache, compact_cache
+from hf_dynaspec.generation.tree_verify import accept_path, compact_cache, empty_tree_cache
 
 
 def verify_kernel_for(model, options):
@@ -67,7 +66,7 @@ def run_rounds(model, assistant, input_ids, logits_processor, stopping_criteria,
     """The public routes' loop: prefill, then rounds of `drafts.propose` (a `DraftTree`; a chain is a tree of one
     branch), one target forward over the tree, the accepted path, the cache compacted to it, the committed tokens
     checked against the stopping criteria; `drafts.learn` sees each outcome."""
-    cache = _empty_cache(model, model_kwargs, generation_config.max_length)
+    cache = empty_tree_cache(model, model_kwargs, generation_config.max_length)
     hidden_selection = assistant.drafter.hidden_state_selection()
     do_sample = bool(generation_config.do_sample)
     scores, raw_logits = [], []
@@ -119,33 +118,6 @@ def _commit(input_ids, new_tokens, path, stopping_criteria, scores: list, raw_lo
     scores.extend(path.scores[:committed])
     raw_logits.extend(path.logits[:committed])
     return extended[:, : length + committed], committed, True in stops
-
-
-def _empty_cache(model, model_kwargs: dict, max_length: int):
-    """The call's cache (or a new DynamicCache), checked to be one tree verification can compact, and empty.
-
-    Sliding-window layers (Gemma-3's local layers, Mistral's) drop nothing while the whole sequence fits in their
-    window, so a generation that ends within it gets full-attention layers instead (same keys, same logits).
-    """
-    cache = model_kwargs.get("past_key_values")
-    if cache is None:
-        cache = DynamicCache(config=model.config)
-    if _window_never_slides(cache, max_length):
-        cache = DynamicCache()
-    check_tree_cache(cache)
-    if cache.get_seq_length():
-        raise ValueError("tree decoding starts from an empty cache; pass the whole prompt without past_key_values")
-    return cache
-
-
-def _window_never_slides(cache, max_length: int) -> bool:
-    """True for an empty DynamicCache with sliding-window layers, each window at least `max_length` long, and
-    full-attention layers otherwise."""
-    if type(cache) is not DynamicCache or cache.get_seq_length():
-        return False
-    windowed = [layer for layer in cache.layers if type(layer) is not DynamicLayer]
-    return bool(windowed) and all(
-        type(layer) is DynamicSlidingWindowLayer and layer.sliding_window >= max_length for layer in windowed)
 
 
 def _prefill(model, assistant, input_ids, cache, logits_processor, do_sample):

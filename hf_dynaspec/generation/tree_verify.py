@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from transformers.cache_utils import DynamicCache, DynamicLayer
+from transformers.cache_utils import DynamicCache, DynamicLayer, DynamicSlidingWindowLayer
 
 from hf_dynaspec.drafting.tree_structure import DraftTree
 
@@ -172,3 +172,30 @@ def compact_cache(cache: DynamicCache, past_length: int, path: torch.Tensor) -> 
         layer.values[..., past_length:end, :] = layer.values.index_select(-2, index)
         layer.keys = layer.keys[..., :end, :]
         layer.values = layer.values[..., :end, :]
+
+
+def empty_tree_cache(model, model_kwargs: dict, max_length: int):
+    """The call's cache (or a new DynamicCache), checked to be one tree verification can compact, and empty.
+
+    Sliding-window layers (Gemma-3's local layers, Mistral's) drop nothing while the whole sequence fits in their
+    window, so a generation that ends within it gets full-attention layers instead (same keys, same logits).
+    """
+    cache = model_kwargs.get("past_key_values")
+    if cache is None:
+        cache = DynamicCache(config=model.config)
+    if _window_never_slides(cache, max_length):
+        cache = DynamicCache()
+    check_tree_cache(cache)
+    if cache.get_seq_length():
+        raise ValueError("tree decoding starts from an empty cache; pass the whole prompt without past_key_values")
+    return cache
+
+
+def _window_never_slides(cache, max_length: int) -> bool:
+    """True for an empty DynamicCache with sliding-window layers, each window at least `max_length` long, and
+    full-attention layers otherwise."""
+    if type(cache) is not DynamicCache or cache.get_seq_length():
+        return False
+    windowed = [layer for layer in cache.layers if type(layer) is not DynamicLayer]
+    return bool(windowed) and all(
+        type(layer) is DynamicSlidingWindowLayer and layer.sliding_window >= max_length for layer in windowed)
