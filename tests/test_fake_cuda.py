@@ -388,3 +388,36 @@ def test_the_side_stream_protects_its_inputs_and_has_a_switch(monkeypatch, enabl
         head.plan(torch.randn(1, 32, device="cuda"), torch.randn(1, 32, device="cuda"), 0)
         # Both inputs recorded on the side stream, the output on the main one; nothing when the switch is off.
         assert cuda.events.recorded_streams - before == (3 if enabled == "1" else 0)
+
+
+def test_a_batched_rounds_steps_stay_on_the_device():
+    """The batched loop's verify forward (padded trees, per-row positions and masks), its compaction and the
+    dropping of finished rows: every tensor on the device, nothing read back (the per-row acceptance reads as a
+    single sequence's does, counted above)."""
+    from transformers.cache_utils import DynamicCache
+    from transformers.generation.logits_process import LogitsProcessorList
+
+    from hf_dynaspec.generation.batched_loop import _compact, _keep, _prefill, _Row, _verify
+    from hf_dynaspec.generation.chain import chain_tree
+    from hf_dynaspec.modeling.medusa import MedusaAssistant
+
+    target = tiny_target("qwen2")
+    heads = MedusaAssistant.from_target(target, num_heads=2)
+    with FakeCuda() as cuda:
+        target.to("cuda")
+        heads.attach(target)
+        ids = torch.randint(0, VOCAB, (3, 7), device="cuda")
+        mask = torch.ones(3, 7, dtype=torch.bool, device="cuda")
+        mask[0, :2] = False
+        rows = [_Row(b, padding, ids[b : b + 1], None, None) for b, padding in enumerate((2, 0, 0))]
+        cache = DynamicCache()
+        valid, _ = _prefill(target, heads, rows, ids, mask, cache, LogitsProcessorList(), False)
+        trees = [chain_tree(row.ids[0, -1:], torch.randint(0, VOCAB, (n,), device="cuda"))
+                 for row, n in zip(rows, (1, 3, 2))]
+        with cuda.counting() as events:
+            out = _verify(target, heads, rows, trees, valid, cache)
+            valid = _compact(cache, valid, [torch.arange(k, device="cuda") for k in (1, 3, 2)])
+            cache, valid = _keep(cache, valid, rows, rows[1:])
+        assert events.reads == [], events.reads
+        assert on_fake_cuda(out.logits) and on_fake_cuda(valid) and valid.shape == (2, 10)
+        assert all(on_fake_cuda(layer.keys) and layer.keys.shape[0] == 2 for layer in cache.layers)
