@@ -70,6 +70,8 @@ ROUTES = {
     "chain-fixed": (chain_generate, dict(draft_plan="fixed", num_assistant_tokens=3), {}),
     "chain-auto-lookup": (chain_generate, dict(draft_plan="auto", prompt_lookup_num_tokens=4,
                                                auto_max_assistant_tokens=4), {}),
+    "chain-auto-suffix": (chain_generate, dict(draft_plan="auto", suffix_cache_num_tokens=6, prompt_lookup_num_tokens=3,
+                                               auto_max_assistant_tokens=4), {}),
     "tree-fixed": (tree_generate, dict(draft_plan="fixed"), dict(tree_top_k=2, tree_depth=3, tree_total_tokens=6)),
     "tree-auto": (tree_generate, dict(draft_plan="auto", auto_max_assistant_tokens=4),
                   dict(tree_top_k=2, tree_depth=3, tree_total_tokens=6)),
@@ -263,3 +265,44 @@ def test_assistant_model_route_decodes_batches_per_row(eagle_pair, batch, monkey
                           do_sample=False, pad_token_id=0)
     assert_rows_exact(target, prompts, out, ids.shape[1], 24)
     assert sum(n * c for n, c in enumerate(assistant.stats.acceptance_histogram)) > 0
+
+
+def test_each_row_searches_its_own_request_and_the_shared_index():
+    """Two rows' request views over one suffix cache: a row's running text is not the other's; a finished row's
+    output joins the shared index, which every row then reads."""
+    from hf_dynaspec.drafting.lookup import RequestView, SuffixCache
+
+    cache = SuffixCache(max_ngram=3, min_ngram=2)
+    first, second = RequestView(cache), RequestView(cache)
+    first.begin_request([1, 2, 3, 4])
+    second.begin_request([7, 8, 9])
+    first.extend([1, 2])  # the first row's text repeats its prompt: "1 2" was followed by 3
+    second.extend([1, 2])  # the second row never saw "1 2 3"
+    assert first.propose(2).tokens == [3, 4] and first.propose(2).source == "suffix-request"
+    assert second.propose(2) is None
+    first.extend([3, 5])
+    first.end_request()  # its output (1 2 3 5) joins the shared index
+    assert second.propose(2).tokens[0] == 3 and second.propose(2).source == "suffix-shared"
+
+
+def test_the_batched_bench_counts_rows_and_compares_them(eagle_pair):
+    """`hf-dynaspec bench --batch-size`: full batches of cycled prompts, assistant methods moved to the public route,
+    tokens counted per row up to its EOS, every fp32 row identical to plain batched generate()'s."""
+    from hf_dynaspec.bench import EncodedPrompt
+    from hf_dynaspec.bench.batched import batched_kwargs, make_batches, row_lengths, run_batched_benchmark
+    from hf_dynaspec.bench.methods import Method
+
+    target, assistant = eagle_pair
+    assert row_lengths(torch.tensor([[5, 2, 9, 9], [1, 3, 4, 6]]), eos_ids={2}) == [2, 4]
+    generator = torch.Generator().manual_seed(0)
+    prompts = [EncodedPrompt(f"p{i}", "cat", torch.randint(0, VOCAB, (1, 3 + i), generator=generator))
+               for i in range(3)]
+    assert [len(batch) for batch in make_batches(prompts, 2)] == [2, 2]
+    methods = [Method("vanilla"), Method("eagle", {"assistant_model": assistant}, assistant)]
+    assert batched_kwargs(methods[1]) == {"custom_generate": chain_generate, "drafter": assistant}
+    report = run_batched_benchmark(target, methods, prompts, [1, 2], max_new_tokens=8, pad_token_id=0,
+                                   eos_ids={VOCAB - 1}, progress=False)
+    for size, rows in ((1, 3), (2, 4)):
+        eagle = report["batch_sizes"][size]["eagle"]
+        assert eagle["rows"] == rows and eagle["rows_identical"] == rows and eagle["tokens_per_s"] > 0
+        assert report["batch_sizes"][size]["vanilla"]["speedup"] == 1.0

@@ -226,3 +226,23 @@ class SuffixCache:
             draft.append(token)
             context = (context + [token])[-self.max_ngram :]
         return SuffixDraft(draft, source, first_match) if draft else None
+
+
+class RequestView(SuffixCache):
+    """One row's request part over `parent`'s shared part: in a batch every row searches its own running text and
+    the assistant's shared index, and its output joins the shared index when the row's request ends."""
+
+    def __init__(self, parent: SuffixCache):  # no super().__init__: the shared part is the parent's
+        self.parent = parent
+        self.max_ngram, self.min_ngram, self.max_tokens = parent.max_ngram, parent.min_ngram, parent.max_tokens
+        self.vocab_size = parent.vocab_size
+        self.request = NgramIndex(parent.max_ngram)
+        self.request_tokens: list[int] = []
+        self.prompt_length = 0
+
+    @property
+    def shared(self) -> NgramIndex:
+        return self.parent.shared
+
+    def _store(self, tokens: list[int]) -> None:
+        self.parent._store(tokens)

@@ -189,6 +189,9 @@ class LatticeDrafts:
         """In a batch of `rows` active rows: price rounds as this row's share of the batch's verify forward."""
         share_costs(self.planner, rows)
 
+    def finish(self) -> None:
+        """Nothing is kept past a lattice row (its tables live in the shared planner)."""
+
     def learn(self, input_ids: torch.Tensor, tree: DraftTree, num_accepted: int, path) -> None:
         plan = self.plan
         source = plan.source if plan is not None and plan.source == "prompt-lookup" else self.source.source_name

@@ -89,6 +89,8 @@ def run_batched_rounds(model, assistant, input_ids, mask, logits_processor, stop
             for b, n in enumerate(lengths)]
     valid, first_scores = _prefill(model, assistant, rows, input_ids, mask, cache, logits_processor, do_sample)
     finished = [row for row, scores in zip(rows, first_scores) if bool(stopping_criteria(row.sequence, scores).any())]
+    for row in finished:
+        row.drafts.finish()
     active = [row for row in rows if row not in finished]
     cache, valid = _keep(cache, valid, rows, active)
     while active:
@@ -107,6 +109,8 @@ def run_batched_rounds(model, assistant, input_ids, mask, logits_processor, stop
             committed, done = _commit(row, path, stopping_criteria)
             row.drafts.learn(row.ids, tree, committed - 1, path)
             (finished if done else still).append(row)
+            if done:
+                row.drafts.finish()
         cache, valid = _keep(cache, valid, active, still)
         active = still
     sequences = _pad_together(rows, _pad_token(generation_config, input_ids))

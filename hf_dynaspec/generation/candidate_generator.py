@@ -14,6 +14,7 @@ from transformers.generation.candidate_generator import CandidateGenerator
 
 import hf_dynaspec.generation.block_verify as block_verify
 from hf_dynaspec.drafting.chain import ChainDraftSession
+from hf_dynaspec.drafting.lookup import RequestView
 from hf_dynaspec.drafting.planner import SpeculationPlanner, TreeShape
 from hf_dynaspec.drafting.round import SpeculationRound
 from hf_dynaspec.drafting.runtime import planner_memory, runtime_head, suffix_cache
@@ -65,13 +66,14 @@ def make_candidate_generator(assistant, target, input_ids, generation_config, lo
 
 
 def build_round(target, assistant, options, input_ids, logits_processor, do_sample: bool, draws_drafts: bool,
-                eos_token_ids=None, with_trees: bool = False, stats=None) -> SpeculationRound:
+                eos_token_ids=None, with_trees: bool = False, stats=None, batch_row: bool = False) -> SpeculationRound:
     """The `SpeculationRound` of one generate() call on either route, begun on the prompt `input_ids` `[1, N]`.
     `draws_drafts`: the drafter samples its tokens from its distribution (the `assistant_model=` route when
     sampling, verified by speculative sampling); False drafts its most likely tokens (greedy calls, and the
     public route, whose tree verifier takes point-mass proposals). `do_sample` keys the planner's tables.
     `with_trees` (tree_generate, `draft_plan="auto"`): the planner may draft trees of the options' shape.
-    `stats`: the call's statistics when several rounds share them (a batch: one round per row); else started."""
+    `stats`: the call's statistics when several rounds share them (a batch: one round per row); else started.
+    `batch_row`: one row of a batch: the suffix cache's request part is the row's own (`RequestView`)."""
     stats = start_stats(assistant) if stats is None else stats
     head = runtime_head(assistant, options)
     session = ChainDraftSession(assistant.drafter, vocab_size=assistant.config.vocab_size, do_sample=draws_drafts,
@@ -87,7 +89,10 @@ def build_round(target, assistant, options, input_ids, logits_processor, do_samp
         if with_trees:
             trees = TreeDraftSession(assistant.drafter, assistant.config.vocab_size, top_k=shape.top_k,
                                      depth=shape.max_depth, total_tokens=shape.total_tokens, head=head, chain=session)
-    speculation = SpeculationRound(session, options, stats, planner=planner, suffix=suffix_cache(assistant, options),
+    suffix = suffix_cache(assistant, options)
+    if suffix is not None and batch_row:
+        suffix = RequestView(suffix)
+    speculation = SpeculationRound(session, options, stats, planner=planner, suffix=suffix,
                                    eos_token_ids=eos_token_ids, collect_draft_tokens=assistant.collect_draft_tokens,
                                    trees=trees)
     speculation.begin(input_ids)

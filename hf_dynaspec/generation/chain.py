@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import torch
 
+from hf_dynaspec.drafting.lookup import RequestView
 from hf_dynaspec.drafting.planner import share_costs
 from hf_dynaspec.drafting.round import SpeculationRound
 from hf_dynaspec.drafting.tree_structure import DraftTree
 from hf_dynaspec.generation.attachment import ensure_attached
 from hf_dynaspec.generation.candidate_generator import build_round
-from hf_dynaspec.generation.public_loop import check_public_inputs, decode, verify_kernel_for
+from hf_dynaspec.generation.public_loop import check_public_inputs, decode, is_batched, verify_kernel_for
 from hf_dynaspec.stats import start_stats
 
 
@@ -43,10 +44,12 @@ def chain_generate(model, input_ids, logits_processor, stopping_criteria, genera
     options = assistant.generation_config
     options.validate_options()  # options set one by one since loading are checked here
     stats = start_stats(assistant)  # one set for the call, every row's rounds recorded in it
+    batch_row = is_batched(input_ids, model_kwargs)
 
     def drafts_for(prompt_ids):
         return ChainDrafts(build_round(model, assistant, options, prompt_ids, logits_processor, stats=stats,
-                                       do_sample=bool(generation_config.do_sample), draws_drafts=False))
+                                       do_sample=bool(generation_config.do_sample), draws_drafts=False,
+                                       batch_row=batch_row))
 
     with verify_kernel_for(model, options):  # before build_round: the planner's costs are measured with it
         return decode(model, assistant, input_ids, logits_processor, stopping_criteria, generation_config, drafts_for,
@@ -69,6 +72,12 @@ class ChainDrafts:
     def share_costs(self, rows: int) -> None:
         """In a batch of `rows` active rows: price this row's rounds as its share of the batch's verify forward."""
         share_costs(self.round.planner, rows)
+
+    def finish(self) -> None:
+        """A batch row is done: its output joins the suffix cache's shared index (a single call's joins at the
+        next call's start)."""
+        if isinstance(self.round.suffix, RequestView):
+            self.round.suffix.end_request()
 
     def learn(self, input_ids: torch.Tensor, tree: DraftTree, num_accepted: int, path) -> None:
         # A tree round (only a planner drafts one here) also tells what a chain would have done: one more read of

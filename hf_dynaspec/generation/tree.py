@@ -22,7 +22,7 @@ from hf_dynaspec.drafting.tree_structure import DraftTree
 from hf_dynaspec.generation.attachment import ensure_attached
 from hf_dynaspec.generation.candidate_generator import build_round
 from hf_dynaspec.generation.chain import ChainDrafts
-from hf_dynaspec.generation.public_loop import check_public_inputs, decode, verify_kernel_for
+from hf_dynaspec.generation.public_loop import check_public_inputs, decode, is_batched, verify_kernel_for
 from hf_dynaspec.stats import start_stats
 
 
@@ -58,12 +58,13 @@ def tree_generate(
     options = assistant.generation_config.with_options(
         tree_top_k=tree_top_k, tree_depth=tree_depth, tree_total_tokens=tree_total_tokens)
     stats = start_stats(assistant)  # one set for the call (a batch: every row's rounds)
+    batch_row = is_batched(input_ids, model_kwargs)
 
     def drafts_for(prompt_ids):
         if options.draft_plan == "auto":  # each round planned: a tree of the depth that pays, a chain, a lookup, none
             return ChainDrafts(build_round(model, assistant, options, prompt_ids, logits_processor, stats=stats,
                                            do_sample=bool(generation_config.do_sample), draws_drafts=False,
-                                           with_trees=True))
+                                           with_trees=True, batch_row=batch_row))
         session = TreeDraftSession(
             assistant.drafter, assistant.config.vocab_size, head=runtime_head(assistant, options),
             top_k=options.tree_top_k, depth=options.tree_depth, total_tokens=options.tree_total_tokens,
@@ -86,6 +87,9 @@ class TreeDrafts:
 
     def share_costs(self, rows: int) -> None:
         """A fixed tree is not priced: nothing to share."""
+
+    def finish(self) -> None:
+        """Nothing is kept past a fixed-tree row."""
 
     def learn(self, input_ids, tree: DraftTree, num_accepted: int, path) -> None:
         self.stats.record(len(tree) - 1, num_accepted)
