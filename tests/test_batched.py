@@ -212,7 +212,7 @@ def test_batched_verify_logits_equal_each_rows_own_forward():
     rows = [_Row(b, ids.shape[1] - len(p), ids[b : b + 1], None, None) for b, p in enumerate(prompts)]
     cache = DynamicCache()
     with torch.no_grad():
-        valid, _ = _prefill(target, heads, rows, ids, mask.bool(), cache, LogitsProcessorList(), False)
+        valid, _ = _prefill(target, heads, rows, ids, mask.bool(), cache, [LogitsProcessorList()] * 3, False)
         generator = torch.Generator().manual_seed(0)
         for sizes, kept_counts in (([1, 3, 2], [1, 3, 2]), ([4, 2, 3], [2, 1, 4])):
             trees = [chain_tree(row.ids[0, -1:], torch.randint(0, VOCAB, (n,), generator=generator))
@@ -306,3 +306,20 @@ def test_the_batched_bench_counts_rows_and_compares_them(eagle_pair):
         eagle = report["batch_sizes"][size]["eagle"]
         assert eagle["rows"] == rows and eagle["rows_identical"] == rows and eagle["tokens_per_s"] > 0
         assert report["batch_sizes"][size]["vanilla"]["speedup"] == 1.0
+
+
+def test_processors_see_rows_as_plain_batched_generate_does(eagle_pair, monkeypatch):
+    """min_new_tokens (counted from the padded prompt length generate() measured) and a repetition penalty: the
+    whole output equals plain batched generate()'s."""
+    target, assistant = eagle_pair
+    fresh_run_time_state(monkeypatch)
+    monkeypatch.setattr(assistant.generation_config, "num_assistant_tokens", 3)
+    prompts = mixed_prompts(4, seed=40)
+    ids, mask = left_padded(prompts)
+    first = plain_generate(target, prompts[2][None], max_new_tokens=1, do_sample=False)[0, -1].item()
+    kwargs = dict(max_new_tokens=16, min_new_tokens=5, do_sample=False, eos_token_id=first, pad_token_id=VOCAB - 1,
+                  repetition_penalty=1.3)
+    expected = target.generate(input_ids=ids, attention_mask=mask, **kwargs)
+    out = target.generate(input_ids=ids, attention_mask=mask, custom_generate=chain_generate, drafter=assistant,
+                          **kwargs)
+    assert torch.equal(out, expected)

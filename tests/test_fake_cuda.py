@@ -411,7 +411,7 @@ def test_a_batched_rounds_steps_stay_on_the_device():
         mask[0, :2] = False
         rows = [_Row(b, padding, ids[b : b + 1], None, None) for b, padding in enumerate((2, 0, 0))]
         cache = DynamicCache()
-        valid, _ = _prefill(target, heads, rows, ids, mask, cache, LogitsProcessorList(), False)
+        valid, _ = _prefill(target, heads, rows, ids, mask, cache, [LogitsProcessorList()] * 3, False)
         trees = [chain_tree(row.ids[0, -1:], torch.randint(0, VOCAB, (n,), device="cuda"))
                  for row, n in zip(rows, (1, 3, 2))]
         with cuda.counting() as events:

@@ -29,10 +29,12 @@ Legend: B rows, A active rows, L padded prompt length, T cache slots, N nodes of
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 import torch
 from transformers.cache_utils import DynamicCache
+from transformers.generation.logits_process import LogitsProcessorList, PrefixConstrainedLogitsProcessor
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
 from hf_dynaspec.generation.forward_args import cache_kwargs
@@ -51,7 +53,8 @@ class _Row:
 
     @property
     def ids(self) -> torch.Tensor:
-        """The row's own context `[1, L_b + n]` (no padding): what its drafts and logits processors read."""
+        """The row's own context `[1, L_b + n]` (no padding): what its drafts read (logits processors read the
+        padded `sequence`, as in plain batched generate())."""
         return self.sequence[:, self.padding :]
 
 
@@ -79,15 +82,17 @@ def check_batch(input_ids: torch.Tensor, attention_mask: torch.Tensor | None, ge
 def run_batched_rounds(model, assistant, input_ids, mask, logits_processor, stopping_criteria, generation_config,
                        make_drafts, model_kwargs: dict):
     """Decode the left-padded batch `input_ids` `[B, L]` (`mask` its real tokens, from `check_batch`);
-    `make_drafts(prompt_ids [1, L_b])` builds one row's drafts. Returns `[B, L + n]` sequences (or a
+    `make_drafts(prompt_ids [1, L_b], processors)` builds one row's drafts (`processors`: the row's own).
+    Returns `[B, L + n]` sequences (or a
     `GenerateDecoderOnlyOutput` holding them with `return_dict_in_generate`)."""
     cache = empty_tree_cache(model, model_kwargs, generation_config.max_length)
     do_sample = bool(generation_config.do_sample)
     lengths = mask.sum(dim=1).tolist()
+    processors = [row_processors(logits_processor, b, len(lengths)) for b in range(len(lengths))]
     width = input_ids.shape[1]
-    rows = [_Row(b, width - n, input_ids[b : b + 1], make_drafts(input_ids[b : b + 1, width - n :]), None)
-            for b, n in enumerate(lengths)]
-    valid, first_scores = _prefill(model, assistant, rows, input_ids, mask, cache, logits_processor, do_sample)
+    rows = [_Row(b, width - n, input_ids[b : b + 1], make_drafts(input_ids[b : b + 1, width - n :], processors[b]),
+                 None) for b, n in enumerate(lengths)]
+    valid, first_scores = _prefill(model, assistant, rows, input_ids, mask, cache, processors, do_sample)
     finished = [row for row, scores in zip(rows, first_scores) if bool(stopping_criteria(row.sequence, scores).any())]
     for row in finished:
         row.drafts.finish()
@@ -99,8 +104,10 @@ def run_batched_rounds(model, assistant, input_ids, mask, logits_processor, stop
         trees = [row.drafts.propose(row.ids, row.hidden, generation_config.max_length - row.sequence.shape[1] - 1)
                  for row in active]
         out = _verify(model, assistant, active, trees, valid, cache)
-        paths = [accept_path(tree, out.logits[i, : len(tree)].float(), row.ids, logits_processor, do_sample)
-                 for i, (row, tree) in enumerate(zip(active, trees))]
+        # Processors see the left-padded row, as plain batched generate() hands it to them (min_new_tokens counts
+        # from the padded prompt length generate() measured); drafts see the row's own tokens.
+        paths = [accept_path(tree, out.logits[i, : len(tree)].float(), row.sequence, processors[row.index],
+                             do_sample) for i, (row, tree) in enumerate(zip(active, trees))]
         valid = _compact(cache, valid, [path.kept_index for path in paths])
         features = assistant.drafter.select_target_hidden(out.hidden_states)
         still = []
@@ -119,7 +126,26 @@ def run_batched_rounds(model, assistant, input_ids, mask, logits_processor, stop
     return sequences
 
 
-def _prefill(model, assistant, rows, input_ids, mask, cache, logits_processor, do_sample):
+def row_processors(logits_processor, row: int, batch_size: int) -> LogitsProcessorList:
+    """The call's processors for one row, called with that row alone (`[1, L]`): a processor holding a per-row
+    tensor built for the batch (the repetition penalty's per-row prompt padding, `[B]`) gets a copy holding its row.
+    Prefix-constrained generation calls its function with a batch index, which a row alone cannot give: refused."""
+    own = LogitsProcessorList()
+    for processor in logits_processor:
+        if isinstance(processor, PrefixConstrainedLogitsProcessor):
+            raise ValueError("prefix_allowed_tokens_fn takes the batch index of each row, which batched speculative "
+                             "decoding does not keep; call generate once per prompt, or drop it")
+        per_row = {name: value for name, value in vars(processor).items()
+                   if torch.is_tensor(value) and value.dim() >= 1 and value.shape[0] == batch_size > 1}
+        if per_row:
+            processor = copy.copy(processor)
+            for name, value in per_row.items():
+                setattr(processor, name, value[row : row + 1])
+        own.append(processor)
+    return own
+
+
+def _prefill(model, assistant, rows, input_ids, mask, cache, processors, do_sample):
     """The target's pass over the padded prompts: each row's first token appended, its prompt features kept;
     -> (the cache's valid slots `[B, L]`, each row's processed scores `[1, V]`)."""
     positions = (mask.long().cumsum(dim=1) - 1).clamp(min=0)
@@ -130,7 +156,8 @@ def _prefill(model, assistant, rows, input_ids, mask, cache, logits_processor, d
     scores = []
     for b, row in enumerate(rows):
         logits = out.logits[b : b + 1, -1].float()
-        processed = logits_processor(row.ids, logits) if len(logits_processor) else logits
+        own = processors[row.index]
+        processed = own(row.sequence, logits) if len(own) else logits
         token = torch.multinomial(processed.softmax(dim=-1), 1) if do_sample else processed.argmax(-1, keepdim=True)
         row.hidden = features[b : b + 1, row.padding :]
         row.sequence = torch.cat([row.sequence, token], dim=1)

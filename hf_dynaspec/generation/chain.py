@@ -46,8 +46,8 @@ def chain_generate(model, input_ids, logits_processor, stopping_criteria, genera
     stats = start_stats(assistant)  # one set for the call, every row's rounds recorded in it
     batch_row = is_batched(input_ids, model_kwargs)
 
-    def drafts_for(prompt_ids):
-        return ChainDrafts(build_round(model, assistant, options, prompt_ids, logits_processor, stats=stats,
+    def drafts_for(prompt_ids, processors):
+        return ChainDrafts(build_round(model, assistant, options, prompt_ids, processors, stats=stats,
                                        do_sample=bool(generation_config.do_sample), draws_drafts=False,
                                        batch_row=batch_row))
 

@@ -53,7 +53,7 @@ def medusa_generate(model, input_ids, logits_processor, stopping_criteria, gener
     planner = _planner(model, heads, options, bool(generation_config.do_sample))
     stats, vocab_size = start_stats(heads), model.get_output_embeddings().weight.shape[0]
 
-    def drafts_for(prompt_ids):  # one per prompt of a batch: its own context, ADL and n-gram scorer
+    def drafts_for(prompt_ids, processors):  # one per prompt of a batch: its own context, ADL and n-gram scorer
         return LatticeDrafts(heads, options, stats, vocab_size, planner)
 
     return decode(model, heads, input_ids, logits_processor, stopping_criteria, generation_config, drafts_for,

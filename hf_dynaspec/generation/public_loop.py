@@ -52,10 +52,10 @@ def is_batched(input_ids: torch.Tensor, model_kwargs: dict) -> bool:
 def decode(model, assistant, input_ids, logits_processor, stopping_criteria, generation_config, make_drafts,
            model_kwargs: dict):
     """The public routes' entry: one prompt through `run_rounds`, a batch through `run_batched_rounds`;
-    `make_drafts(prompt_ids [1, L_b])` builds the drafts of one prompt."""
+    `make_drafts(prompt_ids [1, L_b], processors)` builds the drafts of one prompt (`processors`: its own)."""
     if not is_batched(input_ids, model_kwargs):
         return run_rounds(model, assistant, input_ids, logits_processor, stopping_criteria, generation_config,
-                          make_drafts(input_ids), model_kwargs)
+                          make_drafts(input_ids, logits_processor), model_kwargs)
     mask = check_batch(input_ids, model_kwargs.get("attention_mask"), generation_config)
     return run_batched_rounds(model, assistant, input_ids, mask, logits_processor, stopping_criteria,
                               generation_config, make_drafts, model_kwargs)

@@ -60,9 +60,9 @@ def tree_generate(
     stats = start_stats(assistant)  # one set for the call (a batch: every row's rounds)
     batch_row = is_batched(input_ids, model_kwargs)
 
-    def drafts_for(prompt_ids):
+    def drafts_for(prompt_ids, processors):
         if options.draft_plan == "auto":  # each round planned: a tree of the depth that pays, a chain, a lookup, none
-            return ChainDrafts(build_round(model, assistant, options, prompt_ids, logits_processor, stats=stats,
+            return ChainDrafts(build_round(model, assistant, options, prompt_ids, processors, stats=stats,
                                            do_sample=bool(generation_config.do_sample), draws_drafts=False,
                                            with_trees=True, batch_row=batch_row))
         session = TreeDraftSession(
