@@ -38,6 +38,7 @@ from hf_dynaspec.drafting.planner import (
     TreeShape,
     best_length,
     confidence_bin,
+    extrapolated_seconds,
     position_key,
 )
 
@@ -54,10 +55,7 @@ class LatticeCosts:
 
     def verify(self, num_tokens: int) -> float:
         """Seconds of a target forward over `num_tokens` new tokens (extrapolated linearly past the table)."""
-        table = self.verify_seconds
-        if num_tokens < len(table):
-            return table[num_tokens]
-        return table[-1] + (table[-1] - table[-2]) * (num_tokens - len(table) + 1)
+        return extrapolated_seconds(self.verify_seconds, num_tokens)
 
 
 class LatticeMemory:

@@ -76,6 +76,13 @@ def position_key(position: int) -> int:
     return min(position, MAX_POSITION_KEY)
 
 
+def extrapolated_seconds(table: list[float], num_tokens: int) -> float:
+    """`table[n]`: seconds of a forward over n tokens (index 0 unused); past its end, linear in the last step."""
+    if num_tokens < len(table):
+        return table[num_tokens]
+    return table[-1] + (table[-1] - table[-2]) * (num_tokens - len(table) + 1)
+
+
 def best_length(probabilities: list[float], seconds, smallest: int = 0) -> tuple[int, float]:
     """(k, rate) maximising E(k) / seconds(k) over smallest <= k <= len(probabilities); `probabilities[j-1]` is
     a_j."""

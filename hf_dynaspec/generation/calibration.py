@@ -39,6 +39,7 @@ from transformers.utils import logging
 
 from hf_dynaspec.cache_home import home_dir
 from hf_dynaspec.drafting.chain import ChainDraftSession
+from hf_dynaspec.drafting.planner import extrapolated_seconds
 from hf_dynaspec.drafting.tree import TreeDraftSession
 from hf_dynaspec.generation.forward_args import cache_kwargs
 from hf_dynaspec.version import __version__
@@ -64,11 +65,7 @@ class RoundCosts:
 
     def verify(self, num_tokens: int) -> float:
         """Seconds of a target forward over `num_tokens` new tokens (extrapolated linearly past the table)."""
-        table = self.verify_seconds
-        if num_tokens < len(table):
-            return table[num_tokens]
-        slope = table[-1] - table[-2]
-        return table[-1] + slope * (num_tokens - len(table) + 1)
+        return extrapolated_seconds(self.verify_seconds, num_tokens)
 
     def drafting(self, num_tokens: int) -> float:
         """Seconds to draft `num_tokens` tokens with the drafter, beyond the consume pass."""
