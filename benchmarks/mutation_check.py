@@ -1,25 +1,28 @@
 """Apply each known rule violation to a copy of the package and check that a test fails on it by an assertion.
 
-    python benchmarks/mutation_check.py [--only NAME] [--json OUT] [--list]
+    python benchmarks/mutation_check.py [--only NAME] [--json OUT] [--list] [--jobs N]
 
 Each mutation replaces exact snippets of the source, runs the named test files on the copy (or the tests
 `select` picks), and reports which tests failed and how: `assert` (an AssertionError from the test, or pytest's
 own "DID NOT RAISE" / "DID NOT WARN" where a test expects an error or a warning) or `crash` (any other
 exception). A mutation counts as caught only by an assertion. Every snippet must occur exactly once in the current
 source: a stale snippet stops the run before anything is mutated, and tests/test_mutation_check.py checks it in
-the test suite, so the list cannot rot silently. CI runs the whole check (.ci/run). Host-independent; ~15 minutes
-on 2 cores.
+the test suite, so the list cannot rot silently. CI runs the whole check (.ci/run). Host-independent; the
+mutations run `--jobs` at a time (default: one per core, each pytest on one thread: the tiny models' tests are
+Python-bound, so two single-threaded runs take about half the time of two two-threaded ones in a row).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import xml.etree.ElementTree as ElementTree
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,17 +79,17 @@ MUTATIONS = [
              "position_ids = torch.arange(start + 1, seq_len, device=device)[None]", ["tests/test_drafting.py"]),
     Mutation("draft logits handed over before the temperature", "hf_dynaspec/drafting/chain.py",
              ["            if self.logits_processor is not None:\n                full = self.logits_processor(context, full)\n",
-              "            return torch.multinomial(full.softmax(dim=-1), num_samples=1), full, confident"],
+              "            return sampling.sample(full.softmax(dim=-1)), full, confident"],
              ["            raw = full\n            if self.logits_processor is not None:\n"
               "                full = self.logits_processor(context, full.clone())\n",
-              "            return torch.multinomial(full.softmax(dim=-1), num_samples=1), raw, confident"],
+              "            return sampling.sample(full.softmax(dim=-1)), raw, confident"],
              ["tests/test_enumeration.py"]),
     Mutation("confidence: the drawn token's probability decides (the old rule)", "hf_dynaspec/drafting/chain.py",
              ["        if confident is not None and not self.defer_host_decisions and not bool(confident):\n"
               "            return None, None, None, None\n",
-              "            return torch.multinomial(full.softmax(dim=-1), num_samples=1), full, confident, top"],
+              "            return sampling.sample(full.softmax(dim=-1)), full, confident, top"],
              ["",
-              "            token = torch.multinomial(full.softmax(dim=-1), num_samples=1)\n"
+              "            token = sampling.sample(full.softmax(dim=-1))\n"
               "            if self.confidence > 0 and float(full.softmax(-1)[0, token]) < self.confidence:\n"
               "                return None, None, None, None\n            return token, full, confident, top"],
              ["tests/test_enumeration.py"]),
@@ -201,8 +204,8 @@ MUTATIONS = [
              "setdefault(bool(do_sample), PlannerMemory())", "setdefault(False, PlannerMemory())", [PLANNED],
              select="apart"),
     Mutation("plan reads the drawn token's probability", "hf_dynaspec/drafting/chain.py",
-             "            return torch.multinomial(full.softmax(dim=-1), num_samples=1), full, confident, top",
-             "            token = torch.multinomial(full.softmax(dim=-1), num_samples=1)\n"
+             "            return sampling.sample(full.softmax(dim=-1)), full, confident, top",
+             "            token = sampling.sample(full.softmax(dim=-1))\n"
              "            top = full[0].float().softmax(-1)[token[0, 0]] if with_top else top\n"
              "            return token, full, confident, top", [PLANNED], select="every_cost_model and cpu"),
     Mutation("no probe rounds: a planner that stops drafting never learns", "hf_dynaspec/drafting/planner.py",
@@ -270,9 +273,47 @@ MUTATIONS = [
              "visible[:, :, :past] = valid[:, None, :]", "visible[:, :, :past] = True", [BATCHED],
              select="own_plain_greedy and chain-fixed or own_forward"),
     Mutation("batched rounds: every row keeps the first row's accepted slots", "hf_dynaspec/generation/batched_loop.py",
-             "index = torch.stack([torch.cat([k, k.new_zeros(most - k.shape[0])]) for k in kept])",
-             "index = torch.stack([torch.cat([kept[0], kept[0].new_zeros(most - kept[0].shape[0])]) for k in kept])",
+             "index = torch.stack([torch.cat([k, k.new_zeros(most - k.shape[0])]) for k in kept]) + past",
+             "index = torch.stack([torch.cat([kept[0], kept[0].new_zeros(most - kept[0].shape[0])]) for k in kept]) + past",
              [BATCHED], select="different_lengths or own_plain_greedy"),
+    # #59: the GPU defects found by reading, each caught by the test written for it.
+    Mutation("public loop keeps every token's full-vocabulary rows though nobody asked",
+             "hf_dynaspec/generation/public_loop.py",
+             ["    scores = [] if returned and generation_config.output_scores else None\n",
+              "    raw_logits = [] if returned and generation_config.output_logits else None\n"],
+             ["    scores = []\n", "    raw_logits = []\n"], [CHAIN_GENERATE], select="holds_no_scores"),
+    Mutation("device: sampling through torch.multinomial (two host syncs per draw)", "hf_dynaspec/sampling.py",
+             "    return (probs.float() / noise.clamp_(min=_SMALLEST)).argmax(dim=-1, keepdim=True)",
+             "    return torch.multinomial(probs.float(), 1)", [FAKE_CUDA], select="chain_draft_of_k_tokens"),
+    Mutation("sampling: the race multiplies by the noise (another law)", "hf_dynaspec/sampling.py",
+             "    return (probs.float() / noise.clamp_(min=_SMALLEST)).argmax(dim=-1, keepdim=True)",
+             "    return (probs.float() * noise).argmax(dim=-1, keepdim=True)", ["tests/test_sampler.py"]),
+    Mutation("device: a finished row dropped with an index on the mask's card, not each layer's",
+             "hf_dynaspec/generation/batched_loop.py",
+             "            layer.batch_select_indices(index_on(layer.keys.device))",
+             "            layer.batch_select_indices(index_on(valid.device))", [FAKE_CUDA], select="finished_row"),
+    Mutation("device: timing waits for the current card only", "hf_dynaspec/kernels/streams.py",
+             "    for device in dict.fromkeys(torch.device(d) for d in devices):\n"
+             "        if device.type == \"cuda\":\n            torch.cuda.synchronize(device)\n",
+             "    if any(torch.device(d).type == \"cuda\" for d in devices):\n        torch.cuda.synchronize()\n",
+             [FAKE_CUDA], select="every_card"),
+    Mutation("device: a batched round reads each row's path on its own", "hf_dynaspec/generation/batched_loop.py",
+             "    if do_sample or any(len(processors[row.index]) for row in rows):",
+             "    if True:", [FAKE_CUDA], select="twice_whatever"),
+    Mutation("the drafter's rotary table cast with its weights", "hf_dynaspec/modeling/drafter.py",
+             "            setattr(self.rotary_emb, name, table.to(getattr(self.rotary_emb, name).device))",
+             "            pass", ["tests/test_device_following.py"], select="rotary"),
+    # #61: three bugs no test caught before.
+    Mutation("batched trees read with a causal mask (siblings see each other)", "hf_dynaspec/generation/batched_loop.py",
+             "        visible[i, :n, past : past + n] = tree.ancestor_matrix()",
+             "        visible[i, :n, past : past + n] = torch.ones(n, n, dtype=torch.bool, device=device).tril()",
+             [BATCHED], select="own_ancestors"),
+    Mutation("batched commit appends the whole accepted path past a stop", "hf_dynaspec/generation/batched_loop.py",
+             "    committed = stops.index(True) + 1 if True in stops else len(stops)\n    row.sequence",
+             "    committed = len(stops)\n    row.sequence", [BATCHED], select="stops_inside"),
+    Mutation("CPS n-gram scorer keyed by the oldest tokens of the history", "hf_dynaspec/drafting/lattice.py",
+             "            key = tuple(history[len(history) - n :]) if n else ()",
+             "            key = tuple(history[:n]) if n else ()", [LATTICE], select="newest"),
 ]
 
 
@@ -291,7 +332,10 @@ def stale_snippets(root: Path = ROOT) -> list[str]:
 ASSERTION_MESSAGES = ("AssertionError", "assert ", "Failed: DID NOT RAISE", "Failed: DID NOT WARN")
 
 
-def run(mutation: Mutation) -> dict:
+def run(mutation: Mutation, threads: dict | None = None) -> dict:
+    """Apply `mutation` to a copy of the repository and run its tests there (`threads`: environment variables
+    capping the run's threads)."""
+    threads = threads or {}
     with tempfile.TemporaryDirectory() as tmp:
         copy = Path(tmp) / "repo"
         # Only the source and tests: never a virtual environment (CI's .compat-venv-* are GBs) or the big folders.
@@ -304,7 +348,7 @@ def run(mutation: Mutation) -> dict:
         selection = ["-k", mutation.select] if mutation.select else []
         proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m",
                                "not real_model", f"--junitxml={report}", *selection, *mutation.tests],
-                              cwd=copy, capture_output=True, text=True)
+                              cwd=copy, capture_output=True, text=True, env={**os.environ, **threads})
         asserted, crashed = [], []
         for case in ElementTree.parse(report).iter("testcase") if report.exists() else []:
             for problem in [*case.iter("failure"), *case.iter("error")]:
@@ -324,6 +368,7 @@ def main() -> None:
     parser.add_argument("--only", help="run the mutations whose name contains this text")
     parser.add_argument("--json", help="write the results here")
     parser.add_argument("--list", action="store_true", help="list the mutations and exit")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="mutations run at a time")
     args = parser.parse_args()
     if args.list:
         print("\n".join(m.name for m in MUTATIONS))
@@ -331,17 +376,18 @@ def main() -> None:
     stale = stale_snippets()
     if stale:
         raise SystemExit("stale mutations (update benchmarks/mutation_check.py):\n  " + "\n  ".join(stale))
+    chosen = [m for m in MUTATIONS if not args.only or args.only in m.name]
+    threads = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"} if args.jobs > 1 else {}
     results = []
-    for mutation in MUTATIONS:
-        if args.only and args.only not in mutation.name:
-            continue
-        result = run(mutation)
-        results.append(result)
-        print(f"{'CAUGHT' if result['caught'] else 'MISSED'}  {mutation.name}: {result['summary']}", flush=True)
-        for test in result["by_assertion"]:
-            print(f"    assert  {test}")
-        for test in result["crashes"]:
-            print(f"    crash   {test}")
+    with ThreadPoolExecutor(max_workers=max(args.jobs, 1)) as pool:
+        for result in pool.map(lambda mutation: run(mutation, threads), chosen):  # reported in the list's order
+            results.append(result)
+            print(f"{'CAUGHT' if result['caught'] else 'MISSED'}  {result['mutation']}: {result['summary']}",
+                  flush=True)
+            for test in result["by_assertion"]:
+                print(f"    assert  {test}")
+            for test in result["crashes"]:
+                print(f"    crash   {test}")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
     missed = [r["mutation"] for r in results if not r["caught"]]

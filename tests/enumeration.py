@@ -1,8 +1,10 @@
 """Exact output distributions of one speculative round, by enumerating every random choice the code makes.
 
-The code under test draws its randomness from `torch.multinomial` (drafting, the residual, the bonus token),
-`torch.rand_like` (transformers' accept test, `r <= p(x) / q(x)`) and `hf_dynaspec.generation.tree_verify.accepts` (the
-tree's accept test). `enumerate_paths` replaces those three by a chooser that, instead of drawing, follows
+The code under test draws its randomness from `hf_dynaspec.sampling.sample` (the package's one categorical draw:
+drafting, the residual, the first and bonus tokens), `torch.multinomial` (transformers' own residual and bonus
+draws), `torch.rand_like` (transformers' accept test, `r <= p(x) / q(x)`) and
+`hf_dynaspec.generation.tree_verify.accepts` (the tree's accept test). `enumerate_paths` replaces those four by a
+chooser that, instead of drawing, follows
 one branch and records the others, and re-runs the function depth-first until every branch has been
 followed once. Each path's weight is the product of the probabilities the code itself asked for, so the
 result is the exact distribution of the function's output, with no sampling noise: a bias of 1e-4 shows.
@@ -29,6 +31,7 @@ from transformers import GenerationConfig
 from transformers.cache_utils import DynamicCache
 
 import hf_dynaspec.generation.tree_verify as tree_verify
+import hf_dynaspec.sampling as sampling
 from hf_dynaspec.drafting.runtime import runtime_head
 from hf_dynaspec.drafting.tree import TreeDraftSession
 from hf_dynaspec.drafting.tree_structure import tree_attention_mask, tree_position_ids
@@ -67,6 +70,10 @@ class _Chooser:
         result = torch.tensor(picks, dtype=torch.long, device=probs.device)
         return result.reshape(*probs.shape[:-1], 1)
 
+    def sample(self, probs: torch.Tensor, generator=None) -> torch.Tensor:
+        """hf_dynaspec.sampling.sample's contract: one draw per row of `probs` `[..., V]` -> `[..., 1]`."""
+        return self.multinomial(probs, 1)
+
     def rand_like(self, ratio: torch.Tensor, **kwargs) -> torch.Tensor:
         """transformers accepts where `r <= ratio`: r = 0 accepts (weight min(1, ratio)), r = 1 rejects."""
         values = []
@@ -82,12 +89,13 @@ class _Chooser:
 
 @contextmanager
 def _randomness_replaced_by(chooser: _Chooser):
-    saved = torch.multinomial, torch.rand_like, tree_verify.accepts
-    torch.multinomial, torch.rand_like, tree_verify.accepts = chooser.multinomial, chooser.rand_like, chooser.accepts
+    saved = torch.multinomial, torch.rand_like, tree_verify.accepts, sampling.sample
+    torch.multinomial, torch.rand_like, tree_verify.accepts, sampling.sample = (
+        chooser.multinomial, chooser.rand_like, chooser.accepts, chooser.sample)
     try:
         yield
     finally:
-        torch.multinomial, torch.rand_like, tree_verify.accepts = saved
+        torch.multinomial, torch.rand_like, tree_verify.accepts, sampling.sample = saved
 
 
 def enumerate_paths(fn, max_paths: int | None = None) -> list[tuple[float, object]]:

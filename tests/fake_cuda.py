@@ -7,6 +7,10 @@ shapes, dtypes and devices, no values) while CPU tensors stay real:
   `FakeTensorDeviceMismatchError`, exactly where a GPU would raise;
 - an op whose output shape depends on device values (`nonzero`, boolean-mask indexing, `repeat_interleave` by
   a tensor, `unique`) raises `DynamicOutputShapeException`: on a GPU each is a host sync;
+- an op over tensors of two CUDA devices (cuda:0 and cuda:1) raises, as on a GPU (the fake mode leaves some
+  unchecked, e.g. an index on another card than the tensor it indexes);
+- ATen ops that read device values inside the op on CUDA (`multinomial`, `nonzero`, `masked_select`, `unique`,
+  `repeat_interleave` without `output_size`) are counted in `reads`;
 - a read of a device value on the host (`.item()`, `.tolist()`, `bool(t)`, `int(t)`, `.cpu()` / `.to("cpu")`)
   is counted in `reads` (with the line of the package that did it) and answers a placeholder (1 / True /
   1.0, a fake CPU tensor for a copy), so that the code can go on to its next device op. A test asserts the
@@ -110,6 +114,11 @@ def _placeholder_list(shape):
     return [_placeholder_list(shape[1:]) for _ in range(shape[0])]
 
 
+def _cuda(device: torch.device) -> torch.device:
+    """`cuda` -> cuda:0 (the current device); `cuda:1` stays itself (a target split over two cards)."""
+    return CUDA if device.index is None else device
+
+
 def _fake_cuda(value) -> bool:
     return isinstance(value, torch.Tensor) and is_fake(value) and value.device.type == "cuda"
 
@@ -194,7 +203,7 @@ class _Transfers(TorchFunctionMode):
             if device is not None and device.type == "cuda" and source.device.type != "cuda":
                 self.events.uploads.append(_package_line())
                 dtype = _dtype_of(args, kwargs) if func is torch.Tensor.to else None
-                out = torch.empty(source.shape, dtype=dtype or source.dtype, device=CUDA)
+                out = torch.empty(source.shape, dtype=dtype or source.dtype, device=_cuda(device))
                 return out.requires_grad_(source.requires_grad) if out.is_floating_point() else out
             if device is not None and device.type == "cpu" and source.device.type == "cuda":
                 _record_read(self.events)
@@ -236,7 +245,7 @@ class _Transfers(TorchFunctionMode):
             if device is not None and torch.device(device).type == "cuda":
                 self.events.uploads.append(_package_line())
                 host = func(*args, **{**kwargs, "device": "cpu"})
-                return torch.empty(host.shape, dtype=host.dtype, device=CUDA)
+                return torch.empty(host.shape, dtype=host.dtype, device=_cuda(torch.device(device)))
         try:
             return func(*args, **kwargs)
         except RuntimeError as error:
@@ -246,6 +255,26 @@ class _Transfers(TorchFunctionMode):
             if "not linked with support for cuda" not in str(error) or op is None:
                 raise
             return op(*args, **kwargs)
+
+
+# ATen ops that read device values on the host inside the op on CUDA: multinomial checks its input (two syncs);
+# the others size their output from device values. The fake mode runs multinomial without complaint and raises
+# for the others, so each is counted as a read here first (a test's read count then shows it).
+_SYNCING_OPS = {
+    torch.ops.aten.multinomial.default, torch.ops.aten.nonzero.default, torch.ops.aten.masked_select.default,
+    torch.ops.aten._unique2.default, torch.ops.aten.unique_dim.default, torch.ops.aten.unique_consecutive.default,
+    torch.ops.aten.repeat_interleave.Tensor,
+}
+# Ops that legitimately take tensors on two devices: the copies that move data between cards.
+_CROSS_DEVICE_OPS = {torch.ops.aten.copy_.default, torch.ops.aten._to_copy.default}
+
+
+def _check_one_cuda_device(func, tensors) -> None:
+    """An op over fake tensors of two CUDA devices (cuda:0 and cuda:1: a target split over two cards) raises on a
+    GPU; the fake mode does not check every op's indices (an index on cuda:0 into a cache on cuda:1 passes)."""
+    devices = {t.device for t in tensors if _fake_cuda(t) and t.dim() > 0}
+    if len(devices) > 1 and func not in _CROSS_DEVICE_OPS:
+        raise RuntimeError(f"{func}: expected all tensors to be on the same device, got {sorted(map(str, devices))}")
 
 
 class _RealOnHost(TorchDispatchMode):
@@ -262,6 +291,11 @@ class _RealOnHost(TorchDispatchMode):
             _record_read(self.events)
             t = args[0]
             return True if t.dtype == torch.bool else PLACEHOLDER if not t.is_floating_point() else float(PLACEHOLDER)
+        if any(_fake_cuda(t) for t in tensors):
+            _check_one_cuda_device(func, tensors)
+            if func in _SYNCING_OPS and not (func is torch.ops.aten.repeat_interleave.Tensor
+                                             and kwargs.get("output_size") is not None):
+                _record_read(self.events)
         wants_device = any(isinstance(v, torch.device) and v.type != "cpu" for v in tree_flatten(kwargs)[0])
         if not wants_device and not any(is_fake(t) for t in tensors):
             with _disable_current_modes():

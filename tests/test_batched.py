@@ -323,3 +323,76 @@ def test_processors_see_rows_as_plain_batched_generate_does(eagle_pair, monkeypa
     out = target.generate(input_ids=ids, attention_mask=mask, custom_generate=chain_generate, drafter=assistant,
                           **kwargs)
     assert torch.equal(out, expected)
+
+
+def test_each_rows_tree_is_read_through_its_own_ancestors():
+    """Trees that branch below the root (depth >= 2): each row's nodes see the cache slots of their row and their
+    own ancestors, never a sibling or a cousin (a causal mask over the flattened tree would let them)."""
+    from hf_dynaspec.drafting.tree_structure import DraftTree
+    from hf_dynaspec.generation.batched_loop import _Row, _verify
+
+    seen = {}
+
+    class Recorder(torch.nn.Module):
+        dtype = torch.float32
+
+        def forward(self, **kwargs):
+            seen.update(kwargs)
+            return None
+
+    trees = [DraftTree.from_parents(torch.arange(7), [-1, 0, 0, 1, 1, 2, 3]),  # root -> a, b; a -> c, d; ...
+             DraftTree.from_parents(torch.arange(4), [-1, 0, 1, 1])]
+    rows = [_Row(b, 0, torch.zeros(1, 5, dtype=torch.long), None, None) for b in range(2)]
+    valid = torch.tensor([[True] * 5, [False, True, True, True, True]])
+
+    class Drafter:
+        @staticmethod
+        def hidden_state_selection():
+            return -1
+
+    class Holder:
+        drafter = Drafter()
+
+    _verify(Recorder(), Holder(), rows, trees, valid, cache=None)
+    visible = seen["attention_mask"][:, 0] == 0  # [rows, nodes, slots]
+    for i, tree in enumerate(trees):
+        n = len(tree)
+        assert torch.equal(visible[i, :n, 5 : 5 + n], tree.ancestor_matrix())
+        assert torch.equal(visible[i, :n, :5], valid[i].expand(n, -1))
+    assert not torch.equal(trees[0].ancestor_matrix(), torch.ones(7, 7, dtype=torch.bool).tril())  # it branches
+
+
+def test_a_row_that_stops_inside_its_accepted_draft_ends_there(eagle_pair, monkeypatch):
+    """Row 0's EOS falls inside a multi-token draft the target accepts: the row commits up to it and no further,
+    and the whole output (lengths, pads after EOS) is plain batched generate()'s. The case is checked to have
+    happened (a round whose accepted path ran past the stop). (`max_new_tokens` cannot fall inside a path: each
+    row's draft is capped by the room it has left, test_every_row_equals_its_own_plain_greedy_output.)"""
+    import hf_dynaspec.generation.batched_loop as batched_loop
+
+    target, assistant = eagle_pair
+    fresh_run_time_state(monkeypatch)
+    monkeypatch.setattr(assistant.generation_config, "num_assistant_tokens", 6)
+    prompts = mixed_prompts(3, seed=21)
+    ids, mask = left_padded(prompts)
+    own = plain_generate(target, prompts[0][None], max_new_tokens=24, do_sample=False)[0, len(prompts[0]):]
+    cut = []
+    original = batched_loop._commit
+
+    def recording(row, path, stops):
+        committed, done = original(row, path, stops)
+        cut.append(row.index == 0 and committed < len(stops))
+        return committed, done
+
+    monkeypatch.setattr(batched_loop, "_commit", recording)
+    for position in range(3, 12):  # a stop position that lands inside an accepted draft
+        cut.clear()
+        if int(own[position]) in own[:position].tolist():
+            continue  # the row would stop earlier, at the token's first occurrence
+        kwargs = dict(max_new_tokens=24, eos_token_id=int(own[position]), pad_token_id=VOCAB - 1)
+        expected = target.generate(input_ids=ids, attention_mask=mask, do_sample=False, **kwargs)
+        out = target.generate(input_ids=ids, attention_mask=mask, custom_generate=chain_generate,
+                              drafter=assistant, do_sample=False, **kwargs)
+        assert torch.equal(out, expected), position
+        if any(cut):
+            return
+    pytest.fail("no stop fell inside an accepted draft: the test checked nothing")

@@ -143,3 +143,41 @@ def test_each_shipped_assistant_as_loaded_is_exact_on_the_public_route(name):
         assert torch.equal(public(target, assistant, prompt, do_sample=False, max_new_tokens=40), expected)
         assert torch.equal(target.generate(prompt, attention_mask=torch.ones_like(prompt), do_sample=False,
                                            max_new_tokens=40, assistant_model=assistant), expected)
+
+
+@pytest.mark.parametrize("asked", [False, True], ids=["not-asked", "output_scores"])
+def test_the_loop_holds_no_scores_nobody_asked_for(monkeypatch, asked):
+    """Each committed token's full-vocabulary rows (0.6-1 MiB each at 150k-260k tokens) are kept only when
+    output_scores / output_logits ask: at every target pass, the rows of rounds before the last are gone."""
+    import gc
+    import weakref
+
+    import hf_dynaspec.generation.public_loop as public_loop
+
+    target = one_layer_target("llama", seed=2)
+    assistant = imitating_assistant(target, noise=0.2, seed=4, num_assistant_tokens=3)
+    rounds: list[list[weakref.ref]] = []
+    held_at_pass = []
+    original = public_loop.accept_path
+
+    def recording(*args, **kwargs):
+        path = original(*args, **kwargs)
+        rounds.append([weakref.ref(row) for row in [*path.scores, *path.logits]])
+        return path
+
+    def count_held(*_):
+        gc.collect()
+        held_at_pass.append(sum(ref() is not None for refs in rounds[:-1] for ref in refs))
+
+    monkeypatch.setattr(public_loop, "accept_path", recording)
+    handle = target.register_forward_hook(count_held)
+    try:
+        out = public(target, assistant, torch.tensor([[1, 4, 2, 7]]), max_new_tokens=40, do_sample=False,
+                     return_dict_in_generate=True, output_scores=asked)
+    finally:
+        handle.remove()
+    assert len(rounds) >= 4, "the call must run several rounds"
+    if asked:
+        assert len(out.scores) == 40 and held_at_pass[-1] > 0
+    else:
+        assert out.scores is None and max(held_at_pass) == 0, held_at_pass

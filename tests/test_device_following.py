@@ -7,6 +7,8 @@ parameter and buffer the steps read, so one that did not follow is named.
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 from conftest import VOCAB, imitating_assistant, one_layer_target, tiny_target
@@ -136,3 +138,29 @@ def test_attaching_never_casts_the_targets_own_modules():
     DynaSpecAssistant.from_target(target)
     assert target.get_decoder().norm.weight.dtype == torch.float32
     assert target.get_output_embeddings().weight.dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_the_drafters_rotary_table_stays_fp32_as_the_targets_does(tmp_path, dtype):
+    """transformers keeps a half-precision target's inv_freq in fp32; attaching the drafter casts its weights to
+    the target's dtype but must not round its rotary table (positions drift from the target's at long contexts)."""
+    target = tiny_target("qwen2")
+    fp32_table = target.model.rotary_emb.inv_freq.clone()
+    target.to(dtype)
+    target.model.rotary_emb.inv_freq = fp32_table.clone()  # as from_pretrained(dtype=) keeps it
+    assistant = DynaSpecAssistant.from_target(target)
+    assistant.attach(target)
+    table = assistant.drafter.rotary_emb.inv_freq
+    assert table.dtype == torch.float32 and next(assistant.drafter.fc.parameters()).dtype == dtype
+    assert torch.equal(table, fp32_table)
+    assistant.to(torch.float16)
+    assert assistant.drafter.rotary_emb.inv_freq.dtype == torch.float32
+
+
+def test_a_gemma3_target_in_fp16_is_warned_about():
+    target = tiny_target("gemma3_text").to(torch.float16)
+    with pytest.warns(UserWarning, match="overflow"):
+        DynaSpecAssistant.from_target(target).attach(target)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        DynaSpecAssistant.from_target(target.to(torch.bfloat16)).attach(target)

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from checkpoint_replicas import eagle3_checkpoint
 from conftest import VOCAB, imitating_assistant, one_layer_target, tiny_target
 from fake_cuda import FakeCuda, on_fake_cuda
-from test_checkpoints import eagle3_checkpoint
 from test_shortlists import add_shortlists
 
 from hf_dynaspec import DynaSpecAssistant
@@ -231,7 +231,8 @@ def test_a_planned_tree_round_never_reads_the_device(strategy):
 @pytest.mark.parametrize("draft", ["chain", "tree", "cps"])
 @pytest.mark.parametrize("shortlist", [False, True], ids=["full-heads", "shortlisted-heads"])
 def test_a_medusa_round_stays_on_the_device(draft, shortlist):
-    """A Medusa chain reads nothing from the device; a lattice round (tree, CPS) reads its lattice once."""
+    """A Medusa chain reads nothing from the device and uploads nothing; a lattice round (tree, CPS) reads its
+    lattice once and uploads the tree it chose once."""
     from hf_dynaspec.drafting.medusa import LatticeDrafts, MedusaOptions
     from hf_dynaspec.modeling.medusa import MedusaAssistant
     from hf_dynaspec.stats import DraftStats
@@ -251,6 +252,8 @@ def test_a_medusa_round_stays_on_the_device(draft, shortlist):
         with cuda.counting() as events:
             tree = drafts.propose(input_ids, hidden, max_depth=10)
         assert len(events.reads) == (0 if draft == "chain" else 1), events.reads
+        # An upload is a stream sync on CUDA too: a lattice tree (chosen on the host) goes up in one copy.
+        assert len(events.uploads) == (0 if draft == "chain" else 1), events.uploads
         assert on_fake_cuda(tree.token_ids) and on_fake_cuda(tree.parents)
 
 
@@ -417,7 +420,102 @@ def test_a_batched_rounds_steps_stay_on_the_device():
         with cuda.counting() as events:
             out = _verify(target, heads, rows, trees, valid, cache)
             valid = _compact(cache, valid, [torch.arange(k, device="cuda") for k in (1, 3, 2)])
+        assert events.reads == [] and events.uploads == [], (events.reads, events.uploads)
+        with cuda.counting() as events:
             cache, valid = _keep(cache, valid, rows, rows[1:])
-        assert events.reads == [], events.reads
+        assert events.reads == [] and len(events.uploads) == 1, events.uploads  # the kept rows, once per device
         assert on_fake_cuda(out.logits) and on_fake_cuda(valid) and valid.shape == (2, 10)
         assert all(on_fake_cuda(layer.keys) and layer.keys.shape[0] == 2 for layer in cache.layers)
+
+
+def test_a_batched_round_reads_the_device_twice_whatever_its_rows():
+    """Greedy rows without processors: every row's accepted path in one read, every row's stop checks in one more
+    (not a read per row, as a loop over `accept_path` and the single-row commit would make)."""
+    from transformers.generation.stopping_criteria import MaxLengthCriteria, StoppingCriteriaList
+
+    from hf_dynaspec.drafting.tree_structure import DraftTree
+    from hf_dynaspec.generation.batched_loop import _accepted_paths, _Row, _stop_flags
+    from hf_dynaspec.generation.chain import chain_tree
+
+    with FakeCuda() as cuda:
+        for count in (1, 4):
+            rows = [_Row(b, 0, torch.randint(0, VOCAB, (1, 6), device="cuda"), None, None) for b in range(count)]
+            trees: list[DraftTree] = [chain_tree(row.sequence[0, -1:], torch.randint(0, VOCAB, (3,), device="cuda"))
+                                      for row in rows]
+            logits = torch.randn(count, 4, VOCAB, device="cuda")
+            stopping = StoppingCriteriaList([MaxLengthCriteria(max_length=40)])
+            with cuda.counting() as events:
+                paths = _accepted_paths(rows, trees, logits, [[]] * count, do_sample=False)
+                flags = _stop_flags(rows, paths, stopping)
+            assert len(events.reads) == 2 and events.uploads == [], (count, events.reads, events.uploads)
+            assert len(flags) == count and all(on_fake_cuda(path.new_tokens) for path in paths)
+
+
+def test_dropping_a_finished_row_follows_each_layers_card():
+    """A target split over two cards (device_map): the cache of its first layer on cuda:0, of its second on cuda:1.
+    Dropping a finished row indexes each layer on its own card (an index on cuda:0 into cuda:1 raises on a GPU)."""
+    from transformers.cache_utils import DynamicCache
+
+    from hf_dynaspec.generation.batched_loop import _keep, _Row
+
+    with FakeCuda():
+        cache = DynamicCache()
+        for layer, device in enumerate(("cuda:0", "cuda:1")):
+            keys = torch.randn(3, 2, 5, 4, device=device)
+            cache.update(keys, keys.clone(), layer)
+        valid = torch.ones(3, 5, dtype=torch.bool, device="cuda:0")
+        rows = [_Row(b, 0, None, None, None) for b in range(3)]
+        cache, valid = _keep(cache, valid, rows, [rows[0], rows[2]])
+        assert [layer.keys.device for layer in cache.layers] == [torch.device("cuda", 0), torch.device("cuda", 1)]
+        assert all(layer.keys.shape[0] == 2 for layer in cache.layers) and valid.shape == (2, 5)
+
+
+def test_the_harness_counts_reads_inside_ops_and_refuses_two_cards_in_one_op():
+    """What a GPU would do that fake tensors alone do not show: multinomial's host reads (counted) and an index
+    on another card than the tensor it indexes (raised)."""
+    with FakeCuda() as cuda:
+        probs = torch.rand(2, 5, device="cuda")
+        with cuda.counting() as events:
+            torch.multinomial(probs, 1)
+        assert len(events.reads) == 1
+    with pytest.raises(AssertionError, match="CUDA tensor met"):
+        with FakeCuda():
+            torch.randn(3, 4, device="cuda:1")[torch.zeros(2, dtype=torch.long, device="cuda:0")]
+
+
+def test_timing_waits_for_every_card_a_model_spans(monkeypatch):
+    """Calibration and the bench time a target split over cuda:0 and cuda:1 by waiting for both:
+    `torch.cuda.synchronize()` alone waits for the current device, so a target on cuda:1 would be timed short."""
+    from hf_dynaspec.bench import timer
+    from hf_dynaspec.generation import calibration
+    from hf_dynaspec.kernels.streams import devices_of
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 4))
+    with FakeCuda():
+        model[0].to("cuda:0")
+        model[1].to("cuda:1")
+        waited = []
+        monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: waited.append(device))
+        calibration._once(lambda: None, devices_of(model))
+        assert sorted(map(str, waited)) == ["cuda:0", "cuda:0", "cuda:1", "cuda:1"], waited
+        waited.clear()
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+        monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+        timer.time_once_ms(lambda: None)
+        assert sorted(map(str, waited)) == ["cuda:0", "cuda:0", "cuda:1", "cuda:1"], waited
+
+
+def test_a_diffusion_drafter_on_another_device_than_its_target():
+    """The diffusion model on the GPU, the target on the CPU (or the reverse on a split machine): the context goes
+    to the diffusion model's device, the lattice comes back to the target's; nothing mixes devices."""
+    from test_diffusion_drafter import tiny_masked_lm
+
+    from hf_dynaspec import DiffusionDrafter
+
+    model = tiny_masked_lm(VOCAB)
+    with FakeCuda():
+        drafter = DiffusionDrafter(model.to("cuda"), mask_token_id=VOCAB - 1, block_size=4)
+        input_ids = torch.randint(0, VOCAB, (1, 7))  # the target's, on the CPU
+        logits, _ = drafter.lattice_logits(input_ids, torch.zeros(1, 7, 8), depth=3)
+        assert logits.device.type == "cpu" and logits.shape == (3, VOCAB)

@@ -82,6 +82,39 @@ def test_the_ngram_scorer_is_a_distribution():
     assert scorer.log_prob([0, 1], 2) > scorer.log_prob([0, 1], 3) > scorer.log_prob([0, 1], 4)
 
 
+def brute_force_ngram(context: list[int], vocab: int, order: int, strength: float, history: list[int],
+                      token: int) -> float:
+    """The interpolated n-gram probability counted straight from `context`: for n = 0..order-1, the newest n
+    tokens of `history` as the key, every position of `context` preceded by that key counted."""
+    p = 1.0 / vocab
+    for n in range(min(order, len(history) + 1)):
+        key = history[len(history) - n :]
+        follows = [context[i] for i in range(n, len(context)) if context[i - n : i] == key]
+        if follows:
+            p = (follows.count(token) + strength * p) / (len(follows) + strength)
+    return math.log(p)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_ngram_scorer_counts_the_newest_tokens_of_each_history(seed):
+    """Against a brute-force count, on histories whose oldest and newest tokens differ (a scorer keyed by the
+    wrong end of the history agrees only where both ends do)."""
+    generator = torch.Generator().manual_seed(seed)
+    context = torch.randint(0, 5, (60,), generator=generator).tolist()
+    scorer = NgramScorer(vocab_size=5, order=3, strength=0.6)
+    scorer.extend(context[:30])
+    scorer.extend(context[30:])  # counted as they are committed, in two steps
+    differing = 0
+    for _ in range(40):
+        history = torch.randint(0, 5, (int(torch.randint(1, 6, (1,), generator=generator)),),
+                                generator=generator).tolist()
+        differing += history[:2] != history[-2:]
+        for token in range(5):
+            expected = brute_force_ngram(context, 5, 3, 0.6, history, token)
+            assert math.isclose(scorer.log_prob(history, token), expected, rel_tol=1e-9), (history, token)
+    assert differing >= 20  # the case that separates the two ends happened
+
+
 @pytest.mark.parametrize("seed", range(5))
 def test_the_lattice_tree_is_the_best_prefix_closed_set(seed):
     """Brute force: every node's path score; the tree holds the `total` best among nodes whose parent is in."""

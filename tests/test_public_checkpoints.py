@@ -19,8 +19,8 @@ import json
 
 import pytest
 import torch
+from checkpoint_replicas import eagle1_checkpoint, eagle3_checkpoint
 from conftest import VOCAB, assisted_generate, plain_generate, tiny_target
-from test_checkpoints import eagle1_checkpoint, eagle3_checkpoint
 
 from hf_dynaspec import DynaSpecAssistant
 

@@ -24,11 +24,12 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from hf_dynaspec.bench.harness import interleaved_order, synchronize
+from hf_dynaspec.bench.harness import interleaved_order
 from hf_dynaspec.bench.methods import Method
 from hf_dynaspec.bench.prompts import EncodedPrompt
 from hf_dynaspec.exactness import check_exactness
 from hf_dynaspec.generation.chain import chain_generate
+from hf_dynaspec.kernels.streams import devices_of, synchronize
 
 
 def batched_kwargs(method: Method) -> dict:
@@ -114,12 +115,12 @@ def timed_batch(target, kwargs: dict, ids, mask, max_new_tokens: int, pad: int) 
     """One greedy batched call -> (new ids `[B, n]`, seconds, peak memory growth in bytes or None)."""
     device = target.device
     ids, mask = ids.to(device), mask.to(device)
-    synchronize(device)
+    synchronize(devices_of(target))
     with PeakMemory(device) as memory:
         start = time.perf_counter()
         out = target.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=max_new_tokens,
                               pad_token_id=pad, **kwargs)
-        synchronize(device)
+        synchronize(devices_of(target))
         seconds = time.perf_counter() - start
     return out[:, ids.shape[1] :].cpu(), seconds, memory.growth
 

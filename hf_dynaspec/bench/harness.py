@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 from hf_dynaspec.bench.methods import Method
 from hf_dynaspec.bench.prompts import EncodedPrompt
 from hf_dynaspec.exactness import check_exactness
+from hf_dynaspec.kernels.streams import devices_of, synchronize
 
 
 @dataclass
@@ -45,31 +46,25 @@ class Run:
         return (len(self.new_ids) - 1) / decode if decode > 0 and len(self.new_ids) > 1 else float("nan")
 
 
-def synchronize(device: torch.device) -> None:
-    """Wait for the device's queued work (CUDA: kernels run asynchronously, so a clock read alone would stamp
-    when the work was queued, not when it ended); nothing to wait for on the CPU."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def timed_run(target, method: Method, input_ids: torch.Tensor, max_new_tokens: int) -> Run:
     """Greedy generate with `method`, timed, counting the target's forward passes. On CUDA the clock is read
     after a synchronisation at the start, at the end of the prefill (the first forward) and at the end."""
     input_ids = input_ids.to(target.device)
+    devices = devices_of(target)  # every card the target spans: its last layers may run on another than its first
     forward_ends: list[float] = []
 
     def on_forward(*_):
         if not forward_ends:  # only the prefill's end is timed: later passes are only counted (no extra waits)
-            synchronize(input_ids.device)
+            synchronize(devices)
         forward_ends.append(time.perf_counter())
 
     handle = target.register_forward_hook(on_forward)
-    synchronize(input_ids.device)
+    synchronize(devices)
     start = time.perf_counter()
     try:
         out = target.generate(input_ids, attention_mask=torch.ones_like(input_ids), do_sample=False,
                               max_new_tokens=max_new_tokens, **method.generate_kwargs)
-        synchronize(input_ids.device)
+        synchronize(devices)
     finally:
         end = time.perf_counter()
         handle.remove()

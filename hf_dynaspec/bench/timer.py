@@ -10,7 +10,8 @@ alike; the report is the median over repeats, in milliseconds.
 Why not `torch.utils.benchmark.Timer` for the call itself: its `timeit` runs the statement a few extra times
 as warm-up, and most cases here are stateful single shots (a drafter session consumes the positions it was
 given; a cache grows), which cannot be repeated without their set-up. The call is timed with
-`time.perf_counter`, with CUDA synchronised before and after when tensors live there.
+`time.perf_counter`, with every CUDA device synchronised before and after when CUDA is in use (each by name:
+`torch.cuda.synchronize()` alone waits for the current device only).
 """
 
 from __future__ import annotations
@@ -21,17 +22,26 @@ from collections.abc import Callable
 
 import torch
 
+from hf_dynaspec.kernels.streams import synchronize
+
 Factory = Callable[[], Callable[[], object]]
 
 
 def time_once_ms(thunk: Callable[[], object]) -> float:
     """Milliseconds of one call of `thunk`."""
-    sync = torch.cuda.synchronize if torch.cuda.is_available() and torch.cuda.is_initialized() else (lambda: None)
-    sync()
+    devices = cuda_in_use()
+    synchronize(devices)
     start = time.perf_counter()
     thunk()
-    sync()
+    synchronize(devices)
     return (time.perf_counter() - start) * 1000
+
+
+def cuda_in_use() -> list[torch.device]:
+    """Every CUDA device, once CUDA is initialised (the cases may run on any of them); none before."""
+    if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
+        return []
+    return [torch.device("cuda", index) for index in range(torch.cuda.device_count())]
 
 
 def interleaved_samples(cases: dict[str, Factory], repeats: int, warmup: int = 1) -> dict[str, list[float]]:

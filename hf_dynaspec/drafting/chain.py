@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+import hf_dynaspec.sampling as sampling
 from hf_dynaspec.drafting.device_paths import use_accelerator_paths
 from hf_dynaspec.drafting.kv_cache import DraftKVCache
 from hf_dynaspec.drafting.lookup import one_hot_logits
@@ -268,7 +269,7 @@ class ChainDraftSession:
         if full is None:
             return scores.argmax_token_ids[:, None], None, confident, top
         if self.do_sample:
-            return torch.multinomial(full.softmax(dim=-1), num_samples=1), full, confident, top
+            return sampling.sample(full.softmax(dim=-1)), full, confident, top
         return full.argmax(dim=-1, keepdim=True), None, confident, top
 
     def _confident(self, logits: torch.Tensor) -> torch.Tensor | None:

@@ -73,6 +73,9 @@ class DiffusionDrafter:
         if shortlist:
             raise ValueError("a diffusion drafter scores its own head: shortlist=True applies to Medusa heads")
         context = input_ids[0] if self.max_context is None else input_ids[0, -self.max_context :]
-        block = torch.full((depth,), self.mask_token_id, dtype=context.dtype, device=context.device)
-        logits = self.model(input_ids=torch.cat([context, block])[None]).logits[0, -depth:]
-        return logits[:, : self._target_vocab].float(), None
+        # The diffusion model may live on another card than the target (or on the CPU beside a GPU target): its
+        # input goes to its device, its lattice comes back to the target's.
+        device = self.model.get_input_embeddings().weight.device
+        block = torch.full((depth,), self.mask_token_id, dtype=context.dtype, device=device)
+        logits = self.model(input_ids=torch.cat([context.to(device), block])[None]).logits[0, -depth:]
+        return logits[:, : self._target_vocab].float().to(input_ids.device), None

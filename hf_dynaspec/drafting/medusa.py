@@ -41,7 +41,7 @@ from hf_dynaspec.drafting.lattice import (
 from hf_dynaspec.drafting.lattice_planner import LatticePlanner
 from hf_dynaspec.drafting.lookup import lookup_match
 from hf_dynaspec.drafting.planner import LookupCandidate, RoundPlan, share_costs
-from hf_dynaspec.drafting.tree_structure import DraftTree
+from hf_dynaspec.drafting.tree_structure import DraftTree, depths_of
 
 MEDUSA_DRAFTS = ("chain", "cps", "tree", "choices", "auto")
 
@@ -146,7 +146,7 @@ class LatticeDrafts:
                                            scorer=self.scorer, lam=options.cps_lambda)
         else:
             tokens, parents = tree_from_choices(lattice, options.choices, depth)
-        return _tree(root, _as_ids(tokens, root), parents)
+        return _tree(root, tokens, parents)
 
     def _planned(self, input_ids: torch.Tensor, target_hidden: torch.Tensor, max_depth: int) -> DraftTree:
         """A `draft="auto"` round: the planner decides whether to score the lattice at all, then (the lattice read:
@@ -171,7 +171,7 @@ class LatticeDrafts:
             nodes = self.planner.tree.nodes(plan.num_tokens)
             tokens, parents = lattice_tree(lattice, nodes, plan.num_tokens, top_k=self.options.tree_top_k,
                                            scorer=self.scorer, lam=self.options.cps_lambda)
-            return _tree(root, _as_ids(tokens, root), parents)
+            return _tree(root, tokens, parents)
         if plan.source == "prompt-lookup":
             return _chain(root, _as_ids(lookup_tokens[: plan.num_tokens], root))
         return _chain(root, root.new_empty(0))
@@ -224,6 +224,13 @@ def _chain(root: torch.Tensor, tokens: torch.Tensor) -> DraftTree:
     return DraftTree(torch.cat([root, tokens]), parents=positions - 1, depths=positions, max_depth=tokens.shape[0])
 
 
-def _tree(root: torch.Tensor, tokens: torch.Tensor, parents: list[int]) -> DraftTree:
-    """The root `[1]` and draft nodes `[n]` whose parents are `parents` (0 = the root; node i + 1 is draft i)."""
-    return DraftTree.from_parents(torch.cat([root, tokens]), [-1] + parents)
+def _tree(root: torch.Tensor, tokens: list[int], parents: list[int]) -> DraftTree:
+    """The root `[1]` and draft nodes `tokens` (host ids) whose parents are `parents` (0 = the root; node i + 1 is
+    draft i): the tree chosen on the host, uploaded in one copy (tokens, parents, depths together: each upload is
+    a stream sync on CUDA)."""
+    parents = [-1] + list(parents)
+    depths = depths_of(parents)
+    n = len(tokens)
+    values = torch.tensor([*tokens, *parents, *depths], dtype=torch.long).to(root.device)
+    token_ids = torch.cat([root, values[:n].to(root.dtype)])
+    return DraftTree(token_ids, values[n : 2 * n + 1], values[2 * n + 1 :], max(depths))

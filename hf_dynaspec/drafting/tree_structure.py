@@ -16,6 +16,18 @@ from dataclasses import dataclass
 import torch
 
 
+def depths_of(parents: list[int]) -> list[int]:
+    """Each node's depth, checking that `parents` describe one tree rooted at node 0 (parents precede children)."""
+    if not parents or parents[0] != -1:
+        raise ValueError("parents must have one entry per token and parents[0] == -1 (the root)")
+    depths = [0] * len(parents)
+    for i, p in enumerate(parents[1:], start=1):
+        if not 0 <= p < i:
+            raise ValueError(f"node {i} has parent {p}: parents must precede their children")
+        depths[i] = depths[p] + 1
+    return depths
+
+
 @dataclass
 class DraftTree:
     token_ids: torch.Tensor  # [N] long, target vocabulary ids; token_ids[0] is the root
@@ -28,13 +40,9 @@ class DraftTree:
     @classmethod
     def from_parents(cls, token_ids: torch.Tensor, parents: list[int]) -> DraftTree:
         """Build a tree from parent indices, checking that they describe one tree rooted at node 0."""
-        if len(parents) != len(token_ids) or not parents or parents[0] != -1:
+        if len(parents) != len(token_ids):
             raise ValueError("parents must have one entry per token and parents[0] == -1 (the root)")
-        depths = [0] * len(parents)
-        for i, p in enumerate(parents[1:], start=1):
-            if not 0 <= p < i:
-                raise ValueError(f"node {i} has parent {p}: parents must precede their children")
-            depths[i] = depths[p] + 1
+        depths = depths_of(parents)
         device = token_ids.device
         return cls(token_ids, torch.tensor(parents, device=device), torch.tensor(depths, device=device), max(depths))
 

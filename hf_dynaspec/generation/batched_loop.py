@@ -37,8 +37,9 @@ from transformers.cache_utils import DynamicCache
 from transformers.generation.logits_process import LogitsProcessorList, PrefixConstrainedLogitsProcessor
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
+import hf_dynaspec.sampling as sampling
 from hf_dynaspec.generation.forward_args import cache_kwargs
-from hf_dynaspec.generation.tree_verify import accept_path, empty_tree_cache
+from hf_dynaspec.generation.tree_verify import GreedyWalk, accept_path, empty_tree_cache
 
 
 @dataclass(eq=False)
@@ -106,14 +107,14 @@ def run_batched_rounds(model, assistant, input_ids, mask, logits_processor, stop
         out = _verify(model, assistant, active, trees, valid, cache)
         # Processors see the left-padded row, as plain batched generate() hands it to them (min_new_tokens counts
         # from the padded prompt length generate() measured); drafts see the row's own tokens.
-        paths = [accept_path(tree, out.logits[i, : len(tree)].float(), row.sequence, processors[row.index],
-                             do_sample) for i, (row, tree) in enumerate(zip(active, trees))]
+        paths = _accepted_paths(active, trees, out.logits, processors, do_sample)
         valid = _compact(cache, valid, [path.kept_index for path in paths])
         features = assistant.drafter.select_target_hidden(out.hidden_states)
         still = []
-        for i, (row, tree, path) in enumerate(zip(active, trees, paths)):
+        for i, (row, tree, path, stops) in enumerate(zip(active, trees, paths,
+                                                         _stop_flags(active, paths, stopping_criteria))):
             row.hidden = features[i : i + 1, path.kept_index]
-            committed, done = _commit(row, path, stopping_criteria)
+            committed, done = _commit(row, path, stops)
             row.drafts.learn(row.ids, tree, committed - 1, path)
             (finished if done else still).append(row)
             if done:
@@ -158,7 +159,7 @@ def _prefill(model, assistant, rows, input_ids, mask, cache, processors, do_samp
         logits = out.logits[b : b + 1, -1].float()
         own = processors[row.index]
         processed = own(row.sequence, logits) if len(own) else logits
-        token = torch.multinomial(processed.softmax(dim=-1), 1) if do_sample else processed.argmax(-1, keepdim=True)
+        token = sampling.sample(processed.softmax(dim=-1)) if do_sample else processed.argmax(-1, keepdim=True)
         row.hidden = features[b : b + 1, row.padding :]
         row.sequence = torch.cat([row.sequence, token], dim=1)
         scores.append(processed)
@@ -194,40 +195,89 @@ def _padded(values: torch.Tensor, width: int, fill: torch.Tensor) -> torch.Tenso
 
 def _compact(cache: DynamicCache, valid: torch.Tensor, kept: list[torch.Tensor]) -> torch.Tensor:
     """Keep, per row, the round's kept nodes `kept[i]` (root first) at the front of the round's slots; the slots
-    past a row's count stay masked. -> the new valid mask `[A, T + M]`, M the most kept by a row."""
+    past a row's count stay masked. -> the new valid mask `[A, T + M]`, M the most kept by a row.
+
+    Written in place (the kept entries moved to the front of the round's slots, the rest cut off as a view), as
+    `tree_verify.compact_cache` does for one row: no copy of the whole cache per round. Nothing is read or uploaded:
+    the index and the mask are built on the device from the kept tensors and host lengths."""
     past = valid.shape[1]
     most = max(k.shape[0] for k in kept)
-    index = torch.stack([torch.cat([k, k.new_zeros(most - k.shape[0])]) for k in kept])  # [A, M]
-    counts = torch.tensor([k.shape[0] for k in kept], device=valid.device)
+    index = torch.stack([torch.cat([k, k.new_zeros(most - k.shape[0])]) for k in kept]) + past  # [A, M]
+    on_device = {}
     for layer in cache.layers:
-        gather = index.to(layer.keys.device)[:, None, :, None] + past
+        device = layer.keys.device
+        if device not in on_device:  # a layer-split target: each layer's index on that layer's device
+            on_device[device] = index.to(device)[:, None, :, None]
+        gather = on_device[device]
         for name in ("keys", "values"):
             tensor = getattr(layer, name)
             moved = tensor.gather(2, gather.expand(-1, tensor.shape[1], -1, tensor.shape[3]))
-            setattr(layer, name, torch.cat([tensor[:, :, :past], moved], dim=2))
-    fresh = torch.arange(most, device=valid.device)[None] < counts[:, None]
+            tensor[:, :, past : past + most] = moved
+            setattr(layer, name, tensor[:, :, : past + most])
+    slots = torch.arange(most, device=valid.device)
+    fresh = torch.stack([slots < k.shape[0] for k in kept])
     return torch.cat([valid, fresh], dim=1)
 
 
 def _keep(cache: DynamicCache, valid: torch.Tensor, rows: list, kept_rows: list):
-    """Drop the rows that finished from the cache and the valid mask (they cost no more work)."""
+    """Drop the rows that finished from the cache and the valid mask (they cost no more work). Each layer gets the
+    row index on its own device (a target split over cards keeps its layers' caches there)."""
     if len(kept_rows) == len(rows):
         return cache, valid
-    index = torch.tensor([i for i, row in enumerate(rows) if row in kept_rows], device=valid.device, dtype=torch.long)
+    index = torch.tensor([i for i, row in enumerate(rows) if row in kept_rows], dtype=torch.long)
+    on_device: dict[torch.device, torch.Tensor] = {}
+
+    def index_on(device: torch.device) -> torch.Tensor:  # one upload per device, when a row finishes
+        if device not in on_device:
+            on_device[device] = index.to(device)
+        return on_device[device]
+
     if kept_rows:
-        cache.batch_select_indices(index)
-    return cache, valid[index]
+        for layer in cache.layers:
+            layer.batch_select_indices(index_on(layer.keys.device))
+    return cache, valid[index_on(valid.device)]
 
 
-def _commit(row: _Row, path, stopping_criteria) -> tuple[int, bool]:
-    """Append the accepted tokens up to the first whose prefix meets the stopping criteria (on the padded row, as
-    plain generate sees it); -> (tokens committed, stopped). One host read for the n checks."""
-    extended = torch.cat([row.sequence, path.new_tokens[None]], dim=1)
-    length = row.sequence.shape[1]
-    stops = torch.stack([stopping_criteria(extended[:, : length + i + 1], processed).any()
-                         for i, processed in enumerate(path.scores)]).tolist()
+def _accepted_paths(rows: list, trees: list, logits: torch.Tensor, processors: list, do_sample: bool) -> list:
+    """Each row's accepted path from the batch's verify logits `[A, N, V]`. Greedy without processors: every row's
+    walk on the device, then one host read for the whole batch; otherwise row by row (`accept_path`: the sampled
+    walk reads per node, processed greedy twice per row)."""
+    rows_logits = [logits[i, : len(tree)].float() for i, tree in enumerate(trees)]
+    if do_sample or any(len(processors[row.index]) for row in rows):
+        return [accept_path(tree, row_logits, row.sequence, processors[row.index], do_sample)
+                for row, tree, row_logits in zip(rows, trees, rows_logits)]
+    walks = [GreedyWalk.on_device(tree, row_logits) for tree, row_logits in zip(trees, rows_logits)]
+    host = torch.cat([walk.host for walk in walks]).tolist()  # the round's one read of every row's path
+    paths, start = [], 0
+    for walk in walks:
+        size = walk.host.shape[0]
+        paths.append(walk.finish(host[start : start + size]))
+        start += size
+    return paths
+
+
+def _stop_flags(rows: list, paths: list, stopping_criteria) -> list[list[bool]]:
+    """Per row, per accepted token: does the row's prefix up to it meet the stopping criteria (on the padded row,
+    as plain generate sees it)? One host read for every row's checks."""
+    flags = []
+    for row, path in zip(rows, paths):
+        extended = torch.cat([row.sequence, path.new_tokens[None]], dim=1)
+        length = row.sequence.shape[1]
+        flags.append(torch.stack([stopping_criteria(extended[:, : length + i + 1], processed).any()
+                                  for i, processed in enumerate(path.scores)]))
+    host = torch.cat(flags).tolist()
+    split, start = [], 0
+    for row_flags in flags:
+        split.append(host[start : start + row_flags.shape[0]])
+        start += row_flags.shape[0]
+    return split
+
+
+def _commit(row: _Row, path, stops: list[bool]) -> tuple[int, bool]:
+    """Append the accepted tokens up to the first whose prefix met the stopping criteria (`stops`, from
+    `_stop_flags`); -> (tokens committed, stopped)."""
     committed = stops.index(True) + 1 if True in stops else len(stops)
-    row.sequence = extended[:, : length + committed]
+    row.sequence = torch.cat([row.sequence, path.new_tokens[None, :committed]], dim=1)
     return committed, True in stops
 
 

@@ -28,6 +28,8 @@ import weakref
 
 import torch
 
+import hf_dynaspec.sampling as sampling
+
 _MARKED: dict[int, weakref.ref] = {}
 
 
@@ -86,6 +88,6 @@ def block_verify(candidate_input_ids: torch.Tensor, candidate_logits: torch.Tens
     passed = torch.rand_like(h) <= h  # (rand_like: tests/enumeration.py follows both outcomes of each test)
     positions = torch.arange(1, candidate_length + 1, device=h.device)
     accepted = int((passed * positions).max())  # the round's host read, as transformers' own rule has
-    token = torch.multinomial(residual_distribution(p, q, w, accepted), num_samples=1)
+    token = sampling.sample(residual_distribution(p, q, w, accepted))
     valid = torch.cat([draft[:accepted], token])[None]
     return valid, torch.tensor(accepted, device=valid.device)

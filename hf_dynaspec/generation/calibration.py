@@ -42,6 +42,7 @@ from hf_dynaspec.drafting.chain import ChainDraftSession
 from hf_dynaspec.drafting.planner import extrapolated_seconds
 from hf_dynaspec.drafting.tree import TreeDraftSession
 from hf_dynaspec.generation.forward_args import cache_kwargs
+from hf_dynaspec.kernels.streams import devices_of, synchronize
 from hf_dynaspec.version import __version__
 
 CONTEXT = 256  # cache length the costs are measured at: a typical prompt
@@ -185,19 +186,18 @@ def _write(path: Path, data: dict) -> None:
         pass
 
 
-def _once(thunk, device: torch.device) -> float:
-    """Seconds of one call (CUDA synchronised around it)."""
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    sync()
+def _once(thunk, devices: tuple[torch.device, ...]) -> float:
+    """Seconds of one call (every CUDA device of `devices` synchronised around it)."""
+    synchronize(devices)
     start = time.perf_counter()
     thunk()
-    sync()
+    synchronize(devices)
     return time.perf_counter() - start
 
 
-def _seconds(thunk, device: torch.device) -> float:
+def _seconds(thunk, devices: tuple[torch.device, ...]) -> float:
     """Minimum over REPEATS of one call's seconds."""
-    return min(_once(thunk, device) for _ in range(REPEATS))
+    return min(_once(thunk, devices) for _ in range(REPEATS))
 
 
 @torch.no_grad()
@@ -236,12 +236,13 @@ def _verify_seconds(target, ids, cache, sizes, device) -> dict[int, float]:
                position_ids=torch.arange(CONTEXT, CONTEXT + size, device=device)[None])
         cache.crop(-size)  # negative: remove the last `size` entries (every transformers release)
 
+    devices = devices_of(target)
     for size in sizes:
         verify(size)  # warm-up: first calls at a new size pay for allocation
     measured = dict.fromkeys(sizes, float("inf"))
     for _ in range(REPEATS):
         for size in sizes:
-            measured[size] = min(measured[size], _once(lambda size=size: verify(size), device))
+            measured[size] = min(measured[size], _once(lambda size=size: verify(size), devices))
     return measured
 
 
@@ -319,14 +320,15 @@ def _measure_drafter(assistant, head, ids, target_hidden, device, tree_shape: tu
         rewind()
         trees.propose_tree(verified, new_hidden, max_depth=depth)
 
+    devices = devices_of(assistant)
     consume()
-    consume_seconds = _seconds(consume, device)
+    consume_seconds = _seconds(consume, devices)
     draft(1)
-    one = _seconds(lambda: draft(1), device)
-    three = _seconds(lambda: draft(3), device)
+    one = _seconds(lambda: draft(1), devices)
+    three = _seconds(lambda: draft(3), devices)
     tree(3)
-    tree_one = _seconds(lambda: tree(1), device)
-    tree_three = _seconds(lambda: tree(3), device)
+    tree_one = _seconds(lambda: tree(1), devices)
+    tree_three = _seconds(lambda: tree(3), devices)
     rewind()
     return (consume_seconds, max(one - consume_seconds, 0.0), max((three - one) / 2, 0.0),
             max((tree_three - tree_one) / 2, 0.0))

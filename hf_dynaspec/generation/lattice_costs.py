@@ -21,6 +21,7 @@ import hf_dynaspec.generation.calibration as calibration
 from hf_dynaspec.drafting.lattice import Lattice, NgramScorer, lattice_tree
 from hf_dynaspec.drafting.lattice_planner import LatticeCosts
 from hf_dynaspec.generation.forward_args import cache_kwargs
+from hf_dynaspec.kernels.streams import devices_of
 
 
 def lattice_costs_key(target, source, options, max_tokens: int) -> str:
@@ -104,4 +105,5 @@ def measure_lattice_costs(target, source, options, max_tokens: int) -> LatticeCo
                      lam=options.cps_lambda)
 
     tree()
-    return LatticeCosts(verify_seconds, calibration._seconds(lattice, device), calibration._seconds(tree, device))
+    devices = devices_of(target, source)
+    return LatticeCosts(verify_seconds, calibration._seconds(lattice, devices), calibration._seconds(tree, devices))

@@ -18,6 +18,7 @@ import contextlib
 import torch
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
+import hf_dynaspec.sampling as sampling
 from hf_dynaspec.drafting.tree_structure import tree_attention_mask, tree_position_ids
 from hf_dynaspec.generation.batched_loop import check_batch, run_batched_rounds
 from hf_dynaspec.generation.calibration import target_verify_kernel
@@ -69,12 +70,16 @@ def run_rounds(model, assistant, input_ids, logits_processor, stopping_criteria,
     cache = empty_tree_cache(model, model_kwargs, generation_config.max_length)
     hidden_selection = assistant.drafter.hidden_state_selection()
     do_sample = bool(generation_config.do_sample)
-    scores, raw_logits = [], []
+    # Per-token rows are kept only when the caller asked for them: each is a full-vocabulary fp32 row (0.6-1 MiB at
+    # 150k-260k tokens), GBs on the device over a long output.
+    returned = bool(generation_config.return_dict_in_generate)
+    scores = [] if returned and generation_config.output_scores else None
+    raw_logits = [] if returned and generation_config.output_logits else None
 
     input_ids, processed, logits, target_hidden = _prefill(model, assistant, input_ids, cache, logits_processor,
                                                            do_sample)
-    scores.append(processed)
-    raw_logits.append(logits)
+    _keep_rows(scores, [processed])
+    _keep_rows(raw_logits, [logits])
     done = bool(stopping_criteria(input_ids, processed).any())
 
     while not done:
@@ -99,24 +104,30 @@ def run_rounds(model, assistant, input_ids, logits_processor, stopping_criteria,
     if generation_config.return_dict_in_generate:
         return GenerateDecoderOnlyOutput(
             sequences=input_ids,
-            scores=tuple(scores) if generation_config.output_scores else None,
-            logits=tuple(raw_logits) if generation_config.output_logits else None,
+            scores=tuple(scores) if scores is not None else None,
+            logits=tuple(raw_logits) if raw_logits is not None else None,
             past_key_values=cache if generation_config.use_cache else None,
         )
     return input_ids
 
 
-def _commit(input_ids, new_tokens, path, stopping_criteria, scores: list, raw_logits: list):
+def _keep_rows(kept: list | None, rows: list) -> None:
+    if kept is not None:
+        kept.extend(rows)
+
+
+def _commit(input_ids, new_tokens, path, stopping_criteria, scores: list | None, raw_logits: list | None):
     """Append the accepted tokens `[n]` to `input_ids` `[1, L]` up to the first whose prefix meets the stopping
     criteria (they see each committed prefix, as they would one token at a time); -> (input_ids, tokens committed,
-    stopped). The n checks are stacked and read back at once: one host sync, not one per token."""
+    stopped). The n checks are stacked and read back at once: one host sync, not one per token. The committed
+    tokens' rows join `scores` / `raw_logits` where those are kept (None: not asked for)."""
     extended = torch.cat([input_ids, new_tokens[None]], dim=1)
     length = input_ids.shape[1]
     stops = torch.stack([stopping_criteria(extended[:, : length + i + 1], processed).any()
                          for i, processed in enumerate(path.scores)]).tolist()
     committed = stops.index(True) + 1 if True in stops else len(stops)
-    scores.extend(path.scores[:committed])
-    raw_logits.extend(path.logits[:committed])
+    _keep_rows(scores, path.scores[:committed])
+    _keep_rows(raw_logits, path.logits[:committed])
     return extended[:, : length + committed], committed, True in stops
 
 
@@ -135,7 +146,7 @@ def _prefill(model, assistant, input_ids, cache, logits_processor, do_sample):
     logits = out.logits[:, -1].float()
     processed = logits_processor(input_ids, logits) if len(logits_processor) else logits
     if do_sample:
-        token = torch.multinomial(processed.softmax(dim=-1), 1)
+        token = sampling.sample(processed.softmax(dim=-1))
     else:
         token = processed.argmax(dim=-1, keepdim=True)
     target_hidden = assistant.drafter.select_target_hidden(out.hidden_states)

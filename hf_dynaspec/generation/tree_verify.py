@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import torch
 from transformers.cache_utils import DynamicCache, DynamicLayer, DynamicSlidingWindowLayer
 
+import hf_dynaspec.sampling as sampling
 from hf_dynaspec.drafting.tree_structure import DraftTree
 
 
@@ -72,27 +73,50 @@ def accept_path(tree: DraftTree, logits: torch.Tensor, input_ids: torch.Tensor, 
 
 
 def greedy_path(tree: DraftTree, logits: torch.Tensor) -> AcceptedPath:
-    """The greedy walk computed on the device and read back once. A node is on the accepted path when every
-    node from the root down to it carries the target's argmax at its parent; siblings carry distinct tokens (one
-    top-k each), so these nodes form one chain and its deepest node ends the path."""
-    device = logits.device
-    targets = logits.argmax(dim=-1)  # [N]
-    matches = tree.token_ids == targets[tree.parents.clamp(min=0)]
-    matches[0] = True  # the root is committed already
-    visible = tree.ancestor_matrix()
-    on_path = ~(visible & ~matches[None, :]).any(dim=-1)
-    # `[1]`, not a 0-d tensor: indexing with a 0-d tensor reads it on the host (a sync per index).
-    last = torch.where(on_path, tree.depths, -1).argmax(dim=0, keepdim=True)
-    n = len(tree)
-    levels = (tree.max_depth if tree.max_depth is not None else n - 1) + 1
-    # The path's nodes in index order (= depth order: parents precede children), then padding.
-    index = torch.sort(torch.where(visible[last][0], torch.arange(n, device=device), n)).values[:levels]
-    host = torch.cat([tree.depths[last], targets[last], index]).tolist()  # the one host read
-    length, next_token, nodes = host[0] + 1, host[1], host[2 : 2 + host[0] + 1]
-    kept_index = index[:length]
-    rows = [row[None] for row in logits[kept_index].unbind(0)]
-    new_tokens = torch.cat([tree.token_ids[kept_index[1:]], targets[last]])
-    return AcceptedPath(nodes[1:], next_token, rows, rows, kept_index=kept_index, new_tokens=new_tokens)
+    """The greedy walk computed on the device and read back once (`GreedyWalk`)."""
+    walk = GreedyWalk.on_device(tree, logits)
+    return walk.finish(walk.host.tolist())  # the one host read
+
+
+@dataclass
+class GreedyWalk:
+    """The device half of the greedy walk: `host` `[2 + levels]` (the path's last depth, the target's token after
+    it, the path's nodes then padding) is what the host must read; `finish(host.tolist())` builds the path. Split
+    so that a batch reads every row's `host` at once (hf_dynaspec.generation.batched_loop).
+
+    A node is on the accepted path when every node from the root down to it carries the target's argmax at its
+    parent; siblings carry distinct tokens (one top-k each), so these nodes form one chain and its deepest node
+    ends the path."""
+
+    tree: DraftTree
+    logits: torch.Tensor  # [N, V]
+    targets: torch.Tensor  # [N]: the argmax at each node
+    last: torch.Tensor  # [1]: the deepest node on the path
+    index: torch.Tensor  # [levels]: the path's nodes in depth order, then padding
+    host: torch.Tensor
+
+    @classmethod
+    def on_device(cls, tree: DraftTree, logits: torch.Tensor) -> GreedyWalk:
+        device = logits.device
+        targets = logits.argmax(dim=-1)  # [N]
+        matches = tree.token_ids == targets[tree.parents.clamp(min=0)]
+        matches[0] = True  # the root is committed already
+        visible = tree.ancestor_matrix()
+        on_path = ~(visible & ~matches[None, :]).any(dim=-1)
+        # `[1]`, not a 0-d tensor: indexing with a 0-d tensor reads it on the host (a sync per index).
+        last = torch.where(on_path, tree.depths, -1).argmax(dim=0, keepdim=True)
+        n = len(tree)
+        levels = (tree.max_depth if tree.max_depth is not None else n - 1) + 1
+        # The path's nodes in index order (= depth order: parents precede children), then padding.
+        index = torch.sort(torch.where(visible[last][0], torch.arange(n, device=device), n)).values[:levels]
+        return cls(tree, logits, targets, last, index, torch.cat([tree.depths[last], targets[last], index]))
+
+    def finish(self, host: list[int]) -> AcceptedPath:
+        length, next_token, nodes = host[0] + 1, host[1], host[2 : 2 + host[0] + 1]
+        kept_index = self.index[:length]
+        rows = [row[None] for row in self.logits[kept_index].unbind(0)]
+        new_tokens = torch.cat([self.tree.token_ids[kept_index[1:]], self.targets[self.last]])
+        return AcceptedPath(nodes[1:], next_token, rows, rows, kept_index=kept_index, new_tokens=new_tokens)
 
 
 def processed_greedy_path(tree: DraftTree, logits: torch.Tensor, input_ids: torch.Tensor,
@@ -136,7 +160,7 @@ def _sample_step(probs: torch.Tensor, children: list[int], tokens: list[int], ge
         residual = residual.clone()
         residual[token] = 0
         residual = residual / residual.sum()
-    return None, int(torch.multinomial(residual, 1, generator=generator))
+    return None, int(sampling.sample(residual, generator))
 
 
 def accepts(probability: torch.Tensor, generator: torch.Generator | None) -> bool:

@@ -8,8 +8,9 @@ All stream handling of the project lives here.
 
 from __future__ import annotations
 
+import itertools
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import torch
@@ -55,3 +56,18 @@ class SideStream:
             event.record(self.stream)
         value.record_stream(main)  # freed only after the main stream is done with it
         return Pending(value, event)
+
+
+def devices_of(*modules: torch.nn.Module) -> tuple[torch.device, ...]:
+    """Every device the modules' parameters and buffers live on (a model split across cards has several)."""
+    tensors = itertools.chain.from_iterable(itertools.chain(m.parameters(), m.buffers()) for m in modules)
+    return tuple(sorted({t.device for t in tensors}, key=str))
+
+
+def synchronize(devices: Iterable[torch.device]) -> None:
+    """Wait for the queued work of every CUDA device in `devices` (a clock read alone would stamp when the work was
+    queued, not when it ended). Each device by name: `torch.cuda.synchronize()` waits for the current device only,
+    so a model on cuda:1, or split over cuda:0 and cuda:1, would be timed short. Nothing to wait for elsewhere."""
+    for device in dict.fromkeys(torch.device(d) for d in devices):
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)

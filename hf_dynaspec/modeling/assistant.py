@@ -27,7 +27,12 @@ from hf_dynaspec.errors import ArtifactError, AssistantMismatchError
 from hf_dynaspec.modeling import checkpoints, hub, integrity, model_card
 from hf_dynaspec.modeling.config import DynaSpecConfig
 from hf_dynaspec.modeling.drafter import TargetParts, build_drafter, drafting_device
-from hf_dynaspec.modeling.families import drafter_rope_parameters, family_classes, family_layer_settings
+from hf_dynaspec.modeling.families import (
+    drafter_rope_parameters,
+    family_classes,
+    family_layer_settings,
+    warn_if_half_overflows,
+)
 from hf_dynaspec.modeling.options import (
     LEGACY_NAMES,
     OPTION_DEFAULTS,
@@ -234,6 +239,7 @@ class DynaSpecAssistant(PreTrainedModel):
         for (same shapes and family; a deliberate reuse, e.g. on another fine-tune): output stays exact, only
         acceptance may drop."""
         self._check_compatible(target, allow_different_target)
+        warn_if_half_overflows(target)
         decoder = target.get_decoder()
         parts = TargetParts(
             embed_tokens=target.get_input_embeddings(),

@@ -105,7 +105,19 @@ class Drafter(nn.Module):
         classes = family_classes(config.layer_family)
         self.rotary_emb = classes.rotary_embedding(config=layer_config_for(config))
         self._rotary_kwargs = {"layer_type": DRAFTER_LAYER_TYPE} if classes.rotary_per_layer_type else {}
+        # The rotary tables (inv_freq) as built, fp32: kept out of the module's buffers' casts (`_apply`), as
+        # transformers keeps the target's own in fp32 under a bf16/fp16 load; a bf16 inv_freq shifts the drafter's
+        # positions away from the target's at long contexts.
+        self._rotary_fp32 = {name: buffer.detach().float().clone()
+                             for name, buffer in self.rotary_emb.named_buffers(recurse=False)
+                             if buffer.is_floating_point()}
         self.target: TargetParts | None = None
+
+    def _apply(self, fn, recurse: bool = True):
+        super()._apply(fn, recurse)
+        for name, table in self._rotary_fp32.items():  # `.to(dtype)` moves the tables but never casts them
+            setattr(self.rotary_emb, name, table.to(getattr(self.rotary_emb, name).device))
+        return self
 
     def rotary(self, hidden: torch.Tensor, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(cos, sin) for `position_ids` `[B, T]`, from the drafter layer's rotary table."""

@@ -11,8 +11,10 @@ here. Families outside SUPPORTED_FAMILIES are refused with a clear error instead
 from __future__ import annotations
 
 import importlib
+import warnings
 from dataclasses import dataclass
 
+import torch
 import torch.nn as nn
 from transformers import AutoConfig, PretrainedConfig
 
@@ -40,6 +42,20 @@ SUPPORTED_FAMILIES = {
 # Gemma-3 keeps rotary tables per attention kind (local 10k base for its sliding layers, 1M for its global ones).
 # The drafter's one layer attends to its whole (short) cache, like the target's last layer, a global one.
 DRAFTER_LAYER_TYPE = "full_attention"
+
+
+# Families whose activations overflow float16 (Gemma-3 is trained in bf16 and documented to give inf/NaN in fp16).
+HALF_PRECISION_OVERFLOWS = ("gemma3_text", "gemma3", "gemma2")
+
+
+def warn_if_half_overflows(target) -> None:
+    """Warn once per attach when `target` is of a family known to overflow float16: the output stays identical to
+    plain generate() (both overflow alike), but it is garbage; bfloat16 or float32 is the fix."""
+    model_type = target.config.get_text_config().model_type
+    if target.dtype == torch.float16 and model_type in HALF_PRECISION_OVERFLOWS:
+        warnings.warn(f"this {model_type} target runs in torch.float16, where its activations overflow (inf/NaN "
+                      "logits, for plain generate() as for speculative decoding); load it with dtype=torch.bfloat16 "
+                      "(or torch.float32 on a card without bf16, e.g. a T4)", UserWarning, stacklevel=3)
 
 
 @dataclass(frozen=True)

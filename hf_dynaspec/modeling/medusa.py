@@ -30,6 +30,7 @@ from transformers import PretrainedConfig, PreTrainedModel
 
 from hf_dynaspec.errors import ArtifactError, AssistantMismatchError
 from hf_dynaspec.modeling import checkpoints, model_card
+from hf_dynaspec.modeling.families import warn_if_half_overflows
 from hf_dynaspec.modeling.medusa_layouts import OWN_MODEL_TYPE, read_medusa
 from hf_dynaspec.stats import DraftStats, latest_stats
 from hf_dynaspec.version import __version__
@@ -196,6 +197,7 @@ class MedusaAssistant(PreTrainedModel):
                 f"these Medusa heads were made for a target with vocabulary {self.config.vocab_size} and hidden size "
                 f"{self.config.hidden_size} ({self.config.target_name_or_path or 'unknown'}); this target has "
                 f"{rows} and {width}. Load the heads made for this model, or train them (recipes/train_medusa.py).")
+        warn_if_half_overflows(target)
         self.to(device=head.weight.device, dtype=target.dtype)
         self.__dict__["_target"] = target
         self.__dict__["_shortlist_rows"] = None
