@@ -479,9 +479,10 @@ def test_a_timed_run_synchronises_the_device_at_its_start_its_prefill_and_its_en
 
     target = one_layer_target("qwen2")
     events = []
-    monkeypatch.setattr(harness, "synchronize", lambda device: events.append(("sync", device.type)))
+    # Every card the target spans is waited for (one here: the CPU, which has nothing to wait for).
+    monkeypatch.setattr(harness, "synchronize", lambda devices: events.append(("sync", [d.type for d in devices])))
     target.register_forward_hook(lambda *_: events.append(("forward", None)))
     run = harness.timed_run(target, Method("target"), torch.tensor([[3, 4, 5, 6]]), max_new_tokens=3)
-    assert events == [("sync", "cpu"), ("forward", None), ("sync", "cpu"), ("forward", None), ("forward", None),
-                      ("sync", "cpu")]
+    waited = ("sync", ["cpu"])
+    assert events == [waited, ("forward", None), waited, ("forward", None), ("forward", None), waited]
     assert run.target_passes == 3 and 0 < run.prefill_seconds <= run.seconds
