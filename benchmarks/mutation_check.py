@@ -301,8 +301,8 @@ MUTATIONS = [
              "    if do_sample or any(len(processors[row.index]) for row in rows):",
              "    if True:", [FAKE_CUDA], select="twice_whatever"),
     Mutation("the drafter's rotary table cast with its weights", "hf_dynaspec/modeling/drafter.py",
-             "            setattr(self.rotary_emb, name, table.to(getattr(self.rotary_emb, name).device))",
-             "            pass", ["tests/test_device_following.py"], select="rotary"),
+             "                setattr(self.rotary_emb, name, table.to(current.device))",
+             "                pass", ["tests/test_device_following.py"], select="rotary"),
     # #61: three bugs no test caught before.
     Mutation("batched trees read with a causal mask (siblings see each other)", "hf_dynaspec/generation/batched_loop.py",
              "        visible[i, :n, past : past + n] = tree.ancestor_matrix()",

@@ -115,8 +115,10 @@ class Drafter(nn.Module):
 
     def _apply(self, fn, recurse: bool = True):
         super()._apply(fn, recurse)
-        for name, table in self._rotary_fp32.items():  # `.to(dtype)` moves the tables but never casts them
-            setattr(self.rotary_emb, name, table.to(getattr(self.rotary_emb, name).device))
+        for name, table in self._rotary_fp32.items():  # `.to(dtype)` never rounds them below fp32 (fp64 stays)
+            current = getattr(self.rotary_emb, name)
+            if current.dtype in (torch.float16, torch.bfloat16):
+                setattr(self.rotary_emb, name, table.to(current.device))
         return self
 
     def rotary(self, hidden: torch.Tensor, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
