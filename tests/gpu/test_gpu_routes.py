@@ -127,7 +127,8 @@ def test_sampled_routes_are_exact_on_the_device(route):
     assert _enumerated_error(target_cpu, target, call) < TOLERANCE
 
 
-def _syncs_per_pass(target, run) -> dict:
+def syncs_per_pass(target, run) -> dict:
+    """Host syncs (sync debug mode "warn") and target passes of `run()` -> their counts and ratio."""
     passes = []
     handle = target.register_forward_hook(lambda *_: passes.append(1))
     torch.cuda.synchronize()
@@ -162,8 +163,8 @@ def test_medusa_and_batched_rounds_sync_only_where_named(eagle_pair, medusa_pair
                                drafter=heads, max_new_tokens=24, do_sample=False, medusa_draft="tree")
 
     batched(), medusa()  # warm-up
-    record = {"card": torch.cuda.get_device_name(), "batched_chain_4_rows": _syncs_per_pass(target, batched),
-              "medusa_tree_1_row": _syncs_per_pass(medusa_target, medusa)}
+    record = {"card": torch.cuda.get_device_name(), "batched_chain_4_rows": syncs_per_pass(target, batched),
+              "medusa_tree_1_row": syncs_per_pass(medusa_target, medusa)}
     with open(os.path.join(os.environ.get("OUT", "."), "gpu_route_syncs.json"), "w") as f:
         json.dump(record, f, indent=2)
     for name in ("batched_chain_4_rows", "medusa_tree_1_row"):

@@ -232,28 +232,19 @@ def test_the_default_configuration_syncs_only_where_named(tmp_path):
     ids (lookups search a host copy), the planner's cut, and transformers' own acceptance count; the test bounds
     the count per target pass and writes it to $OUT/gpu_syncs.json."""
     import json
-    import warnings
+
+    from test_gpu_routes import syncs_per_pass
 
     target = _real_shape_target(torch.float16)
     assistant = _assistant(target, tmp_path, "dynaspec", draft_plan="auto", suffix_cache_num_tokens=16,
                            prompt_lookup_num_tokens=5)
     input_ids = torch.randint(0, 151_936, (1, 32), device="cuda")
     plain = plain_generate(target, input_ids, max_new_tokens=8)  # warm-up
-    passes = []
-    handle = target.register_forward_hook(lambda *_: passes.append(1))
-    torch.cuda.synchronize()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        torch.cuda.set_sync_debug_mode("warn")
-        try:
-            got = target.generate(input_ids, attention_mask=torch.ones_like(input_ids), max_new_tokens=32,
-                                  assistant_model=assistant)
-        finally:
-            torch.cuda.set_sync_debug_mode(0)
-            handle.remove()
-    syncs = [str(w.message) for w in caught if "synchroniz" in str(w.message).lower()]
-    record = {"card": torch.cuda.get_device_name(), "target_passes": len(passes), "syncs": len(syncs),
-              "syncs_per_pass": len(syncs) / max(len(passes), 1)}
+    outputs = []
+    counted = syncs_per_pass(target, lambda: outputs.append(target.generate(
+        input_ids, attention_mask=torch.ones_like(input_ids), max_new_tokens=32, assistant_model=assistant)))
+    got = outputs[0]
+    record = {"card": torch.cuda.get_device_name(), **counted}
     with open(os.path.join(os.environ.get("OUT", str(tmp_path)), "gpu_syncs.json"), "w") as f:
         json.dump(record, f, indent=2)
     assert got.shape[1] == 32 + 32 and plain.shape[1] == 32 + 8
