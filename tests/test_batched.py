@@ -396,3 +396,32 @@ def test_a_row_that_stops_inside_its_accepted_draft_ends_there(eagle_pair, monke
         if any(cut):
             return
     pytest.fail("no stop fell inside an accepted draft: the test checked nothing")
+
+
+def test_batched_trees_that_accept_a_second_ranked_child_below_a_branch_are_exact(eagle_pair, monkeypatch):
+    """fp32 greedy identity per row on batches whose trees branch below the root and accept a node that is not its
+    parent's first child (where a sibling's mask matters); the case is checked to have happened."""
+    import hf_dynaspec.generation.batched_loop as batched_loop
+
+    target, assistant = eagle_pair
+    fresh_run_time_state(monkeypatch)
+    monkeypatch.setattr(assistant.generation_config, "draft_plan", "fixed")
+    seen = []
+    original = batched_loop._accepted_paths
+
+    def recording(rows, trees, logits, processors, do_sample):
+        paths = original(rows, trees, logits, processors, do_sample)
+        for tree, path in zip(trees, paths):
+            children, parents = tree.children(), tree.parents.tolist()
+            seen.extend(node for node in path.nodes if parents[node] > 0 and children[parents[node]][0] != node)
+        return paths
+
+    monkeypatch.setattr(batched_loop, "_accepted_paths", recording)
+    for seed in range(4):
+        prompts = mixed_prompts(6, seed=40 + seed)
+        ids, mask = left_padded(prompts)
+        out = target.generate(input_ids=ids, attention_mask=mask, custom_generate=tree_generate, drafter=assistant,
+                              max_new_tokens=24, do_sample=False, pad_token_id=0, tree_top_k=3, tree_depth=4,
+                              tree_total_tokens=12)
+        assert_rows_exact(target, prompts, out, ids.shape[1], 24)
+    assert seen, "no row accepted a second-ranked child below a branching node: the test checked nothing"
