@@ -38,6 +38,7 @@ MEDUSA = "tests/test_medusa.py"
 BATCHED = "tests/test_batched.py"
 MEDUSA_AUTO = "tests/test_medusa_auto.py"
 LATTICE = "tests/test_lattice.py"
+SIMULATION = "tests/test_plan_simulation.py"
 
 
 @dataclass
@@ -201,7 +202,8 @@ MUTATIONS = [
              "return min(keep, planner.cut(host_tops)), host_tops", "return keep, host_tops", [PLANNED],
              select="cut"),
     Mutation("greedy and sampled calls share acceptance tables", "hf_dynaspec/drafting/runtime.py",
-             "setdefault(bool(do_sample), PlannerMemory())", "setdefault(False, PlannerMemory())", [PLANNED],
+             "    memories = runtime_of(assistant).planner_memories\n",
+             "    memories = runtime_of(assistant).planner_memories\n    do_sample = False\n", [PLANNED],
              select="apart"),
     Mutation("plan reads the drawn token's probability", "hf_dynaspec/drafting/chain.py",
              "            return sampling.sample(full.softmax(dim=-1)), full, confident, top",
@@ -209,7 +211,30 @@ MUTATIONS = [
              "            top = full[0].float().softmax(-1)[token[0, 0]] if with_top else top\n"
              "            return token, full, confident, top", [PLANNED], select="every_cost_model and cpu"),
     Mutation("no probe rounds: a planner that stops drafting never learns", "hf_dynaspec/drafting/planner.py",
-             "        return self._probe_or(best, room)", "        return best", [PROBES]),
+             "        probe = self._probe_or(best, room)", "        probe = best", [PROBES]),
+    Mutation("a tree probe that cannot pay ends every later probe", "hf_dynaspec/drafting/planner.py",
+             "                continue\n            memory.rounds_since_probe = 0",
+             "                return plan\n            memory.rounds_since_probe = 0", [PROBES], select="tree_probe"),
+    Mutation("probes always assume an always-right drafter", "hf_dynaspec/drafting/planner.py",
+             "            probe_tokens, rate = best_length(optimistic, seconds, smallest=1)",
+             "            probe_tokens, rate = best_length([1.0] * longest, seconds, smallest=1)", [PROBES],
+             select="shrink"),
+    Mutation("lookup sources never probed: a lookup behind a pessimistic table stays unlearnt",
+             "hf_dynaspec/drafting/planner.py",
+             "        return lookup_probe(self.memory.lookup_probes, lookups, best, room) or best",
+             "        return best", [PROBES], select="lookup"),
+    Mutation("lattice planner: prompt lookup never probed", "hf_dynaspec/drafting/lattice_planner.py",
+             "        return lookup_probe(self.memory.lookup_probes, offered, best, room) or best",
+             "        return best", [SIMULATION], select="lattice"),
+    Mutation("the artifact's measured acceptance ignored (every planner starts at 0.5)",
+             "hf_dynaspec/drafting/planner.py",
+             "AcceptanceTable(prior.at_position if prior is not None else (lambda position: 0.5),",
+             "AcceptanceTable((lambda position: 0.5),", [SIMULATION, PROBES], select="first_rounds or measured_acceptance"),
+    Mutation("trees priced at one node", "hf_dynaspec/drafting/planner.py",
+             "costs.verify(self.tree.nodes(depth) + 1)", "costs.verify(2)", [SIMULATION], select="trees"),
+    Mutation("measured costs shared across dtypes (fp32 costs planning a bf16 target)",
+             "hf_dynaspec/generation/calibration.py", "        \"dtype\": str(target.dtype),\n", "",
+             ["tests/test_planner.py"], select="calibration"),
     Mutation("public chain route verifies sampled drafts as point masses", "hf_dynaspec/generation/chain.py",
              "do_sample=bool(generation_config.do_sample), draws_drafts=False,\n",
              "do_sample=bool(generation_config.do_sample), draws_drafts=bool(generation_config.do_sample),\n",

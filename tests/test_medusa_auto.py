@@ -247,3 +247,38 @@ def test_lattice_costs_are_measured_once_and_cached(medusa_pair, tmp_path, monke
     monkeypatch.setattr(calibration, "_MEMORY", {})
     again = lattice_costs.lattice_round_costs(target, heads, options, 16)
     assert len(measured) == 2 and again.lattice_seconds > 0
+
+
+def test_heads_measured_acceptance_is_where_the_lattice_tables_start(tmp_path):
+    """`expected_acceptance` in the heads' config.json: the lattice planner's first round plans with it and it
+    survives save and load; heads without it start at 0.5; a lookup offered and passed over is probed on the
+    doubling schedule whatever the lattice promises."""
+    from hf_dynaspec.modeling.acceptance_prior import AcceptancePrior
+
+    prior = AcceptancePrior(position=(0.9, 0.8, 0.7))
+    memory = LatticeMemory(prior)
+    assert memory.position.estimate(2) == pytest.approx(0.8) and LatticeMemory().position.estimate(2) == 0.5
+    # Steep costs: at 0.5 the lattice does not pay its scoring; at the measured 0.9, 0.8, ... it does.
+    assert planner(steep_costs()).plan_round(None, 3).source == "none"
+    assert planner(steep_costs(), LatticeMemory(prior)).plan_round(None, 3).source == "lattice"
+    target = tiny_target("llama", seed=3)
+    heads = MedusaAssistant.from_target(target, num_heads=3)
+    heads.config.expected_acceptance = {"greedy": prior.to_dict()}
+    heads.save_pretrained(tmp_path)
+    loaded = MedusaAssistant.from_pretrained(tmp_path, target=target)
+    options = MedusaOptions(draft="auto")
+    calls = []
+    original = medusa_route.lattice_round_costs
+    medusa_route.lattice_round_costs = lambda *a, **k: calls.append(1) or steep_costs()
+    try:
+        assert medusa_route._planner(target, loaded, options, do_sample=False).memory.prior == prior
+        assert medusa_route._planner(target, loaded, options, do_sample=True).memory.prior is None
+    finally:
+        medusa_route.lattice_round_costs = original
+    # The lookup's own schedule: never drafted on its table (all rejected), probed after PROBE_FIRST offers.
+    lattice_planner = planner(flat_costs())
+    for _ in range(20):
+        lattice_planner.memory.lookup.record((3, 1), False)
+    lookup = LookupCandidate("prompt-lookup", 3, 4)
+    plans = [lattice_planner.plan_round(lookup, 8) for _ in range(PROBE_FIRST + 1)]
+    assert [p.source == "prompt-lookup" and p.probe for p in plans] == [False] * PROBE_FIRST + [True]

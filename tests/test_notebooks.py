@@ -33,11 +33,41 @@ def test_notebook_runs(name, tmp_path, monkeypatch):
     assert not errors
     printed = "".join(o.get("text", "") for cell in notebook.cells for o in cell.get("outputs", [])
                       if o.get("output_type") == "stream")
-    if name == "quickstart.ipynb":  # the notebook asserts exactness itself; here: drafts were accepted
+    if name == "quickstart.ipynb":  # the notebook asserts exactness itself; here: drafts accepted where they pay
         taus = [float(t) for t in re.findall(r"^tau: ([0-9.]+)", printed, flags=re.M)]
-        assert taus and all(t > 1.0 for t in taus), printed[-2000:]
+        assert taus, printed[-2000:]
+        if not all(t > 1.0 for t in taus):
+            rates = fixed_plan_rates()
+            assert rates["fixed"] <= 1.05 * rates["plain"], (
+                f"the quickstart's auto call drafted nothing (tau {taus}) where a fixed plan of 2 drafts pays on "
+                f"this host: {rates}")
     if name == "train_your_assistant.ipynb":
         assert (tmp_path / "outputs" / "notebook" / "assistant" / "README.md").is_file()
         assert (tmp_path / "outputs" / "notebook" / "bench.json").is_file()
         answers = (tmp_path / "outputs" / "notebook" / "answers" / "responses_00000.jsonl").read_text().splitlines()
         assert len(answers) == 2 and all(json.loads(line)["response"] for line in answers)  # the target's own
+
+
+def fixed_plan_rates(new_tokens: int = 16) -> dict[str, float]:
+    """Tokens per second of the quickstart's call (fp32 0.5B, the shipped assistant) without drafts and with a
+    fixed plan of 2 drafts per round, on this host (medians of 3 interleaved runs, hf_dynaspec.bench.timer): does drafting pay here?"""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from hf_dynaspec import DynaSpecAssistant
+    from hf_dynaspec.bench.timer import interleaved_medians
+
+    path = zoo.cached_path(TARGET)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    assistant = DynaSpecAssistant.from_pretrained(Path(__file__).resolve().parents[1] / "assistants" / TARGET,
+                                                  target=model, draft_plan="fixed", num_assistant_tokens=2)
+    messages = [{"role": "user", "content": "Write a Python function that checks whether a number is prime."}]
+    inputs = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True)
+    runs = {"plain": {}, "fixed": {"assistant_model": assistant}}
+
+    def factory(kwargs):
+        return lambda: model.generate(**inputs, max_new_tokens=new_tokens, do_sample=False, **kwargs)
+
+    medians = interleaved_medians({label: (lambda kwargs=kwargs: factory(kwargs)) for label, kwargs in runs.items()}, 3)
+    return {label: new_tokens / (ms / 1000) for label, ms in medians.items()}

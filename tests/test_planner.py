@@ -3,6 +3,7 @@ planned rounds (greedy identical to generate(); sampled rounds enumerated exactl
 
 from __future__ import annotations
 
+import copy
 import json
 
 import pytest
@@ -59,8 +60,12 @@ def test_learnt_acceptance_moves_the_plan():
     # (50 rounds without a probe: the first plan is one, tests/test_planner_probes.py; then the lookup wins.)
     assert planner.plan_round([lookup], 100).probe
     assert planner.plan_round([lookup], 100) == RoundPlan("suffix-shared", 12, 4)
-    # The same source after a shorter match has its own (prior) estimate.
-    assert memory.lookup.estimate(("suffix-shared", 2, 1)) == 0.5
+    # A shorter match of the same source starts from the source's estimate (every match length together), then
+    # learns its own: rejected there, it falls below the longer match's.
+    assert memory.lookup.estimate(("suffix-shared", 2, 1)) == memory.lookup.pooled.estimate(("suffix-shared", 1)) > 0.9
+    for _ in range(10):
+        memory.lookup.record(("suffix-shared", 2, 1), False)
+    assert memory.lookup.estimate(("suffix-shared", 2, 1)) < 0.5 < memory.lookup.estimate(("suffix-shared", 4, 1))
 
 
 def test_confidence_decides_each_position():
@@ -173,6 +178,9 @@ def test_calibration_is_measured_once_and_cached(tmp_path, monkeypatch):
         assert calibration.calibration_key(target, assistant, assistant.generation_config) != key
     finally:
         torch.set_num_threads(threads)
+    # Another dtype is another cost table (a bf16 target verifies at another price than its fp32 copy).
+    assert calibration.calibration_key(copy.deepcopy(target).to(torch.bfloat16), assistant,
+                                       assistant.generation_config) != key
     (tmp_path / "calibration.json").write_text("{not json")
     monkeypatch.setattr(calibration, "_MEMORY", {})
     monkeypatch.setattr(calibration, "measure_round_costs", lambda *a, **k: costs)

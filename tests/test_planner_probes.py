@@ -119,3 +119,106 @@ def test_a_sampled_probe_round_is_exact(monkeypatch, form):
     error, outcomes = planned_round_error(linear_costs(), "temperature", form, monkeypatch)
     assert error < TOLERANCE, error
     assert max(len(tokens) for tokens in outcomes) >= 3, "the probe round must have drafted"
+
+
+@pytest.mark.parametrize("source", ["prompt-lookup", "suffix-shared"])
+def test_a_lookup_source_behind_a_pessimistic_table_is_probed_on_the_doubling_schedule(source):
+    """Each lookup source has its own schedule: offered and passed over `interval` times, it is drafted whole once
+    (a probe), whatever its table says; its interval then doubles. Drafting it normally resets its count."""
+    from hf_dynaspec.drafting.planner import LookupCandidate
+
+    memory = PlannerMemory()
+    memory.probe_interval = 10**9  # the drafter's own probes out of the way
+    planner = SpeculationPlanner(hopeless_costs(), memory, 8)
+    for _ in range(20):  # a bad stretch: every draft of this source rejected
+        memory.lookup.record((source, 3, 1), False)
+    lookup = LookupCandidate(source, match_length=3, num_tokens=5)
+    gaps = []
+    for _ in range(4):
+        count = 0
+        while count < 10 * PROBE_LONGEST:
+            count += 1
+            plan = planner.plan_round([lookup], room=100)
+            if plan.source == source:
+                break
+            planner.record(plan, num_drafted=0, num_accepted=0)
+        assert plan == RoundPlan(source, 5, 3, probe=True)
+        planner.record(plan, num_drafted=5, num_accepted=0)
+        gaps.append(count)
+    assert gaps == [PROBE_FIRST * 2**i + 1 for i in range(4)]
+    # A probe is capped by the room left; a source not offered does not move its schedule.
+    state = memory.lookup_probes.state[source]
+    state[0] = state[1]
+    assert planner.plan_round([LookupCandidate(source, 3, 9)], room=4) == RoundPlan(source, 4, 3, probe=True)
+    before = list(state)
+    planner.plan_round([], room=100)
+    assert state == before
+
+
+def test_the_artifacts_measured_acceptance_is_where_the_tables_start(tmp_path):
+    """`expected_acceptance` in the generation config: the planner's first round plans with it (weight: a few
+    rounds), counts then take over; an artifact without it keeps 0.5; it survives save and load; a malformed one
+    is refused naming the field."""
+    from hf_dynaspec import DynaSpecAssistant
+    from hf_dynaspec.drafting.runtime import planner_memory
+    from hf_dynaspec.modeling.acceptance_prior import AcceptancePrior
+
+    prior = AcceptancePrior(position=(0.95, 0.9, 0.85, 0.8), confidence=(0.05, 0.15, 0.25, 0.35, 0.45, 0.55, 0.65, 0.75, 0.85, 0.95),
+                            tree_depth=(0.97, 0.92), tree_shape=(4, 8), rounds=300, weight=4.0)
+    memory = PlannerMemory(prior)
+    assert memory.drafter_position.estimate(2) == pytest.approx(0.9)
+    assert memory.drafter_position.estimate(7) == pytest.approx(0.8)  # past the list: its last value
+    assert memory.tree_depth.estimate((4, 8, 2)) == pytest.approx(0.92)
+    assert memory.tree_depth.estimate((2, 6, 2)) == pytest.approx(0.9)  # another shape: the chain's estimate
+    for _ in range(4):  # four rejections weigh as much as the prior
+        memory.drafter_position.record(1, False)
+    assert memory.drafter_position.estimate(1) == pytest.approx(0.95 / 2)
+    # On costs where 0.5 says "no draft", the measured drafter drafts from the first round (not a probe).
+    assert SpeculationPlanner(edge_costs(), PlannerMemory(), 8).plan_round([], 100).source == "none"
+    first = SpeculationPlanner(edge_costs(), PlannerMemory(prior), 8).plan_round([], 100)
+    assert first.source == "drafter" and not first.probe
+
+    target = one_layer_target("llama", seed=2)
+    assistant = imitating_assistant(target, noise=0.2, seed=4)
+    assert planner_memory(assistant, False).prior is None
+    assistant.generation_config.expected_acceptance = {"greedy": prior.to_dict()}
+    assistant.save_pretrained(tmp_path)
+    loaded = DynaSpecAssistant.from_pretrained(tmp_path, target=target)
+    assert planner_memory(loaded, False).prior == prior and planner_memory(loaded, True).prior is None
+    for bad in ({"greedy": {"position": [1.5]}}, {"greedy": {"position": [0.5], "speed": 1}}, {"beam": {}}):
+        with pytest.raises(ValueError, match="expected_acceptance"):
+            loaded.generation_config.with_options(expected_acceptance=bad)
+
+
+def test_a_tree_probe_that_cannot_pay_does_not_stop_the_chains_probes():
+    """Where a tree would not pay even if always right (verification priced per token, as on AVX2 CPUs) but a
+    chain would, every probe is a chain: the tree's turn passes to the chain instead of ending the probes."""
+    from hf_dynaspec.drafting.planner import TreeShape
+
+    costs = RoundCosts([0.0] + [1.0 + 0.35 * (n - 1) for n in range(1, 40)], consume_seconds=0.01,
+                       first_draft_seconds=0.02, draft_step_seconds=0.03, tree_step_seconds=2.0)
+    planner = SpeculationPlanner(costs, PlannerMemory(), 8, tree=TreeShape(4, 4, 8))
+    probes = []
+    for _ in range(200):
+        plan = planner.plan_round([], room=100)
+        if plan.probe:
+            probes.append(plan.source)
+        planner.record(plan, num_drafted=0, num_accepted=0)
+    assert len(probes) >= 5 and set(probes) == {"drafter"}, probes
+
+
+def test_probes_shrink_as_rejections_accumulate():
+    """A probe assumes each position's estimate plus its uncertainty: an untried drafter is probed as an
+    always-right one (all 8), one whose probes keep being rejected is probed shorter, then not at all, so a
+    drafter that does not pay on this workload stops costing probe rounds."""
+    planner = SpeculationPlanner(linear_costs(), PlannerMemory(), 8)
+    lengths = []
+    for _ in range(10 * PROBE_LONGEST):
+        plan = planner.plan_round([], room=100)
+        if plan.probe:
+            lengths.append(plan.num_tokens)
+            planner.record(plan, num_drafted=plan.num_tokens, num_accepted=0)
+        else:
+            planner.record(plan, num_drafted=0, num_accepted=0)
+    assert lengths[0] == 8 and sorted(lengths, reverse=True) == lengths, lengths
+    assert len(lengths) < 9, lengths  # an always-right probe: one at every step of the doubling schedule (12 here)

@@ -28,19 +28,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hf_dynaspec.drafting.planner import (
-    CONFIDENCE_BINS,
+from hf_dynaspec.drafting.planning_core import (
     PROBE_FIRST,
     PROBE_LONGEST,
     AcceptanceTable,
     LookupCandidate,
+    LookupProbes,
+    LookupTable,
     RoundPlan,
     TreeShape,
     best_length,
     confidence_bin,
     extrapolated_seconds,
+    lookup_probe,
     position_key,
 )
+from hf_dynaspec.modeling.acceptance_prior import CONFIDENCE_BINS, AcceptancePrior
 
 
 @dataclass
@@ -60,16 +63,30 @@ class LatticeCosts:
 
 class LatticeMemory:
     """The acceptance tables of one lattice source (kept across generate() calls; one per greedy / sampled
-    decoding)."""
+    decoding). `prior`: the source's measured acceptance (`AcceptancePrior`, stored with the heads), where the
+    tables start with its weight; None: 0.5 at every position, the confidence bin's middle."""
 
-    def __init__(self):
-        self.position = AcceptanceTable(lambda position: 0.5)
-        self.confidence = AcceptanceTable(lambda key: (key[1] + 0.5) / CONFIDENCE_BINS)  # (position, bin)
-        self.tree_depth = AcceptanceTable(lambda key: self.position.estimate(key[-1]))  # (nodes, depth)
-        self.lookup = AcceptanceTable(lambda key: 0.5)  # (match length, position)
+    def __init__(self, prior: AcceptancePrior | None = None):
+        self.prior = prior
+        weight = prior.weight if prior is not None else 2.0
+        self.position = AcceptanceTable(prior.at_position if prior is not None else (lambda position: 0.5), weight)
+        measured_bins = prior is not None and prior.confidence
+        self.confidence = AcceptanceTable(  # keyed (position, bin)
+            (lambda key: prior.at_confidence(key[1])) if measured_bins else
+            (lambda key: (key[1] + 0.5) / CONFIDENCE_BINS), weight if measured_bins else 2.0)
+        self.tree_depth = AcceptanceTable(self._tree_prior, weight)  # keyed (nodes, depth)
+        self.lookup = LookupTable()  # keyed (match length, position)
         self.rounds_since_probe = 0
         self.probe_interval = PROBE_FIRST
         self.probes = 0
+        self.lookup_probes = LookupProbes()
+
+    def _tree_prior(self, key: tuple[int, int]) -> float:
+        nodes, depth = key
+        measured = None
+        if self.prior is not None and self.prior.tree_shape is not None and self.prior.tree_shape[1] == nodes:
+            measured = self.prior.at_tree_depth(*self.prior.tree_shape, depth)
+        return measured if measured is not None else self.position.estimate(depth)
 
 
 class LatticePlanner:
@@ -123,7 +140,10 @@ class LatticePlanner:
         lattice_rate = max(rate for rate, _ in self._lattice_options(priors, room, self.costs.lattice_seconds))
         candidates = [(1.0 / self.costs.verify(1), RoundPlan("none", 0)), (lattice_rate, RoundPlan("lattice", depth))]
         candidates += self._lookup_option(lookup, room)
-        return max(candidates, key=lambda pair: pair[0])[1]
+        best = max(candidates, key=lambda pair: pair[0])[1]
+        # A lookup draft the tables have not tried for a while is drafted whole, whatever the lattice promises.
+        offered = [lookup] if lookup is not None else []
+        return lookup_probe(self.memory.lookup_probes, offered, best, room) or best
 
     def choose(self, confidences: list[float], lookup: LookupCandidate | None, room: int) -> RoundPlan:
         """With the lattice read (`confidences[j-1]`: position j's top probability): the chain length, tree depth

@@ -41,114 +41,54 @@ token), so greedy output is identical and sampling exact (tests/test_planner.py)
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
-CONFIDENCE_BINS = 10
-MAX_POSITION_KEY = 16  # positions past this share one estimate
-PROBE_FIRST = 4  # rounds before the first probe round
-PROBE_LONGEST = 256  # the probe interval doubles up to this
-
-
-class AcceptanceTable:
-    """P(accepted | reached) per key, from counts smoothed by a Beta prior of mean `prior(key)` and weight
-    `prior_weight` (pseudo-observations)."""
-
-    def __init__(self, prior, prior_weight: float = 2.0):
-        self.prior = prior
-        self.prior_weight = prior_weight
-        self.counts: dict = {}  # key -> [accepted, reached]
-
-    def estimate(self, key) -> float:
-        accepted, reached = self.counts.get(key, (0, 0))
-        return (accepted + self.prior_weight * self.prior(key)) / (reached + self.prior_weight)
-
-    def record(self, key, accepted: bool) -> None:
-        entry = self.counts.setdefault(key, [0, 0])
-        entry[0] += int(accepted)
-        entry[1] += 1
-
-
-def confidence_bin(confidence: float) -> int:
-    return min(int(confidence * CONFIDENCE_BINS), CONFIDENCE_BINS - 1)
-
-
-def position_key(position: int) -> int:
-    return min(position, MAX_POSITION_KEY)
-
-
-def extrapolated_seconds(table: list[float], num_tokens: int) -> float:
-    """`table[n]`: seconds of a forward over n tokens (index 0 unused); past its end, linear in the last step."""
-    if num_tokens < len(table):
-        return table[num_tokens]
-    return table[-1] + (table[-1] - table[-2]) * (num_tokens - len(table) + 1)
-
-
-def best_length(probabilities: list[float], seconds, smallest: int = 0) -> tuple[int, float]:
-    """(k, rate) maximising E(k) / seconds(k) over smallest <= k <= len(probabilities); `probabilities[j-1]` is
-    a_j."""
-    expected, totals = 1.0, [1.0]
-    reach = 1.0
-    for a in probabilities:
-        reach *= a
-        expected += reach
-        totals.append(expected)
-    best_k, best_rate = smallest, totals[smallest] / seconds(smallest)
-    for k in range(smallest + 1, len(probabilities) + 1):
-        rate = totals[k] / seconds(k)
-        if rate > best_rate:
-            best_k, best_rate = k, rate
-    return best_k, best_rate
-
-
-@dataclass
-class LookupCandidate:
-    """A draft found by lookup: `source` ("prompt-lookup", "suffix-request", "suffix-shared"), the length of the
-    match it continues, and its `num_tokens` tokens."""
-
-    source: str
-    match_length: int
-    num_tokens: int
-
-
-@dataclass
-class RoundPlan:
-    """What a round drafts: "none", "drafter" (a chain of up to `num_tokens`, cut by the confidence table),
-    "tree" (a tree of depth `num_tokens`) or a lookup source (`num_tokens` of its tokens)."""
-
-    source: str
-    num_tokens: int
-    match_length: int = 0
-    confidences: list[float] = field(default_factory=list)  # drafter: per drafted position, for the tables
-    probe: bool = False  # a drafter round that keeps the tables learning: exactly `num_tokens`, whatever the confidence
+from hf_dynaspec.drafting.planning_core import (  # noqa: F401  (the core's names, as this module exposed them)
+    MAX_POSITION_KEY,
+    PROBE_FIRST,
+    PROBE_LONGEST,
+    AcceptanceTable,
+    LookupCandidate,
+    LookupProbes,
+    LookupTable,
+    RoundPlan,
+    TreeShape,
+    best_length,
+    confidence_bin,
+    extrapolated_seconds,
+    lookup_probe,
+    position_key,
+)
+from hf_dynaspec.modeling.acceptance_prior import CONFIDENCE_BINS, AcceptancePrior
 
 
 class PlannerMemory:
     """The acceptance tables of one assistant (kept across generate() calls; one per greedy / sampled decoding,
-    whose acceptance differs)."""
+    whose acceptance differs). `prior`: the drafter's measured acceptance (`AcceptancePrior`, stored with the
+    artifact), where the tables start with its weight; None: 0.5 at every position, the confidence bin's middle."""
 
-    def __init__(self):
-        self.drafter_position = AcceptanceTable(lambda position: 0.5)
-        self.drafter_confidence = AcceptanceTable(lambda bin_: (bin_ + 0.5) / CONFIDENCE_BINS)
-        self.lookup = AcceptanceTable(lambda key: 0.5)
+    def __init__(self, prior: AcceptancePrior | None = None):
+        self.prior = prior
+        weight = prior.weight if prior is not None else 2.0
+        self.drafter_position = AcceptanceTable(prior.at_position if prior is not None else (lambda position: 0.5),
+                                                weight)
+        measured_bins = prior is not None and prior.confidence
+        self.drafter_confidence = AcceptanceTable(
+            prior.at_confidence if measured_bins else (lambda bin_: (bin_ + 0.5) / CONFIDENCE_BINS),
+            weight if measured_bins else 2.0)
+        self.lookup = LookupTable()  # keyed (source, match length, position)
         # keyed by (top_k, total_tokens, depth): a tree's acceptance depends on its shape
-        self.tree_depth = AcceptanceTable(lambda key: self.drafter_position.estimate(key[-1]))
+        self.tree_depth = AcceptanceTable(self._tree_prior, weight)
         self.rounds_since_probe = 0
         self.probe_interval = PROBE_FIRST
         self.probes = 0  # probe rounds so far: with trees, even ones probe a chain and odd ones a tree
+        self.lookup_probes = LookupProbes()
+        self.log: list[dict] | None = None  # a list: every recorded round is appended (acceptance measurement)
+        self.measuring = False  # every due probe drafted whole, whatever the costs (acceptance measurement)
 
-
-@dataclass(frozen=True)
-class TreeShape:
-    """An EAGLE-2 tree as the planner may draft it: `top_k` children per expanded node, at most `total_tokens`
-    nodes, any depth up to `max_depth`."""
-
-    top_k: int
-    max_depth: int
-    total_tokens: int
-
-    def nodes(self, depth: int) -> int:
-        """Draft nodes of a tree of `depth` (candidates: top_k at depth 1, top_k^2 per further depth)."""
-        return min(self.total_tokens, self.top_k + (depth - 1) * self.top_k * self.top_k)
+    def _tree_prior(self, key: tuple[int, int, int]) -> float:
+        """The measured tree table where it was measured for this shape, else the chain's estimate at that depth
+        (a tree holds about the chain's path and more)."""
+        measured = self.prior.at_tree_depth(*key) if self.prior is not None else None
+        return measured if measured is not None else self.drafter_position.estimate(key[-1])
 
 
 class SpeculationPlanner:
@@ -214,25 +154,41 @@ class SpeculationPlanner:
             k, rate = best_length(probabilities, self._lookup_seconds)
             if k and rate > best_rate:
                 best, best_rate = RoundPlan(candidate.source, k, candidate.match_length), rate
-        return self._probe_or(best, room)
+        probe = self._probe_or(best, room)
+        if probe.probe:
+            return probe
+        return lookup_probe(self.memory.lookup_probes, lookups, best, room) or best
 
     def _probe_or(self, plan: RoundPlan, room: int) -> RoundPlan:
         """`plan`, or a probe after `probe_interval` rounds without one (see the module docstring): a chain, or
-        with trees every other probe a tree, of the length a drafter that is always right would be given."""
+        with trees every other probe a tree, of the length an optimistic drafter would be given (each position's
+        estimate raised by its uncertainty, `_optimistic`: an untried table probes as an always-right drafter,
+        one that has seen many rejections probes short or not at all). Where the kind whose turn it is would not
+        pay even so (trees on an AVX2 CPU), the other is probed: a refused tree probe must not stop the chain's
+        probes. `memory.measuring`: every round probes, whole, whatever the costs."""
         memory = self.memory
         if memory.rounds_since_probe < memory.probe_interval:
             return plan
-        if self.tree is not None and memory.probes % 2:
-            source, longest, seconds = "tree", min(room, self.tree.max_depth), self._tree_seconds
-        else:
-            source, longest, seconds = "drafter", min(room, self.max_draft_tokens), self._drafter_seconds
-        probe_tokens, rate = best_length([1.0] * longest, seconds, smallest=1)
-        if rate <= 1.0 / self._lookup_seconds(0):  # not even a drafter that is always right would pay here
-            return plan
-        memory.rounds_since_probe = 0
-        memory.probe_interval = min(2 * memory.probe_interval, PROBE_LONGEST)
-        memory.probes += 1
-        return RoundPlan(source, probe_tokens, probe=True)
+        kinds = ["drafter", "tree"] if self.tree is not None else ["drafter"]
+        if memory.probes % 2:
+            kinds.reverse()
+        for source in kinds:
+            if source == "tree":
+                longest, seconds = min(room, self.tree.max_depth), self._tree_seconds
+                optimistic = [_optimistic(memory.tree_depth, self._tree_key(d)) for d in range(1, longest + 1)]
+            else:
+                longest, seconds = min(room, self.max_draft_tokens), self._drafter_seconds
+                optimistic = [_optimistic(memory.drafter_position, position_key(j)) for j in range(1, longest + 1)]
+            probe_tokens, rate = best_length(optimistic, seconds, smallest=1)
+            if memory.measuring:
+                probe_tokens = longest
+            elif rate <= 1.0 / self._lookup_seconds(0):  # not even an optimistic drafter would pay here
+                continue
+            memory.rounds_since_probe = 0
+            memory.probe_interval = min(2 * memory.probe_interval, PROBE_LONGEST)
+            memory.probes += 1
+            return RoundPlan(source, probe_tokens, probe=True)
+        return plan
 
     def drafted_probabilities(self, confidences: list[float]) -> list[float]:
         table = self.memory.drafter_confidence
@@ -240,12 +196,19 @@ class SpeculationPlanner:
 
     def keep_position(self, confidences: list[float]) -> bool:
         """With the drafter's confidence at every position so far (the last one not drawn yet): does including
-        the last position raise the round's rate? Its drafter step is already paid in both cases."""
+        the last position raise the round's rate, counting the best continuation past it (positions beyond priced
+        from the position table, each with its drafter step)? Its own drafter step is already paid in both cases.
+        Looking past it matters where verification is not monotone in tokens (fp32 on MKL: 2 tokens cost twice 1,
+        5 cost less than 2): position 1 alone would not pay there, positions 1-4 do."""
         j = len(confidences)
+        costs = self.costs
         probabilities = self.drafted_probabilities(confidences)
-        sunk = self.costs.consume_seconds + self.costs.drafting(j)
-        without = _expected(probabilities[: j - 1]) / (sunk + self.costs.verify(j))
-        with_it = _expected(probabilities) / (sunk + self.costs.verify(j + 1))
+        sunk = costs.consume_seconds + costs.drafting(j)
+        without = _expected(probabilities[: j - 1]) / (sunk + costs.verify(j))
+        future = self.drafter_priors(j, max(self.max_draft_tokens - j, 0))
+        _, with_it = best_length(probabilities + future,
+                                 lambda k: costs.consume_seconds + costs.drafting(max(k, j)) + costs.verify(k + 1),
+                                 smallest=j)
         return with_it > without
 
     def draft_more(self, confidences: list[float], room: int) -> bool:
@@ -270,6 +233,10 @@ class SpeculationPlanner:
         """Learn from a verified round: positions 1..min(num_accepted + 1, num_drafted) were reached, the first
         num_accepted accepted (a tree: depths 1..min(num_accepted + 1, its depth))."""
         memory = self.memory
+        if memory.log is not None:
+            memory.log.append({"source": plan.source, "depth": plan.num_tokens, "drafted": num_drafted,
+                               "accepted": num_accepted, "confidences": [round(float(c), 4) for c in plan.confidences],
+                               "probe": plan.probe})
         if not plan.probe:
             memory.rounds_since_probe += 1
         reachable = plan.num_tokens if plan.source == "tree" else num_drafted
@@ -332,6 +299,13 @@ def share_costs(planner, rows: int) -> None:
         return
     base = planner.costs.base if isinstance(planner.costs, BatchShare) else planner.costs
     planner.costs = base if rows == 1 else BatchShare(base, rows)
+
+
+def _optimistic(table: AcceptanceTable, key) -> float:
+    """The estimate at `key` plus one standard error of a rate seen on (reached + prior weight) rounds, at most 1:
+    what a probe assumes, so that a position is probed while its evidence could still make drafting it pay."""
+    reached = table.counts.get(key, (0, 0))[1]
+    return min(1.0, table.estimate(key) + (reached + table.prior_weight) ** -0.5)
 
 
 def _expected(probabilities: list[float]) -> float:

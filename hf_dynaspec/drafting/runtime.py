@@ -28,6 +28,7 @@ from hf_dynaspec.drafting.planner import PlannerMemory
 from hf_dynaspec.drafting.selector import build_head
 from hf_dynaspec.kernels.verify_rows import loader as verify_rows_loader
 from hf_dynaspec.kernels.verify_rows import patch as verify_rows_patch
+from hf_dynaspec.modeling.acceptance_prior import prior_for
 
 
 @dataclass
@@ -52,7 +53,11 @@ def runtime_of(assistant) -> AssistantRuntime:
 
 def planner_memory(assistant, do_sample: bool) -> PlannerMemory:
     """The planner's acceptance tables of this assistant (kept across generate() calls; greedy and sampled apart)."""
-    return runtime_of(assistant).planner_memories.setdefault(bool(do_sample), PlannerMemory())
+    memories = runtime_of(assistant).planner_memories
+    if bool(do_sample) not in memories:  # the tables start at the acceptance measured with the artifact, if any
+        stored = getattr(assistant.generation_config, "expected_acceptance", None)
+        memories[bool(do_sample)] = PlannerMemory(prior_for(stored, do_sample))
+    return memories[bool(do_sample)]
 
 
 def suffix_cache(assistant, options=None) -> SuffixCache | None:

@@ -24,6 +24,7 @@ from hf_dynaspec.drafting.planner import TreeShape
 from hf_dynaspec.errors import AssistantMismatchError
 from hf_dynaspec.generation.lattice_costs import lattice_round_costs
 from hf_dynaspec.generation.public_loop import check_public_inputs, decode
+from hf_dynaspec.modeling.acceptance_prior import prior_for
 from hf_dynaspec.modeling.medusa import MedusaAssistant
 from hf_dynaspec.stats import start_stats
 
@@ -78,7 +79,11 @@ def _planner(model, source, options: MedusaOptions, do_sample: bool) -> LatticeP
     if options.draft != "auto":
         return None
     depth = source.num_positions if options.num_tokens is None else min(options.num_tokens, source.num_positions)
-    memory = _MEMORIES.setdefault(source, {}).setdefault(do_sample, LatticeMemory())
+    memories = _MEMORIES.setdefault(source, {})
+    if do_sample not in memories:  # the tables start at the acceptance measured with the heads, if any
+        stored = getattr(getattr(source, "config", None), "expected_acceptance", None)
+        memories[do_sample] = LatticeMemory(prior_for(stored, do_sample))
+    memory = memories[do_sample]
     costs = lattice_round_costs(model, source, options, max(depth, options.tree_total_tokens))
     tree = TreeShape(options.tree_top_k, depth, options.tree_total_tokens)
     return LatticePlanner(costs, memory, depth, tree)

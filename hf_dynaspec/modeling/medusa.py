@@ -30,6 +30,7 @@ from transformers import PretrainedConfig, PreTrainedModel
 
 from hf_dynaspec.errors import ArtifactError, AssistantMismatchError
 from hf_dynaspec.modeling import checkpoints, model_card
+from hf_dynaspec.modeling.acceptance_prior import priors_from_config
 from hf_dynaspec.modeling.families import warn_if_half_overflows
 from hf_dynaspec.modeling.medusa_layouts import OWN_MODEL_TYPE, read_medusa
 from hf_dynaspec.stats import DraftStats, latest_stats
@@ -48,6 +49,8 @@ class MedusaConfig(PretrainedConfig):
         block_bias: the residual blocks' linears have a bias (FasterDecoding's do; vLLM's `medusa_fc_bias`).
         head_vocab_size: rows of an own head truncated to a token map (vLLM's `truncated_vocab_size`), else V.
         frequency_list_size: S, the FR-Spec shortlist stored with the heads (0: none).
+        expected_acceptance: the heads' acceptance measured with their target, by decoding mode, where the
+            `medusa_draft="auto"` planner's tables start (hf_dynaspec.modeling.acceptance_prior); None: 0.5.
     """
 
     model_type = OWN_MODEL_TYPE
@@ -55,7 +58,8 @@ class MedusaConfig(PretrainedConfig):
     def __init__(self, num_heads: int = 4, num_layers: int = 1, hidden_size: int = 4096, vocab_size: int = 32000,
                  own_heads: bool = False, block_bias: bool = True, head_vocab_size: int | None = None,
                  frequency_list_size: int = 0, target_model_type: str | None = None,
-                 target_name_or_path: str | None = None, library_version: str | None = None, **kwargs):
+                 target_name_or_path: str | None = None, library_version: str | None = None,
+                 expected_acceptance: dict | None = None, **kwargs):
         self.drafter_kind = "medusa"
         self.num_heads = num_heads
         self.num_layers = num_layers
@@ -68,6 +72,8 @@ class MedusaConfig(PretrainedConfig):
         self.target_model_type = target_model_type
         self.target_name_or_path = target_name_or_path
         self.library_version = library_version or __version__
+        priors_from_config(expected_acceptance)  # raises naming the fault
+        self.expected_acceptance = expected_acceptance
         kwargs.pop("drafter_kind", None)
         super().__init__(**kwargs)
         for name in ("num_heads", "num_layers", "hidden_size", "vocab_size", "head_vocab_size"):

@@ -16,7 +16,7 @@ them from the assistant: `assistant.generation_config.num_assistant_tokens = 4`.
 
 and our own: `draft_plan`, `auto_max_assistant_tokens`, `target_verify_kernel`, `suffix_cache_num_tokens`, `suffix_cache_max_tokens`,
 `verification`, `prompt_lookup_min_ngram`, `prompt_lookup_veto`, `shortlist`, `shortlist_size`, `max_clusters`,
-`fixed_clusters`, `max_shortlist_size`, `tree_top_k`, `tree_depth`, `tree_total_tokens` (the docstring of
+`fixed_clusters`, `max_shortlist_size`, `tree_top_k`, `tree_depth`, `tree_total_tokens`, `expected_acceptance` (the docstring of
 `DynaSpecGenerationConfig` says what each does).
 
 Artifacts written before this split kept these keys in config.json, some under older names
@@ -30,6 +30,8 @@ import warnings
 from typing import Any
 
 from transformers import GenerationConfig
+
+from hf_dynaspec.modeling.acceptance_prior import priors_from_config
 
 SHORTLIST_STRATEGIES = ("full", "frspec", "vocabtrim", "dynaspec", "dynaspec-fixed")
 
@@ -55,6 +57,7 @@ OPTION_DEFAULTS: dict[str, Any] = {
     "suffix_cache_max_tokens": 32768,
     "verification": "token",
     "target_verify_kernel": "auto",
+    "expected_acceptance": None,
 }
 DRAFT_PLANS = ("auto", "fixed", "adl")
 VERIFICATIONS = ("token", "block")
@@ -110,6 +113,9 @@ class DynaSpecGenerationConfig(GenerationConfig):
       `shortlist_size` ids of a stored frequency ranking), "dynaspec" (router-chosen clusters with the
       position-aware budget from `max_clusters`, capped by `max_shortlist_size`) or "dynaspec-fixed"
       (`fixed_clusters` at every position). The stored components are built by recipes/build_shortlists.py.
+    - `expected_acceptance` (None): the drafter's acceptance measured with its target when the artifact was
+      packaged (per draft position, confidence bin and tree depth; hf_dynaspec.modeling.acceptance_prior), where
+      the "auto" planner's tables start. None: 0.5 at every position (artifacts packaged before it existed).
     - `tree_top_k` (4), `tree_depth` (4), `tree_total_tokens` (8): EAGLE-2 tree drafting: children per expanded
       node and nodes expanded per depth, maximum depth, draft tokens kept (the target verifies
       tree_total_tokens + 1 tokens per pass). Sized for CPU verification (docs/trees.md).
@@ -153,6 +159,7 @@ class DynaSpecGenerationConfig(GenerationConfig):
         self._require(self.target_verify_kernel in ("auto", "off"), "target_verify_kernel", "\"auto\" or \"off\"")
         self._require(_is_int(self.suffix_cache_num_tokens) and self.suffix_cache_num_tokens >= 0,
                "suffix_cache_num_tokens", "an integer >= 0 (0 turns the suffix cache off)")
+        priors_from_config(self.expected_acceptance)  # raises naming the fault
 
     def _require(self, ok: bool, name: str, expected: str) -> None:
         if not ok:

@@ -9,7 +9,9 @@ exactness do not depend on trained weights. What ran where is recorded in docs/g
 
 from __future__ import annotations
 
+import functools
 import os
+import tempfile
 
 import pytest
 import torch
@@ -68,34 +70,53 @@ def test_triton_head_matches_the_reference(dtype, batch, shape):
     torch.testing.assert_close(out.logsumexp, expected.scores.logsumexp(-1), rtol=1e-2, atol=1e-1)
 
 
+@functools.cache
 def _real_shape_target(dtype, layers: int = 4):
-    """Qwen2.5-0.5B's shapes (vocabulary, width, heads), fewer layers, random weights, sharp logits."""
+    """Qwen2.5-0.5B's shapes (vocabulary, width, heads), fewer layers, random weights, sharp logits. Built on the
+    device (a CPU init of 150M+ parameters and the copy over took most of the suite's time) and shared by the
+    tests, which only read it; the parameters come from one CUDA seed, so every run builds the same target."""
     from transformers import AutoModelForCausalLM, Qwen2Config
 
     config = Qwen2Config(vocab_size=151_936, hidden_size=896, intermediate_size=4864, num_hidden_layers=layers,
                          num_attention_heads=14, num_key_value_heads=2, tie_word_embeddings=False,
                          max_position_embeddings=4096)
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa", torch_dtype=dtype).cuda().eval()
+    with torch.device("cuda"):
+        model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa", torch_dtype=dtype).eval()
     with torch.no_grad():
         model.get_output_embeddings().weight.mul_(8.0)
     model.generation_config.eos_token_id = None
     return model
 
 
-def _assistant(target, tmp_path, strategy: str, **options):
-    """An assistant with every shortlist strategy's components. The plan is pinned to "fixed" unless a test asks
-    for another: with random weights the planner would learn that drafts are never accepted and stop drafting,
-    and the test would check nothing."""
+_ARTIFACTS: dict[int, str] = {}
+
+
+def _artifact(target) -> str:
+    """One saved assistant per target with every shortlist strategy's components (FR-Spec list, clusters): the
+    k-means over 151,936 rows runs once per target, not once per test."""
     from hf_dynaspec.modeling.shortlist import cluster_vocabulary
 
+    if id(target) not in _ARTIFACTS:
+        path = tempfile.mkdtemp(prefix="gpu-suite-assistant-")
+        assistant = DynaSpecAssistant.from_target(target, draft_plan="fixed")
+        head = target.get_output_embeddings().weight
+        generator = torch.Generator().manual_seed(0)
+        assistant.shortlists.set_frequency_list(torch.randperm(head.shape[0], generator=generator)[:32_768],
+                                                kind="frspec")
+        assistant.shortlists.set_clusters(cluster_vocabulary(head, 64, always_ids=[0], sample_size=20_000,
+                                                             max_iter=5))
+        assistant.save_pretrained(path)
+        _ARTIFACTS[id(target)] = path
+    return _ARTIFACTS[id(target)]
+
+
+def _assistant(target, tmp_path, strategy: str, **options):
+    """An assistant loaded with `strategy` from the target's shared artifact. The plan is pinned to "fixed" unless
+    a test asks for another: with random weights the planner would learn that drafts are never accepted and stop
+    drafting, and the test would check nothing. (`tmp_path` is kept for the callers' signature.)"""
     options = {"draft_plan": "fixed", "suffix_cache_num_tokens": 0, "prompt_lookup_num_tokens": 0, **options}
-    assistant = DynaSpecAssistant.from_target(target, **options)
-    head = target.get_output_embeddings().weight
-    assistant.shortlists.set_frequency_list(torch.randperm(head.shape[0])[:32_768], kind="frspec")
-    assistant.shortlists.set_clusters(cluster_vocabulary(head, 64, always_ids=[0], sample_size=20_000, max_iter=5))
-    assistant.save_pretrained(tmp_path)
-    return DynaSpecAssistant.from_pretrained(tmp_path, target=target, shortlist=strategy, **options)
+    return DynaSpecAssistant.from_pretrained(_artifact(target), target=target, shortlist=strategy, **options)
 
 
 @pytest.mark.parametrize("strategy", ["full", "frspec", "dynaspec"])

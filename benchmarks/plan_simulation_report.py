@@ -1,0 +1,72 @@
+"""The planner simulation's numbers for docs/planning.md: `auto` against every fixed plan, on every recorded trace
+and cost table (tests/fixtures/planner/), as tests/test_plan_simulation.py asserts them.
+
+    python benchmarks/plan_simulation_report.py --json benchmarks/results/plan_simulation_2026-11-27.json
+
+Prints a markdown table: per trace and table, the best fixed plan in hindsight (tokens per second, decode only),
+and `auto`'s ratio to it with chains only and with trees, starting from the artifact's measured acceptance and
+from 0.5 everywhere. Host-independent (simulated seconds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from hf_dynaspec.bench.plan_simulation import MAX_DRAFT, Replay, records_of
+from hf_dynaspec.drafting.planner import PlannerMemory
+from hf_dynaspec.drafting.planning_core import TreeShape
+from hf_dynaspec.generation.calibration import RoundCosts
+from hf_dynaspec.modeling.acceptance_prior import prior_for
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "tests" / "fixtures" / "planner"
+SHAPE = TreeShape(4, 4, 8)
+
+
+def rate(results) -> float:
+    return sum(r.tokens for r in results) / sum(r.seconds for r in results)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args(argv)
+    traces = {p.stem.removeprefix("traces_"): json.loads(p.read_text()) for p in sorted(FIXTURES.glob("traces_*.json"))}
+    tables = {p.stem: json.loads(p.read_text()) for p in sorted((FIXTURES / "costs").glob("*.json"))}
+    rows = []
+    print("| trace | cost table | no draft | best fixed plan | auto, chains | auto, trees | auto from 0.5, trees |")
+    print("| --- | --- | ---: | --- | ---: | ---: | ---: |")
+    for trace_name, trace in traces.items():
+        prior = prior_for(trace["expected_acceptance"], do_sample=False)
+        calls = [c for c in (records_of(call) for call in trace["calls"]) if c is not None]
+        for table_name, table in tables.items():
+            if table["target"] not in (trace["target"], "any"):
+                continue
+            replay, deferred = Replay(RoundCosts(**table["costs"]), SHAPE), table["host"] == "gpu-like"
+            plans = {"none": ("none", 0), "lookup": ("lookup", 0)}
+            plans |= {f"chain:{k}": ("chain", k) for k in range(1, MAX_DRAFT + 1)}
+            plans |= {f"lookup+chain:{k}": ("lookup+chain", k) for k in range(1, MAX_DRAFT + 1)}
+            plans |= {f"tree:{d}": ("tree", d) for d in range(1, SHAPE.max_depth + 1)}
+            fixed = {name: rate([replay.fixed(c, *plan) for c in calls]) for name, plan in plans.items()}
+            chains = {k: v for k, v in fixed.items() if not k.startswith("tree")}
+            best_chain, best = max(chains, key=chains.get), max(fixed, key=fixed.get)
+
+            def auto(memory_prior, trees, replay=replay, deferred=deferred, calls=calls):
+                memory = PlannerMemory(memory_prior)
+                return rate([replay.auto(c, memory, trees=trees, deferred=deferred) for c in calls])
+
+            row = {"trace": trace_name, "table": table_name, "none": fixed["none"], "best_fixed": best,
+                   "best_fixed_rate": fixed[best], "best_fixed_chains": best_chain,
+                   "auto_chains": auto(prior, False) / fixed[best_chain], "auto_trees": auto(prior, True) / fixed[best],
+                   "auto_trees_without_prior": auto(None, True) / fixed[best], "fixed": fixed}
+            rows.append(row)
+            print(f"| {trace_name} | {table_name} | {fixed['none']:.2f} | {best} {fixed[best]:.2f} | "
+                  f"{row['auto_chains']:.3f}x | {row['auto_trees']:.3f}x | {row['auto_trees_without_prior']:.3f}x |")
+    if args.json is not None:
+        args.json.write_text(json.dumps(rows, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

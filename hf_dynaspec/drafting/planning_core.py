@@ -1,0 +1,162 @@
+"""The planning core both planners share (the EAGLE drafter's, hf_dynaspec.drafting.planner, and the lattice
+sources', hf_dynaspec.drafting.lattice_planner): Beta-smoothed acceptance tables, the rate-maximising draft length,
+the plan of a round, the tree shape, and the probe schedules that keep every source learning.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hf_dynaspec.modeling.acceptance_prior import CONFIDENCE_BINS
+
+MAX_POSITION_KEY = 16  # positions past this share one estimate
+PROBE_FIRST = 4  # rounds before the first probe round
+PROBE_LONGEST = 256  # the probe interval doubles up to this
+
+
+class AcceptanceTable:
+    """P(accepted | reached) per key, from counts smoothed by a Beta prior of mean `prior(key)` and weight
+    `prior_weight` (pseudo-observations)."""
+
+    def __init__(self, prior, prior_weight: float = 2.0):
+        self.prior = prior
+        self.prior_weight = prior_weight
+        self.counts: dict = {}  # key -> [accepted, reached]
+
+    def estimate(self, key) -> float:
+        accepted, reached = self.counts.get(key, (0, 0))
+        return (accepted + self.prior_weight * self.prior(key)) / (reached + self.prior_weight)
+
+    def record(self, key, accepted: bool) -> None:
+        entry = self.counts.setdefault(key, [0, 0])
+        entry[0] += int(accepted)
+        entry[1] += 1
+
+
+class LookupTable(AcceptanceTable):
+    """Acceptance of lookup drafts. Rounds are recorded keyed (..., match length, position) (the EAGLE planner's
+    keys start with the source; `counts` keeps them), but estimated per source and position, every match length
+    together, each position starting from the estimate at the position before (0.5 at position 1). Keyed by
+    match length too, prompt lookup's few rounds per call spread over keys that each stayed near the prior and
+    `auto` fell to 0.84x of a fixed plan on two CPU hosts' costs (tests/test_plan_simulation.py, 2026-11-27)."""
+
+    def __init__(self):
+        self.pooled = AcceptanceTable(self._pooled_prior)  # keyed (..., position)
+        super().__init__(lambda key: self.pooled.estimate((*key[:-2], key[-1])))
+
+    def _pooled_prior(self, key) -> float:
+        return 0.5 if key[-1] <= 1 else self.pooled.estimate((*key[:-1], key[-1] - 1))
+
+    def record(self, key, accepted: bool) -> None:
+        super().record(key, accepted)
+        self.pooled.record((*key[:-2], key[-1]), accepted)
+
+
+def confidence_bin(confidence: float) -> int:
+    return min(int(confidence * CONFIDENCE_BINS), CONFIDENCE_BINS - 1)
+
+
+def position_key(position: int) -> int:
+    return min(position, MAX_POSITION_KEY)
+
+
+def extrapolated_seconds(table: list[float], num_tokens: int) -> float:
+    """`table[n]`: seconds of a forward over n tokens (index 0 unused); past its end, linear in the last step."""
+    if num_tokens < len(table):
+        return table[num_tokens]
+    return table[-1] + (table[-1] - table[-2]) * (num_tokens - len(table) + 1)
+
+
+def best_length(probabilities: list[float], seconds, smallest: int = 0) -> tuple[int, float]:
+    """(k, rate) maximising E(k) / seconds(k) over smallest <= k <= len(probabilities); `probabilities[j-1]` is
+    a_j. (A call's length is fixed, so its time is least when each round's seconds per committed token is.)"""
+    expected, totals = 1.0, [1.0]
+    reach = 1.0
+    for a in probabilities:
+        reach *= a
+        expected += reach
+        totals.append(expected)
+    best_k, best_rate = smallest, totals[smallest] / seconds(smallest)
+    for k in range(smallest + 1, len(probabilities) + 1):
+        rate = totals[k] / seconds(k)
+        if rate > best_rate:
+            best_k, best_rate = k, rate
+    return best_k, best_rate
+
+
+@dataclass
+class LookupCandidate:
+    """A draft found by lookup: `source` ("prompt-lookup", "suffix-request", "suffix-shared"), the length of the
+    match it continues, and its `num_tokens` tokens."""
+
+    source: str
+    match_length: int
+    num_tokens: int
+
+
+@dataclass
+class RoundPlan:
+    """What a round drafts: "none", "drafter" (a chain of up to `num_tokens`, cut by the confidence table),
+    "tree" (a tree of depth `num_tokens`) or a lookup source (`num_tokens` of its tokens)."""
+
+    source: str
+    num_tokens: int
+    match_length: int = 0
+    confidences: list[float] = field(default_factory=list)  # drafter: per drafted position, for the tables
+    probe: bool = False  # a drafter round that keeps the tables learning: exactly `num_tokens`, whatever the confidence
+
+
+class LookupProbes:
+    """The probe schedule of each lookup source (prompt lookup, the suffix cache's request and shared parts), the
+    drafter's doubling schedule kept per source: a source that has offered a draft in `interval` rounds without
+    being drafted is drafted whole once (a probe), and its interval doubles up to `PROBE_LONGEST`. So no source
+    stays unlearnt because the prior (or a bad stretch) ruled it out, and a source that truly does not pay costs
+    its extra rows once in 256 of its rounds. Shared by both planners (`SpeculationPlanner`, the lattice one)."""
+
+    def __init__(self):
+        self.state: dict[str, list[int]] = {}  # source -> [rounds offered and not drafted, interval]
+
+    def due(self, source: str) -> bool:
+        rounds, interval = self.state.setdefault(source, [0, PROBE_FIRST])
+        return rounds >= interval
+
+    def offered(self, source: str, drafted: bool) -> None:
+        """The source offered a draft this round; `drafted`: the planner drafts all of it (its table learns)."""
+        entry = self.state.setdefault(source, [0, PROBE_FIRST])
+        entry[0] = 0 if drafted else entry[0] + 1
+
+    def probed(self, source: str) -> None:
+        entry = self.state.setdefault(source, [0, PROBE_FIRST])
+        entry[0], entry[1] = 0, min(2 * entry[1], PROBE_LONGEST)
+
+
+def lookup_probe(probes: LookupProbes, lookups: list[LookupCandidate], chosen: RoundPlan,
+                 room: int) -> RoundPlan | None:
+    """The round's lookup probe, if one is due: the first offered source whose schedule says so (not the one the
+    plan drafts whole), drafted whole; every offered source's schedule moves on. A source drafted shorter than it
+    offered counts as passed over: its later positions are learnt only when drafted, so they get probes too."""
+    probe = None
+    for candidate in lookups:
+        drafted = candidate.source == chosen.source and chosen.num_tokens >= min(candidate.num_tokens, room)
+        if probe is None and not drafted and candidate.num_tokens and probes.due(candidate.source):
+            probe = RoundPlan(candidate.source, min(candidate.num_tokens, room), candidate.match_length, probe=True)
+            probes.probed(candidate.source)
+        else:
+            probes.offered(candidate.source, drafted)
+    return probe
+
+
+@dataclass(frozen=True)
+class TreeShape:
+    """An EAGLE-2 tree as the planner may draft it: `top_k` children per expanded node, at most `total_tokens`
+    nodes, any depth up to `max_depth`."""
+
+    top_k: int
+    max_depth: int
+    total_tokens: int
+
+    def nodes(self, depth: int) -> int:
+        """Draft nodes of a tree of `depth` (candidates: top_k at depth 1, top_k^2 per further depth)."""
+        return min(self.total_tokens, self.top_k + (depth - 1) * self.top_k * self.top_k)
+
+
