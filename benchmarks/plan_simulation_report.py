@@ -14,7 +14,7 @@ import argparse
 import json
 from pathlib import Path
 
-from hf_dynaspec.bench.plan_simulation import MAX_DRAFT, Replay, records_of
+from hf_dynaspec.bench.plan_simulation import Replay, auto_rate, fixed_rates, records_of
 from hf_dynaspec.drafting.planner import PlannerMemory
 from hf_dynaspec.drafting.planning_core import TreeShape
 from hf_dynaspec.generation.calibration import RoundCosts
@@ -23,10 +23,6 @@ from hf_dynaspec.modeling.acceptance_prior import prior_for
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "planner"
 SHAPE = TreeShape(4, 4, 8)
-
-
-def rate(results) -> float:
-    return sum(r.tokens for r in results) / sum(r.seconds for r in results)
 
 
 def main(argv=None):
@@ -45,17 +41,12 @@ def main(argv=None):
             if table["target"] not in (trace["target"], "any"):
                 continue
             replay, deferred = Replay(RoundCosts(**table["costs"]), SHAPE), table["host"] == "gpu-like"
-            plans = {"none": ("none", 0), "lookup": ("lookup", 0)}
-            plans |= {f"chain:{k}": ("chain", k) for k in range(1, MAX_DRAFT + 1)}
-            plans |= {f"lookup+chain:{k}": ("lookup+chain", k) for k in range(1, MAX_DRAFT + 1)}
-            plans |= {f"tree:{d}": ("tree", d) for d in range(1, SHAPE.max_depth + 1)}
-            fixed = {name: rate([replay.fixed(c, *plan) for c in calls]) for name, plan in plans.items()}
+            fixed = fixed_rates(replay, calls)
             chains = {k: v for k, v in fixed.items() if not k.startswith("tree")}
             best_chain, best = max(chains, key=chains.get), max(fixed, key=fixed.get)
 
             def auto(memory_prior, trees, replay=replay, deferred=deferred, calls=calls):
-                memory = PlannerMemory(memory_prior)
-                return rate([replay.auto(c, memory, trees=trees, deferred=deferred) for c in calls])
+                return auto_rate(replay, calls, PlannerMemory(memory_prior), trees, deferred)
 
             row = {"trace": trace_name, "table": table_name, "none": fixed["none"], "best_fixed": best,
                    "best_fixed_rate": fixed[best], "best_fixed_chains": best_chain,

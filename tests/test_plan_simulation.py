@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from hf_dynaspec.bench.plan_simulation import MAX_DRAFT, Replay, records_of
+from hf_dynaspec.bench.plan_simulation import MAX_DRAFT, Replay, auto_rate, fixed_rates, records_of
 from hf_dynaspec.drafting.lattice_planner import LatticeCosts, LatticeMemory, LatticePlanner
 from hf_dynaspec.drafting.planner import PlannerMemory, SpeculationPlanner
 from hf_dynaspec.drafting.planning_core import PROBE_FIRST, TreeShape
@@ -27,7 +27,6 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures" / "planner"
 TRACES = {path.stem.removeprefix("traces_"): json.loads(path.read_text()) for path in sorted(FIXTURES.glob("traces_*.json"))}
 TABLES = {path.stem: json.loads(path.read_text()) for path in sorted((FIXTURES / "costs").glob("*.json"))}
 SHAPE = TreeShape(4, 4, 8)  # the shipped assistants' tree (tree_top_k, tree_depth, tree_total_tokens)
-FIXED_CHAINS = range(1, MAX_DRAFT + 1)
 
 
 def costs_of(table: dict) -> RoundCosts:
@@ -60,23 +59,9 @@ def calls_of(trace: dict, category: str | None = None) -> list:
     return [t for t in traces if t is not None]
 
 
-def fixed_rates(replay: Replay, calls: list) -> dict[str, float]:
-    """Tokens per second of each fixed plan over `calls` (every plan makes the same tokens)."""
-    plans = {"none": ("none", 0), "lookup": ("lookup", 0)}
-    plans |= {f"chain:{k}": ("chain", k) for k in FIXED_CHAINS}
-    plans |= {f"lookup+chain:{k}": ("lookup+chain", k) for k in FIXED_CHAINS}
-    plans |= {f"tree:{d}": ("tree", d) for d in range(1, SHAPE.max_depth + 1)}
-    rates = {}
-    for name, plan in plans.items():
-        results = [replay.fixed(call, *plan) for call in calls]
-        rates[name] = sum(r.tokens for r in results) / sum(r.seconds for r in results)
-    return rates
-
-
 def session(calls: list, replay: Replay, memory: PlannerMemory, trees: bool, deferred: bool) -> float:
     """The calls in order through one assistant's planner (its tables kept across calls, as in use)."""
-    results = [replay.auto(call, memory, trees=trees, deferred=deferred) for call in calls]
-    return sum(r.tokens for r in results) / sum(r.seconds for r in results)
+    return auto_rate(replay, calls, memory, trees, deferred)
 
 
 def test_the_fixtures_cover_every_host_kind_the_issue_names():

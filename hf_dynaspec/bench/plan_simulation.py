@@ -187,3 +187,27 @@ class Replay:
                     break
         plan.confidences = r.confidences[:kept]
         return self.chain_seconds(steps, kept), kept, min(kept, r.chain_accepted)
+
+
+def fixed_plans(shape: TreeShape) -> dict[str, tuple[str, int]]:
+    """Every fixed plan `auto` is compared with: no draft, lookup alone, chains of 1-8, lookup before a chain of
+    1-8, trees of every depth of `shape`; name -> `Replay.fixed` arguments."""
+    plans = {"none": ("none", 0), "lookup": ("lookup", 0)}
+    plans |= {f"chain:{k}": ("chain", k) for k in range(1, MAX_DRAFT + 1)}
+    plans |= {f"lookup+chain:{k}": ("lookup+chain", k) for k in range(1, MAX_DRAFT + 1)}
+    return plans | {f"tree:{d}": ("tree", d) for d in range(1, shape.max_depth + 1)}
+
+
+def rate_of(results: list[SimulatedCall]) -> float:
+    """Tokens per second over several calls."""
+    return sum(r.tokens for r in results) / sum(r.seconds for r in results)
+
+
+def fixed_rates(replay: Replay, calls: list[CallTrace]) -> dict[str, float]:
+    """Tokens per second of each fixed plan (`fixed_plans`) over `calls` (every plan makes the same tokens)."""
+    return {name: rate_of([replay.fixed(call, *plan) for call in calls]) for name, plan in fixed_plans(replay.shape).items()}
+
+
+def auto_rate(replay: Replay, calls: list[CallTrace], memory: PlannerMemory, trees: bool, deferred: bool) -> float:
+    """Tokens per second of `auto` over `calls` in order, one assistant's tables (`memory`) kept across them."""
+    return rate_of([replay.auto(call, memory, trees=trees, deferred=deferred) for call in calls])
