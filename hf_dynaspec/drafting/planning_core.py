@@ -34,11 +34,12 @@ class AcceptanceTable:
 
 
 class LookupTable(AcceptanceTable):
-    """Acceptance of lookup drafts. Rounds are recorded keyed (..., match length, position) (the EAGLE planner's
-    keys start with the source; `counts` keeps them), but estimated per source and position, every match length
-    together, each position starting from the estimate at the position before (0.5 at position 1). Keyed by
-    match length too, prompt lookup's few rounds per call spread over keys that each stayed near the prior and
-    `auto` fell to 0.84x of a fixed plan on two CPU hosts' costs (tests/test_plan_simulation.py, 2026-11-27)."""
+    """Acceptance of lookup drafts, keyed (..., match length, position) (the EAGLE planner's keys start with the
+    source). A key starts from its source's pooled estimate at that position, every match length together, which
+    starts from the pooled estimate at the position before (0.5 at position 1); each match length then learns its
+    own rate. Keyed by match length alone, prompt lookup's few rounds per call spread over keys that each stayed
+    near 0.5, and `auto` fell to 0.83x of a fixed plan on one CPU table in the first version of
+    tests/test_plan_simulation.py."""
 
     def __init__(self):
         self.pooled = AcceptanceTable(self._pooled_prior)  # keyed (..., position)
