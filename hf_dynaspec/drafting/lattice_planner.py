@@ -39,11 +39,13 @@ from hf_dynaspec.drafting.planning_core import (
     TreeShape,
     best_length,
     confidence_bin,
+    confidence_table,
     extrapolated_seconds,
     lookup_probe,
     position_key,
+    position_table,
 )
-from hf_dynaspec.modeling.acceptance_prior import CONFIDENCE_BINS, AcceptancePrior
+from hf_dynaspec.modeling.acceptance_prior import AcceptancePrior
 
 
 @dataclass
@@ -68,13 +70,9 @@ class LatticeMemory:
 
     def __init__(self, prior: AcceptancePrior | None = None):
         self.prior = prior
-        weight = prior.weight if prior is not None else 2.0
-        self.position = AcceptanceTable(prior.at_position if prior is not None else (lambda position: 0.5), weight)
-        measured_bins = prior is not None and prior.confidence
-        self.confidence = AcceptanceTable(  # keyed (position, bin)
-            (lambda key: prior.at_confidence(key[1])) if measured_bins else
-            (lambda key: (key[1] + 0.5) / CONFIDENCE_BINS), weight if measured_bins else 2.0)
-        self.tree_depth = AcceptanceTable(self._tree_prior, weight)  # keyed (nodes, depth)
+        self.position = position_table(prior)
+        self.confidence = confidence_table(prior, bin_of=lambda key: key[1])  # keyed (position, bin)
+        self.tree_depth = AcceptanceTable(self._tree_prior, self.position.prior_weight)  # keyed (nodes, depth)
         self.lookup = LookupTable()  # keyed (match length, position)
         self.rounds_since_probe = 0
         self.probe_interval = PROBE_FIRST

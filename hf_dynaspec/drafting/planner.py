@@ -53,11 +53,13 @@ from hf_dynaspec.drafting.planning_core import (  # noqa: F401  (the core's name
     TreeShape,
     best_length,
     confidence_bin,
+    confidence_table,
     extrapolated_seconds,
     lookup_probe,
     position_key,
+    position_table,
 )
-from hf_dynaspec.modeling.acceptance_prior import CONFIDENCE_BINS, AcceptancePrior
+from hf_dynaspec.modeling.acceptance_prior import AcceptancePrior
 
 
 class PlannerMemory:
@@ -67,22 +69,17 @@ class PlannerMemory:
 
     def __init__(self, prior: AcceptancePrior | None = None):
         self.prior = prior
-        weight = prior.weight if prior is not None else 2.0
-        self.drafter_position = AcceptanceTable(prior.at_position if prior is not None else (lambda position: 0.5),
-                                                weight)
-        measured_bins = prior is not None and prior.confidence
-        self.drafter_confidence = AcceptanceTable(
-            prior.at_confidence if measured_bins else (lambda bin_: (bin_ + 0.5) / CONFIDENCE_BINS),
-            weight if measured_bins else 2.0)
+        self.drafter_position = position_table(prior)
+        self.drafter_confidence = confidence_table(prior)  # keyed by bin
         self.lookup = LookupTable()  # keyed (source, match length, position)
         # keyed by (top_k, total_tokens, depth): a tree's acceptance depends on its shape
-        self.tree_depth = AcceptanceTable(self._tree_prior, weight)
+        self.tree_depth = AcceptanceTable(self._tree_prior, self.drafter_position.prior_weight)
         self.rounds_since_probe = 0
         self.probe_interval = PROBE_FIRST
         self.probes = 0  # probe rounds so far: with trees, even ones probe a chain and odd ones a tree
         self.lookup_probes = LookupProbes()
         self.log: list[dict] | None = None  # a list: every recorded round is appended (acceptance measurement)
-        self.measuring = False  # every due probe drafted whole, whatever the costs (acceptance measurement)
+        self.measuring = False  # every round a probe, drafted whole, whatever the costs (acceptance measurement)
 
     def _tree_prior(self, key: tuple[int, int, int]) -> float:
         """The measured tree table where it was measured for this shape, else the chain's estimate at that depth
@@ -167,7 +164,7 @@ class SpeculationPlanner:
         pay even so (trees on an AVX2 CPU), the other is probed: a refused tree probe must not stop the chain's
         probes. `memory.measuring`: every round probes, whole, whatever the costs."""
         memory = self.memory
-        if memory.rounds_since_probe < memory.probe_interval:
+        if memory.rounds_since_probe < memory.probe_interval and not memory.measuring:
             return plan
         kinds = ["drafter", "tree"] if self.tree is not None else ["drafter"]
         if memory.probes % 2:

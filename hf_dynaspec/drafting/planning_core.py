@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hf_dynaspec.modeling.acceptance_prior import CONFIDENCE_BINS
+from hf_dynaspec.modeling.acceptance_prior import CONFIDENCE_BINS, AcceptancePrior
 
 MAX_POSITION_KEY = 16  # positions past this share one estimate
 PROBE_FIRST = 4  # rounds before the first probe round
@@ -31,6 +31,24 @@ class AcceptanceTable:
         entry = self.counts.setdefault(key, [0, 0])
         entry[0] += int(accepted)
         entry[1] += 1
+
+
+UNINFORMED_WEIGHT = 2.0  # pseudo-rounds of the 0.5 prior of a table no measured acceptance informs
+
+
+def position_table(prior: AcceptancePrior | None) -> AcceptanceTable:
+    """Acceptance by draft position, starting at the measured `prior` (with its weight), else at 0.5."""
+    if prior is None:
+        return AcceptanceTable(lambda position: 0.5, UNINFORMED_WEIGHT)
+    return AcceptanceTable(prior.at_position, prior.weight)
+
+
+def confidence_table(prior: AcceptancePrior | None, bin_of=lambda key: key) -> AcceptanceTable:
+    """Acceptance by the drafted position's top probability (`bin_of(key)`: the key's confidence bin), starting at
+    the measured bins of `prior` (with its weight), else at each bin's middle."""
+    if prior is None or not prior.confidence:
+        return AcceptanceTable(lambda key: (bin_of(key) + 0.5) / CONFIDENCE_BINS, UNINFORMED_WEIGHT)
+    return AcceptanceTable(lambda key: prior.at_confidence(bin_of(key)), prior.weight)
 
 
 class LookupTable(AcceptanceTable):

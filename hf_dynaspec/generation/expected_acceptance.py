@@ -29,13 +29,11 @@ def _measuring(assistant, do_sample: bool):
     runtime = runtime_of(assistant)
     saved_config, saved_memory = assistant.generation_config, runtime.planner_memories.get(bool(do_sample))
     memory = PlannerMemory()
-    memory.probe_interval = 0  # every round probes (the interval doubles from 0 to 0), whole, whatever the costs
-    memory.measuring = True
+    memory.measuring = True  # every round probes, whole, whatever the costs
     memory.log = []
     runtime.planner_memories[bool(do_sample)] = memory
-    assistant.generation_config = saved_config.with_options(draft_plan="auto")
-    assistant.generation_config.prompt_lookup_num_tokens = 0
-    assistant.generation_config.suffix_cache_num_tokens = 0
+    assistant.generation_config = saved_config.with_options(draft_plan="auto", prompt_lookup_num_tokens=0,
+                                                            suffix_cache_num_tokens=0)
     try:
         yield memory
     finally:

@@ -111,10 +111,10 @@ def _artifact(target) -> str:
     return _ARTIFACTS[id(target)]
 
 
-def _assistant(target, tmp_path, strategy: str, **options):
+def _assistant(target, strategy: str, **options):
     """An assistant loaded with `strategy` from the target's shared artifact. The plan is pinned to "fixed" unless
     a test asks for another: with random weights the planner would learn that drafts are never accepted and stop
-    drafting, and the test would check nothing. (`tmp_path` is kept for the callers' signature.)"""
+    drafting, and the test would check nothing."""
     options = {"draft_plan": "fixed", "suffix_cache_num_tokens": 0, "prompt_lookup_num_tokens": 0, **options}
     return DynaSpecAssistant.from_pretrained(_artifact(target), target=target, shortlist=strategy, **options)
 
@@ -123,7 +123,7 @@ def _assistant(target, tmp_path, strategy: str, **options):
 def test_drafting_never_waits_on_the_gpu(tmp_path, strategy):
     """Chain and tree drafting under torch.cuda.set_sync_debug_mode("error"): any host sync raises."""
     target = _real_shape_target(torch.bfloat16 if torch.cuda.get_device_capability() >= (8, 0) else torch.float16)
-    assistant = _assistant(target, tmp_path, strategy, num_assistant_tokens=4)
+    assistant = _assistant(target, strategy, num_assistant_tokens=4)
     head = runtime_head(assistant, assistant.generation_config)
     input_ids = torch.randint(0, 151_936, (1, 40), device="cuda")
     features = torch.randn(1, 39, 896, device="cuda", dtype=target.dtype)
@@ -145,7 +145,7 @@ def test_side_stream_router_gives_the_sequential_shortlist(tmp_path):
     """The side stream is delayed (a sleep before the router), so a head that did not wait for it would score
     whatever the router's output buffer held: the test can fail."""
     target = _real_shape_target(torch.float16)
-    assistant = _assistant(target, tmp_path, "dynaspec")
+    assistant = _assistant(target, "dynaspec")
     head = runtime_head(assistant, assistant.generation_config)
     assert head.side_stream.stream is not None and head.indexed
     router = head.router
@@ -169,7 +169,7 @@ def test_side_stream_router_gives_the_sequential_shortlist(tmp_path):
 def test_greedy_is_exact_up_to_near_ties_on_a_real_shape(tmp_path, dtype, route):
     _supported(dtype)
     target = _real_shape_target(dtype)
-    assistant = _assistant(target, tmp_path, "dynaspec", num_assistant_tokens=4)
+    assistant = _assistant(target, "dynaspec", num_assistant_tokens=4)
     for seed in range(3):
         input_ids = torch.randint(0, 151_936, (1, 24), generator=torch.Generator().manual_seed(seed)).cuda()
         expected = plain_generate(target, input_ids, max_new_tokens=48)
@@ -191,7 +191,7 @@ def test_per_step_head_and_draft_times(tmp_path, dtype):
 
     _supported(dtype)
     target = _real_shape_target(dtype, layers=24)
-    assistants = {s: _assistant(target, tmp_path / s, s, num_assistant_tokens=4)
+    assistants = {s: _assistant(target, s, num_assistant_tokens=4)
                   for s in ("full", "frspec", "dynaspec", "dynaspec-fixed")}
     heads = {s: runtime_head(a, a.generation_config) for s, a in assistants.items()}
     input_ids = torch.randint(0, 151_936, (1, 64), device="cuda")
@@ -232,7 +232,7 @@ def _triton_version() -> str | None:
 @pytest.mark.parametrize("do_sample", [False, True], ids=["greedy", "sampled"])
 def test_chain_drafting_never_waits_on_the_gpu_greedy_or_sampled(tmp_path, do_sample):
     target = _real_shape_target(torch.float16)
-    assistant = _assistant(target, tmp_path, "dynaspec", num_assistant_tokens=4)
+    assistant = _assistant(target, "dynaspec", num_assistant_tokens=4)
     head = runtime_head(assistant, assistant.generation_config)
     input_ids = torch.randint(0, 151_936, (1, 40), device="cuda")
     features = torch.randn(1, 39, 896, device="cuda", dtype=target.dtype)
@@ -257,7 +257,7 @@ def test_the_default_configuration_syncs_only_where_named(tmp_path):
     from test_gpu_routes import syncs_per_pass
 
     target = _real_shape_target(torch.float16)
-    assistant = _assistant(target, tmp_path, "dynaspec", draft_plan="auto", suffix_cache_num_tokens=16,
+    assistant = _assistant(target, "dynaspec", draft_plan="auto", suffix_cache_num_tokens=16,
                            prompt_lookup_num_tokens=5)
     input_ids = torch.randint(0, 151_936, (1, 32), device="cuda")
     plain = plain_generate(target, input_ids, max_new_tokens=8)  # warm-up
@@ -288,7 +288,7 @@ def test_a_target_split_across_two_devices_is_exact(tmp_path):
     target = AutoModelForCausalLM.from_pretrained(tmp_path / "target", torch_dtype=torch.float16,
                                                   device_map=device_map).eval()
     target.generation_config.eos_token_id = None
-    assistant = _assistant(target, tmp_path / "assistant", "dynaspec", num_assistant_tokens=4)
+    assistant = _assistant(target, "dynaspec", num_assistant_tokens=4)
     input_ids = torch.randint(0, 151_936, (1, 24), device="cuda:0")
     expected = plain_generate(target, input_ids, max_new_tokens=32)
     got = target.generate(input_ids, attention_mask=torch.ones_like(input_ids), max_new_tokens=32,
