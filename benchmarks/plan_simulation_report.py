@@ -14,9 +14,9 @@ import argparse
 import json
 from pathlib import Path
 
-from hf_dynaspec.bench.plan_simulation import Replay, auto_rate, fixed_rates, records_of
-from hf_dynaspec.drafting.planner import PlannerMemory
-from hf_dynaspec.drafting.planning_core import TreeShape
+from hf_dynaspec.bench.plan_simulation import MAX_DRAFT, Replay, auto_rate, fixed_rates, records_of
+from hf_dynaspec.drafting.planner import PlannerMemory, SpeculationPlanner
+from hf_dynaspec.drafting.planning_core import RoundPlan, TreeShape, best_length
 from hf_dynaspec.generation.calibration import RoundCosts
 from hf_dynaspec.modeling.acceptance_prior import prior_for
 
@@ -55,8 +55,33 @@ def main(argv=None):
             rows.append(row)
             print(f"| {trace_name} | {table_name} | {fixed['none']:.2f} | {best} {fixed[best]:.2f} | "
                   f"{row['auto_chains']:.3f}x | {row['auto_trees']:.3f}x | {row['auto_trees_without_prior']:.3f}x |")
+    quickstart = quickstart_first_rounds(traces["qwen05b"], tables)
+    for row in quickstart:
+        print(f"quickstart (0.5B, {row['table']}): first round chain of {row['chain_tokens']} at "
+              f"{row['chain_rate']:.2f} tok/s against {row['none_rate']:.2f} without a draft; drafts in round "
+              f"{row['first_drafting_round']}")
     if args.json is not None:
-        args.json.write_text(json.dumps(rows, indent=1) + "\n")
+        args.json.write_text(json.dumps({"rows": rows, "quickstart": quickstart}, indent=1) + "\n")
+
+
+def quickstart_first_rounds(trace: dict, tables: dict) -> list[dict]:
+    """The quickstart pairing (0.5B, fp32) on each fp32 table, with the artifact's measured acceptance: the first
+    round's best chain against no draft, and the round it first drafts in (no round recorded before)."""
+    prior = prior_for(trace["expected_acceptance"], do_sample=False)
+    out = []
+    for name, table in tables.items():
+        if table["dtype"] != "fp32" or table["target"] != trace["target"]:
+            continue
+        costs = RoundCosts(**table["costs"])
+        planner = SpeculationPlanner(costs, PlannerMemory(prior), MAX_DRAFT)
+        k, rate = best_length(planner.drafter_priors(0, MAX_DRAFT), planner._drafter_seconds, smallest=1)
+        first = 1
+        while planner.plan_round([], 16).source != "drafter":  # a round with no draft, recorded as such
+            planner.record(RoundPlan("none", 0), 0, 0)
+            first += 1
+        out.append({"table": name, "chain_tokens": k, "chain_rate": rate, "none_rate": 1.0 / costs.verify(1),
+                    "first_drafting_round": first})
+    return out
 
 
 if __name__ == "__main__":
