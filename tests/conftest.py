@@ -4,6 +4,14 @@ from __future__ import annotations
 
 import os
 
+# Under pytest-xdist (the README's test command runs `-n 2`), each worker runs torch on one thread: the tiny
+# models' tests are Python-bound, and two workers of two threads each on a 2-core machine oversubscribe it (OpenMP
+# threads spinning against each other made single calls ~60x slower). Set before torch is imported, so subprocesses
+# the tests start (the wheel's venv, notebook kernels, the CLI) inherit it.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for _variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[_variable] = "1"
+
 # The Triton kernel tests run under Triton's CPU interpreter, which must be chosen before anything imports
 # Triton (transformers does, on import). On a GPU machine set HF_DYNASPEC_TRITON_GPU=1 to test the real kernel.
 if os.environ.get("HF_DYNASPEC_TRITON_GPU") != "1":

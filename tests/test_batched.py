@@ -362,11 +362,29 @@ def test_each_rows_tree_is_read_through_its_own_ancestors():
     assert not torch.equal(trees[0].ancestor_matrix(), torch.ones(7, 7, dtype=torch.bool).tril())  # it branches
 
 
-def test_a_row_that_stops_inside_its_accepted_draft_ends_there(eagle_pair, monkeypatch):
-    """Row 0's EOS falls inside a multi-token draft the target accepts: the row commits up to it and no further,
-    and the whole output (lengths, pads after EOS) is plain batched generate()'s. The case is checked to have
-    happened (a round whose accepted path ran past the stop). (`max_new_tokens` cannot fall inside a path: each
-    row's draft is capped by the room it has left, test_every_row_equals_its_own_plain_greedy_output.)"""
+def word_tokenizer(vocab: int = VOCAB):
+    """A word-level tokenizer of `vocab` tokens "abcdef", "w01_", "w02_", ..: a token's text never straddles a
+    boundary, so a stop string of two tokens' text matches exactly where those two tokens follow each other.
+    (Token 0 is the text transformers' StopStringCriteria tokenizes to learn each token's string.)"""
+    from tokenizers import Tokenizer, decoders, models
+    from transformers import PreTrainedTokenizerFast
+
+    words = {"abcdef": 0, **{f"w{i:02d}_": i for i in range(1, vocab)}}
+    backend = Tokenizer(models.WordLevel(vocab=words, unk_token="abcdef"))
+    backend.decoder = decoders.Fuse()  # the tokens' text joined without spaces
+    return PreTrainedTokenizerFast(tokenizer_object=backend)
+
+
+@pytest.mark.parametrize("stop", ["eos", "stop string", "stop string without eos"])
+def test_a_row_that_stops_inside_its_accepted_draft_ends_there(eagle_pair, monkeypatch, stop):
+    """Row 0's EOS (or a stop string spanning two of its tokens) falls inside a multi-token draft the target
+    accepts: the whole output is plain batched generate()'s, token for token. With an EOS token, generate() pads a
+    row from its stop on (the row commits up to it and no further); without one it pads nothing, and every row
+    decodes until each has stopped once (a stopped row goes on). The case is checked to have happened (a round whose
+    accepted path ran past row 0's stop). (`max_new_tokens` cannot fall inside a path: each row's draft is capped by
+    the room it has left, test_every_row_equals_its_own_plain_greedy_output.)"""
+    from transformers import StoppingCriteriaList, StopStringCriteria
+
     import hf_dynaspec.generation.batched_loop as batched_loop
 
     target, assistant = eagle_pair
@@ -375,25 +393,36 @@ def test_a_row_that_stops_inside_its_accepted_draft_ends_there(eagle_pair, monke
     prompts = mixed_prompts(3, seed=21)
     ids, mask = left_padded(prompts)
     own = plain_generate(target, prompts[0][None], max_new_tokens=24, do_sample=False)[0, len(prompts[0]):]
-    cut = []
-    original = batched_loop._commit
+    tokenizer = word_tokenizer()
+    inside = []
+    original = batched_loop._Lockstep.after_round
 
-    def recording(row, path, stops):
-        committed, done = original(row, path, stops)
-        cut.append(row.index == 0 and committed < len(stops))
-        return committed, done
+    def recording(self, row, stops):
+        inside.append(row.index == 0 and True in stops[:-1])
+        return original(self, row, stops)
 
-    monkeypatch.setattr(batched_loop, "_commit", recording)
+    monkeypatch.setattr(batched_loop._Lockstep, "after_round", recording)
     for position in range(3, 12):  # a stop position that lands inside an accepted draft
-        cut.clear()
-        if int(own[position]) in own[:position].tolist():
-            continue  # the row would stop earlier, at the token's first occurrence
-        kwargs = dict(max_new_tokens=24, eos_token_id=int(own[position]), pad_token_id=VOCAB - 1)
+        inside.clear()
+        if stop == "eos":
+            if int(own[position]) in own[:position].tolist():
+                continue  # the row would stop earlier, at the token's first occurrence
+            kwargs = dict(eos_token_id=int(own[position]))
+        else:
+            text = tokenizer.decode(own[position - 1 : position + 1])
+            if text in tokenizer.decode(own[:position]):
+                continue
+            # As criteria: generate() drops `tokenizer=` for a custom_generate callable (transformers 5.x keeps only
+            # the arguments the callable names), so `stop_strings=` cannot reach chain_generate (docs/batching.md).
+            kwargs = dict(stopping_criteria=StoppingCriteriaList([StopStringCriteria(tokenizer, [text])]))
+            if stop == "stop string":  # an EOS token no row reaches first: generate() then pads after any stop
+                kwargs["eos_token_id"] = VOCAB - 2
+        kwargs.update(max_new_tokens=24, pad_token_id=VOCAB - 1)
         expected = target.generate(input_ids=ids, attention_mask=mask, do_sample=False, **kwargs)
         out = target.generate(input_ids=ids, attention_mask=mask, custom_generate=chain_generate,
                               drafter=assistant, do_sample=False, **kwargs)
         assert torch.equal(out, expected), position
-        if any(cut):
+        if any(inside):
             return
     pytest.fail("no stop fell inside an accepted draft: the test checked nothing")
 

@@ -101,6 +101,44 @@ def test_greedy_output_with_the_suffix_cache_is_identical_and_learns_across_call
     assert suffix_cache(assistant).request_tokens == second[0].tolist()  # every committed token, the last round's too
 
 
+def test_a_forgetting_assistant_makes_its_next_call_a_first_call(monkeypatch):
+    """forget_learnt_state (the bench's warm-ups, the notebook test's reference plan): the next call drafts nothing
+    from earlier outputs and plans from the artifact's prior again, as the very first call did; the built head is
+    kept. The bench's warm-up on a prompt must not hand the measured call its own output."""
+    from test_planner import flat_costs
+
+    from hf_dynaspec.bench.harness import run_benchmark
+    from hf_dynaspec.bench.methods import Method
+    from hf_dynaspec.bench.prompts import EncodedPrompt
+    from hf_dynaspec.drafting import runtime
+
+    monkeypatch.setattr("hf_dynaspec.generation.candidate_generator.round_costs", lambda *a, **k: flat_costs())
+    target = one_layer_target("llama", seed=2)
+    assistant = imitating_assistant(target, noise=2.0, seed=4, draft_plan="auto", suffix_cache_num_tokens=8)
+    prompt = torch.randint(0, target.config.vocab_size, (1, 12), generator=torch.Generator().manual_seed(5))
+    assisted_generate(target, assistant, prompt, max_new_tokens=40, do_sample=False)
+    first = (assistant.stats.tau, dict(assistant.stats.passes_by_source))
+    head = runtime.runtime_of(assistant).head
+    memory = runtime.planner_memory(assistant, False)
+    runtime.forget_learnt_state(assistant)
+    assert runtime.planner_memory(assistant, False) is not memory and suffix_cache(assistant).request_tokens == []
+    assisted_generate(target, assistant, prompt, max_new_tokens=40, do_sample=False)
+    assert (assistant.stats.tau, dict(assistant.stats.passes_by_source)) == first
+    assert runtime.runtime_of(assistant).head is head
+    # The bench: its warm-up (prompt 0's first 8 tokens) leaves nothing learnt behind: at the first measured call,
+    # no earlier output has joined the shared index (the warm-up's would, as the measured request begins).
+    documents = []
+
+    def on_run(prompt, method, run):
+        if method.assistant is not None:
+            documents.append(len(suffix_cache(assistant).documents))
+
+    run_benchmark(target, [Method("vanilla"), Method("auto", {"assistant_model": assistant}, assistant)],
+                  [EncodedPrompt("p", "coding", prompt)], max_new_tokens=4, dtype="fp32", target_name="tiny",
+                  progress=False, on_run=on_run)
+    assert documents == [0]
+
+
 def test_auto_plan_uses_the_suffix_cache_on_a_repeated_task(monkeypatch):
     from test_planner import flat_costs
 

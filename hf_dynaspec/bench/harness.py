@@ -23,6 +23,7 @@ from tqdm.auto import tqdm
 
 from hf_dynaspec.bench.methods import Method
 from hf_dynaspec.bench.prompts import EncodedPrompt
+from hf_dynaspec.drafting.runtime import forget_learnt_state
 from hf_dynaspec.exactness import check_exactness
 from hf_dynaspec.kernels.streams import devices_of, synchronize
 
@@ -96,6 +97,9 @@ def run_benchmark(target, methods: list[Method], prompts: list[EncodedPrompt], *
     warmup_ids = prompts[0].input_ids[:, :8]
     for method in methods:  # first calls allocate caches and build heads: keep them out of the numbers
         timed_run(target, method, warmup_ids, 2)
+    for method in methods:  # ...but not what they taught the planner and the suffix cache about prompt 0
+        if method.assistant is not None:
+            forget_learnt_state(method.assistant)
     runs: dict[str, list[Run]] = {key: [] for key in keys}
     bar = tqdm(total=len(prompts) * len(methods), desc="bench", unit="run", disable=not progress)
     for index, prompt in enumerate(prompts):

@@ -4,7 +4,7 @@
   artifact's stored components and the drafting options, and reused across generate() calls while nothing it
   depends on has changed (building one copies rows: the whole permuted head for DynaSpec).
 - `planner_memory(assistant, do_sample)`, `suffix_cache(assistant)`: what `draft_plan="auto"` and the suffix
-  cache learn across generate() calls of one assistant.
+  cache learn across generate() calls of one assistant; `forget_learnt_state(assistant)` starts them afresh.
 - `prepare_for_target(assistant, target)`: route the drafter's Linear layers through the CPU bf16 rows kernel
   where it applies.
 
@@ -49,6 +49,16 @@ def runtime_of(assistant) -> AssistantRuntime:
     if runtime is None:
         runtime = _RUNTIMES[assistant] = AssistantRuntime()
     return runtime
+
+
+def forget_learnt_state(assistant) -> None:
+    """Forget what the assistant learnt in earlier generate() calls (the planner's tables, the suffix cache's
+    outputs), keeping its built head: the next call is a first call again. A benchmark's warm-up on the prompt it
+    then measures would otherwise hand the measured call its own output through the suffix cache."""
+    runtime = _RUNTIMES.get(assistant)
+    if runtime is not None:
+        runtime.planner_memories.clear()
+        runtime.suffix = None
 
 
 def planner_memory(assistant, do_sample: bool) -> PlannerMemory:

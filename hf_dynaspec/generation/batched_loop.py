@@ -94,15 +94,17 @@ def run_batched_rounds(model, assistant, input_ids, mask, logits_processor, stop
     rows = [_Row(b, width - n, input_ids[b : b + 1], make_drafts(input_ids[b : b + 1, width - n :], processors[b]),
                  None) for b, n in enumerate(lengths)]
     valid, first_scores = _prefill(model, assistant, rows, input_ids, mask, cache, processors, do_sample)
-    finished = [row for row, scores in zip(rows, first_scores) if bool(stopping_criteria(row.sequence, scores).any())]
-    for row in finished:
+    lockstep = _Lockstep(stopping_criteria, generation_config.max_length, len(rows))
+    leaving = [row for row, scores in zip(rows, first_scores)
+               if lockstep.after_prefill(row, bool(stopping_criteria(row.sequence, scores).any()))]
+    active, ended = lockstep.ended([row for row in rows if row not in leaving])
+    for row in leaving + ended:
         row.drafts.finish()
-    active = [row for row in rows if row not in finished]
     cache, valid = _keep(cache, valid, rows, active)
     while active:
         for row in active:  # the planners price each row's draft as its share of this batch's verify forward
             row.drafts.share_costs(len(active))
-        trees = [row.drafts.propose(row.ids, row.hidden, generation_config.max_length - row.sequence.shape[1] - 1)
+        trees = [row.drafts.propose(row.ids, row.hidden, lockstep.length - row.sequence.shape[1] - 1)
                  for row in active]
         out = _verify(model, assistant, active, trees, valid, cache)
         # Processors see the left-padded row, as plain batched generate() hands it to them (min_new_tokens counts
@@ -110,17 +112,20 @@ def run_batched_rounds(model, assistant, input_ids, mask, logits_processor, stop
         paths = _accepted_paths(active, trees, out.logits, processors, do_sample)
         valid = _compact(cache, valid, [path.kept_index for path in paths])
         features = assistant.drafter.select_target_hidden(out.hidden_states)
-        still = []
+        still, leaving = [], []
         for i, (row, tree, path, stops) in enumerate(zip(active, trees, paths,
                                                          _stop_flags(active, paths, stopping_criteria))):
             row.hidden = features[i : i + 1, path.kept_index]
-            committed, done = _commit(row, path, stops)
+            committed, leaves = lockstep.after_round(row, stops)
+            row.sequence = torch.cat([row.sequence, path.new_tokens[None, :committed]], dim=1)
             row.drafts.learn(row.ids, tree, committed - 1, path)
-            (finished if done else still).append(row)
-            if done:
-                row.drafts.finish()
+            (leaving if leaves else still).append(row)
+        still, ended = lockstep.ended(still)
+        for row in leaving + ended:
+            row.drafts.finish()
         cache, valid = _keep(cache, valid, active, still)
         active = still
+    lockstep.cut(rows)
     sequences = _pad_together(rows, _pad_token(generation_config, input_ids))
     if generation_config.return_dict_in_generate:
         return GenerateDecoderOnlyOutput(sequences=sequences, past_key_values=None)
@@ -273,12 +278,48 @@ def _stop_flags(rows: list, paths: list, stopping_criteria) -> list[list[bool]]:
     return split
 
 
-def _commit(row: _Row, path, stops: list[bool]) -> tuple[int, bool]:
-    """Append the accepted tokens up to the first whose prefix met the stopping criteria (`stops`, from
-    `_stop_flags`); -> (tokens committed, stopped)."""
-    committed = stops.index(True) + 1 if True in stops else len(stops)
-    row.sequence = torch.cat([row.sequence, path.new_tokens[None, :committed]], dim=1)
-    return committed, True in stops
+class _Lockstep:
+    """When a row stops, as plain batched generate() decides it.
+
+    With an EOS criterion among the stopping criteria, generate() pads a row from the token whose prefix met a
+    criterion on: the row commits up to that token and leaves the batch. Without one (stop strings or custom criteria
+    alone), generate() pads nothing: every row keeps generating, a token per step, until each row has met a criterion
+    once, and all rows end at that step. Rows here advance at their own pace, so there a row that has stopped keeps
+    decoding, and `length` (every row's final length) is known once every row has stopped."""
+
+    def __init__(self, stopping_criteria, max_length: int, batch_size: int):
+        self.pads = any(hasattr(criterion, "eos_token_id") for criterion in stopping_criteria)
+        self.length, self.batch_size = max_length, batch_size
+        self.first_stops: dict[int, int] = {}  # row index -> its length when its prefix first met a criterion
+
+    def after_prefill(self, row: _Row, stopped: bool) -> bool:
+        """The prompt's first token (already in `row.sequence`) met a criterion or not -> the row leaves."""
+        if stopped:
+            self.first_stops.setdefault(row.index, row.sequence.shape[1])
+        return stopped if self.pads else row.sequence.shape[1] >= self.length
+
+    def after_round(self, row: _Row, stops: list[bool]) -> tuple[int, bool]:
+        """A round's accepted tokens' `stops` (`_stop_flags`) -> (tokens to commit, the row leaves)."""
+        first = stops.index(True) + 1 if True in stops else None
+        if first is not None:
+            self.first_stops.setdefault(row.index, row.sequence.shape[1] + first)
+        if self.pads:
+            return (first or len(stops)), first is not None
+        return len(stops), row.sequence.shape[1] + len(stops) >= self.length
+
+    def ended(self, rows: list) -> tuple[list, list]:
+        """Without padding, once every row has stopped, the rows at the common length leave: -> (still, ended)."""
+        if self.pads or len(self.first_stops) < self.batch_size:
+            return rows, []
+        self.length = min(self.length, max(self.first_stops.values()))
+        return ([row for row in rows if row.sequence.shape[1] < self.length],
+                [row for row in rows if row.sequence.shape[1] >= self.length])
+
+    def cut(self, rows: list) -> None:
+        """Without padding, rows that ran past the common length (a path accepted beyond it) end there."""
+        if not self.pads:
+            for row in rows:
+                row.sequence = row.sequence[:, : self.length]
 
 
 def _pad_token(generation_config, input_ids: torch.Tensor) -> int:
