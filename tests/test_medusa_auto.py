@@ -282,3 +282,42 @@ def test_heads_measured_acceptance_is_where_the_lattice_tables_start(tmp_path):
     lookup = LookupCandidate("prompt-lookup", 3, 4)
     plans = [lattice_planner.plan_round(lookup, 8) for _ in range(PROBE_FIRST + 1)]
     assert [p.source == "prompt-lookup" and p.probe for p in plans] == [False] * PROBE_FIRST + [True]
+
+
+def test_a_lookup_drafted_short_learns_the_position_past_it(medusa_pair, monkeypatch):
+    """The lattice planner's lookups drafted 1 token of those offered (forced), accepted: the target's own token
+    after the draft (read with the next round's committed ids) decides position 2's outcome, exactly whether it
+    equals the next offered token; greedy output identical; both outcomes occur."""
+    from hf_dynaspec.drafting.lattice_planner import LatticePlanner as Planner
+
+    target, heads = medusa_pair
+    monkeypatch.setattr(medusa_route, "lattice_round_costs", lambda *a, **k: flat_costs())
+    monkeypatch.setattr(medusa_route, "_MEMORIES", type(medusa_route._MEMORIES)())
+    plan_round = Planner.plan_round
+
+    def one_lookup_token(self, lookup, room):
+        plan = plan_round(self, lookup, room)
+        return RoundPlan("prompt-lookup", 1, lookup.match_length) if lookup is not None and room > 1 else plan
+
+    monkeypatch.setattr(Planner, "plan_round", one_lookup_token)
+    learnt, checked = [], []
+    record = Planner.record_past_the_draft
+    monkeypatch.setattr(Planner, "record_past_the_draft",
+                        lambda self, plan, drafted, matched: (learnt.append(matched), record(self, plan, drafted, matched)))
+    propose = LatticeDrafts.propose
+
+    def checking(self, input_ids, target_hidden, max_depth):  # the offered token against the committed one, read here
+        pending = self._past_the_draft
+        if pending is not None:
+            plan, _, index = pending
+            checked.append(int(input_ids[0, index]) == plan.next_offered)
+        return propose(self, input_ids, target_hidden, max_depth)
+
+    monkeypatch.setattr(LatticeDrafts, "propose", checking)
+    pattern = torch.randint(0, VOCAB, (6,), generator=torch.Generator().manual_seed(7))
+    prompt = torch.cat([pattern, pattern, pattern, pattern[:3]])[None]
+    expected = plain_generate(target, prompt, max_new_tokens=50, do_sample=False)
+    got = target.generate(prompt, custom_generate=medusa_route.medusa_generate, drafter=heads, max_new_tokens=50,
+                          do_sample=False, medusa_draft="auto", medusa_prompt_lookup_num_tokens=5)
+    assert torch.equal(got, expected)
+    assert learnt == checked and True in learnt and False in learnt, (learnt, checked)

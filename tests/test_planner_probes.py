@@ -222,3 +222,63 @@ def test_probes_shrink_as_rejections_accumulate():
             planner.record(plan, num_drafted=0, num_accepted=0)
     assert lengths[0] == 8 and sorted(lengths, reverse=True) == lengths, lengths
     assert len(lengths) < 9, lengths  # an always-right probe: one at every step of the doubling schedule (12 here)
+
+
+def test_a_lookup_drafted_short_learns_the_position_past_it_from_the_targets_own_token(monkeypatch, fixed_costs):
+    """Lookups drafted 1 token of the 5 offered (the plan forced to it), all accepted: the target's own token after
+    the draft decides the next position's outcome, learnt for that source at position 2 -- exactly whether it
+    equals the offered token -- and greedy output stays identical. Without it a short lookup learns its later
+    positions from probes alone (tests/test_plan_simulation.py: 0.957x of the best fixed plan on the 1.5B's bf16
+    costs). Both outcomes must occur."""
+    from test_planner import flat_costs
+
+    from hf_dynaspec.drafting.round import SpeculationRound
+    from hf_dynaspec.drafting.runtime import planner_memory
+
+    fixed_costs(flat_costs())
+    target = one_layer_target("llama", seed=2)
+    assistant = imitating_assistant(target, noise=0.5, seed=4, **AUTO, prompt_lookup_num_tokens=5)
+    plan_round = SpeculationPlanner.plan_round
+
+    def one_lookup_token(self, lookups, room):
+        plan = plan_round(self, lookups, room)
+        return RoundPlan(lookups[0].source, 1, lookups[0].match_length) if lookups and room > 1 else plan
+
+    monkeypatch.setattr(SpeculationPlanner, "plan_round", one_lookup_token)
+    learnt = []
+    record = SpeculationPlanner.record_past_the_draft
+    monkeypatch.setattr(SpeculationPlanner, "record_past_the_draft",
+                        lambda self, plan, drafted, matched: (learnt.append(matched), record(self, plan, drafted, matched)))
+    expected_outcomes = []
+    learn = SpeculationRound.learn
+
+    def checked_learn(self, committed_ids, num_accepted, tree_outcome=None):
+        plan = self.plan
+        if (self.num_drafted == 1 and num_accepted == 1 and plan.source == "prompt-lookup"
+                and plan.next_offered is not None):
+            expected_outcomes.append(int(committed_ids[0, -1]) == plan.next_offered)
+        return learn(self, committed_ids, num_accepted, tree_outcome)
+
+    monkeypatch.setattr(SpeculationRound, "learn", checked_learn)
+    # The tiny target falls into a cycle; each prompt ends with the cycle's first j tokens and a wrong one, so a
+    # lookup there offers right tokens then a wrong one (a False), while lookups in the output's cycle match (Trues).
+    base = torch.randint(0, target.config.vocab_size, (8,), generator=torch.Generator().manual_seed(3))
+    cycle = repeating_tail(plain_generate(target, base[None], max_new_tokens=40, do_sample=False)[0].tolist())
+    for j in range(2, len(cycle) + 1):
+        wrong = (cycle[j % len(cycle)] + 1) % target.config.vocab_size
+        prompt = torch.tensor([*base.tolist(), *cycle, *cycle, *cycle[:j], wrong])[None]
+        expected = plain_generate(target, prompt, max_new_tokens=30, do_sample=False)
+        assert torch.equal(assisted_generate(target, assistant, prompt, max_new_tokens=30, do_sample=False), expected)
+    assert learnt == expected_outcomes and True in learnt and False in learnt, (learnt, expected_outcomes)
+    # Position 2 of prompt lookup was learnt from these rounds alone (every lookup round drafted 1 token).
+    counts = planner_memory(assistant, False).lookup.counts
+    at_two = [count for key, count in counts.items() if key[0] == "prompt-lookup" and key[-1] == 2]
+    assert [sum(c[0] for c in at_two), sum(c[1] for c in at_two)] == [sum(learnt), len(learnt)], at_two
+
+
+def repeating_tail(tokens: list[int]) -> list[int]:
+    """The cycle a greedy tiny target has fallen into: the shortest period repeated three times at the end."""
+    for period in range(1, len(tokens) // 3 + 1):
+        if tokens[-period:] == tokens[-2 * period : -period] == tokens[-3 * period : -2 * period]:
+            return tokens[-period:]
+    raise AssertionError("the output does not cycle")

@@ -155,6 +155,9 @@ class Replay:
             plan = planner.plan_round(lookups, room) if room >= 1 else RoundPlan("none", 0)
             seconds, drafted, accepted = self._play(planner, plan, r, deferred, room)
             planner.record(plan, drafted, accepted)
+            if plan.source == "prompt-lookup" and accepted == drafted < r.lookup.num_tokens:
+                plan.next_offered = -1  # offered (its value is not needed: the trace knows how far it matches)
+                planner.record_past_the_draft(plan, drafted, r.lookup_accepted > drafted)
             if plan.source == "tree":
                 planner.record_chain_outcome(min(r.chain_accepted, plan.num_tokens),
                                              min(r.chain_accepted + 1, plan.num_tokens))

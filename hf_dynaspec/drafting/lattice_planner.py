@@ -185,6 +185,12 @@ class LatticePlanner:
             for j in range(1, min(num_accepted + 1, num_drafted) + 1):
                 memory.lookup.record((match, position_key(j)), j <= num_accepted)
 
+    def record_past_the_draft(self, plan: RoundPlan, num_drafted: int, matched: bool) -> None:
+        """A prompt-lookup round accepted whole, shorter than offered: whether the target's own token after it
+        equals the next offered token is position num_drafted + 1's outcome (`SpeculationPlanner`'s rule)."""
+        if plan.source == "prompt-lookup" and plan.next_offered is not None:
+            self.memory.lookup.record((min(plan.match_length, 8), position_key(num_drafted + 1)), matched)
+
     def _record_chain(self, confidences: list[float], num_accepted: int, num_reached: int) -> None:
         for j in range(1, min(num_reached, len(confidences)) + 1):
             accepted = j <= num_accepted

@@ -119,6 +119,9 @@ class LatticeDrafts:
         self._lookup = planner is not None and options.prompt_lookup_num_tokens > 0
         self._context: list[int] = []  # host copy of the committed ids, kept when the scorer or lookup reads it
         self.plan: RoundPlan | None = None  # the last planned round's plan
+        # A lookup drafted short and accepted whole: (its plan, tokens drafted, index in the context of the target's
+        # own token after it), resolved when that token reaches the host copy (the next round's read).
+        self._past_the_draft: tuple[RoundPlan, int, int] | None = None
 
     def propose(self, input_ids: torch.Tensor, target_hidden: torch.Tensor, max_depth: int) -> DraftTree:
         """The round's draft continuing `input_ids` `[1, L]` (its last token is the root), from the target's last
@@ -173,6 +176,8 @@ class LatticeDrafts:
                                            scorer=self.scorer, lam=self.options.cps_lambda)
             return _tree(root, tokens, parents)
         if plan.source == "prompt-lookup":
+            offered = lookup_tokens[plan.num_tokens] if len(lookup_tokens) > plan.num_tokens else None
+            plan.next_offered = offered
             return _chain(root, _as_ids(lookup_tokens[: plan.num_tokens], root))
         return _chain(root, root.new_empty(0))
 
@@ -202,6 +207,8 @@ class LatticeDrafts:
             # A tree round also tells what the argmax chain inside it would have done (its first children).
             outcome = tree.greedy_chain_outcome(path.nodes[:num_accepted]) if plan.source == "tree" else None
             self.planner.record(plan, len(tree) - 1, num_accepted, chain_outcome=outcome)
+            if plan.next_offered is not None and num_accepted == len(tree) - 1 == plan.num_tokens:
+                self._past_the_draft = (plan, num_accepted, len(self._context) + num_accepted)
 
     def _read_context(self, input_ids: torch.Tensor) -> None:
         """The n-gram scorer and prompt lookup read the tokens committed since the last round (one read of a few
@@ -212,6 +219,10 @@ class LatticeDrafts:
         self._context.extend(new)
         if self.scorer is not None:
             self.scorer.extend(new)
+        if self._past_the_draft is not None:  # the planner learns the position past the last lookup draft
+            plan, drafted, index = self._past_the_draft
+            self._past_the_draft = None
+            self.planner.record_past_the_draft(plan, drafted, self._context[index] == plan.next_offered)
 
 
 def _as_ids(tokens: list[int], like: torch.Tensor) -> torch.Tensor:

@@ -248,6 +248,19 @@ class SpeculationPlanner:
             elif plan.source != "none":
                 memory.lookup.record((plan.source, min(plan.match_length, 8), position_key(j)), accepted)
 
+    def record_past_the_draft(self, plan: RoundPlan, num_drafted: int, matched: bool) -> None:
+        """A lookup round drafted `num_drafted` of the tokens its source offered, and the target accepted them all:
+        the target's own token after them is what the next offered token faced. `matched` (it equals that token)
+        is learnt as the acceptance of position num_drafted + 1. Exact in greedy decoding (acceptance of a lookup
+        token is equality with the target's choice) and unbiased in sampling (a point-mass draft x is accepted with
+        p(x), and the target's own token after an all-accepted draft is drawn from p: it is x with p(x)). Without
+        it a lookup drafted short learns its later positions only from probes: on costs where a 1-token draft is
+        nearly free (the rows kernel's bf16 verify), `auto` kept drafting lookups 1 token long where 5 paid."""
+        if plan.source in ("drafter", "tree", "none") or plan.next_offered is None:
+            return
+        key = (plan.source, min(plan.match_length, 8), position_key(num_drafted + 1))
+        self.memory.lookup.record(key, matched)
+
     def record_chain_outcome(self, num_accepted: int, num_reached: int) -> None:
         """Learn the chain's position table from what a chain would have done in a tree round (the tree's first
         children: DraftTree.greedy_chain_outcome): positions 1..num_reached verified, the first num_accepted

@@ -123,6 +123,9 @@ class RoundPlan:
     match_length: int = 0
     confidences: list[float] = field(default_factory=list)  # drafter: per drafted position, for the tables
     probe: bool = False  # a drafter round that keeps the tables learning: exactly `num_tokens`, whatever the confidence
+    # A lookup drafted shorter than its source offered: the offered token after the drafted ones (see
+    # SpeculationPlanner.record_past_the_draft), else None.
+    next_offered: int | None = None
 
 
 class LookupProbes:

@@ -112,6 +112,9 @@ class SpeculationRound:
             self.adaptive_length.record(self.num_drafted, num_accepted)
         if self.planner is not None:
             self.planner.record(self.plan, self.num_drafted, num_accepted)
+            if self.plan.next_offered is not None and num_accepted == self.num_drafted == self.plan.num_tokens:
+                # The target's own token after the accepted lookup, from the host copy (read_committed): no read.
+                self.planner.record_past_the_draft(self.plan, num_accepted, self._context[-1] == self.plan.next_offered)
             if source == "tree" and tree_outcome is not None:
                 self.planner.record_chain_outcome(*tree_outcome)
         committed = committed_ids[0, -(num_accepted + 1) :]  # the target's tokens at draft positions 0..n
@@ -155,7 +158,9 @@ class SpeculationRound:
             return self._tree_draft(input_ids, target_hidden, plan.num_tokens)
         if plan.source != "drafter":
             # Only the chosen source's ids go to the device: one upload of a few ids.
-            looked_up = _as_ids(drafts[plan.source][: plan.num_tokens], input_ids)
+            offered = drafts[plan.source]
+            plan.next_offered = offered[plan.num_tokens] if len(offered) > plan.num_tokens else None
+            looked_up = _as_ids(offered[: plan.num_tokens], input_ids)
             return self.session.lookup_draft(input_ids, target_hidden, looked_up)
         # A probe drafts exactly its length (the planner would cut it to nothing); others stop when the planner says.
         planner = ProbeDrafting() if plan.probe else self.planner

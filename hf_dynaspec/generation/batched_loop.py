@@ -19,7 +19,8 @@ One target KV cache holds every active row. Each round:
    that accepted fewer than the longest leaves slots that stay masked (`valid`) and cost only their memory;
 5. committed tokens are checked per row against the stopping criteria (EOS, stop strings, `max_new_tokens` as
    plain generate counts them, on the left-padded row); a finished row leaves the batch (its cache rows dropped),
-   so it costs no more work.
+   so it costs no more work. Without an EOS token, plain generate() pads nothing and runs every row until each has
+   stopped once: so does this loop (`_Lockstep`).
 
 Output: `[B, L + n]` sequences, row b its prompt as given (left padding kept) then its tokens, then the pad token
 after it finished, as plain batched `generate()` returns them.
