@@ -5,11 +5,13 @@
 Each mutation replaces exact snippets of the source, runs the named test files on the copy (or the tests
 `select` picks), and reports which tests failed and how: `assert` (an AssertionError from the test, or pytest's
 own "DID NOT RAISE" / "DID NOT WARN" where a test expects an error or a warning) or `crash` (any other
-exception). A mutation counts as caught only by an assertion. Every snippet must occur exactly once in the current
-source: a stale snippet stops the run before anything is mutated, and tests/test_mutation_check.py checks it in
-the test suite, so the list cannot rot silently. CI runs the whole check (.ci/run). Host-independent; the
-mutations run `--jobs` at a time (default: one per core, each pytest on one thread: the tiny models' tests are
-Python-bound, so two single-threaded runs take about half the time of two two-threaded ones in a row).
+exception). A mutation counts as caught only by an assertion; its run ends at the first such failure
+(`-p mutation_stop`, benchmarks/mutation_stop.py), since the rest of its tests could only repeat the catch. Every
+snippet must occur exactly once in the current source: a stale snippet stops the run before anything is mutated,
+and tests/test_mutation_check.py checks it in the test suite, so the list cannot rot silently. CI runs the whole
+check (.ci/run). Host-independent; the mutations run `--jobs` at a time (default: one per core, each pytest on one
+thread: the tiny models' tests are Python-bound, so two single-threaded runs take about half the time of two
+two-threaded ones in a row).
 """
 
 from __future__ import annotations
@@ -25,6 +27,9 @@ import xml.etree.ElementTree as ElementTree
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the plugin beside this file, however it is loaded
+from mutation_stop import ASSERTION_MESSAGES  # noqa: E402  (the plugin's own definition of a catch)
 
 ROOT = Path(__file__).resolve().parent.parent
 FAKE_CUDA = "tests/test_fake_cuda.py"
@@ -363,6 +368,21 @@ MUTATIONS = [
     Mutation("lattice lookups drafted short learn from the wrong token", "hf_dynaspec/drafting/medusa.py",
              "self._context[index] == plan.next_offered", "self._context[index - 1] == plan.next_offered",
              [MEDUSA_AUTO], select="past_it"),
+    Mutation("lattice planner: the lattice scored even where it cannot pay", "hf_dynaspec/drafting/lattice_planner.py",
+             "        candidates = [(1.0 / self.costs.verify(1), RoundPlan(\"none\", 0)), (lattice_rate, RoundPlan(\"lattice\", depth))]",
+             "        candidates = [(0.0, RoundPlan(\"none\", 0)), (lattice_rate, RoundPlan(\"lattice\", depth))]",
+             [MEDUSA_AUTO], select="does_not_pay"),
+    Mutation("lattice planner: probes never alternate to a tree", "hf_dynaspec/drafting/lattice_planner.py",
+             "        source = \"tree\" if self.tree is not None and memory.probes % 2 else \"chain\"",
+             "        source = \"chain\"", [MEDUSA_AUTO], select="probes_alternate"),
+    Mutation("lattice planner: positions past the first rejection learnt as reached",
+             "hf_dynaspec/drafting/lattice_planner.py",
+             "            self._record_chain(plan.confidences, num_accepted, min(num_accepted + 1, num_drafted))",
+             "            self._record_chain(plan.confidences, num_accepted, num_drafted)", [MEDUSA_AUTO],
+             select="probes_alternate"),
+    Mutation("lattice planner: a tree round teaches the chain's tables nothing", "hf_dynaspec/drafting/lattice_planner.py",
+             "            if chain_outcome is not None:\n                self._record_chain(",
+             "            if False:\n                self._record_chain(", [MEDUSA_AUTO], select="probes_alternate"),
     Mutation("the bench's warm-up teaches the measured call (its output left in the suffix cache)",
              "hf_dynaspec/bench/harness.py", "            forget_learnt_state(method.assistant)\n",
              "            pass\n", ["tests/test_suffix_cache.py"], select="forgetting"),
@@ -392,7 +412,6 @@ def stale_snippets(root: Path = ROOT) -> list[str]:
     return problems
 
 
-ASSERTION_MESSAGES = ("AssertionError", "assert ", "Failed: DID NOT RAISE", "Failed: DID NOT WARN")
 
 
 def run(mutation: Mutation, threads: dict | None = None) -> dict:
@@ -409,9 +428,12 @@ def run(mutation: Mutation, threads: dict | None = None) -> dict:
             source.write_text(source.read_text().replace(old, new))
         report = Path(tmp) / "report.xml"
         selection = ["-k", mutation.select] if mutation.select else []
-        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m",
-                               "not real_model", f"--junitxml={report}", *selection, *mutation.tests],
-                              cwd=copy, capture_output=True, text=True, env={**os.environ, **threads})
+        # -p mutation_stop: the run ends at the first test failing by an assertion (the mutation is then caught).
+        environment = {**os.environ, **threads, "PYTHONPATH": os.pathsep.join(
+            [str(copy / "benchmarks"), *filter(None, [os.environ.get("PYTHONPATH")])])}
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "mutation_stop",
+                               "-m", "not real_model", f"--junitxml={report}", *selection, *mutation.tests],
+                              cwd=copy, capture_output=True, text=True, env=environment)
         asserted, crashed = [], []
         for case in ElementTree.parse(report).iter("testcase") if report.exists() else []:
             for problem in [*case.iter("failure"), *case.iter("error")]:
