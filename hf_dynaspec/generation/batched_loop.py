@@ -291,21 +291,23 @@ class _Lockstep:
     def __init__(self, stopping_criteria, max_length: int, batch_size: int):
         self.pads = any(hasattr(criterion, "eos_token_id") for criterion in stopping_criteria)
         self.length, self.batch_size = max_length, batch_size
-        self.first_stops: dict[int, int] = {}  # row index -> its length when its prefix first met a criterion
+        self.first_stops: dict[int, int] = {}  # without padding: row index -> its length at its first stop
 
     def after_prefill(self, row: _Row, stopped: bool) -> bool:
         """The prompt's first token (already in `row.sequence`) met a criterion or not -> the row leaves."""
+        if self.pads:
+            return stopped
         if stopped:
             self.first_stops.setdefault(row.index, row.sequence.shape[1])
-        return stopped if self.pads else row.sequence.shape[1] >= self.length
+        return row.sequence.shape[1] >= self.length
 
     def after_round(self, row: _Row, stops: list[bool]) -> tuple[int, bool]:
         """A round's accepted tokens' `stops` (`_stop_flags`) -> (tokens to commit, the row leaves)."""
         first = stops.index(True) + 1 if True in stops else None
-        if first is not None:
-            self.first_stops.setdefault(row.index, row.sequence.shape[1] + first)
         if self.pads:
             return (first or len(stops)), first is not None
+        if first is not None:
+            self.first_stops.setdefault(row.index, row.sequence.shape[1] + first)
         return len(stops), row.sequence.shape[1] + len(stops) >= self.length
 
     def ended(self, rows: list) -> tuple[list, list]:
