@@ -44,7 +44,8 @@ def main(argv=None):
 
     from hf_dynaspec import DynaSpecAssistant
     from hf_dynaspec.drafting.runtime import runtime_head
-    from hf_dynaspec.generation.calibration import measure_round_costs, target_verify_kernel
+    from hf_dynaspec.generation.costs.round_costs import measure_round_costs
+    from hf_dynaspec.generation.costs.verify_kernel import target_verify_kernel
     from hf_dynaspec.loading import load_target
 
     target, _ = load_target(args.target, args.dtype)

@@ -176,7 +176,7 @@ def _generate(args, chat: bool | None) -> dict:
 def _enable_cpu_verify(model, choice: str) -> str | None:
     """Apply `--cpu-verify` to the target ("auto": where measured faster); return what is in use (None: PyTorch's
     own kernels)."""
-    from hf_dynaspec.generation.calibration import apply_cpu_verify
+    from hf_dynaspec.generation.costs.verify_kernel import apply_cpu_verify
 
     return apply_cpu_verify(model, choice)
 

@@ -17,7 +17,7 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 if os.environ.get("HF_DYNASPEC_TRITON_GPU") != "1":
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-# Costs measured by draft_plan="auto" (hf_dynaspec.generation.calibration) go to a per-run cache directory, never
+# Costs measured by draft_plan="auto" (hf_dynaspec.generation.costs) go to a per-run cache directory, never
 # the user's; its models/ is the user's (the offline zoo's models). The CPU kernel is compiled into the per-run
 # directory once: a cache reached through a symbolic link is not trusted by the loader, by design.
 if "HF_DYNASPEC_TEST_HOME" not in os.environ:

@@ -112,3 +112,43 @@ def test_the_tree_passes_its_ruff_configuration():
     assert ruff, "ruff is a dev dependency: pip install -e '.[dev]'"
     result = subprocess.run([ruff, "check", "--no-cache", str(PACKAGE.parent)], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout[-3000:]
+
+
+def private_uses(source: str) -> list[str]:
+    """Another module's private names that `source` uses: `from hf_dynaspec.x import _name`, and `_name` read off
+    an imported hf_dynaspec module (`import hf_dynaspec.x as m; m._name`, `from hf_dynaspec import x; x._name`).
+    Dunder names (`__version__`) are public."""
+    tree = ast.parse(source)
+    modules, found = {}, []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "hf_dynaspec":
+            for alias in node.names:
+                if alias.name.startswith("_") and not alias.name.startswith("__"):
+                    found.append(f"{node.module}.{alias.name}")
+                modules[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == "hf_dynaspec":
+                    modules[alias.asname or alias.name.split(".")[0]] = alias.name
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules
+                and node.attr.startswith("_") and not node.attr.startswith("__")):
+            found.append(f"{modules[node.value.id]}.{node.attr}")
+    return found
+
+
+def test_no_module_uses_another_modules_private_name():
+    """A name with a leading underscore is its module's own: whatever another module needs is made public (the
+    cost tables share `hf_dynaspec.generation.costs.store` and `.timing`, not each other's internals)."""
+    uses = {name: private_uses(path.read_text()) for name, path in MODULES.items()}
+    assert not {name: found for name, found in uses.items() if found}
+
+
+def test_the_private_name_check_sees_both_forms():
+    """Mutation check of the test above: the two ways the cost tables used to share internals are reported."""
+    planted = ("import hf_dynaspec.generation.costs.store as store\n"
+               "from hf_dynaspec.generation.costs.timing import _hidden\n"
+               "key = store._digest({})\n"
+               "from hf_dynaspec.version import __version__\n")
+    assert sorted(private_uses(planted)) == ["hf_dynaspec.generation.costs.store._digest",
+                                             "hf_dynaspec.generation.costs.timing._hidden"]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from hf_dynaspec.cache_home import home_dir
-from hf_dynaspec.generation.calibration import calibration_path
+from hf_dynaspec.generation.costs.store import calibration_path
 from hf_dynaspec.kernels.verify_rows.loader import cached_library_path
 from hf_dynaspec.zoo import cache_root
 

@@ -23,8 +23,8 @@ from hf_dynaspec.drafting.tree import TreeDraftSession
 from hf_dynaspec.drafting.tree_structure import tree_attention_mask, tree_position_ids
 from hf_dynaspec.generation.attachment import ensure_attached
 from hf_dynaspec.generation.block_verify import block_verify
-from hf_dynaspec.generation.calibration import RoundCosts
 from hf_dynaspec.generation.candidate_generator import EagleCandidateGenerator
+from hf_dynaspec.generation.costs.round_costs import RoundCosts
 
 STRATEGIES = ["full", "frspec", "vocabtrim", "dynaspec", "dynaspec-fixed"]
 COSTS = RoundCosts(verify_seconds=[0.0] + [1.0 + 0.05 * n for n in range(1, 18)], consume_seconds=0.1,
@@ -487,7 +487,7 @@ def test_timing_waits_for_every_card_a_model_spans(monkeypatch):
     """Calibration and the bench time a target split over cuda:0 and cuda:1 by waiting for both:
     `torch.cuda.synchronize()` alone waits for the current device, so a target on cuda:1 would be timed short."""
     from hf_dynaspec.bench import timer
-    from hf_dynaspec.generation import calibration
+    from hf_dynaspec.generation.costs import timing
     from hf_dynaspec.kernels.streams import devices_of
 
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 4))
@@ -496,7 +496,7 @@ def test_timing_waits_for_every_card_a_model_spans(monkeypatch):
         model[1].to("cuda:1")
         waited = []
         monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: waited.append(device))
-        calibration._once(lambda: None, devices_of(model))
+        timing.time_once(lambda: None, devices_of(model))
         assert sorted(map(str, waited)) == ["cuda:0", "cuda:0", "cuda:1", "cuda:1"], waited
         waited.clear()
         monkeypatch.setattr(torch.cuda, "is_available", lambda: True)

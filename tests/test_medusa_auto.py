@@ -26,7 +26,7 @@ from hf_dynaspec.bench import build_methods
 from hf_dynaspec.drafting.lattice_planner import LatticeCosts, LatticeMemory, LatticePlanner
 from hf_dynaspec.drafting.medusa import LatticeDrafts, MedusaOptions
 from hf_dynaspec.drafting.planner import PROBE_FIRST, LookupCandidate, RoundPlan, TreeShape
-from hf_dynaspec.generation import calibration, lattice_costs
+from hf_dynaspec.generation.costs import lattice_costs, store
 from hf_dynaspec.modeling.medusa import MedusaAssistant
 from hf_dynaspec.stats import DraftStats
 
@@ -230,21 +230,21 @@ def test_auto_refuses_adl_and_bench_methods_parse(medusa_pair):
 def test_lattice_costs_are_measured_once_and_cached(medusa_pair, tmp_path, monkeypatch):
     target, heads = medusa_pair
     monkeypatch.setenv("HF_DYNASPEC_HOME", str(tmp_path))
-    monkeypatch.setattr(calibration, "_MEMORY", {})
+    monkeypatch.setattr(store, "MEMORY", {})
     options = MedusaOptions(draft="auto")
     measured = []
     original = lattice_costs.measure_lattice_costs
     monkeypatch.setattr(lattice_costs, "measure_lattice_costs", lambda *a: measured.append(1) or original(*a))
     costs = lattice_costs.lattice_round_costs(target, heads, options, 16)
     assert len(costs.verify_seconds) == 18 and costs.lattice_seconds > 0 and costs.tree_seconds >= 0
-    monkeypatch.setattr(calibration, "_MEMORY", {})
+    monkeypatch.setattr(store, "MEMORY", {})
     assert lattice_costs.lattice_round_costs(target, heads, options, 16) == costs and len(measured) == 1
-    path = calibration.calibration_path()
+    path = store.calibration_path()
     stored = json.loads(path.read_text())
     key = lattice_costs.lattice_costs_key(target, heads, options, 16)
     stored[key]["lattice_seconds"] = float("nan")
     path.write_text(json.dumps(stored))
-    monkeypatch.setattr(calibration, "_MEMORY", {})
+    monkeypatch.setattr(store, "MEMORY", {})
     again = lattice_costs.lattice_round_costs(target, heads, options, 16)
     assert len(measured) == 2 and again.lattice_seconds > 0
 

@@ -19,7 +19,7 @@ from hf_dynaspec.bench.plan_simulation import MAX_DRAFT, Replay, auto_rate, fixe
 from hf_dynaspec.drafting.lattice_planner import LatticeCosts, LatticeMemory, LatticePlanner
 from hf_dynaspec.drafting.planner import PlannerMemory, SpeculationPlanner
 from hf_dynaspec.drafting.planning_core import PROBE_FIRST, TreeShape
-from hf_dynaspec.generation.calibration import RoundCosts
+from hf_dynaspec.generation.costs.round_costs import RoundCosts
 from hf_dynaspec.modeling.acceptance_prior import prior_for
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -25,9 +25,9 @@ from hf_dynaspec.drafting.device_paths import accelerator_paths_on_cpu
 from hf_dynaspec.drafting.lookup import SuffixCache
 from hf_dynaspec.drafting.planner import SpeculationPlanner
 from hf_dynaspec.drafting.runtime import planner_memory, runtime_head
-from hf_dynaspec.generation import calibration
 from hf_dynaspec.generation import candidate_generator as cg
-from hf_dynaspec.generation.calibration import RoundCosts
+from hf_dynaspec.generation.costs import round_costs as calibration
+from hf_dynaspec.generation.costs.round_costs import RoundCosts
 
 
 def moderate_costs(max_tokens: int = 20) -> RoundCosts:

@@ -23,7 +23,7 @@ from hf_dynaspec.drafting.planner import PROBE_FIRST, PlannerMemory, RoundPlan, 
 from hf_dynaspec.drafting.tree import TreeDraftSession
 from hf_dynaspec.drafting.tree_structure import DraftTree
 from hf_dynaspec.generation import candidate_generator as cg
-from hf_dynaspec.generation.calibration import RoundCosts
+from hf_dynaspec.generation.costs.round_costs import RoundCosts
 
 SHAPE = TreeShape(top_k=3, max_depth=4, total_tokens=10)
 TREE_AUTO = dict(draft_plan="auto", auto_max_assistant_tokens=4, tree_top_k=3, tree_depth=4, tree_total_tokens=10,

@@ -16,8 +16,9 @@ from hf_dynaspec import chain_generate, tree_generate
 from hf_dynaspec.drafting.chain import ChainDraftSession
 from hf_dynaspec.drafting.device_paths import accelerator_paths_on_cpu
 from hf_dynaspec.drafting.planner import LookupCandidate, PlannerMemory, RoundPlan, SpeculationPlanner
-from hf_dynaspec.generation import calibration
-from hf_dynaspec.generation.calibration import RoundCosts
+from hf_dynaspec.generation.costs import round_costs as calibration
+from hf_dynaspec.generation.costs import store, timing
+from hf_dynaspec.generation.costs.round_costs import RoundCosts
 
 AUTO = dict(draft_plan="auto", suffix_cache_num_tokens=0, auto_max_assistant_tokens=4)
 
@@ -155,7 +156,7 @@ def test_enumeration_sees_a_plan_that_reads_the_drawn_token(monkeypatch):
 
 def test_calibration_is_measured_once_and_cached(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_DYNASPEC_HOME", str(tmp_path))
-    monkeypatch.setattr(calibration, "_MEMORY", {})
+    monkeypatch.setattr(store, "MEMORY", {})
     target = one_layer_target("qwen2", seed=0)
     assistant = imitating_assistant(target)
     from hf_dynaspec.drafting.runtime import runtime_head
@@ -167,7 +168,7 @@ def test_calibration_is_measured_once_and_cached(tmp_path, monkeypatch):
     stored = json.loads((tmp_path / "calibration.json").read_text())
     assert len(stored) == 1
     # A new process (empty memory) reads the file instead of measuring.
-    monkeypatch.setattr(calibration, "_MEMORY", {})
+    monkeypatch.setattr(store, "MEMORY", {})
     monkeypatch.setattr(calibration, "measure_round_costs", lambda *a, **k: pytest.fail("measured again"))
     assert calibration.round_costs(target, assistant, assistant.generation_config, head, 6) == costs
     # Other thread counts are other machines; a corrupt file is measured again, not trusted.
@@ -182,7 +183,7 @@ def test_calibration_is_measured_once_and_cached(tmp_path, monkeypatch):
     assert calibration.calibration_key(copy.deepcopy(target).to(torch.bfloat16), assistant,
                                        assistant.generation_config) != key
     (tmp_path / "calibration.json").write_text("{not json")
-    monkeypatch.setattr(calibration, "_MEMORY", {})
+    monkeypatch.setattr(store, "MEMORY", {})
     monkeypatch.setattr(calibration, "measure_round_costs", lambda *a, **k: costs)
     assert calibration.round_costs(target, assistant, assistant.generation_config, head, 6) == costs
     assert json.loads((tmp_path / "calibration.json").read_text())
@@ -192,7 +193,7 @@ def test_round_costs_interpolate_and_extrapolate():
     costs = RoundCosts([0.0, 1.0, 2.0, 4.0], 0.1, 0.2, 0.3)
     assert costs.verify(2) == 2.0 and costs.verify(5) == 8.0
     assert costs.drafting(0) == 0.0 and costs.drafting(3) == pytest.approx(0.2 + 2 * 0.3)
-    assert calibration._interpolate({1: 1.0, 3: 3.0, 5: 4.0}, 5) == [1.0, 2.0, 3.0, 3.5, 4.0]
+    assert timing.interpolate({1: 1.0, 3: 3.0, 5: 4.0}, 5) == [1.0, 2.0, 3.0, 3.5, 4.0]
 
 
 @pytest.mark.parametrize("route", ["assistant_model", "chain_generate", "tree_generate"])
@@ -201,7 +202,7 @@ def test_auto_routes_the_targets_verification_through_the_rows_kernel_only_durin
     one-token steps do not, and the model is restored after; "fixed" and a target the user routed are left as
     they are. Output stays identical to generate() either way (checked here too). On every route: the public ones
     run their own loop, so they enter the kernel themselves."""
-    from hf_dynaspec.generation import calibration as cal
+    from hf_dynaspec.generation.costs import verify_kernel as cal
     from hf_dynaspec.kernels.verify_rows import loader
     from hf_dynaspec.kernels.verify_rows import patch as verify_rows_patch
 

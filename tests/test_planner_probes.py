@@ -18,7 +18,7 @@ from test_planner import AUTO, linear_costs, planned_round_error
 
 from hf_dynaspec.drafting import planner as planner_module
 from hf_dynaspec.drafting.planner import PROBE_FIRST, PROBE_LONGEST, PlannerMemory, RoundPlan, SpeculationPlanner
-from hf_dynaspec.generation.calibration import RoundCosts
+from hf_dynaspec.generation.costs.round_costs import RoundCosts
 
 
 def hopeless_costs(max_tokens: int = 20) -> RoundCosts:

@@ -20,8 +20,9 @@ from safetensors.torch import load_file, save_file
 from hf_dynaspec import DynaSpecAssistant, chain_generate, suffix_cache, tree_generate
 from hf_dynaspec.drafting.runtime import runtime_head
 from hf_dynaspec.errors import ArtifactError, AssistantMismatchError
-from hf_dynaspec.generation import calibration
-from hf_dynaspec.generation.calibration import RoundCosts
+from hf_dynaspec.generation.costs import round_costs as calibration
+from hf_dynaspec.generation.costs import store, verify_kernel
+from hf_dynaspec.generation.costs.round_costs import RoundCosts
 from hf_dynaspec.modeling import integrity
 
 PROMPT = torch.tensor([[3, 14, 15, 9, 2, 6, 5]])
@@ -87,7 +88,7 @@ GOOD = RoundCosts([0.0] + [0.01 * (1 + 0.1 * n) for n in range(1, 10)], consume_
 def cached_costs(tmp_path, monkeypatch):
     """A calibration file holding one good entry for a tiny pairing; `measured` counts re-measurements."""
     monkeypatch.setenv("HF_DYNASPEC_HOME", str(tmp_path))
-    monkeypatch.setattr(calibration, "_MEMORY", {})
+    monkeypatch.setattr(store, "MEMORY", {})
     measured = []
     monkeypatch.setattr(calibration, "measure_round_costs", lambda *a, **k: measured.append(a) or GOOD)
     target = one_layer_target("qwen2")
@@ -102,7 +103,7 @@ def cached_costs(tmp_path, monkeypatch):
         (key,) = stored
         edit(stored[key])
         path.write_text(json.dumps(stored))
-        monkeypatch.setattr(calibration, "_MEMORY", {})  # a new process
+        monkeypatch.setattr(store, "MEMORY", {})  # a new process
         return calibration.round_costs(target, assistant, options, head, 7)
 
     return call_with, measured
@@ -136,7 +137,7 @@ def _set(field, value, index=None):
 ])
 def test_a_bad_calibration_entry_is_measured_again_with_a_warning(cached_costs, caplog, edit, problem):
     call_with, measured = cached_costs
-    with caplog.at_level(logging.WARNING, logger="hf_dynaspec.generation.calibration"):
+    with caplog.at_level(logging.WARNING, logger="hf_dynaspec.generation.costs"):
         assert call_with(edit) == GOOD
     assert len(measured) == 2, "a bad entry must be measured again, not used"
     assert any("unusable" in r.message and re.search(problem, r.message) for r in caplog.records), \
@@ -145,7 +146,7 @@ def test_a_bad_calibration_entry_is_measured_again_with_a_warning(cached_costs, 
 
 def test_a_good_calibration_entry_is_used_silently(cached_costs, caplog):
     call_with, measured = cached_costs
-    with caplog.at_level(logging.WARNING, logger="hf_dynaspec.generation.calibration"):
+    with caplog.at_level(logging.WARNING, logger="hf_dynaspec.generation.costs"):
         assert call_with(lambda entry: None) == GOOD
     assert len(measured) == 1 and not caplog.records
 
@@ -153,7 +154,7 @@ def test_a_good_calibration_entry_is_used_silently(cached_costs, caplog):
 def test_a_zeroed_calibration_file_does_not_break_generate(tmp_path, monkeypatch):
     """Someone who can write the cache zeroes every cost: generate() measures again and stays exact."""
     monkeypatch.setenv("HF_DYNASPEC_HOME", str(tmp_path))
-    monkeypatch.setattr(calibration, "_MEMORY", {})
+    monkeypatch.setattr(store, "MEMORY", {})
     target = one_layer_target("llama")
     assistant = imitating_assistant(target, **AUTO_PLAN)
     expected = plain_generate(target, PROMPT, max_new_tokens=12)
@@ -163,14 +164,14 @@ def test_a_zeroed_calibration_file_does_not_break_generate(tmp_path, monkeypatch
     zeroed = {key: {name: [0.0] * len(value) if isinstance(value, list) else 0.0 for name, value in entry.items()}
               for key, entry in stored.items()}
     path.write_text(json.dumps(zeroed))
-    monkeypatch.setattr(calibration, "_MEMORY", {})
+    monkeypatch.setattr(store, "MEMORY", {})
     assert torch.equal(assisted_generate(target, assistant, PROMPT, max_new_tokens=12), expected)
     assert all(v > 0 for entry in json.loads(path.read_text()).values() for v in entry["verify_seconds"][1:])
 
 
 def test_a_bf16_target_does_not_reuse_the_fp32_costs(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_DYNASPEC_HOME", str(tmp_path))
-    monkeypatch.setattr(calibration, "_MEMORY", {})
+    monkeypatch.setattr(store, "MEMORY", {})
     measured = []
     monkeypatch.setattr(calibration, "measure_round_costs", lambda target, *a, **k: measured.append(target.dtype) or GOOD)
     target = one_layer_target("llama")
@@ -179,7 +180,7 @@ def test_a_bf16_target_does_not_reuse_the_fp32_costs(tmp_path, monkeypatch):
     calibration.round_costs(target, assistant, options, runtime_head(assistant, options), 4)
     target.to(torch.bfloat16)
     assistant.attach(target)
-    monkeypatch.setattr(calibration, "_MEMORY", {})
+    monkeypatch.setattr(store, "MEMORY", {})
     calibration.round_costs(target, assistant, options, runtime_head(assistant, options), 4)
     assert measured == [torch.float32, torch.bfloat16]
     assert len(json.loads((tmp_path / "calibration.json").read_text())) == 2
@@ -187,15 +188,15 @@ def test_a_bf16_target_does_not_reuse_the_fp32_costs(tmp_path, monkeypatch):
 
 def test_a_bad_verify_rows_entry_is_measured_again(tmp_path, monkeypatch, caplog):
     monkeypatch.setenv("HF_DYNASPEC_HOME", str(tmp_path))
-    monkeypatch.setattr(calibration, "_MEMORY", {})
-    monkeypatch.setattr(calibration, "fastest_cpu_verify_rows", lambda target, largest: 3)
+    monkeypatch.setattr(store, "MEMORY", {})
+    monkeypatch.setattr(verify_kernel, "fastest_cpu_verify_rows", lambda target, largest: 3)
     target = one_layer_target("llama")
-    key = "verify_rows:" + calibration._digest(calibration._target_parts(target))
+    key = "verify_rows:" + store.digest(store.target_parts(target))
     for bad in (-4, 10**6, True, "9", 2.5):
         (tmp_path / "calibration.json").write_text(json.dumps({key: bad}))
-        monkeypatch.setattr(calibration, "_MEMORY", {})
-        with caplog.at_level(logging.WARNING, logger="hf_dynaspec.generation.calibration"):
-            assert calibration.measured_verify_rows(target) == 3
+        monkeypatch.setattr(store, "MEMORY", {})
+        with caplog.at_level(logging.WARNING, logger="hf_dynaspec.generation.costs"):
+            assert verify_kernel.measured_verify_rows(target) == 3
         assert "verify-rows choice" in caplog.text
         caplog.clear()
 

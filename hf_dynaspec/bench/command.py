@@ -86,7 +86,7 @@ def run(args) -> dict:
     draft_model = load_target(args.draft_model, args.dtype, args.device)[0] if args.draft_model else None
     cpu_verify_method = None
     if args.cpu_verify:
-        from hf_dynaspec.generation.calibration import apply_cpu_verify
+        from hf_dynaspec.generation.costs.verify_kernel import apply_cpu_verify
 
         cpu_verify_method = apply_cpu_verify(target, args.cpu_verify)
         if draft_model is not None:  # hf-assisted's draft model re-reads accepted tokens: same help, same terms

@@ -50,7 +50,7 @@ from hf_dynaspec.modeling.acceptance_prior import AcceptancePrior
 
 @dataclass
 class LatticeCosts:
-    """Seconds of a lattice round's parts on this machine (hf_dynaspec.generation.lattice_costs measures them):
+    """Seconds of a lattice round's parts on this machine (hf_dynaspec.generation.costs.lattice_costs measures them):
     `verify_seconds[n]` the target's forward over n new tokens (index 0 unused), `lattice_seconds` the source's
     scores for every position, `tree_seconds` the host search of a lattice tree."""
 

@@ -7,7 +7,7 @@ only (the drafter's pass waits for the next drafter round, which absorbs every w
 ChainDraftSession.defer_verified); it commits 1 + (accepted drafts)
 tokens. With a_j the probability that draft position j is accepted once every earlier one was, the expected
 tokens of a k-token draft are E(k) = 1 + sum_{j<=k} prod_{i<=j} a_i and its rate E(k) / T(k). The costs T come
-from the machine (hf_dynaspec.generation.calibration); the a_j are learnt online, during generation:
+from the machine (hf_dynaspec.generation.costs); the a_j are learnt online, during generation:
 
 - the drafter by position (planning before a round) and by the confidence of the drafted position (its most
   likely token's probability, read before the token is drawn: EAGLE-2's observation that this tracks

@@ -20,8 +20,8 @@ from hf_dynaspec.drafting.round import SpeculationRound
 from hf_dynaspec.drafting.runtime import planner_memory, runtime_head, suffix_cache
 from hf_dynaspec.drafting.tree import TreeDraftSession
 from hf_dynaspec.generation.attachment import ensure_attached
-from hf_dynaspec.generation.calibration import round_costs
 from hf_dynaspec.generation.checks import check_chain_inputs
+from hf_dynaspec.generation.costs.round_costs import round_costs
 from hf_dynaspec.modeling.options import DynaSpecGenerationConfig
 from hf_dynaspec.stats import start_stats
 

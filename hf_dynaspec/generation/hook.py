@@ -29,8 +29,8 @@ from transformers.generation.utils import GenerationMixin
 from transformers.utils import logging
 
 import hf_dynaspec.generation.block_verify as block_verify
-from hf_dynaspec.generation.calibration import target_verify_kernel
 from hf_dynaspec.generation.candidate_generator import make_candidate_generator
+from hf_dynaspec.generation.costs.verify_kernel import target_verify_kernel
 from hf_dynaspec.modeling.assistant import DynaSpecAssistant
 
 # `requires_model_outputs` (hidden states of the verification pass handed to the candidate generator) appeared
@@ -211,7 +211,7 @@ def _batched_call(model, original, args, kwargs):
 def _wrap_assisted_decoding() -> str | None:
     """Around an assisted call with a DynaSpecAssistant planning its rounds (`draft_plan="auto"`,
     `target_verify_kernel="auto"`): the target's verification forwards through the CPU rows kernel where measured
-    faster (hf_dynaspec.generation.calibration.target_verify_kernel), restored when the call ends."""
+    faster (hf_dynaspec.generation.costs.verify_kernel.target_verify_kernel), restored when the call ends."""
     problem = _needs(GenerationMixin, "_assisted_decoding")
     if problem:
         return problem

@@ -22,7 +22,7 @@ from hf_dynaspec.drafting.lattice_planner import LatticeMemory, LatticePlanner
 from hf_dynaspec.drafting.medusa import LatticeDrafts, MedusaOptions
 from hf_dynaspec.drafting.planner import TreeShape
 from hf_dynaspec.errors import AssistantMismatchError
-from hf_dynaspec.generation.lattice_costs import lattice_round_costs
+from hf_dynaspec.generation.costs.lattice_costs import lattice_round_costs
 from hf_dynaspec.generation.public_loop import check_public_inputs, decode
 from hf_dynaspec.modeling.acceptance_prior import prior_for
 from hf_dynaspec.modeling.medusa import MedusaAssistant

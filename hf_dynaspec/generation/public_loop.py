@@ -21,8 +21,8 @@ from transformers.generation.utils import GenerateDecoderOnlyOutput
 import hf_dynaspec.sampling as sampling
 from hf_dynaspec.drafting.tree_structure import tree_attention_mask, tree_position_ids
 from hf_dynaspec.generation.batched_loop import check_batch, run_batched_rounds
-from hf_dynaspec.generation.calibration import target_verify_kernel
 from hf_dynaspec.generation.checks import check_prompt_ids
+from hf_dynaspec.generation.costs.verify_kernel import target_verify_kernel
 from hf_dynaspec.generation.forward_args import cache_kwargs
 from hf_dynaspec.generation.tree_verify import accept_path, compact_cache, empty_tree_cache
 

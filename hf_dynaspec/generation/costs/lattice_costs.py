@@ -1,5 +1,5 @@
 """What a lattice round costs on this machine (`medusa_draft="auto"`'s input), measured once and cached beside the
-EAGLE planner's costs (hf_dynaspec.generation.calibration: same file, same checks, same keys plus the source's).
+EAGLE planner's costs (hf_dynaspec.generation.costs.store: same file, same checks, same keys plus the source's).
 
 - `verify_seconds[n]`: the target's forward over n new tokens on a cache of `CONTEXT` tokens, as for EAGLE;
 - `lattice_seconds`: the source's scores for every position (`lattice_logits` at full depth, read to the host as
@@ -17,9 +17,10 @@ from dataclasses import asdict
 import torch
 from transformers.cache_utils import DynamicCache
 
-import hf_dynaspec.generation.calibration as calibration
 from hf_dynaspec.drafting.lattice import Lattice, NgramScorer, lattice_tree
 from hf_dynaspec.drafting.lattice_planner import LatticeCosts
+from hf_dynaspec.generation.costs.store import cached, digest, is_seconds, target_parts
+from hf_dynaspec.generation.costs.timing import CONTEXT, min_seconds, random_ids, verify_table
 from hf_dynaspec.generation.forward_args import cache_kwargs
 from hf_dynaspec.kernels.streams import devices_of
 
@@ -30,36 +31,25 @@ def lattice_costs_key(target, source, options, max_tokens: int) -> str:
     from hf_dynaspec.kernels.verify_rows import patch as verify_rows_patch
 
     parts = {
-        **calibration._target_parts(target),
+        **target_parts(target),
         "lattice_source": type(source).__name__,
         "source_config": source.config.to_json_string(use_diff=False),
         "options": [options.shortlist, options.max_candidates, options.coverage, options.tree_top_k,
                     options.tree_total_tokens, options.cps_lambda < 1.0, options.ngram_order],
         "cpu_verify": verify_rows_patch.enabled_method(target),
     }
-    return f"lattice:{calibration._digest(parts)}:{max_tokens}"
+    return f"lattice:{digest(parts)}:{max_tokens}"
 
 
 def lattice_round_costs(target, source, options, max_tokens: int) -> LatticeCosts:
     """The costs for this pairing: from memory, else from the calibration file, else measured (and saved)."""
-    key = lattice_costs_key(target, source, options, max_tokens)
-    if key in calibration._MEMORY:
-        return calibration._MEMORY[key]
-    path = calibration.calibration_path()
-    stored = calibration._read(path)
-    costs, problem = _stored(stored.get(key), max_tokens) if key in stored else (None, None)
-    if problem is not None:
-        calibration.logger.warning(f"hf-dynaspec: the lattice costs cached in {path} are unusable ({problem}); "
-                                   "measuring them again (a few seconds).")
-    if costs is None:
-        costs = measure_lattice_costs(target, source, options, max_tokens)
-        stored[key] = asdict(costs)
-        calibration._write(path, stored)
-    calibration._MEMORY[key] = costs
-    return costs
+    return cached(lattice_costs_key(target, source, options, max_tokens),
+                  parse=lambda entry: stored_lattice_costs(entry, max_tokens),
+                  measure=lambda: measure_lattice_costs(target, source, options, max_tokens),
+                  to_json=asdict, what="lattice round costs for medusa_draft='auto'")
 
 
-def _stored(entry, max_tokens: int) -> tuple[LatticeCosts | None, str | None]:
+def stored_lattice_costs(entry, max_tokens: int) -> tuple[LatticeCosts | None, str | None]:
     """A cache entry -> (its `LatticeCosts`, None) when usable, else (None, what is wrong)."""
     fields = {"verify_seconds", "lattice_seconds", "tree_seconds"}
     if not isinstance(entry, dict) or set(entry) != fields:
@@ -67,10 +57,10 @@ def _stored(entry, max_tokens: int) -> tuple[LatticeCosts | None, str | None]:
     table = entry["verify_seconds"]
     if not isinstance(table, list) or len(table) < max_tokens + 2:
         return None, f"verify_seconds does not cover {max_tokens + 1} token counts"
-    if not all(calibration._is_seconds(value, zero_allowed=False) for value in table[1:]):
+    if not all(is_seconds(value, zero_allowed=False) for value in table[1:]):
         return None, "verify_seconds holds a value that is not a positive finite number of seconds"
     for name in ("lattice_seconds", "tree_seconds"):
-        if not calibration._is_seconds(entry[name], zero_allowed=True):
+        if not is_seconds(entry[name], zero_allowed=True):
             return None, f"{name} = {entry[name]!r} is not a finite number of seconds >= 0"
     return LatticeCosts(**entry), None
 
@@ -79,14 +69,12 @@ def _stored(entry, max_tokens: int) -> tuple[LatticeCosts | None, str | None]:
 def measure_lattice_costs(target, source, options, max_tokens: int) -> LatticeCosts:
     """Measure `LatticeCosts` with `verify_seconds` up to `max_tokens + 1` tokens."""
     device = target.get_input_embeddings().weight.device
-    ids = calibration._random_ids(target, target.config.vocab_size, device)
+    ids = random_ids(target, target.config.vocab_size, device)
     cache = DynamicCache()
-    out = target(input_ids=ids[:, : calibration.CONTEXT], **cache_kwargs(target, cache), use_cache=True,
+    out = target(input_ids=ids[:, : CONTEXT], **cache_kwargs(target, cache), use_cache=True,
                  output_hidden_states=source.hidden_state_selection())
-    sizes = sorted({1, *[s for s in calibration.MEASURED_SIZES if s <= max_tokens + 1], max_tokens + 1})
-    measured = calibration._verify_seconds(target, ids, cache, sizes, device)
-    verify_seconds = [0.0] + calibration._interpolate(measured, max_tokens + 1)
-    context = ids[:, : calibration.CONTEXT]
+    verify_seconds = verify_table(target, ids, cache, max_tokens + 1, device)
+    context = ids[:, : CONTEXT]
     hidden = source.select_target_hidden(out.hidden_states)
     depth = max(1, min(max_tokens, source.num_positions))
 
@@ -106,4 +94,4 @@ def measure_lattice_costs(target, source, options, max_tokens: int) -> LatticeCo
 
     tree()
     devices = devices_of(target, source)
-    return LatticeCosts(verify_seconds, calibration._seconds(lattice, devices), calibration._seconds(tree, devices))
+    return LatticeCosts(verify_seconds, min_seconds(lattice, devices), min_seconds(tree, devices))

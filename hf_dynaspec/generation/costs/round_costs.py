@@ -1,0 +1,168 @@
+"""What a speculation round costs on this machine, measured once and cached: the planner's (`draft_plan="auto"`) input.
+
+The planner (hf_dynaspec.drafting.planner) weighs draft lengths by seconds, so it needs, for the target and
+assistant of a call, on this device, dtype and thread count:
+
+- `verify_seconds[n]`: the target's forward over n new tokens on a cache of `CONTEXT` tokens (n = 1 is a plain
+  decoding step; n = K + 1 verifies K drafts). Measured at a few n and interpolated. This is what differs most
+  between machines: on AVX-512 BF16 CPUs 8 tokens cost ~1.2 steps, on AVX2 CPUs ~8, on GPUs ~1;
+- `consume_seconds`: the drafter's pass over the newly verified positions (paid every round, drafting or not);
+- `draft_step_seconds`: one more drafted token (a drafter step and the head through the call's shortlist);
+- `first_draft_seconds`: the head on the pass that consumed the verified positions (the first drafted token);
+- `tree_step_seconds`: one more depth of an EAGLE-2 tree of the assistant's shape (a drafter step over `tree_top_k`
+  frontier rows, the head over them, the top-k choices), which prices trees for `tree_generate`'s planner.
+
+Measuring takes a few seconds (hf_dynaspec.generation.costs.timing); the result is kept in the cost cache
+(hf_dynaspec.generation.costs.store), keyed by everything that changes it (shapes, dtype, device, threads,
+shortlist options, versions), so a machine measures each pairing once; an entry whose numbers are not finite,
+positive seconds of the right shape is measured again.
+
+Legend: N calibration context, n tokens per forward.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+from transformers.cache_utils import DynamicCache
+
+from hf_dynaspec.drafting.chain import ChainDraftSession
+from hf_dynaspec.drafting.planner import extrapolated_seconds
+from hf_dynaspec.drafting.tree import TreeDraftSession
+from hf_dynaspec.generation.costs.store import cached, digest, is_seconds, target_parts
+from hf_dynaspec.generation.costs.timing import CONTEXT, min_seconds, random_ids, verify_table
+from hf_dynaspec.generation.forward_args import cache_kwargs
+from hf_dynaspec.kernels.streams import devices_of
+
+
+@dataclass
+class RoundCosts:
+    """Seconds of the parts of a round (see the module docstring); `verify_seconds[n]` for n = 0..max (index 0
+    unused)."""
+
+    verify_seconds: list[float]
+    consume_seconds: float
+    first_draft_seconds: float
+    draft_step_seconds: float
+    tree_step_seconds: float | None = None  # None: not measured (trees are then not planned)
+
+    def verify(self, num_tokens: int) -> float:
+        """Seconds of a target forward over `num_tokens` new tokens (extrapolated linearly past the table)."""
+        return extrapolated_seconds(self.verify_seconds, num_tokens)
+
+    def drafting(self, num_tokens: int) -> float:
+        """Seconds to draft `num_tokens` tokens with the drafter, beyond the consume pass."""
+        if num_tokens <= 0:
+            return 0.0
+        return self.first_draft_seconds + (num_tokens - 1) * self.draft_step_seconds
+
+
+def calibration_key(target, assistant, options) -> str:
+    """Everything the costs depend on: the target's and drafter's shapes and dtype, the device, the threads, the
+    shortlist options, whether the target's Linear layers are rerouted (cpu_verify), and the versions."""
+    from hf_dynaspec.kernels.verify_rows import patch as verify_rows_patch
+
+    parts = {
+        **target_parts(target),
+        "drafter_config": assistant.config.to_json_string(use_diff=False),
+        "shortlist": [options.shortlist, options.shortlist_size, options.max_clusters, options.fixed_clusters,
+                      options.max_shortlist_size],
+        "tree": [options.tree_top_k, options.tree_total_tokens],
+        "cpu_verify": verify_rows_patch.enabled_method(target),
+    }
+    return digest(parts)
+
+
+def round_costs(target, assistant, options, head, max_tokens: int) -> RoundCosts:
+    """The costs for this pairing: from memory, else from the calibration file, else measured (and saved)."""
+    return cached(
+        f"{calibration_key(target, assistant, options)}:{max_tokens}",
+        parse=lambda entry: stored_round_costs(entry, max_tokens),
+        measure=lambda: measure_round_costs(target, assistant, head, max_tokens, tree_top_k=options.tree_top_k,
+                                            tree_total_tokens=options.tree_total_tokens),
+        to_json=asdict, what="speculation costs for draft_plan='auto'")
+
+
+def stored_round_costs(entry, max_tokens: int) -> tuple[RoundCosts | None, str | None]:
+    """A cache entry -> (its `RoundCosts`, None) when usable for drafts of up to `max_tokens` tokens, else
+    (None, what is wrong). Verify forwards must cost > 0 s (the planner divides by them); the drafter's parts may
+    measure 0 (a step below the timer's resolution) but never below it, nor NaN or inf."""
+    fields = {"verify_seconds", "consume_seconds", "first_draft_seconds", "draft_step_seconds", "tree_step_seconds"}
+    if not isinstance(entry, dict) or set(entry) != fields:
+        keys = sorted(entry) if isinstance(entry, dict) else type(entry).__name__
+        return None, f"expected the fields {sorted(fields)}, found {keys}"
+    table = entry["verify_seconds"]
+    if not isinstance(table, list) or len(table) < 2:
+        return None, "verify_seconds is not a list of seconds per verified token count"
+    if len(table) < max_tokens + 2:  # as measured: index 0 unused, then 1 .. K + 1 tokens
+        return None, f"verify_seconds covers {len(table) - 1} token counts, this call needs {max_tokens + 1}"
+    bad = [n for n, value in enumerate(table[1:], start=1) if not is_seconds(value, zero_allowed=False)]
+    if bad:
+        return None, f"verify_seconds[{bad[0]}] = {table[bad[0]]!r} is not a positive finite number of seconds"
+    for name in ("consume_seconds", "first_draft_seconds", "draft_step_seconds", "tree_step_seconds"):
+        if not is_seconds(entry[name], zero_allowed=True):
+            return None, f"{name} = {entry[name]!r} is not a finite number of seconds >= 0"
+    return RoundCosts(**entry), None
+
+
+@torch.no_grad()
+def measure_round_costs(target, assistant, head, max_tokens: int, tree_top_k: int = 4,
+                        tree_total_tokens: int = 8) -> RoundCosts:
+    """Measure `RoundCosts` with `verify_seconds` up to `max_tokens + 1` tokens (K drafts and the target's own),
+    trees of `tree_top_k` children per node and `tree_total_tokens` nodes."""
+    device = target.get_input_embeddings().weight.device
+    ids = random_ids(target, assistant.config.vocab_size, device)
+    cache = DynamicCache()
+    selection = assistant.drafter.hidden_state_selection()
+    out = target(input_ids=ids[:, :CONTEXT], **cache_kwargs(target, cache), use_cache=True, output_hidden_states=selection)
+    verify_seconds = verify_table(target, ids, cache, max_tokens + 1, device)
+    target_hidden = assistant.drafter.select_target_hidden(out.hidden_states)
+    consume, first, step, tree_step = measure_drafter(assistant, head, ids, target_hidden,
+                                                      (tree_top_k, tree_total_tokens))
+    return RoundCosts(verify_seconds, consume, first, step, tree_step)
+
+
+def measure_drafter(assistant, head, ids, target_hidden, tree_shape: tuple[int, int]):
+    """(consume, first draft, one more draft step, one more tree depth) seconds, on the calibration context;
+    `tree_shape`: (top_k, total_tokens) of the trees."""
+    session = ChainDraftSession(assistant.drafter, vocab_size=assistant.config.vocab_size, do_sample=False, head=head)
+    top_k, total_tokens = tree_shape
+    trees = TreeDraftSession(assistant.drafter, assistant.config.vocab_size, top_k=top_k, depth=3,
+                             total_tokens=total_tokens, head=head, chain=session)
+    context = ids[:, : CONTEXT - 2]
+    session.consume_verified(context, target_hidden, plan=False)  # the prompt pass, untimed
+    start = session.num_verified_pairs
+    verified = ids[:, : CONTEXT]  # two newly verified positions, as after a round that accepted one draft
+    new_hidden = target_hidden[:, start:]
+
+    def rewind():
+        session.num_verified_pairs = start
+        session.cache.crop(start)
+
+    def consume():
+        rewind()
+        session.consume_verified(verified, new_hidden, plan=False)
+
+    def draft(tokens):
+        rewind()
+        session.propose(verified, new_hidden, tokens)
+
+    def tree(depth):
+        rewind()
+        trees.propose_tree(verified, new_hidden, max_depth=depth)
+
+    devices = devices_of(assistant)
+    consume()
+    consume_seconds = min_seconds(consume, devices)
+    draft(1)
+    one = min_seconds(lambda: draft(1), devices)
+    three = min_seconds(lambda: draft(3), devices)
+    tree(3)
+    tree_one = min_seconds(lambda: tree(1), devices)
+    tree_three = min_seconds(lambda: tree(3), devices)
+    rewind()
+    return (consume_seconds, max(one - consume_seconds, 0.0), max((three - one) / 2, 0.0),
+            max((tree_three - tree_one) / 2, 0.0))
+
+

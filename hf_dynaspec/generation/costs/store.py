@@ -1,0 +1,105 @@
+"""The cache of measured costs: one JSON file of plain numbers (`calibration_path()`), one in-process memory, and
+the checks an entry passes before it is used.
+
+Nothing in the file is executable, and it is not trusted blindly: anyone who can write it could otherwise break
+or slow every call. A file that does not parse is an empty cache; an entry whose numbers are not finite seconds of
+the right shape is measured again, with a logged warning naming what was wrong (the callers' `parse` functions
+say what is wrong; `cached` does the rest). Keys are digests of everything a cost depends on (`target_parts`:
+shapes, dtype, device, threads, versions; plus what the caller adds).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers.utils import logging
+
+from hf_dynaspec.cache_home import home_dir
+from hf_dynaspec.version import __version__
+
+MEMORY: dict[str, Any] = {}  # key -> costs already read or measured in this process
+logger = logging.get_logger(__name__)
+
+
+def calibration_path() -> Path:
+    """Where measured costs are kept: calibration.json in hf-dynaspec's cache (hf_dynaspec.cache_home)."""
+    return home_dir() / "calibration.json"
+
+
+def target_parts(target) -> dict:
+    """What a target's costs depend on: its class and config, dtype, device (and card), threads, versions."""
+    head = target.get_output_embeddings().weight
+    return {
+        "target": type(target).__name__,
+        "target_config": target.config.to_json_string(use_diff=False),
+        "dtype": str(target.dtype),
+        "device": str(head.device) + ("" if head.device.type != "cuda" else torch.cuda.get_device_name(head.device)),
+        "threads": torch.get_num_threads(),
+        "versions": [torch.__version__, __version__],
+    }
+
+
+def digest(parts: dict) -> str:
+    """A short stable key for `parts` (JSON-serialisable)."""
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def is_seconds(value, zero_allowed: bool) -> bool:
+    """A finite number of seconds: > 0, or >= 0 with `zero_allowed` (bools are not numbers here)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return False
+    return value >= 0 if zero_allowed else value > 0
+
+
+def read_store(path: Path) -> dict:
+    """The cache file's entries; {} when it is missing or does not parse as a JSON object."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def write_store(path: Path, data: dict) -> None:
+    """Write atomically (a concurrent reader sees the old file or the new one); an unwritable cache only costs
+    a re-measurement next time."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_suffix(f".{os.getpid()}.tmp")
+        temporary.write_text(json.dumps(data, indent=1, sort_keys=True))
+        os.replace(temporary, path)
+    except OSError:
+        pass
+
+
+def cached(key: str, parse: Callable[[Any], tuple[Any, str | None]], measure: Callable[[], Any],
+           to_json: Callable[[Any], Any], what: str) -> Any:
+    """The costs under `key`: from memory, else from the cache file when `parse(entry)` -> (costs, None) accepts
+    its entry, else `measure()`d and saved as `to_json(costs)`. `parse` returns (None, what is wrong) for an
+    unusable entry, which is logged (naming `what`) and measured again."""
+    if key in MEMORY:
+        return MEMORY[key]
+    path = calibration_path()
+    stored = read_store(path)
+    costs = None
+    if key in stored:
+        costs, problem = parse(stored[key])
+        if costs is None:
+            logger.warning(f"hf-dynaspec: the {what} cached in {path} are unusable ({problem}); measuring them "
+                           "again (a few seconds).")
+    else:
+        logger.info(f"hf-dynaspec: measuring this machine's {what} (once per target, drafter, dtype, device and "
+                    f"thread count; cached in {path})")
+    if costs is None:
+        costs = measure()
+        stored[key] = to_json(costs)
+        write_store(path, stored)
+    MEMORY[key] = costs
+    return costs
