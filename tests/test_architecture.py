@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "hf_dynaspec"
-LEAVES = {"errors", "version", "stats", "exactness", "cache_home", "sampling"}
+LEAVES = {"errors", "version", "stats", "exactness", "cache_home", "sampling", "runtime_store"}
 LAYER = {"kernels": 1, "modeling": 1, "zoo": 1, "loading": 2, "drafting": 2, "generation": 3, "bench": 4, "cli": 5}
 
 

@@ -25,6 +25,7 @@ from test_enumeration import VOCAB as SMALL_VOCAB
 from hf_dynaspec import ArtifactError
 from hf_dynaspec.generation.medusa import medusa_generate
 from hf_dynaspec.modeling.medusa import MedusaAssistant
+from hf_dynaspec.modeling.medusa_options import MedusaGenerationConfig
 from recipes.train_medusa import medusa_loss
 from recipes.training_data import Sequence
 
@@ -278,6 +279,67 @@ def test_saved_heads_load_with_every_value(tmp_path, medusa_pair):
         assert torch.equal(loaded.state_dict()[name], value), name
 
 
+def test_saved_heads_draft_as_their_saved_options_say(tmp_path, medusa_pair, monkeypatch):
+    """The drafting options are saved with the heads (generation_config.json), load back, reach the round, can be
+    overridden at load and per call, and a bad saved value is refused naming the option."""
+    from hf_dynaspec.drafting.medusa import LatticeDrafts
+    from hf_dynaspec.generation import medusa as medusa_route
+
+    target, heads = medusa_pair
+    options = dict(draft_plan="adl", lattice_draft="chain", num_assistant_tokens=2, shortlist="frspec",
+                   tree_total_tokens=6, cps_lambda=0.7)
+    defaults, heads.generation_config = heads.generation_config, MedusaGenerationConfig(**options)
+    try:
+        heads.save_pretrained(tmp_path)
+    finally:
+        heads.generation_config = defaults
+    loaded = MedusaAssistant.from_pretrained(tmp_path, target=target)
+    assert loaded.generation_config.drafting_options() == {**defaults.drafting_options(), **options}
+    assert MedusaAssistant.from_pretrained(tmp_path, draft_plan="auto").generation_config.draft_plan == "auto"
+    seen = []
+    monkeypatch.setattr(medusa_route, "LatticeDrafts", lambda source, kind, *rest: seen.append(kind)
+                        or LatticeDrafts(source, kind, *rest))
+    prompt = torch.randint(0, VOCAB, (1, 8), generator=torch.Generator().manual_seed(4))
+    expected = plain_generate(target, prompt, max_new_tokens=16)
+    got = target.generate(prompt, custom_generate=medusa_generate, drafter=loaded, max_new_tokens=16, do_sample=False)
+    assert torch.equal(got, expected)
+    assert (seen[-1].draft, seen[-1].num_tokens, seen[-1].adaptive_length, seen[-1].shortlist,
+            seen[-1].tree_total_tokens, seen[-1].cps_lambda) == ("chain", 2, True, True, 6, 0.7)
+    got = target.generate(prompt, custom_generate=medusa_generate, drafter=loaded, max_new_tokens=16,
+                          do_sample=False, medusa_draft="tree", medusa_adaptive_length=False)
+    assert torch.equal(got, expected)
+    assert (seen[-1].draft, seen[-1].adaptive_length) == ("tree", False)
+    assert loaded.generation_config.lattice_draft == "chain"  # a per-call value changes that call only
+    stored = json.loads((tmp_path / "generation_config.json").read_text())
+    (tmp_path / "generation_config.json").write_text(json.dumps({**stored, "lattice_draft": "beam"}))
+    with pytest.raises(ValueError, match="lattice_draft"):
+        MedusaAssistant.from_pretrained(tmp_path)
+
+
+def test_a_call_leaves_the_heads_as_it_found_them(medusa_pair):
+    """The gathered shortlist rows and the planner's tables live in the heads' run-time state
+    (hf_dynaspec.runtime_store), not on the PreTrainedModel: a call writes nothing onto it, forgetting keeps
+    what was built, and a copy starts with no run-time state."""
+    import copy
+
+    from hf_dynaspec.runtime_store import forget_learnt_state, runtime_of
+
+    target, heads = medusa_pair
+    heads.attach(target)
+    before = {name: id(value) for name, value in heads.__dict__.items()}
+    prompt = torch.randint(0, VOCAB, (1, 8), generator=torch.Generator().manual_seed(5))
+    got = target.generate(prompt, custom_generate=medusa_generate, drafter=heads, max_new_tokens=16, do_sample=False,
+                          draft_plan="auto", medusa_shortlist=True, medusa_prompt_lookup_num_tokens=4)
+    assert torch.equal(got, plain_generate(target, prompt, max_new_tokens=16))
+    after = {name: id(value) for name, value in heads.__dict__.items()}
+    assert after == before, {name for name in before.keys() | after.keys() if before.get(name) != after.get(name)}
+    state = runtime_of(heads)
+    assert state.shortlist_rows is not None and state.planner_memories
+    forget_learnt_state(heads)
+    assert not state.planner_memories and state.shortlist_rows is not None
+    assert runtime_of(copy.deepcopy(heads)).shortlist_rows is None
+
+
 def test_damaged_heads_are_refused_by_name(tmp_path, medusa_pair):
     target, heads = medusa_pair
     heads.save_pretrained(tmp_path)
@@ -303,8 +365,10 @@ def test_heads_for_another_target_and_bad_options_are_refused(medusa_pair):
     with pytest.raises(AssistantMismatchError, match="vocabulary"):
         MedusaAssistant.from_target(target, num_heads=2).attach(other)
     prompt = torch.tensor([[1, 2, 3]])
-    with pytest.raises(ValueError, match="medusa draft must be one of"):
+    with pytest.raises(ValueError, match="medusa_draft .*must be one of"):
         target.generate(prompt, custom_generate=medusa_generate, drafter=heads, medusa_draft="beam")
+    with pytest.raises(ValueError, match="draft_plan .*must be one of"):
+        target.generate(prompt, custom_generate=medusa_generate, drafter=heads, draft_plan="planned")
     with pytest.raises(ValueError, match="medusa_beam_width"):
         target.generate(prompt, custom_generate=medusa_generate, drafter=heads, medusa_beam_width=3)
     plain = MedusaAssistant.from_target(target, num_heads=2)

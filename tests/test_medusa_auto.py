@@ -28,6 +28,7 @@ from hf_dynaspec.drafting.medusa import LatticeDrafts, MedusaOptions
 from hf_dynaspec.drafting.planner import PROBE_FIRST, LookupCandidate, RoundPlan, TreeShape
 from hf_dynaspec.generation.costs import lattice_costs, store
 from hf_dynaspec.modeling.medusa import MedusaAssistant
+from hf_dynaspec.runtime_store import forget_learnt_state
 from hf_dynaspec.stats import DraftStats
 
 
@@ -161,7 +162,7 @@ def test_greedy_auto_is_identical_and_drafts_what_was_planned(medusa_pair, costs
     if COSTS[costs] is not None:
         monkeypatch.setattr(medusa_route, "lattice_round_costs", lambda *a, **k: COSTS[costs]())
     monkeypatch.setattr(medusa_route, "LatticeDrafts", RecordingDrafts)
-    monkeypatch.setattr(medusa_route, "_MEMORIES", type(medusa_route._MEMORIES)())
+    forget_learnt_state(heads)
     RecordingDrafts.kinds = []
     for seed, extra in enumerate([{}, dict(medusa_prompt_lookup_num_tokens=6), dict(medusa_shortlist=True)]):
         prompt = torch.randint(0, VOCAB, (1, 6), generator=torch.Generator().manual_seed(100 + seed))
@@ -196,7 +197,7 @@ def test_sampled_auto_is_exact(costs, monkeypatch):
     prompt = torch.tensor([PROMPT])
 
     def call():
-        medusa_route._MEMORIES.clear()
+        forget_learnt_state(heads)
         out = target.generate(prompt, custom_generate=medusa_route.medusa_generate, drafter=heads, max_new_tokens=4,
                               do_sample=True, temperature=0.7, top_k=0, medusa_draft="auto",
                               medusa_tree_total_tokens=4, medusa_prompt_lookup_num_tokens=3)
@@ -292,7 +293,7 @@ def test_a_lookup_drafted_short_learns_the_position_past_it(medusa_pair, monkeyp
 
     target, heads = medusa_pair
     monkeypatch.setattr(medusa_route, "lattice_round_costs", lambda *a, **k: flat_costs())
-    monkeypatch.setattr(medusa_route, "_MEMORIES", type(medusa_route._MEMORIES)())
+    forget_learnt_state(heads)
     plan_round = Planner.plan_round
 
     def one_lookup_token(self, lookup, room):

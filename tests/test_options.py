@@ -147,12 +147,13 @@ def test_run_time_state_lives_outside_the_artifact(tmp_path):
 
     target = one_layer_target("llama")
     assistant = imitating_assistant(target, noise=0.3, draft_plan="auto", suffix_cache_num_tokens=8)
-    before = set(assistant.__dict__)
+    before = {name: id(value) for name, value in assistant.__dict__.items()}
     input_ids = prompt(0, 10)
     assisted = target.generate(input_ids, attention_mask=torch.ones_like(input_ids), max_new_tokens=12,
                                assistant_model=assistant)
     assert torch.equal(assisted, plain_generate(target, input_ids, max_new_tokens=12))
-    assert set(assistant.__dict__) == before, set(assistant.__dict__) ^ before
+    after = {name: id(value) for name, value in assistant.__dict__.items()}
+    assert after == before, {name for name in before.keys() | after.keys() if before.get(name) != after.get(name)}
     runtime = runtime_of(assistant)
     assert runtime.head is not None and runtime.planner_memories and runtime.suffix is not None
     assert assistant.stats.verify_passes > 0

@@ -4,7 +4,7 @@ lattice, or a static tree.
 Each round the source scores K positions past the root (the last committed token) at once: that is the lattice.
 Medusa heads read the target's last hidden state at the newest verified position (the one whose LM-head row gave
 the root); a diffusion LM reads the context and K mask tokens. What the round sends to the verifier
-(`MedusaOptions.draft`):
+(`MedusaOptions.draft`, resolved from the heads' `MedusaGenerationConfig` and the call's keyword arguments):
 
 - `"chain"`: each head's argmax (Medusa-1's top-1 proposal), on the device, no host read;
 - `"cps"`: the best path of DiffuSpec's causal-consistency path search (lattice and n-gram scores mixed by
@@ -26,7 +26,6 @@ Legend: K heads, L sequence length, D target hidden.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
 
 import torch
 
@@ -42,63 +41,7 @@ from hf_dynaspec.drafting.lattice_planner import LatticePlanner
 from hf_dynaspec.drafting.lookup import lookup_match
 from hf_dynaspec.drafting.planner import LookupCandidate, RoundPlan, share_costs
 from hf_dynaspec.drafting.tree_structure import DraftTree, depths_of
-
-MEDUSA_DRAFTS = ("chain", "cps", "tree", "choices", "auto")
-
-
-@dataclass
-class MedusaOptions:
-    """How Medusa heads draft (`medusa_generate`'s keyword arguments of the same names)."""
-
-    draft: str = "tree"
-    num_tokens: int | None = None  # chain length / tree depth cap; None: every head
-    tree_top_k: int = 4  # children per node of a lattice tree
-    tree_total_tokens: int = 16  # draft nodes of a lattice tree
-    max_candidates: int = 15  # CPS's M_max
-    coverage: float = 0.8  # CPS's tau: per position, the candidates covering this much probability
-    cps_lambda: float = 0.5  # weight of the lattice's log-probability against the n-gram's
-    cps_beam: int = 4
-    ngram_order: int = 3
-    adaptive_length: bool = False  # ADL
-    adl_rho: float = 0.5
-    adl_delta: int = 1
-    shortlist: bool = False  # score the stored FR-Spec list only
-    choices: list | None = None  # Medusa's medusa_choices: per-position candidate ranks of each node
-    prompt_lookup_num_tokens: int = 0  # draft="auto": a prompt-lookup draft of up to this many tokens competes
-
-    @classmethod
-    def from_kwargs(cls, **kwargs) -> MedusaOptions:
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(kwargs) - known)
-        if unknown:
-            raise TypeError(f"unknown Medusa drafting options {unknown}; known: {sorted(known)}")
-        options = cls(**{k: v for k, v in kwargs.items() if v is not None})
-        options.validate()
-        return options
-
-    def validate(self) -> None:
-        if self.draft not in MEDUSA_DRAFTS:
-            raise ValueError(f"medusa draft must be one of {MEDUSA_DRAFTS}; got {self.draft!r}.")
-        if self.draft == "choices" and not self.choices:
-            raise ValueError("draft='choices' needs medusa_choices (e.g. [(0,), (1,), (0, 0)]): per-position ranks")
-        for name in ("tree_top_k", "tree_total_tokens", "max_candidates", "cps_beam", "ngram_order"):
-            if int(getattr(self, name)) < 1:
-                raise ValueError(f"Medusa option {name} must be >= 1; got {getattr(self, name)!r}.")
-        if self.draft == "auto" and self.adaptive_length:
-            raise ValueError("draft='auto' plans each round's length itself; drop adaptive_length (ADL), or pick a "
-                             "fixed draft kind ('chain', 'cps', 'tree') to adapt its length with ADL")
-        if int(self.prompt_lookup_num_tokens) < 0:
-            raise ValueError(f"prompt_lookup_num_tokens must be >= 0; got {self.prompt_lookup_num_tokens!r}.")
-        if self.num_tokens is not None and self.num_tokens < 0:
-            raise ValueError(f"Medusa option num_tokens must be >= 0; got {self.num_tokens!r}.")
-        if not 0.0 < self.coverage <= 1.0 or not 0.0 <= self.cps_lambda <= 1.0:
-            raise ValueError(f"coverage must be in (0, 1] and cps_lambda in [0, 1]; got {self.coverage!r}, "
-                             f"{self.cps_lambda!r}.")
-
-    @property
-    def uses_context(self) -> bool:
-        """The round's choice reads an n-gram model of the context (CPS, or a tree scored with it)."""
-        return self.draft == "cps" or (self.draft in ("tree", "auto") and self.cps_lambda < 1.0)
+from hf_dynaspec.modeling.medusa_options import MedusaOptions
 
 
 class LatticeDrafts:

@@ -8,15 +8,12 @@
 - `prepare_for_target(assistant, target)`: route the drafter's Linear layers through the CPU bf16 rows kernel
   where it applies.
 
-All of it is held in one `AssistantRuntime` per assistant, outside the artifact (a weak mapping from the
-assistant, `runtime_of`): nothing is written onto the `PreTrainedModel`, so copying, saving or pickling an
+All of it is held in the assistant's `RuntimeState`, outside the artifact (hf_dynaspec.runtime_store, the one
+store of every drafter kind): nothing is written onto the `PreTrainedModel`, so copying, saving or pickling an
 assistant never carries run-time state, and the state goes away with the assistant.
 """
 
 from __future__ import annotations
-
-import weakref
-from dataclasses import dataclass, field
 
 import torch
 import torch.nn as nn
@@ -29,36 +26,9 @@ from hf_dynaspec.drafting.selector import build_head
 from hf_dynaspec.kernels.verify_rows import loader as verify_rows_loader
 from hf_dynaspec.kernels.verify_rows import patch as verify_rows_patch
 from hf_dynaspec.modeling.acceptance_prior import prior_for
+from hf_dynaspec.runtime_store import forget_learnt_state, runtime_of
 
-
-@dataclass
-class AssistantRuntime:
-    """What one assistant keeps between generate() calls that its artifact does not hold."""
-
-    head: tuple | None = None  # (key, the built head, the tensors it was built from): see runtime_head
-    planner_memories: dict[bool, PlannerMemory] = field(default_factory=dict)  # by do_sample
-    suffix: SuffixCache | None = None
-
-
-_RUNTIMES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def runtime_of(assistant) -> AssistantRuntime:
-    """The assistant's run-time state (created on first use)."""
-    runtime = _RUNTIMES.get(assistant)
-    if runtime is None:
-        runtime = _RUNTIMES[assistant] = AssistantRuntime()
-    return runtime
-
-
-def forget_learnt_state(assistant) -> None:
-    """Forget what the assistant learnt in earlier generate() calls (the planner's tables, the suffix cache's
-    outputs), keeping its built head: the next call is a first call again. A benchmark's warm-up on the prompt it
-    then measures would otherwise hand the measured call its own output through the suffix cache."""
-    runtime = _RUNTIMES.get(assistant)
-    if runtime is not None:
-        runtime.planner_memories.clear()
-        runtime.suffix = None
+__all__ = ["forget_learnt_state", "planner_memory", "prepare_for_target", "runtime_head", "runtime_of", "suffix_cache"]
 
 
 def planner_memory(assistant, do_sample: bool) -> PlannerMemory:

@@ -3,7 +3,8 @@
 
     from hf_dynaspec import MedusaAssistant, medusa_generate
     heads = MedusaAssistant.from_pretrained(path, target=model)   # ours, FasterDecoding's or vLLM's layout
-    out = model.generate(**inputs, custom_generate=medusa_generate, drafter=heads, medusa_draft="tree")
+    out = model.generate(**inputs, custom_generate=medusa_generate, drafter=heads)      # as heads.generation_config says
+    out = model.generate(**inputs, custom_generate=medusa_generate, drafter=heads, draft_plan="auto")  # per call
 
 Each round the source drafts a lattice (Medusa: from the target's last hidden state of the previous pass;
 hf_dynaspec.drafting.medusa picks the chain, CPS path or tree) and the public loop verifies it in one target
@@ -13,43 +14,44 @@ Medusa's "typical acceptance" is lossy and not offered: acceptance is the tree v
 
 from __future__ import annotations
 
-import weakref
-
 import torch
 
 from hf_dynaspec.drafting.diffusion import DiffusionDrafter
 from hf_dynaspec.drafting.lattice_planner import LatticeMemory, LatticePlanner
-from hf_dynaspec.drafting.medusa import LatticeDrafts, MedusaOptions
+from hf_dynaspec.drafting.medusa import LatticeDrafts
 from hf_dynaspec.drafting.planner import TreeShape
 from hf_dynaspec.errors import AssistantMismatchError
 from hf_dynaspec.generation.costs.lattice_costs import lattice_round_costs
 from hf_dynaspec.generation.public_loop import check_public_inputs, decode
 from hf_dynaspec.modeling.acceptance_prior import prior_for
 from hf_dynaspec.modeling.medusa import MedusaAssistant
+from hf_dynaspec.modeling.medusa_options import MedusaGenerationConfig, MedusaOptions
+from hf_dynaspec.runtime_store import runtime_of
 from hf_dynaspec.stats import start_stats
 
 
 @torch.no_grad()
 def medusa_generate(model, input_ids, logits_processor, stopping_criteria, generation_config, drafter=None,
-                    medusa_draft: str | None = None, medusa_tokens: int | None = None,
+                    draft_plan: str | None = None, medusa_draft: str | None = None, medusa_tokens: int | None = None,
                     medusa_tree_top_k: int | None = None, medusa_tree_total_tokens: int | None = None,
                     medusa_max_candidates: int | None = None, medusa_coverage: float | None = None,
                     medusa_cps_lambda: float | None = None, medusa_cps_beam: int | None = None,
                     medusa_ngram_order: int | None = None, medusa_adaptive_length: bool | None = None,
                     medusa_adl_rho: float | None = None, medusa_adl_delta: int | None = None,
-                    medusa_shortlist: bool | None = None, medusa_choices: list | None = None,
+                    medusa_shortlist: bool | str | None = None, medusa_choices: list | None = None,
                     medusa_prompt_lookup_num_tokens: int | None = None, **model_kwargs):
-    """`custom_generate` callable. `drafter`: a `MedusaAssistant` for `model`, or a `DiffusionDrafter`. `medusa_draft`: "chain", "cps",
-    "tree" (default) or "choices"; `medusa_tokens`: chain length / tree depth (default: every head); further
-    `medusa_*` keyword arguments set the other `MedusaOptions` fields (`medusa_tree_total_tokens=16`,
-    `medusa_cps_lambda=0.5`, `medusa_adaptive_length=True`, `medusa_shortlist=True`, ...). Returns the sequences
-    `[1, L]`, or a `GenerateDecoderOnlyOutput` with `return_dict_in_generate`. (Each option is a named argument:
-    generate() hands a `custom_generate` only the keyword arguments its signature names.)"""
+    """`custom_generate` callable. `drafter`: a `MedusaAssistant` for `model`, or a `DiffusionDrafter`. It drafts as
+    the heads' `generation_config` (`MedusaGenerationConfig`, saved with them) says; the keyword arguments override
+    it for this call: `draft_plan` ("fixed", "auto", "adl"), `medusa_draft` ("chain", "cps", "tree", "choices";
+    "auto" is `draft_plan="auto"`), `medusa_tokens` (chain length / tree depth), and the other `medusa_*` options
+    (hf_dynaspec.modeling.medusa_options lists each with its config name). Returns the sequences `[1, L]`, or a
+    `GenerateDecoderOnlyOutput` with `return_dict_in_generate`. (Each option is a named argument: generate()
+    hands a `custom_generate` only the keyword arguments its signature names.)"""
     heads = _attached(drafter, model)
     named = dict(locals())
-    options = MedusaOptions.from_kwargs(
-        draft=medusa_draft, num_tokens=medusa_tokens,
-        **{name.removeprefix("medusa_"): named[name] for name in OPTION_ARGUMENTS})
+    config = getattr(heads, "generation_config", None)
+    config = config if isinstance(config, MedusaGenerationConfig) else MedusaGenerationConfig()
+    options = config.lattice_options(**{name: named[name] for name in OPTION_ARGUMENTS})
     check_public_inputs(model, heads, input_ids, generation_config, model_kwargs)
     planner = _planner(model, heads, options, bool(generation_config.do_sample))
     stats, vocab_size = start_stats(heads), model.get_output_embeddings().weight.shape[0]
@@ -61,25 +63,22 @@ def medusa_generate(model, input_ids, logits_processor, stopping_criteria, gener
                   model_kwargs)
 
 
-OPTION_ARGUMENTS = ("medusa_tree_top_k", "medusa_tree_total_tokens", "medusa_max_candidates", "medusa_coverage",
-                    "medusa_cps_lambda", "medusa_cps_beam", "medusa_ngram_order", "medusa_adaptive_length",
-                    "medusa_adl_rho", "medusa_adl_delta", "medusa_shortlist", "medusa_choices",
-                    "medusa_prompt_lookup_num_tokens")
+OPTION_ARGUMENTS = ("draft_plan", "medusa_draft", "medusa_tokens", "medusa_tree_top_k", "medusa_tree_total_tokens",
+                    "medusa_max_candidates", "medusa_coverage", "medusa_cps_lambda", "medusa_cps_beam",
+                    "medusa_ngram_order", "medusa_adaptive_length", "medusa_adl_rho", "medusa_adl_delta",
+                    "medusa_shortlist", "medusa_choices", "medusa_prompt_lookup_num_tokens")
 
 
 lattice_generate = medusa_generate  # the same route, named for any lattice source
 
-# The planner's acceptance tables per source and decoding mode, kept across calls (a planner learns the workload)
-# and dropped with the source.
-_MEMORIES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
 
 def _planner(model, source, options: MedusaOptions, do_sample: bool) -> LatticePlanner | None:
-    """`draft="auto"`'s planner: this machine's measured costs, the source's tables for this decoding mode."""
+    """`draft="auto"`'s planner: this machine's measured costs, the source's tables for this decoding mode (kept
+    across calls in the source's run-time state: a planner learns the workload)."""
     if options.draft != "auto":
         return None
     depth = source.num_positions if options.num_tokens is None else min(options.num_tokens, source.num_positions)
-    memories = _MEMORIES.setdefault(source, {})
+    memories = runtime_of(source).planner_memories
     if do_sample not in memories:  # the tables start at the acceptance measured with the heads, if any
         stored = getattr(getattr(source, "config", None), "expected_acceptance", None)
         memories[do_sample] = LatticeMemory(prior_for(stored, do_sample))

@@ -33,6 +33,8 @@ from hf_dynaspec.modeling import checkpoints, model_card
 from hf_dynaspec.modeling.acceptance_prior import priors_from_config
 from hf_dynaspec.modeling.families import warn_if_half_overflows
 from hf_dynaspec.modeling.medusa_layouts import OWN_MODEL_TYPE, read_medusa
+from hf_dynaspec.modeling.medusa_options import OPTION_DEFAULTS, MedusaGenerationConfig
+from hf_dynaspec.runtime_store import runtime_of
 from hf_dynaspec.stats import DraftStats, latest_stats
 from hf_dynaspec.version import __version__
 
@@ -119,8 +121,9 @@ class MedusaAssistant(PreTrainedModel):
         self.register_buffer("frequency_ids", torch.zeros(config.frequency_list_size, dtype=torch.long))
         self.post_init()
         self.card_data: dict = {}  # how the heads were made and what they measured (card.json, the model card)
-        self.__dict__["_target"] = None
-        self.__dict__["_shortlist_rows"] = None
+        # How they draft by default (generation_config.json); medusa_generate's keyword arguments override it.
+        self.generation_config = MedusaGenerationConfig()
+        self.__dict__["_target"] = None  # the attachment (not a submodule: never saved or moved with the heads)
 
     def _init_weights(self, module: nn.Module) -> None:
         """Blocks start as the identity (W = 0, b = 0): an untrained head repeats the LM head's guess."""
@@ -149,11 +152,14 @@ class MedusaAssistant(PreTrainedModel):
 
     @classmethod
     def from_pretrained(cls, path_or_repo_id: str | os.PathLike, *, target: PreTrainedModel | None = None,
-                        revision: str | None = None, **hub_kwargs) -> MedusaAssistant:
+                        revision: str | None = None, **kwargs) -> MedusaAssistant:
         """Heads saved here, or a published Medusa checkpoint as it is (FasterDecoding's `medusa_lm_head` files,
         vLLM's layout); attached to `target` when given. Weights load through safetensors, or `.pt`/`.bin`
-        through `torch.load(weights_only=True)`; every key must be known and every shape right."""
-        directory = checkpoints.resolve_artifact_dir(path_or_repo_id, revision=revision, **hub_kwargs)
+        through `torch.load(weights_only=True)`; every key must be known and every shape right. Keyword
+        arguments named like a drafting option (`MedusaGenerationConfig`: `draft_plan="auto"`,
+        `tree_total_tokens=16`, ...) override the heads' generation_config.json; the rest go to the Hub download."""
+        options = {name: kwargs.pop(name) for name in list(kwargs) if name in OPTION_DEFAULTS}
+        directory = checkpoints.resolve_artifact_dir(path_or_repo_id, revision=revision, **kwargs)
         fields, state = read_medusa(Path(directory))
         heads = cls(MedusaConfig.from_dict(fields))
         expected = heads.state_dict()
@@ -170,12 +176,15 @@ class MedusaAssistant(PreTrainedModel):
                 raise ArtifactError(f"{directory}: {name} holds NaN or infinite values; re-download the heads.")
         heads.load_state_dict(state)
         heads.card_data = model_card.read_card_data(Path(directory))
+        heads.generation_config = _read_options(Path(directory), options)
         return heads.attach(target) if target is not None else heads
 
     def save_pretrained(self, save_directory: str | os.PathLike, *args, **kwargs) -> None:
-        """config.json, model.safetensors, card.json (when there is card data) and a README model card."""
+        """config.json, model.safetensors, generation_config.json (the drafting options), card.json (when there is
+        card data) and a README model card."""
         super().save_pretrained(save_directory, *args, **kwargs)
         directory = Path(save_directory)
+        self.generation_config.save_pretrained(directory)
         if self.card_data:
             (directory / model_card.CARD_DATA_NAME).write_text(json.dumps(self.card_data, indent=2) + "\n")
         (directory / "README.md").write_text(model_card.render_medusa_card(self.config, self.card_data))
@@ -206,7 +215,7 @@ class MedusaAssistant(PreTrainedModel):
         warn_if_half_overflows(target)
         self.to(device=head.weight.device, dtype=target.dtype)
         self.__dict__["_target"] = target
-        self.__dict__["_shortlist_rows"] = None
+        runtime_of(self).shortlist_rows = None  # gathered again from this target's head when next needed
         return self
 
     def hidden_state_selection(self) -> int:
@@ -255,8 +264,10 @@ class MedusaAssistant(PreTrainedModel):
         return logits.float(), ids
 
     def _shortlisted_logits(self, states: torch.Tensor) -> torch.Tensor:
-        """Each head's logits over the shortlist `[K, N, S]`: the projection's S rows, gathered once per attach."""
-        rows = self.__dict__["_shortlist_rows"]
+        """Each head's logits over the shortlist `[K, N, S]`: the projection's S rows, gathered once per attach
+        (kept in the heads' run-time state, hf_dynaspec.runtime_store)."""
+        runtime = runtime_of(self)
+        rows = runtime.shortlist_rows
         if rows is None or rows.device != states.device or rows.dtype != states.dtype:
             if self.lm_heads is None:
                 weights = self.target.get_output_embeddings().weight[self.frequency_ids][None]
@@ -264,7 +275,7 @@ class MedusaAssistant(PreTrainedModel):
                 if self.head_token_ids.numel():
                     raise ValueError("a shortlist over truncated own heads is not supported: use their token map")
                 weights = torch.stack([projection.weight[self.frequency_ids] for projection in self.lm_heads])
-            rows = self.__dict__["_shortlist_rows"] = weights.to(states.dtype).contiguous()  # [1 or K, S, D]
+            rows = runtime.shortlist_rows = weights.to(states.dtype).contiguous()  # [1 or K, S, D]
         if rows.shape[0] == 1:  # the target's head: one [K*N, D] x [D, S] product, its S rows read once
             return (states.reshape(-1, states.shape[-1]) @ rows[0].T).reshape(*states.shape[:2], -1).float()
         return torch.matmul(states, rows.transpose(1, 2)).float()
@@ -272,3 +283,17 @@ class MedusaAssistant(PreTrainedModel):
     def forward(self, *args, **kwargs):
         raise TypeError("Medusa heads are not called directly: model.generate(**inputs, "
                         "custom_generate=medusa_generate, drafter=heads)")
+
+
+def _read_options(directory: Path, overrides: dict) -> MedusaGenerationConfig:
+    """The heads' drafting options: their generation_config.json when they were saved by hf-dynaspec (published
+    checkpoints have none of ours: the defaults), with `overrides` applied and checked."""
+    path = directory / "generation_config.json"
+    stored = {}
+    if path.is_file():
+        try:
+            stored = json.loads(path.read_text())
+        except ValueError as error:
+            raise ArtifactError(f"{path} is not valid JSON ({error}); re-download or re-save the heads.") from None
+        stored = {k: v for k, v in stored.items() if k in OPTION_DEFAULTS} if isinstance(stored, dict) else {}
+    return MedusaGenerationConfig(**{**stored, **overrides})
