@@ -148,5 +148,5 @@ def fixed_costs(monkeypatch):
     """`fixed_costs(costs)`: every planned call of the test sees `costs` (a `RoundCosts`: a machine of a chosen
     kind) instead of measuring this one."""
     def use(costs):
-        monkeypatch.setattr("hf_dynaspec.generation.candidate_generator.round_costs", lambda *a, **k: costs)
+        monkeypatch.setattr("hf_dynaspec.generation.rounds.round_costs", lambda *a, **k: costs)
     return use

@@ -152,3 +152,58 @@ def test_the_private_name_check_sees_both_forms():
                "from hf_dynaspec.version import __version__\n")
     assert sorted(private_uses(planted)) == ["hf_dynaspec.generation.costs.store._digest",
                                              "hf_dynaspec.generation.costs.timing._hidden"]
+
+
+def contract_problems(implementation, protocol) -> list[str]:
+    """Where `implementation` (a class) departs from `protocol`: a missing method, or other parameter names."""
+    import inspect
+
+    problems = []
+    for name in sorted(set(dir(protocol)) - set(dir(object))):
+        member = getattr(protocol, name)
+        if name.startswith("_") or not callable(member):
+            continue
+        own = getattr(implementation, name, None)
+        if own is None:
+            problems.append(f"{implementation.__name__} has no {name}")
+            continue
+        expected = list(inspect.signature(member).parameters)
+        found = list(inspect.signature(own).parameters)
+        if found != expected:
+            problems.append(f"{implementation.__name__}.{name}{tuple(found)} != {tuple(expected)}")
+    return problems
+
+
+def test_every_drafter_kinds_rounds_implement_the_one_contract():
+    """The EAGLE round and the lattice round are both `DraftingRound`s: the same methods, the same parameters."""
+    from hf_dynaspec.drafting.contract import DraftingRound
+    from hf_dynaspec.drafting.medusa import LatticeDrafts
+    from hf_dynaspec.drafting.round import SpeculationRound
+
+    assert contract_problems(SpeculationRound, DraftingRound) == []
+    assert contract_problems(LatticeDrafts, DraftingRound) == []
+
+    class Departing:  # mutation check: a renamed method and a renamed parameter are both reported
+        def draft(self, input_ids, target_hidden, room): ...
+
+        def learn(self, committed_ids, num_accepted, tree_outcome=None): ...
+
+    problems = contract_problems(Departing, DraftingRound)
+    assert "Departing has no propose" in problems and any(p.startswith("Departing.learn") for p in problems)
+
+
+LOOPS = ("hf_dynaspec.generation.public_loop", "hf_dynaspec.generation.batched_loop",
+         "hf_dynaspec.generation.candidate_generator")
+
+
+def reaches_into_drafter(source: str) -> list[int]:
+    """Lines of `source` that read a `.drafter` attribute (a loop reaching past the round contract)."""
+    return [node.lineno for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Attribute)
+            and node.attr == "drafter"]
+
+
+@pytest.mark.parametrize("name", LOOPS)
+def test_the_loops_talk_to_the_rounds_only(name):
+    """A loop asks the rounds (`DraftingRound`) for features, drafts and learning, never the drafter itself."""
+    assert reaches_into_drafter(MODULES[name].read_text()) == []
+    assert reaches_into_drafter("x = assistant.drafter.select_target_hidden(h)\n") == [1]  # the check sees it

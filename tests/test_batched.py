@@ -26,7 +26,7 @@ from test_planner import flat_costs
 
 import hf_dynaspec.generation.medusa as medusa_route
 from hf_dynaspec import chain_generate, tree_generate
-from hf_dynaspec.generation import candidate_generator as cg
+from hf_dynaspec.generation import rounds as cg
 from hf_dynaspec.modeling.medusa import MedusaAssistant
 
 
@@ -202,8 +202,8 @@ def test_batched_verify_logits_equal_each_rows_own_forward():
     from transformers.cache_utils import DynamicCache
     from transformers.generation.logits_process import LogitsProcessorList
 
+    from hf_dynaspec.drafting.contract import chain_tree
     from hf_dynaspec.generation.batched_loop import _compact, _prefill, _Row, _verify
-    from hf_dynaspec.generation.chain import chain_tree
 
     target = tiny_target("llama", seed=3)
     heads = MedusaAssistant.from_target(target, num_heads=2)
@@ -350,10 +350,7 @@ def test_each_rows_tree_is_read_through_its_own_ancestors():
         def hidden_state_selection():
             return -1
 
-    class Holder:
-        drafter = Drafter()
-
-    _verify(Recorder(), Holder(), rows, trees, valid, cache=None)
+    _verify(Recorder(), Drafter(), rows, trees, valid, cache=None)
     visible = seen["attention_mask"][:, 0] == 0  # [rows, nodes, slots]
     for i, tree in enumerate(trees):
         n = len(tree)

@@ -142,7 +142,7 @@ def test_block_verified_round_through_generate_code_is_exact(kind, draft_plan, m
     if draft_plan == "auto":
         from test_planner import flat_costs
 
-        monkeypatch.setattr("hf_dynaspec.generation.candidate_generator.round_costs", lambda *a, **k: flat_costs())
+        monkeypatch.setattr("hf_dynaspec.generation.rounds.round_costs", lambda *a, **k: flat_costs())
     target = one_layer_target("llama", seed=5, vocab_size=VOCAB)
     assistant = imitating_assistant(target, noise=1.0, seed=3, num_assistant_tokens=3, verification="block",
                                     draft_plan=draft_plan, auto_max_assistant_tokens=3)

@@ -21,7 +21,7 @@ def hopeless_costs() -> RoundCosts:
 
 def test_every_round_is_measured_whole_whatever_the_costs(fixed_costs):
     fixed_costs(hopeless_costs())
-    import hf_dynaspec.generation.candidate_generator as candidate_generator
+    import hf_dynaspec.generation.rounds as candidate_generator
 
     assert candidate_generator.round_costs(None, None, None, None, 0) == hopeless_costs()  # the fixture is in force
     target = one_layer_target("llama", seed=2)

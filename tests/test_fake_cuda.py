@@ -400,8 +400,8 @@ def test_a_batched_rounds_steps_stay_on_the_device():
     from transformers.cache_utils import DynamicCache
     from transformers.generation.logits_process import LogitsProcessorList
 
+    from hf_dynaspec.drafting.contract import chain_tree
     from hf_dynaspec.generation.batched_loop import _compact, _keep, _prefill, _Row, _verify
-    from hf_dynaspec.generation.chain import chain_tree
     from hf_dynaspec.modeling.medusa import MedusaAssistant
 
     target = tiny_target("qwen2")
@@ -433,9 +433,9 @@ def test_a_batched_round_reads_the_device_twice_whatever_its_rows():
     (not a read per row, as a loop over `accept_path` and the single-row commit would make)."""
     from transformers.generation.stopping_criteria import MaxLengthCriteria, StoppingCriteriaList
 
+    from hf_dynaspec.drafting.contract import chain_tree
     from hf_dynaspec.drafting.tree_structure import DraftTree
     from hf_dynaspec.generation.batched_loop import _accepted_paths, _Row, _stop_flags
-    from hf_dynaspec.generation.chain import chain_tree
 
     with FakeCuda() as cuda:
         for count in (1, 4):

@@ -120,7 +120,7 @@ def test_the_hook_binds_arguments_by_signature_whatever_their_form(monkeypatch):
 def test_drafts_end_at_their_first_eos_where_transformers_does_not_crop(monkeypatch):
     """transformers < 5.18 appends every accepted token; the round then ends a draft at its first EOS (tokens and
     the draft logits alike). Newer releases crop themselves, and the round skips the cut (a host sync)."""
-    from hf_dynaspec.drafting.chain import Draft
+    from hf_dynaspec.drafting.contract import Draft
     from hf_dynaspec.generation import candidate_generator as cg
 
     config = GenerationConfig(eos_token_id=[7, 9])

@@ -26,6 +26,7 @@ from hf_dynaspec.drafting.lookup import SuffixCache
 from hf_dynaspec.drafting.planner import SpeculationPlanner
 from hf_dynaspec.drafting.runtime import planner_memory, runtime_head
 from hf_dynaspec.generation import candidate_generator as cg
+from hf_dynaspec.generation import rounds
 from hf_dynaspec.generation.costs import round_costs as calibration
 from hf_dynaspec.generation.costs.round_costs import RoundCosts
 
@@ -87,7 +88,7 @@ class RoundSpy:
 
 
 def test_the_round_drafts_exactly_the_source_and_length_the_plan_chose(monkeypatch):
-    monkeypatch.setattr(cg, "round_costs", lambda *a, **k: moderate_costs())
+    monkeypatch.setattr(rounds, "round_costs", lambda *a, **k: moderate_costs())
     spy = RoundSpy(monkeypatch)
     target = one_layer_target("llama", seed=2)
     assistant = imitating_assistant(target, noise=0.6, seed=4, **{**AUTO, "prompt_lookup_num_tokens": 8,
@@ -122,7 +123,7 @@ def test_the_round_drafts_the_planned_source_where_the_sources_disagree(monkeypa
     from hf_dynaspec import suffix_cache
     from hf_dynaspec.drafting.planner import RoundPlan
 
-    monkeypatch.setattr(cg, "round_costs", lambda *a, **k: flat_costs())
+    monkeypatch.setattr(rounds, "round_costs", lambda *a, **k: flat_costs())
     spy = RoundSpy(monkeypatch)
     planned = SpeculationPlanner.plan_round  # the spy's wrapper: it records the plan it returns
 
@@ -161,7 +162,7 @@ def test_the_round_drafts_the_planned_source_where_the_sources_disagree(monkeypa
 def test_the_accelerator_form_applies_the_planners_cut(monkeypatch):
     """Deferred decisions draft up to the cap and cut once at the round's end: the draft verified is the planner's
     cut of what was drafted, never the whole cap."""
-    monkeypatch.setattr(cg, "round_costs", lambda *a, **k: steep_costs())
+    monkeypatch.setattr(rounds, "round_costs", lambda *a, **k: steep_costs())
     cuts, drafted = [], []
     cut, propose = SpeculationPlanner.cut, ChainDraftSession.propose
 
@@ -189,7 +190,7 @@ def test_the_accelerator_form_applies_the_planners_cut(monkeypatch):
 
 
 def test_greedy_and_sampled_calls_learn_acceptance_apart(monkeypatch):
-    monkeypatch.setattr(cg, "round_costs", lambda *a, **k: flat_costs())
+    monkeypatch.setattr(rounds, "round_costs", lambda *a, **k: flat_costs())
     target = one_layer_target("llama", seed=2)
     assistant = imitating_assistant(target, noise=0.6, **AUTO)
     prompt = repeating_prompt(target.config.vocab_size)

@@ -22,7 +22,7 @@ from hf_dynaspec.drafting.lookup import SuffixCache
 from hf_dynaspec.drafting.planner import PROBE_FIRST, PlannerMemory, RoundPlan, SpeculationPlanner, TreeShape
 from hf_dynaspec.drafting.tree import TreeDraftSession
 from hf_dynaspec.drafting.tree_structure import DraftTree
-from hf_dynaspec.generation import candidate_generator as cg
+from hf_dynaspec.generation import rounds as cg
 from hf_dynaspec.generation.costs.round_costs import RoundCosts
 
 SHAPE = TreeShape(top_k=3, max_depth=4, total_tokens=10)

@@ -121,7 +121,7 @@ def test_random_drafter_under_auto_stays_exact(fixed_costs):
 def planned_round_error(costs, kind="temperature", form="cpu", monkeypatch=None, **options):
     target = one_layer_target("llama", seed=5, vocab_size=VOCAB)
     assistant = imitating_assistant(target, noise=1.0, seed=3, **{**AUTO, **options})
-    monkeypatch.setattr("hf_dynaspec.generation.candidate_generator.round_costs", lambda *a, **k: costs)
+    monkeypatch.setattr("hf_dynaspec.generation.rounds.round_costs", lambda *a, **k: costs)
     lp = processors(kind)
     if form == "accelerator":
         with accelerator_paths_on_cpu():
@@ -211,7 +211,7 @@ def test_auto_routes_the_targets_verification_through_the_rows_kernel_only_durin
     monkeypatch.setattr(cal, "measured_verify_rows", lambda target: 4)
     costs = flat_costs()
     costs.tree_step_seconds = 0.05
-    monkeypatch.setattr("hf_dynaspec.generation.candidate_generator.round_costs", lambda *a, **k: costs)
+    monkeypatch.setattr("hf_dynaspec.generation.rounds.round_costs", lambda *a, **k: costs)
     target = one_layer_target("llama", seed=2).to(torch.bfloat16)
     public = {"chain_generate": chain_generate, "tree_generate": tree_generate}
 

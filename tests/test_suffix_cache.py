@@ -112,7 +112,7 @@ def test_a_forgetting_assistant_makes_its_next_call_a_first_call(monkeypatch):
     from hf_dynaspec.bench.prompts import EncodedPrompt
     from hf_dynaspec.drafting import runtime
 
-    monkeypatch.setattr("hf_dynaspec.generation.candidate_generator.round_costs", lambda *a, **k: flat_costs())
+    monkeypatch.setattr("hf_dynaspec.generation.rounds.round_costs", lambda *a, **k: flat_costs())
     target = one_layer_target("llama", seed=2)
     assistant = imitating_assistant(target, noise=2.0, seed=4, draft_plan="auto", suffix_cache_num_tokens=8)
     prompt = torch.randint(0, target.config.vocab_size, (1, 12), generator=torch.Generator().manual_seed(5))
@@ -142,7 +142,7 @@ def test_a_forgetting_assistant_makes_its_next_call_a_first_call(monkeypatch):
 def test_auto_plan_uses_the_suffix_cache_on_a_repeated_task(monkeypatch):
     from test_planner import flat_costs
 
-    monkeypatch.setattr("hf_dynaspec.generation.candidate_generator.round_costs", lambda *a, **k: flat_costs())
+    monkeypatch.setattr("hf_dynaspec.generation.rounds.round_costs", lambda *a, **k: flat_costs())
     target = one_layer_target("llama", seed=2)
     assistant = imitating_assistant(target, noise=2.0, seed=4, draft_plan="auto", suffix_cache_num_tokens=8)
     prompt = torch.randint(0, target.config.vocab_size, (1, 12), generator=torch.Generator().manual_seed(5))

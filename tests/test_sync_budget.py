@@ -71,7 +71,7 @@ def test_a_planned_round_reads_the_device_once_plus_the_committed_ids(monkeypatc
     round's end; the suffix cache (host-side) adds one read of the newly committed ids per round."""
     from test_planner import flat_costs
 
-    monkeypatch.setattr("hf_dynaspec.generation.candidate_generator.round_costs", lambda *a, **k: flat_costs())
+    monkeypatch.setattr("hf_dynaspec.generation.rounds.round_costs", lambda *a, **k: flat_costs())
     target = one_layer_target("qwen2")
     assistant = _assistant(tmp_path, target, "dynaspec", draft_plan="auto", suffix_cache_num_tokens=suffix)
     counter = HostSyncCounter()

@@ -11,32 +11,15 @@ K draft tokens.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import torch
 
 import hf_dynaspec.sampling as sampling
+from hf_dynaspec.drafting.contract import Draft
 from hf_dynaspec.drafting.device_paths import use_accelerator_paths
 from hf_dynaspec.drafting.kv_cache import DraftKVCache
 from hf_dynaspec.drafting.lookup import one_hot_logits
-from hf_dynaspec.drafting.tree_structure import DraftTree
 from hf_dynaspec.kernels.shortlist_head import ShortlistHeadOutput
 from hf_dynaspec.modeling.drafter import Drafter, causal_mask
-
-
-@dataclass
-class Draft:
-    """What a round of drafting hands to the verifier."""
-
-    token_ids: torch.Tensor  # [1, K] target vocabulary ids
-    # [1, K, V] float32 logits whose softmax is exactly the distribution each draft token was sampled from
-    # (-inf outside the shortlist); None for greedy drafting, where the verifier ignores them.
-    logits: torch.Tensor | None
-    looked_up: bool = False  # the tokens are a prompt-lookup draft the drafter did not veto
-    confidences: list[float] = field(default_factory=list)  # with a planner: top probability per drafted position
-    # A tree round (tree_generate's planner): the tree, its root the last committed token; `token_ids` then holds
-    # its draft nodes `[1, N - 1]` in node order (not a sequence).
-    tree: DraftTree | None = None
 
 
 class ChainDraftSession:

@@ -29,6 +29,7 @@ import math
 
 import torch
 
+from hf_dynaspec.drafting.contract import Draft
 from hf_dynaspec.drafting.lattice import (
     AdaptiveDraftLength,
     Lattice,
@@ -45,10 +46,10 @@ from hf_dynaspec.modeling.medusa_options import MedusaOptions
 
 
 class LatticeDrafts:
-    """`run_rounds`' drafts for a lattice source (hf_dynaspec.generation.public_loop): Medusa heads
+    """A lattice source's rounds (a `DraftingRound`, hf_dynaspec.drafting.contract): Medusa heads
     (`MedusaAssistant`) or a diffusion LM (hf_dynaspec.drafting.diffusion.DiffusionDrafter). A source has
-    `num_positions` (K) and `lattice_logits(input_ids, target_hidden, depth, shortlist)` -> (logits
-    `[depth, R]`, target ids of the R columns `[R]` or None)."""
+    `num_positions` (K), `lattice_logits(input_ids, target_hidden, depth, shortlist)` -> (logits
+    `[depth, R]`, target ids of the R columns `[R]` or None) and the `TargetFeatures` methods."""
 
     def __init__(self, source, options: MedusaOptions, stats, vocab_size: int, planner: LatticePlanner | None = None):
         if (options.draft == "auto") != (planner is not None):
@@ -65,8 +66,21 @@ class LatticeDrafts:
         # A lookup drafted short and accepted whole: (its plan, tokens drafted, index in the context of the target's
         # own token after it), resolved when that token reaches the host copy (the next round's read).
         self._past_the_draft: tuple[RoundPlan, int, int] | None = None
+        self.tree: DraftTree | None = None  # the last round's draft
 
-    def propose(self, input_ids: torch.Tensor, target_hidden: torch.Tensor, max_depth: int) -> DraftTree:
+    # -- the contract: features, propose, learn, share_costs, finish ------------------------------------------
+    def hidden_state_selection(self):
+        return self.source.hidden_state_selection()
+
+    def select_target_hidden(self, hidden_states: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        return self.source.select_target_hidden(hidden_states)
+
+    def propose(self, input_ids: torch.Tensor, target_hidden: torch.Tensor, room: int) -> Draft:
+        """The round's draft (always a tree: a chain is one branch) continuing `input_ids` `[1, L]`."""
+        tree = self.tree = self.propose_tree(input_ids, target_hidden, room)
+        return Draft(token_ids=tree.token_ids[None, 1:], logits=None, tree=tree)
+
+    def propose_tree(self, input_ids: torch.Tensor, target_hidden: torch.Tensor, max_depth: int) -> DraftTree:
         """The round's draft continuing `input_ids` `[1, L]` (its last token is the root), from the target's last
         hidden states `[1, T, D]` (row -1: the position that predicted the root); at most `max_depth` deep."""
         self._read_context(input_ids)
@@ -140,15 +154,17 @@ class LatticeDrafts:
     def finish(self) -> None:
         """Nothing is kept past a lattice row (its tables live in the shared planner)."""
 
-    def learn(self, input_ids: torch.Tensor, tree: DraftTree, num_accepted: int, path) -> None:
-        plan = self.plan
+    def learn(self, committed_ids: torch.Tensor, num_accepted: int, accepted_nodes: list[int] | None = None) -> None:
+        """The last draft's outcome (the contract's `learn`): statistics, ADL, the planner's tables."""
+        plan, tree = self.plan, self.tree
         source = plan.source if plan is not None and plan.source == "prompt-lookup" else self.source.source_name
         self.stats.record(len(tree) - 1, num_accepted, source=source)
         if self.adl is not None:
             self.adl.record(int(tree.max_depth or 0), num_accepted)
         if self.planner is not None:
             # A tree round also tells what the argmax chain inside it would have done (its first children).
-            outcome = tree.greedy_chain_outcome(path.nodes[:num_accepted]) if plan.source == "tree" else None
+            outcome = (tree.greedy_chain_outcome(accepted_nodes)
+                       if plan.source == "tree" and accepted_nodes is not None else None)
             self.planner.record(plan, len(tree) - 1, num_accepted, chain_outcome=outcome)
             if plan.next_offered is not None and num_accepted == len(tree) - 1 == plan.num_tokens:
                 self._past_the_draft = (plan, num_accepted, len(self._context) + num_accepted)

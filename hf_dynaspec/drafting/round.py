@@ -1,9 +1,10 @@
 """One speculation round, one owner: pick the source, absorb the verified positions, draft, cut once.
 
-Both routes into generate() run their rounds through `SpeculationRound`: the `assistant_model=` route (its
-candidate generator is a thin adapter, hf_dynaspec.generation.candidate_generator) and the public
-`custom_generate=chain_generate` route (hf_dynaspec.generation.chain, which verifies the round's draft as a
-one-branch tree). A round, as `draft` runs it:
+Both routes into generate() run their rounds through `SpeculationRound`, an implementation of the one round
+contract (hf_dynaspec.drafting.contract.DraftingRound, which the lattice rounds implement too): the
+`assistant_model=` route (its candidate generator is a thin adapter, hf_dynaspec.generation.candidate_generator)
+and the public routes (hf_dynaspec.generation.public_loop, which verifies a chain as a one-branch tree). A round,
+as `propose` runs it:
 
 1. bring the host copy of the committed ids up to date (only while a lookup source is on: one read of the few
    ids committed since the last round);
@@ -29,24 +30,26 @@ from __future__ import annotations
 
 import torch
 
-from hf_dynaspec.drafting.chain import ChainDraftSession, Draft
+from hf_dynaspec.drafting.chain import ChainDraftSession
+from hf_dynaspec.drafting.contract import Draft
 from hf_dynaspec.drafting.lattice import AdaptiveDraftLength
-from hf_dynaspec.drafting.lookup import SuffixCache, lookup_match
-from hf_dynaspec.drafting.planner import LookupCandidate, ProbeDrafting, RoundPlan, SpeculationPlanner
+from hf_dynaspec.drafting.lookup import RequestView, SuffixCache, lookup_match
+from hf_dynaspec.drafting.planner import LookupCandidate, ProbeDrafting, RoundPlan, SpeculationPlanner, share_costs
 from hf_dynaspec.drafting.tree import TreeDraftSession
 
 
 class SpeculationRound:
-    """The rounds of one generate() call. `planner` None: `draft_plan="fixed"`; `suffix` None: no suffix cache;
-    `eos_token_ids` `[E]`: cut drafts after an EOS (None: the caller's loop crops at EOS itself)."""
+    """The rounds of one generate() call (a `DraftingRound`). `planner` None: `draft_plan="fixed"`; `suffix` None:
+    no suffix cache; `eos_token_ids` `[E]`: cut drafts after an EOS (None: the caller's loop crops at EOS itself)."""
 
     def __init__(self, session: ChainDraftSession, options, stats, planner: SpeculationPlanner | None = None,
                  suffix: SuffixCache | None = None, eos_token_ids: torch.Tensor | None = None,
                  collect_draft_tokens: bool = False, trees: TreeDraftSession | None = None):
-        """`trees`: grows the trees a planner with a `TreeShape` may choose (on `session`, which it shares)."""
-        if (trees is not None) != (planner is not None and planner.tree is not None):
-            raise ValueError("a round drafts trees exactly when its planner plans them: pass trees= with a planner "
-                             "that has a TreeShape, or neither")
+        """`trees`: grows the trees a planner with a `TreeShape` may choose (on `session`, which it shares); without
+        a planner, the configured tree every round (tree_generate with `draft_plan="fixed"`)."""
+        if planner is not None and (trees is not None) != (planner.tree is not None):
+            raise ValueError("a planned round drafts trees exactly when its planner plans them: pass trees= with a "
+                             "planner that has a TreeShape, or neither")
         if trees is not None and trees.chain is not session:
             raise ValueError("the tree session must grow on the round's chain session (TreeDraftSession(chain=...))")
         self.session = session
@@ -62,6 +65,7 @@ class SpeculationRound:
                                 if options.draft_plan == "adl" else None)
         self.plan = RoundPlan("none", 0)  # what the last round drafted (its source and, for the planner, its plan)
         self.num_drafted: int | None = None  # tokens drafted for the pass being verified; None: the prefill
+        self.tree = None  # the last round's tree (a tree round), whose accepted nodes `learn` reads
         # Host copy of the committed ids while a lookup source is on: prompt lookup and the suffix cache search
         # it, so that on a device a round reads only the few ids committed since the last one.
         self._context: list[int] | None = None
@@ -81,16 +85,37 @@ class SpeculationRound:
         """The pass being verified drafted nothing by the caller's choice (the prefill)."""
         self.num_drafted = None
 
-    def draft(self, input_ids: torch.Tensor, target_hidden: torch.Tensor, room: int) -> Draft:
+    # -- the contract: features, propose, learn, share_costs, finish ------------------------------------------
+    def hidden_state_selection(self):
+        return self.session.drafter.hidden_state_selection()
+
+    def select_target_hidden(self, hidden_states: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        return self.session.drafter.select_target_hidden(hidden_states)
+
+    def share_costs(self, rows: int) -> None:
+        """In a batch of `rows` active rows: price this row's rounds as its share of the batch's verify forward."""
+        share_costs(self.planner, rows)
+
+    def finish(self) -> None:
+        """A batch row is done: its output joins the suffix cache's shared index (a single call's joins at the
+        next call's start)."""
+        if isinstance(self.suffix, RequestView):
+            self.suffix.end_request()
+
+    def propose(self, input_ids: torch.Tensor, target_hidden: torch.Tensor, room: int) -> Draft:
         """The round's draft continuing `input_ids` `[1, N]`: `Draft.token_ids` `[1, k]`, 0 <= k <= `room`
         (k = 0: verify the target's own token only). `target_hidden` `[1, >=T_new, F]`: the drafter's features
         of the last verification pass (ChainDraftSession.propose)."""
         self.read_committed(input_ids)
-        budget = min(self.max_draft_tokens, room)
+        budget = min(self.max_draft_tokens if self.planner is not None or self.trees is None else self.trees.depth,
+                     room)
         if budget < 1:
             self.session.shortlists_of_last_draft = []
             return self._drafted(RoundPlan("none", 0), self._empty(input_ids))
-        if self.planner is None:
+        if self.planner is None and self.trees is not None:  # the configured tree, every round
+            self.plan = RoundPlan("tree", budget)
+            draft = self._tree_draft(input_ids, target_hidden, budget)
+        elif self.planner is None:
             if self.adaptive_length is not None:
                 budget = min(budget, self.adaptive_length.length)
             draft = self._fixed_draft(input_ids, target_hidden, budget, room)
@@ -98,10 +123,14 @@ class SpeculationRound:
             draft = self._planned_draft(input_ids, target_hidden, room)
         return self._drafted(self.plan, self._end_at_eos(draft))
 
-    def learn(self, committed_ids: torch.Tensor, num_accepted: int, tree_outcome: tuple[int, int] | None = None) -> None:
+    def learn(self, committed_ids: torch.Tensor, num_accepted: int, accepted_nodes: list[int] | None = None) -> None:
         """Record the verified outcome of the last draft: `committed_ids` `[1, N']` now ends with the accepted
-        drafts and the target's own token. `tree_outcome` (a tree round): what a chain would have done there
-        (DraftTree.greedy_chain_outcome), which the chain's table learns too."""
+        drafts and the target's own token. `accepted_nodes` (a tree round): the accepted nodes, from which what a
+        chain would have done there (DraftTree.greedy_chain_outcome) is read, which the chain's table learns too
+        (one more read of N ints, the tree's parents, in a round whose verification already reads its path)."""
+        tree_outcome = None
+        if self.tree is not None and accepted_nodes is not None and self.plan.source == "tree":
+            tree_outcome = self.tree.greedy_chain_outcome(accepted_nodes)
         self.read_committed(committed_ids)
         if self.num_drafted is None:
             return
@@ -210,6 +239,7 @@ class SpeculationRound:
     # -- the end of a round -----------------------------------------------------------------------------------
     def _drafted(self, plan: RoundPlan, draft: Draft) -> Draft:
         self.plan = plan
+        self.tree = draft.tree
         self.num_drafted = draft.token_ids.shape[1]
         if self.collect_draft_tokens and self.num_drafted and not draft.looked_up and draft.tree is None:
             self.stats.draft_token_ids.append(draft.token_ids[0])

@@ -7,7 +7,7 @@ length per step, so it cannot carry rows that accept different numbers of tokens
 
 One target KV cache holds every active row. Each round:
 
-1. each row's drafts (its own `ChainDrafts` / `TreeDrafts` / `LatticeDrafts`: its own source, length and plan,
+1. each row's rounds (its own `SpeculationRound` / `LatticeDrafts`: its own source, length and plan,
    the planner's tables shared) propose a tree from that row's context and target hidden states; a planner
    prices the row's draft as its share of the batch's verify forward (`planner.BatchShare`: A rows of n tokens
    cost what the measured table says for A x n tokens), its drafting as its own;
@@ -81,10 +81,12 @@ def check_batch(input_ids: torch.Tensor, attention_mask: torch.Tensor | None, ge
     return mask
 
 
-def run_batched_rounds(model, assistant, input_ids, mask, logits_processor, stopping_criteria, generation_config,
-                       make_drafts, model_kwargs: dict):
+def run_batched_rounds(model, input_ids, mask, logits_processor, stopping_criteria, generation_config, make_drafts,
+                       model_kwargs: dict):
     """Decode the left-padded batch `input_ids` `[B, L]` (`mask` its real tokens, from `check_batch`);
-    `make_drafts(prompt_ids [1, L_b], processors)` builds one row's drafts (`processors`: the row's own).
+    `make_drafts(prompt_ids [1, L_b], processors)` builds one row's rounds (a `DraftingRound`,
+    hf_dynaspec.drafting.contract; `processors`: the row's own). Every row drafts with the same drafter, so the
+    first row's rounds say which target features to return for all.
     Returns `[B, L + n]` sequences (or a
     `GenerateDecoderOnlyOutput` holding them with `return_dict_in_generate`)."""
     cache = empty_tree_cache(model, model_kwargs, generation_config.max_length)
@@ -94,7 +96,8 @@ def run_batched_rounds(model, assistant, input_ids, mask, logits_processor, stop
     width = input_ids.shape[1]
     rows = [_Row(b, width - n, input_ids[b : b + 1], make_drafts(input_ids[b : b + 1, width - n :], processors[b]),
                  None) for b, n in enumerate(lengths)]
-    valid, first_scores = _prefill(model, assistant, rows, input_ids, mask, cache, processors, do_sample)
+    features = rows[0].drafts
+    valid, first_scores = _prefill(model, features, rows, input_ids, mask, cache, processors, do_sample)
     lockstep = _Lockstep(stopping_criteria, generation_config.max_length, len(rows))
     leaving = [row for row, scores in zip(rows, first_scores)
                if lockstep.after_prefill(row, bool(stopping_criteria(row.sequence, scores).any()))]
@@ -105,21 +108,20 @@ def run_batched_rounds(model, assistant, input_ids, mask, logits_processor, stop
     while active:
         for row in active:  # the planners price each row's draft as its share of this batch's verify forward
             row.drafts.share_costs(len(active))
-        trees = [row.drafts.propose(row.ids, row.hidden, lockstep.length - row.sequence.shape[1] - 1)
-                 for row in active]
-        out = _verify(model, assistant, active, trees, valid, cache)
+        trees = [row.drafts.propose(row.ids, row.hidden, max(lockstep.length - row.sequence.shape[1] - 1, 0))
+                 .as_tree(row.sequence[0, -1:]) for row in active]
+        out = _verify(model, features, active, trees, valid, cache)
         # Processors see the left-padded row, as plain batched generate() hands it to them (min_new_tokens counts
         # from the padded prompt length generate() measured); drafts see the row's own tokens.
         paths = _accepted_paths(active, trees, out.logits, processors, do_sample)
         valid = _compact(cache, valid, [path.kept_index for path in paths])
-        features = assistant.drafter.select_target_hidden(out.hidden_states)
+        hidden = features.select_target_hidden(out.hidden_states)
         still, leaving = [], []
-        for i, (row, tree, path, stops) in enumerate(zip(active, trees, paths,
-                                                         _stop_flags(active, paths, stopping_criteria))):
-            row.hidden = features[i : i + 1, path.kept_index]
+        for i, (row, path, stops) in enumerate(zip(active, paths, _stop_flags(active, paths, stopping_criteria))):
+            row.hidden = hidden[i : i + 1, path.kept_index]
             committed, leaves = lockstep.after_round(row, stops)
             row.sequence = torch.cat([row.sequence, path.new_tokens[None, :committed]], dim=1)
-            row.drafts.learn(row.ids, tree, committed - 1, path)
+            row.drafts.learn(row.ids, committed - 1, path.nodes[: committed - 1])
             (leaving if leaves else still).append(row)
         still, ended = lockstep.ended(still)
         for row in leaving + ended:
@@ -152,27 +154,27 @@ def row_processors(logits_processor, row: int, batch_size: int) -> LogitsProcess
     return own
 
 
-def _prefill(model, assistant, rows, input_ids, mask, cache, processors, do_sample):
+def _prefill(model, features, rows, input_ids, mask, cache, processors, do_sample):
     """The target's pass over the padded prompts: each row's first token appended, its prompt features kept;
     -> (the cache's valid slots `[B, L]`, each row's processed scores `[1, V]`)."""
     positions = (mask.long().cumsum(dim=1) - 1).clamp(min=0)
     out = model(input_ids=input_ids, attention_mask=mask.long(), position_ids=positions,
                 **cache_kwargs(model, cache), use_cache=True,
-                output_hidden_states=assistant.drafter.hidden_state_selection(), logits_to_keep=1)
-    features = assistant.drafter.select_target_hidden(out.hidden_states)
+                output_hidden_states=features.hidden_state_selection(), logits_to_keep=1)
+    hidden = features.select_target_hidden(out.hidden_states)
     scores = []
     for b, row in enumerate(rows):
         logits = out.logits[b : b + 1, -1].float()
         own = processors[row.index]
         processed = own(row.sequence, logits) if len(own) else logits
         token = sampling.sample(processed.softmax(dim=-1)) if do_sample else processed.argmax(-1, keepdim=True)
-        row.hidden = features[b : b + 1, row.padding :]
+        row.hidden = hidden[b : b + 1, row.padding :]
         row.sequence = torch.cat([row.sequence, token], dim=1)
         scores.append(processed)
     return mask.clone(), scores
 
 
-def _verify(model, assistant, rows, trees, valid, cache):
+def _verify(model, features, rows, trees, valid, cache):
     """One target forward over every row's tree, padded to the widest `[A, N]`."""
     width = max(len(tree) for tree in trees)
     past = valid.shape[1]
@@ -191,7 +193,7 @@ def _verify(model, assistant, rows, trees, valid, cache):
     attention.masked_fill_(~visible, torch.finfo(model.dtype).min)
     return model(input_ids=tokens, position_ids=positions, attention_mask=attention[:, None],
                  **cache_kwargs(model, cache), use_cache=True,
-                 output_hidden_states=assistant.drafter.hidden_state_selection())
+                 output_hidden_states=features.hidden_state_selection())
 
 
 def _padded(values: torch.Tensor, width: int, fill: torch.Tensor) -> torch.Tensor:

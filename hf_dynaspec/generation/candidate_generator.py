@@ -13,17 +13,11 @@ from packaging import version
 from transformers.generation.candidate_generator import CandidateGenerator
 
 import hf_dynaspec.generation.block_verify as block_verify
-from hf_dynaspec.drafting.chain import ChainDraftSession
-from hf_dynaspec.drafting.lookup import RequestView
-from hf_dynaspec.drafting.planner import SpeculationPlanner, TreeShape
 from hf_dynaspec.drafting.round import SpeculationRound
-from hf_dynaspec.drafting.runtime import planner_memory, runtime_head, suffix_cache
-from hf_dynaspec.drafting.tree import TreeDraftSession
 from hf_dynaspec.generation.attachment import ensure_attached
 from hf_dynaspec.generation.checks import check_chain_inputs
-from hf_dynaspec.generation.costs.round_costs import round_costs
+from hf_dynaspec.generation.rounds import build_round
 from hf_dynaspec.modeling.options import DynaSpecGenerationConfig
-from hf_dynaspec.stats import start_stats
 
 TRANSFORMERS_CROPS_AT_EOS = version.Version(transformers.__version__) >= version.Version("5.18.0")
 
@@ -65,40 +59,6 @@ def make_candidate_generator(assistant, target, input_ids, generation_config, lo
     return generator
 
 
-def build_round(target, assistant, options, input_ids, logits_processor, do_sample: bool, draws_drafts: bool,
-                eos_token_ids=None, with_trees: bool = False, stats=None, batch_row: bool = False) -> SpeculationRound:
-    """The `SpeculationRound` of one generate() call on either route, begun on the prompt `input_ids` `[1, N]`.
-    `draws_drafts`: the drafter samples its tokens from its distribution (the `assistant_model=` route when
-    sampling, verified by speculative sampling); False drafts its most likely tokens (greedy calls, and the
-    public route, whose tree verifier takes point-mass proposals). `do_sample` keys the planner's tables.
-    `with_trees` (tree_generate, `draft_plan="auto"`): the planner may draft trees of the options' shape.
-    `stats`: the call's statistics when several rounds share them (a batch: one round per row); else started.
-    `batch_row`: one row of a batch: the suffix cache's request part is the row's own (`RequestView`)."""
-    stats = start_stats(assistant) if stats is None else stats
-    head = runtime_head(assistant, options)
-    session = ChainDraftSession(assistant.drafter, vocab_size=assistant.config.vocab_size, do_sample=draws_drafts,
-                                logits_processor=logits_processor, head=head,
-                                confidence=options.assistant_confidence_threshold)
-    planner = trees = None
-    if options.draft_plan == "auto":
-        shape = TreeShape(options.tree_top_k, options.tree_depth, options.tree_total_tokens) if with_trees else None
-        longest = max(options.auto_max_assistant_tokens, options.prompt_lookup_num_tokens,
-                      options.suffix_cache_num_tokens, options.tree_total_tokens if with_trees else 0)
-        planner = SpeculationPlanner(round_costs(target, assistant, options, head, longest),
-                                     planner_memory(assistant, do_sample), options.auto_max_assistant_tokens, tree=shape)
-        if with_trees:
-            trees = TreeDraftSession(assistant.drafter, assistant.config.vocab_size, top_k=shape.top_k,
-                                     depth=shape.max_depth, total_tokens=shape.total_tokens, head=head, chain=session)
-    suffix = suffix_cache(assistant, options)
-    if suffix is not None and batch_row:
-        suffix = RequestView(suffix)
-    speculation = SpeculationRound(session, options, stats, planner=planner, suffix=suffix,
-                                   eos_token_ids=eos_token_ids, collect_draft_tokens=assistant.collect_draft_tokens,
-                                   trees=trees)
-    speculation.begin(input_ids)
-    return speculation
-
-
 def _eos_token_ids_to_cut(generation_config, device: torch.device) -> torch.Tensor | None:
     """The call's EOS ids `[E]` on `device`, where drafts must end at an EOS themselves; else None.
 
@@ -127,7 +87,7 @@ class EagleCandidateGenerator(CandidateGenerator):
         self.assistant = assistant
         self.round = speculation
         self.max_length = max_length
-        self.model_kwargs_overrides = {"output_hidden_states": assistant.drafter.hidden_state_selection()}
+        self.model_kwargs_overrides = {"output_hidden_states": speculation.hidden_state_selection()}
         self.block_verification = False  # sampled drafts verified as a block (hf_dynaspec.generation.block_verify)
 
     def get_candidates(self, input_ids, model_outputs=None, is_first_iteration=False, **kwargs):
@@ -136,8 +96,8 @@ class EagleCandidateGenerator(CandidateGenerator):
             return input_ids, None
         # Leave room for the target's own token after the drafts (as transformers' generators do).
         room = self.max_length - input_ids.shape[1] - 1
-        target_hidden = self.assistant.drafter.select_target_hidden(model_outputs.hidden_states)
-        draft = self.round.draft(input_ids, target_hidden, room)
+        target_hidden = self.round.select_target_hidden(model_outputs.hidden_states)
+        draft = self.round.propose(input_ids, target_hidden, room)
         if not draft.token_ids.shape[1]:  # nothing drafted: a plain one-token pass
             return input_ids, None
         if self.block_verification:

@@ -56,11 +56,10 @@ def medusa_generate(model, input_ids, logits_processor, stopping_criteria, gener
     planner = _planner(model, heads, options, bool(generation_config.do_sample))
     stats, vocab_size = start_stats(heads), model.get_output_embeddings().weight.shape[0]
 
-    def drafts_for(prompt_ids, processors):  # one per prompt of a batch: its own context, ADL and n-gram scorer
+    def rounds_for(prompt_ids, processors):  # one per prompt of a batch: its own context, ADL and n-gram scorer
         return LatticeDrafts(heads, options, stats, vocab_size, planner)
 
-    return decode(model, heads, input_ids, logits_processor, stopping_criteria, generation_config, drafts_for,
-                  model_kwargs)
+    return decode(model, input_ids, logits_processor, stopping_criteria, generation_config, rounds_for, model_kwargs)
 
 
 OPTION_ARGUMENTS = ("draft_plan", "medusa_draft", "medusa_tokens", "medusa_tree_top_k", "medusa_tree_total_tokens",

@@ -19,6 +19,7 @@ import torch
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
 import hf_dynaspec.sampling as sampling
+from hf_dynaspec.drafting.contract import DraftingRound, TargetFeatures
 from hf_dynaspec.drafting.tree_structure import tree_attention_mask, tree_position_ids
 from hf_dynaspec.generation.batched_loop import check_batch, run_batched_rounds
 from hf_dynaspec.generation.checks import check_prompt_ids
@@ -50,25 +51,25 @@ def is_batched(input_ids: torch.Tensor, model_kwargs: dict) -> bool:
     return input_ids.shape[0] != 1 or (attention_mask is not None and not bool(attention_mask.all()))
 
 
-def decode(model, assistant, input_ids, logits_processor, stopping_criteria, generation_config, make_drafts,
-           model_kwargs: dict):
+def decode(model, input_ids, logits_processor, stopping_criteria, generation_config, make_drafts, model_kwargs: dict):
     """The public routes' entry: one prompt through `run_rounds`, a batch through `run_batched_rounds`;
-    `make_drafts(prompt_ids [1, L_b], processors)` builds the drafts of one prompt (`processors`: its own)."""
+    `make_drafts(prompt_ids [1, L_b], processors)` builds the rounds of one prompt (a `DraftingRound`,
+    hf_dynaspec.drafting.contract; `processors`: the prompt's own)."""
     if not is_batched(input_ids, model_kwargs):
-        return run_rounds(model, assistant, input_ids, logits_processor, stopping_criteria, generation_config,
+        return run_rounds(model, input_ids, logits_processor, stopping_criteria, generation_config,
                           make_drafts(input_ids, logits_processor), model_kwargs)
     mask = check_batch(input_ids, model_kwargs.get("attention_mask"), generation_config)
-    return run_batched_rounds(model, assistant, input_ids, mask, logits_processor, stopping_criteria,
-                              generation_config, make_drafts, model_kwargs)
+    return run_batched_rounds(model, input_ids, mask, logits_processor, stopping_criteria, generation_config,
+                              make_drafts, model_kwargs)
 
 
-def run_rounds(model, assistant, input_ids, logits_processor, stopping_criteria, generation_config, drafts,
+def run_rounds(model, input_ids, logits_processor, stopping_criteria, generation_config, drafts: DraftingRound,
                model_kwargs: dict):
-    """The public routes' loop: prefill, then rounds of `drafts.propose` (a `DraftTree`; a chain is a tree of one
-    branch), one target forward over the tree, the accepted path, the cache compacted to it, the committed tokens
-    checked against the stopping criteria; `drafts.learn` sees each outcome."""
+    """The public routes' loop: prefill, then rounds of `drafts.propose` (a `Draft`, verified as a tree: a chain
+    is a tree of one branch), one target forward over the tree, the accepted path, the cache compacted to it, the
+    committed tokens checked against the stopping criteria; `drafts.learn` sees each outcome."""
     cache = empty_tree_cache(model, model_kwargs, generation_config.max_length)
-    hidden_selection = assistant.drafter.hidden_state_selection()
+    hidden_selection = drafts.hidden_state_selection()
     do_sample = bool(generation_config.do_sample)
     # Per-token rows are kept only when the caller asked for them: each is a full-vocabulary fp32 row (0.6-1 MiB at
     # 150k-260k tokens), GBs on the device over a long output.
@@ -76,7 +77,7 @@ def run_rounds(model, assistant, input_ids, logits_processor, stopping_criteria,
     scores = [] if returned and generation_config.output_scores else None
     raw_logits = [] if returned and generation_config.output_logits else None
 
-    input_ids, processed, logits, target_hidden = _prefill(model, assistant, input_ids, cache, logits_processor,
+    input_ids, processed, logits, target_hidden = _prefill(model, drafts, input_ids, cache, logits_processor,
                                                            do_sample)
     _keep_rows(scores, [processed])
     _keep_rows(raw_logits, [logits])
@@ -85,7 +86,7 @@ def run_rounds(model, assistant, input_ids, logits_processor, stopping_criteria,
     while not done:
         past_length = input_ids.shape[1] - 1  # the root (last token) is not in the cache yet
         room = generation_config.max_length - input_ids.shape[1]
-        tree = drafts.propose(input_ids, target_hidden, room - 1)
+        tree = drafts.propose(input_ids, target_hidden, max(room - 1, 0)).as_tree(input_ids[0, -1:])
         out = model(
             input_ids=tree.token_ids[None],
             position_ids=tree_position_ids(tree, past_length),
@@ -96,10 +97,10 @@ def run_rounds(model, assistant, input_ids, logits_processor, stopping_criteria,
         )
         path = accept_path(tree, out.logits[0].float(), input_ids, logits_processor, do_sample)
         compact_cache(cache, past_length, path.kept_index)
-        target_hidden = assistant.drafter.select_target_hidden(out.hidden_states)[:, path.kept_index]
+        target_hidden = drafts.select_target_hidden(out.hidden_states)[:, path.kept_index]
         input_ids, committed, done = _commit(input_ids, path.new_tokens, path, stopping_criteria, scores, raw_logits)
         # A stop inside the path commits fewer tokens than were accepted: count what was committed.
-        drafts.learn(input_ids, tree, committed - 1, path)
+        drafts.learn(input_ids, committed - 1, path.nodes[: committed - 1])
 
     if generation_config.return_dict_in_generate:
         return GenerateDecoderOnlyOutput(
@@ -131,7 +132,7 @@ def _commit(input_ids, new_tokens, path, stopping_criteria, scores: list | None,
     return extended[:, : length + committed], committed, True in stops
 
 
-def _prefill(model, assistant, input_ids, cache, logits_processor, do_sample):
+def _prefill(model, features: TargetFeatures, input_ids, cache, logits_processor, do_sample):
     """The target's pass over the prompt `[1, L]`: -> (input_ids with its token `[1, L+1]`, processed scores and
     raw logits `[1, V]` of that token, the drafter's features of the prompt `[1, L, F]`)."""
     prompt_length = input_ids.shape[1]
@@ -140,7 +141,7 @@ def _prefill(model, assistant, input_ids, cache, logits_processor, do_sample):
         position_ids=torch.arange(prompt_length, device=input_ids.device)[None],
         **cache_kwargs(model, cache),
         use_cache=True,
-        output_hidden_states=assistant.drafter.hidden_state_selection(),
+        output_hidden_states=features.hidden_state_selection(),
         logits_to_keep=1,
     )
     logits = out.logits[:, -1].float()
@@ -149,7 +150,7 @@ def _prefill(model, assistant, input_ids, cache, logits_processor, do_sample):
         token = sampling.sample(processed.softmax(dim=-1))
     else:
         token = processed.argmax(dim=-1, keepdim=True)
-    target_hidden = assistant.drafter.select_target_hidden(out.hidden_states)
+    target_hidden = features.select_target_hidden(out.hidden_states)
     return torch.cat([input_ids, token], dim=1), processed, logits, target_hidden
 
 

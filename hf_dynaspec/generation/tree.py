@@ -16,13 +16,9 @@ from __future__ import annotations
 
 import torch
 
-from hf_dynaspec.drafting.runtime import runtime_head
-from hf_dynaspec.drafting.tree import TreeDraftSession
-from hf_dynaspec.drafting.tree_structure import DraftTree
 from hf_dynaspec.generation.attachment import ensure_attached
-from hf_dynaspec.generation.candidate_generator import build_round
-from hf_dynaspec.generation.chain import ChainDrafts
 from hf_dynaspec.generation.public_loop import check_public_inputs, decode, is_batched, verify_kernel_for
+from hf_dynaspec.generation.rounds import build_round
 from hf_dynaspec.stats import start_stats
 
 
@@ -60,40 +56,15 @@ def tree_generate(
     stats = start_stats(assistant)  # one set for the call (a batch: every row's rounds)
     batch_row = is_batched(input_ids, model_kwargs)
 
-    def drafts_for(prompt_ids, processors):
-        if options.draft_plan == "auto":  # each round planned: a tree of the depth that pays, a chain, a lookup, none
-            return ChainDrafts(build_round(model, assistant, options, prompt_ids, processors, stats=stats,
-                                           do_sample=bool(generation_config.do_sample), draws_drafts=False,
-                                           with_trees=True, batch_row=batch_row))
-        session = TreeDraftSession(
-            assistant.drafter, assistant.config.vocab_size, head=runtime_head(assistant, options),
-            top_k=options.tree_top_k, depth=options.tree_depth, total_tokens=options.tree_total_tokens,
-        )
-        return TreeDrafts(session, stats)
+    def rounds_for(prompt_ids, processors):  # "auto": each round planned (a tree of the depth that pays, a chain,
+        # a lookup, none); "fixed": the configured tree every round
+        return build_round(model, assistant, options, prompt_ids, processors, stats=stats,
+                           do_sample=bool(generation_config.do_sample), draws_drafts=False, with_trees=True,
+                           batch_row=batch_row)
 
     with verify_kernel_for(model, options):  # before build_round: the planner's costs are measured with it
-        return decode(model, assistant, input_ids, logits_processor, stopping_criteria, generation_config, drafts_for,
+        return decode(model, input_ids, logits_processor, stopping_criteria, generation_config, rounds_for,
                       model_kwargs)
-
-
-class TreeDrafts:
-    """`run_rounds`' drafts: an EAGLE-2 tree per round."""
-
-    def __init__(self, session: TreeDraftSession, stats):
-        self.session, self.stats = session, stats
-
-    def propose(self, input_ids, target_hidden, max_depth: int) -> DraftTree:
-        return self.session.propose_tree(input_ids, target_hidden, max_depth=max_depth)
-
-    def share_costs(self, rows: int) -> None:
-        """A fixed tree is not priced: nothing to share."""
-
-    def finish(self) -> None:
-        """Nothing is kept past a fixed-tree row."""
-
-    def learn(self, input_ids, tree: DraftTree, num_accepted: int, path) -> None:
-        self.stats.record(len(tree) - 1, num_accepted)
-        self.stats.record_shortlists(self.session.shortlists_of_last_draft, path.new_tokens)
 
 
 def parse_tree_shape(text: str | None) -> dict:
