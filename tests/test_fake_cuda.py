@@ -222,7 +222,7 @@ def test_a_planned_tree_round_never_reads_the_device(strategy):
                                        trees=trees)
         input_ids, hidden = _verified(target)
         with cuda.counting() as events:
-            draft = speculation.draft(input_ids, hidden, room=20)
+            draft = speculation.propose(input_ids, hidden, room=20)
         assert events.reads == [] and events.uploads == []
         assert speculation.plan.source == "tree" and draft.tree is not None
         assert draft.token_ids.shape == (1, SHAPE.total_tokens) and on_fake_cuda(draft.tree.parents)
@@ -248,9 +248,9 @@ def test_a_medusa_round_stays_on_the_device(draft, shortlist):
         options = MedusaOptions(draft=draft, shortlist=shortlist, tree_total_tokens=6, cps_lambda=0.5)
         drafts = LatticeDrafts(heads, options, DraftStats(), VOCAB)
         input_ids, hidden = _verified(target)
-        drafts.propose(input_ids, hidden, max_depth=10)  # the n-gram scorer's first read of the prompt
+        drafts.propose_tree(input_ids, hidden, max_depth=10)  # the n-gram scorer's first read of the prompt
         with cuda.counting() as events:
-            tree = drafts.propose(input_ids, hidden, max_depth=10)
+            tree = drafts.propose_tree(input_ids, hidden, max_depth=10)
         assert len(events.reads) == (0 if draft == "chain" else 1), events.reads
         # An upload is a stream sync on CUDA too: a lattice tree (chosen on the host) goes up in one copy.
         assert len(events.uploads) == (0 if draft == "chain" else 1), events.uploads

@@ -131,7 +131,7 @@ def test_each_head_drafts_its_own_position(medusa_pair):
     target, heads = medusa_pair
     hidden = torch.randn(1, 3, target.config.hidden_size, generator=torch.Generator().manual_seed(0))
     drafts = LatticeDrafts(heads, MedusaOptions(draft="chain"), DraftStats(), VOCAB)
-    tree = drafts.propose(torch.tensor([[1, 2, 3]]), hidden, max_depth=10)
+    tree = drafts.propose_tree(torch.tensor([[1, 2, 3]]), hidden, max_depth=10)
     head = target.get_output_embeddings()
     expected = []
     for block in heads.blocks:

@@ -121,7 +121,7 @@ def test_a_planned_round_drafts_the_chain_its_confidences_pay_for():
     moderate = LatticeCosts([0.0] + [1.0 + 0.3 * n for n in range(24)], lattice_seconds=0.05, tree_seconds=0.01)
     plan = LatticePlanner(moderate, LatticeMemory(), depth=4, tree=None)
     drafts = LatticeDrafts(PeakedLattice(), MedusaOptions(draft="auto"), DraftStats(), 10, planner=plan)
-    tree = drafts.propose(torch.tensor([[1, 2, 3]]), torch.zeros(1, 3, 8), max_depth=10)
+    tree = drafts.propose_tree(torch.tensor([[1, 2, 3]]), torch.zeros(1, 3, 8), max_depth=10)
     assert kind(drafts.plan) == ("chain", 2)
     assert tree.token_ids.tolist() == [3, 7, 3]
 
@@ -139,8 +139,8 @@ class RecordingDrafts(LatticeDrafts):
 
     kinds: list
 
-    def propose(self, input_ids, target_hidden, max_depth):
-        tree = super().propose(input_ids, target_hidden, max_depth)
+    def propose_tree(self, input_ids, target_hidden, max_depth):
+        tree = super().propose_tree(input_ids, target_hidden, max_depth)
         plan = self.plan
         drafted = len(tree) - 1
         if plan.source == "tree":

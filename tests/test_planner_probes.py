@@ -252,12 +252,12 @@ def test_a_lookup_drafted_short_learns_the_position_past_it_from_the_targets_own
     expected_outcomes = []
     learn = SpeculationRound.learn
 
-    def checked_learn(self, committed_ids, num_accepted, tree_outcome=None):
+    def checked_learn(self, committed_ids, num_accepted, accepted_nodes=None):
         plan = self.plan
         if (self.num_drafted == 1 and num_accepted == 1 and plan.source == "prompt-lookup"
                 and plan.next_offered is not None):
             expected_outcomes.append(int(committed_ids[0, -1]) == plan.next_offered)
-        return learn(self, committed_ids, num_accepted, tree_outcome)
+        return learn(self, committed_ids, num_accepted, accepted_nodes)
 
     monkeypatch.setattr(SpeculationRound, "learn", checked_learn)
     # The tiny target falls into a cycle; each prompt ends with the cycle's first j tokens and a wrong one, so a
