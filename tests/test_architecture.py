@@ -207,3 +207,22 @@ def test_the_loops_talk_to_the_rounds_only(name):
     """A loop asks the rounds (`DraftingRound`) for features, drafts and learning, never the drafter itself."""
     assert reaches_into_drafter(MODULES[name].read_text()) == []
     assert reaches_into_drafter("x = assistant.drafter.select_target_hidden(h)\n") == [1]  # the check sees it
+
+
+MAX_ROUND_FILES, MAX_ROUND_FUNCTIONS = 18, 130  # per default round kind (docs/architecture.md says the same)
+
+
+def test_a_default_round_calls_a_bounded_set_which_the_docs_state():
+    """Every round kind's call set, profiled from real calls (tests/call_set.py), stays within the stated bound,
+    and docs/architecture.md's table is the one computed now."""
+    import call_set
+
+    sets = call_set.call_sets()
+    for kind, found in sets.items():
+        files = {file for file, _ in found}
+        assert len(files) <= MAX_ROUND_FILES and len(found) <= MAX_ROUND_FUNCTIONS, (kind, len(files), len(found))
+    assert all(any(name.endswith(".propose") for _, name in found) for found in sets.values())  # rounds were seen
+    docs = (PACKAGE.parent / "docs" / "architecture.md").read_text()
+    block = docs.split(call_set.START, 1)[1].split(call_set.END, 1)[0].strip()
+    assert block == call_set.table(sets).strip(), "regenerate docs/architecture.md's table: python tests/call_set.py --write"
+    assert f"at most {MAX_ROUND_FILES} package files and {MAX_ROUND_FUNCTIONS} functions" in docs

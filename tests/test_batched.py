@@ -252,17 +252,24 @@ def test_a_rows_plan_is_priced_as_its_share_of_the_batch():
 
 
 @pytest.mark.parametrize("batch", [3, 8])
-def test_assistant_model_route_decodes_batches_per_row(eagle_pair, batch, monkeypatch):
+def test_assistant_model_route_decodes_batches_per_row(eagle_pair, batch, monkeypatch, caplog):
     """`assistant_model=` with a batch: transformers' loop cannot carry per-row acceptance, so the call goes to the
-    batched public loop; every row equals its own plain greedy output."""
+    batched public loop, which it says (once per process); every row equals its own plain greedy output."""
+    import logging
+
+    from hf_dynaspec.generation import hook
+
     target, assistant = eagle_pair
+    type(hook.logger).warning_once.cache_clear()
     fresh_run_time_state(monkeypatch)
     monkeypatch.setattr(assistant.generation_config, "num_assistant_tokens", 3)
     monkeypatch.setattr(assistant.generation_config, "draft_plan", "fixed")
     prompts = mixed_prompts(batch, seed=30 + batch)
     ids, mask = left_padded(prompts)
-    out = target.generate(input_ids=ids, attention_mask=mask, assistant_model=assistant, max_new_tokens=24,
-                          do_sample=False, pad_token_id=0)
+    with caplog.at_level(logging.WARNING, logger="hf_dynaspec.generation.hook"):
+        out = target.generate(input_ids=ids, attention_mask=mask, assistant_model=assistant, max_new_tokens=24,
+                              do_sample=False, pad_token_id=0)
+    assert "decoded by hf-dynaspec's batched loop" in caplog.text
     assert_rows_exact(target, prompts, out, ids.shape[1], 24)
     assert sum(n * c for n, c in enumerate(assistant.stats.acceptance_histogram)) > 0
 

@@ -486,3 +486,33 @@ def test_a_timed_run_synchronises_the_device_at_its_start_its_prefill_and_its_en
     waited = ("sync", ["cpu"])
     assert events == [waited, ("forward", None), waited, ("forward", None), ("forward", None), waited]
     assert run.target_passes == 3 and 0 < run.prefill_seconds <= run.seconds
+
+
+def test_the_readme_summary_picks_each_hosts_latest_default_run():
+    """Per host kind, target and dtype: the latest run that timed `auto` (not a later run without it), its best
+    fixed method (never another `auto`), and AVX2 and AVX-512 BF16 hosts kept apart."""
+    from hf_dynaspec.bench.summary import host_kind, summary_tables
+
+    def record(flags, file, method, speedup, date, target="t"):
+        return {"benchmark": "generate", "target": target, "method": method, "date": date,
+                "host": {"cpu_flags": flags},
+                "metrics": {"file": f"benchmarks/results/{file}", "speedup": speedup, "tau": 1.5, "dtype": "bf16",
+                            "n_prompts": 7, "max_new_tokens": 64, "tokens_per_s": 10.0}}
+
+    fast, avx2 = ["avx512_bf16", "avx512f", "avx2"], ["avx2"]
+    records = [record(fast, "old.json", "vanilla", 1.0, "2026-01-01"),
+               record(fast, "old.json", "dynaspec:8", 1.2, "2026-01-01"),
+               record(fast, "with_auto.json", "vanilla", 1.0, "2026-01-02"),
+               record(fast, "with_auto.json", "dynaspec:8+auto", 1.8, "2026-01-02"),
+               record(fast, "with_auto.json", "dynaspec-tree:8+auto", 1.9, "2026-01-02"),
+               record(fast, "with_auto.json", "dynaspec:8+draft:3", 1.4, "2026-01-02"),
+               record(fast, "later_no_auto.json", "vanilla", 1.0, "2026-01-03"),
+               record(fast, "later_no_auto.json", "eagle", 0.9, "2026-01-03"),
+               record(avx2, "slow.json", "vanilla", 1.0, "2026-01-01"),
+               record(avx2, "slow.json", "dynaspec:8+auto", 1.3, "2026-01-01")]
+    assert [host_kind(r) for r in records[-2:]] == ["AVX2", "AVX2"] and host_kind(records[0]) == "AVX-512 BF16"
+    tables = summary_tables(records)
+    fast_part, slow_part = tables.split("**AVX2 CPU host**")
+    assert "`with_auto.json`" in fast_part and "later_no_auto" not in fast_part and "old.json" not in fast_part
+    assert "`dynaspec:8+auto` 1.80x" in fast_part and "`dynaspec:8+draft:3` 1.40x" in fast_part
+    assert "`slow.json`" in slow_part and "1.30x" in slow_part

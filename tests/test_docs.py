@@ -31,6 +31,31 @@ def test_relative_links_resolve():
             assert (page.parent / target).exists(), f"{page.name}: broken link {target}"
 
 
+def test_every_docs_page_is_in_the_index_and_the_site():
+    """docs/index.md links every page of docs/, and mkdocs.yml's nav names every page."""
+    pages = {page.name for page in (ROOT / "docs").glob("*.md")} - {"index.md"}
+    linked = set(re.findall(r"\]\(([^)#\s]+\.md)", (ROOT / "docs" / "index.md").read_text()))
+    assert pages <= linked, f"docs/index.md misses {sorted(pages - linked)}"
+    nav = set(re.findall(r":\s*([\w.-]+\.md)\s*$", (ROOT / "mkdocs.yml").read_text(), flags=re.M))
+    assert pages <= nav, f"mkdocs.yml's nav misses {sorted(pages - nav)}"
+
+
+def test_the_readme_is_a_front_door():
+    """At most 150 lines, the install command within the first 30, and its results block the one the results
+    table generates (hf_dynaspec.bench.summary), so that its numbers are the recorded ones."""
+    from hf_dynaspec.bench.results_table import read_records
+    from hf_dynaspec.bench.summary import END, START, summary_tables
+
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) <= 150, len(lines)
+    assert any("pip install" in line for line in lines[:30]), "the install command must come within 30 lines"
+    text = "\n".join(lines)
+    block = text.split(START, 1)[1].split(END, 1)[0].strip()
+    expected = summary_tables(read_records(ROOT / "benchmarks" / "results" / "results.jsonl")).strip()
+    assert block == expected, ("README's results block is not the generated one: run python -m "
+                               "hf_dynaspec.bench.summary benchmarks/results/results.jsonl --write README.md")
+
+
 @pytest.mark.real_model
 def test_readme_python_blocks_run_as_written(monkeypatch):
     """Every ```python block of the README, in order, in one namespace, from the repository root."""

@@ -129,7 +129,7 @@ class SpeculationRound:
         chain would have done there (DraftTree.greedy_chain_outcome) is read, which the chain's table learns too
         (one more read of N ints, the tree's parents, in a round whose verification already reads its path)."""
         tree_outcome = None
-        if self.tree is not None and accepted_nodes is not None and self.plan.source == "tree":
+        if self.planner is not None and self.tree is not None and accepted_nodes is not None and self.plan.source == "tree":
             tree_outcome = self.tree.greedy_chain_outcome(accepted_nodes)
         self.read_committed(committed_ids)
         if self.num_drafted is None:

@@ -203,6 +203,9 @@ def _batched_call(model, original, args, kwargs):
     if arguments.get("streamer") is not None:
         raise ValueError("streaming a batch with an assistant is not supported: rows advance at different speeds; "
                          "stream one prompt at a time, or drop the streamer")
+    logger.warning_once("hf-dynaspec: a batch passed with assistant_model= is decoded by hf-dynaspec's batched loop "
+                        "(as custom_generate=chain_generate would: each row drafts and accepts its own tokens), not by "
+                        "transformers' assisted loop, which is batch 1 (docs/batching.md)")
     return functools.partial(chain_generate, model, arguments["input_ids"], arguments["logits_processor"],
                              arguments["stopping_criteria"], arguments["generation_config"],
                              drafter=arguments["assistant_model"], **model_kwargs)

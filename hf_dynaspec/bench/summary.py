@@ -1,0 +1,119 @@
+"""One results table per host kind, generated from the results table (`benchmarks/results/results.jsonl`): what
+the README shows, so that its numbers are the recorded ones (tests/test_docs.py regenerates it and compares).
+
+For each host kind, target and dtype: the latest end-to-end run (`hf-dynaspec bench`, benchmark "generate") that
+timed the default plan (a method with `auto`), else the latest run at all: plain generate()'s speed, the default's
+speedup and tau, the best fixed method (no `auto`) of the same run, and the run's file. A host kind without runs
+is named as such.
+
+    python -m hf_dynaspec.bench.summary benchmarks/results/results.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections import OrderedDict
+
+from hf_dynaspec.bench.results_table import read_records
+
+HOST_KINDS = ("AVX-512 BF16", "AVX2", "other")
+START, END = "<!-- results-summary:start -->", "<!-- results-summary:end -->"
+
+
+def host_kind(record: dict) -> str:
+    """"AVX-512 BF16" (native bf16 products), "AVX2" (no bf16 units: verification needs the rows kernel) or
+    "other", from the record's CPU flags."""
+    flags = set(record.get("host", {}).get("cpu_flags", []))
+    if flags & {"avx512_bf16", "amx_bf16"}:
+        return "AVX-512 BF16"
+    return "AVX2" if "avx2" in flags else "other"
+
+
+def is_default(method: str) -> bool:
+    """A method timing the default plan (`draft_plan="auto"` of a drafter or of Medusa heads)."""
+    parts = method.split("/")[-1].split("+")
+    return "auto" in parts or parts[0].startswith("medusa-auto")
+
+
+def runs(records: list[dict]) -> OrderedDict:
+    """{(host kind, target, dtype, file): [records of that run]}, in the table's order."""
+    grouped: OrderedDict = OrderedDict()
+    for record in records:
+        metrics = record.get("metrics", {})
+        if record.get("benchmark") != "generate" or not metrics.get("file"):
+            continue
+        key = (host_kind(record), record.get("target"), metrics.get("dtype") or "bf16", metrics["file"])
+        grouped.setdefault(key, []).append(record)
+    return grouped
+
+
+def _row(target: str, dtype: str, file: str, run: list[dict]) -> str:
+    by_method = {r["method"]: r["metrics"] for r in run}
+    vanilla = by_method.get("vanilla", {})
+    default = next((m for m in by_method if is_default(m)), None)
+    others = [m for m in by_method if m != "vanilla" and not is_default(m)]
+    best = max(others, key=lambda m: by_method[m].get("speedup") or 0.0, default=None)
+
+    def cell(method):
+        if method is None:
+            return "-"
+        metrics = by_method[method]
+        tau = f", tau {metrics['tau']:.2f}" if metrics.get("tau") else ""
+        return f"`{method}` {metrics.get('speedup', 0.0):.2f}x{tau}"
+
+    shape = f"{vanilla.get('n_prompts', '?')} x {vanilla.get('max_new_tokens', '?')}"
+    speed = f"{vanilla['tokens_per_s']:.2f}" if vanilla.get("tokens_per_s") else "-"
+    date = run[0].get("date", "")[:10]
+    return (f"| {target} | {dtype} | {shape} | {speed} | {cell(default)} | {cell(best)} | {date} | "
+            f"`{file.rsplit('/', 1)[-1]}` |")
+
+
+def summary_tables(records: list[dict]) -> str:
+    """The markdown tables, one per host kind that has runs."""
+    latest: dict = {}
+    for (kind, target, dtype, file), run in runs(records).items():
+        has_default = any(is_default(r["method"]) for r in run)
+        key = (kind, target, dtype)
+        if has_default or not latest.get(key, (None, None, False))[2]:
+            latest[key] = (file, run, has_default)
+    lines = []
+    for kind in HOST_KINDS:
+        rows = [(key, value) for key, value in latest.items() if key[0] == kind]
+        if not rows:
+            if kind != "other":
+                lines += [f"**{kind} CPU host**: no end-to-end run in the results table yet.", ""]
+            continue
+        lines += [f"**{kind} CPU host** (2 cores; plain generate() = 1.00x; bf16 outputs identical up to near-ties, "
+                  "checked per prompt):", "",
+                  "| target | dtype | prompts x new tokens | plain tok/s | default (`auto`) | best fixed method "
+                  "| date | run (benchmarks/results/) |",
+                  "| --- | --- | --- | ---: | --- | --- | --- | --- |"]
+        lines += [_row(target, dtype, file, run) for (_, target, dtype), (file, run, _) in sorted(rows)]
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def replace_block(text: str, tables: str) -> str:
+    """`text` with the block between the START and END markers replaced by `tables`."""
+    head, rest = text.split(START, 1)
+    _, tail = rest.split(END, 1)
+    return f"{head}{START}\n{tables}{END}{tail}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("table", help="the results table (benchmarks/results/results.jsonl)")
+    parser.add_argument("--write", help="replace the generated block of this markdown file (e.g. README.md)")
+    args = parser.parse_args()
+    tables = summary_tables(read_records(args.table))
+    if args.write:
+        from pathlib import Path
+
+        path = Path(args.write)
+        path.write_text(replace_block(path.read_text(), tables))
+    else:
+        print(tables, end="")
+
+
+if __name__ == "__main__":
+    main()
