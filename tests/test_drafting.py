@@ -183,9 +183,9 @@ def test_deferred_positions_are_absorbed_in_step(family, monkeypatch):
         events.append("defer")
         return defer(self, input_ids, hidden)
 
-    def consuming(self, input_ids, hidden, plan=True):
+    def consuming(self, input_ids, hidden, route=True):
         events.append("consume")
-        return consume(self, input_ids, hidden, plan)
+        return consume(self, input_ids, hidden, route)
 
     monkeypatch.setattr(ChainDraftSession, "defer_verified", deferring)
     monkeypatch.setattr(ChainDraftSession, "consume_verified", consuming)

@@ -388,7 +388,7 @@ def test_the_side_stream_protects_its_inputs_and_has_a_switch(monkeypatch, enabl
         head = runtime_head(assistant, assistant.generation_config)
         assert (head.side_stream.stream is not None) == (enabled == "1")
         before = cuda.events.recorded_streams
-        head.plan(torch.randn(1, 32, device="cuda"), torch.randn(1, 32, device="cuda"), 0)
+        head.route(torch.randn(1, 32, device="cuda"), torch.randn(1, 32, device="cuda"), 0)
         # Both inputs recorded on the side stream, the output on the main one; nothing when the switch is off.
         assert cuda.events.recorded_streams - before == (3 if enabled == "1" else 0)
 

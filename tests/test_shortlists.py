@@ -55,7 +55,7 @@ def test_cluster_head_with_all_clusters_equals_the_full_head(indexed):
     head = target.get_output_embeddings().weight.detach()
     cluster_head = ClusterHead(head, assistant.shortlists, max_clusters=8, position_aware=False, indexed=indexed)
     hidden = torch.randn(1, 32)
-    scores = cluster_head.scores(hidden, cluster_head.plan(torch.randn(1, 32), torch.randn(1, 32), 0))
+    scores = cluster_head.scores(hidden, cluster_head.route(torch.randn(1, 32), torch.randn(1, 32), 0))
     real = scores.token_ids >= 0
     assert sorted(scores.token_ids[real].tolist()) == list(range(VOCAB))
     assert real.all()  # every cluster chosen: the compact list of the indexed form has no padding either
@@ -75,7 +75,7 @@ def test_indexed_and_permuted_cluster_heads_score_the_same_rows_at_every_positio
         heads = [ClusterHead(head, assistant.shortlists, 6, True, max_shortlist_size=cap, indexed=i) for i in (0, 1)]
         for position in range(5):
             e, h, hidden = (torch.randn(2, 32, generator=generator) for _ in range(3))
-            blocks, indexed = (x.scores(hidden, x.plan(e, h, position)) for x in heads)
+            blocks, indexed = (x.scores(hidden, x.route(e, h, position)) for x in heads)
             real = indexed.token_ids >= 0
             assert sorted(indexed.token_ids[real].tolist()) == sorted(blocks.token_ids.tolist()), (cap, position)
             order = torch.argsort(indexed.token_ids[real])
@@ -130,7 +130,7 @@ def test_position_aware_budget_shrinks_the_shortlist_with_depth():
     assistant.generation_config.shortlist = "dynaspec"
     session_head = runtime_head(assistant, assistant.generation_config)
     e, h = torch.randn(1, 32), torch.randn(1, 32)
-    sizes = [len(session_head.scores(torch.randn(1, 32), session_head.plan(e, h, t)).token_ids) for t in range(4)]
+    sizes = [len(session_head.scores(torch.randn(1, 32), session_head.route(e, h, t)).token_ids) for t in range(4)]
     assert sizes[0] == sizes[1] > sizes[2] >= sizes[3] > len(ALWAYS)
 
 
@@ -221,7 +221,7 @@ def test_planned_scores_equal_sequential_choice():
     head = runtime_head(assistant, assistant.generation_config)
     e, h, hidden = torch.randn(1, 32), torch.randn(1, 32), torch.randn(1, 32)
     for position in range(4):
-        planned = head.scores(hidden, head.plan(e, h, position))
+        planned = head.scores(hidden, head.route(e, h, position))
         direct = torch.cat([head.token_order[head.offsets[c] : head.offsets[c + 1]]
                             for c in head.choose_clusters(e, h, position)] + [head.always_ids])
         assert torch.equal(planned.token_ids, direct)
@@ -245,7 +245,7 @@ def test_side_stream_router_equals_sequential_on_cuda():
 
     for position in range(4):
         head.router = delayed_router
-        overlapped = head.scores(hidden, head.plan(e, h, position))
+        overlapped = head.scores(hidden, head.route(e, h, position))
         head.router = router
         sequential = head.shortlist_ids(e, h, position)
         chosen = overlapped.token_ids[overlapped.token_ids >= 0]
@@ -282,7 +282,7 @@ def test_padding_columns_of_the_device_form_score_minus_infinity():
     for seed in range(10):
         generator = torch.Generator().manual_seed(seed)
         e, h, hidden = (torch.randn(1, 32, generator=generator) for _ in range(3))
-        scores = cluster_head.scores(hidden, cluster_head.plan(e, h, 0))
+        scores = cluster_head.scores(hidden, cluster_head.route(e, h, 0))
         real = scores.token_ids >= 0
         padded += int((~real).sum())
         assert torch.isneginf(scores.scores[0, ~real]).all() and bool(real[scores.argmax[0]])

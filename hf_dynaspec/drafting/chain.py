@@ -53,7 +53,7 @@ class ChainDraftSession:
             raise ValueError("an eagle drafter scores the target's head through a runtime head: pass head=")
         self.drafter = drafter
         self.head = head
-        self.shortlists_of_last_draft: list[torch.Tensor | None] = []  # ids scored at each draft position
+        self._scored_ids: list[torch.Tensor | None] = []  # while drafting: ids scored at each draft position
         self.vocab_size = vocab_size
         self.confidence = confidence
         self.do_sample = do_sample
@@ -89,29 +89,29 @@ class ChainDraftSession:
         checked = lookup is not None and lookup_veto < 1.0
         if lookup is not None and not checked:  # nothing to ask the drafter: its pass waits for a drafter round
             return self.lookup_draft(input_ids, new_target_hidden, lookup)
-        hidden, plan = self.consume_verified(input_ids, new_target_hidden)
+        hidden, routing = self.consume_verified(input_ids, new_target_hidden)
         drafter = self.drafter
         device = input_ids.device
         seq_len = input_ids.shape[1]
         draft_ids, draft_logits = [], []
-        self.shortlists_of_last_draft = []
+        self._scored_ids = []
         context = input_ids
-        first_scores = self._score(hidden, plan) if checked else None
+        first_scores = self._score(hidden, routing) if checked else None
         if checked and not self._vetoes(first_scores, int(lookup[0, 0]), lookup_veto):
-            self.shortlists_of_last_draft = []  # the veto check's shortlist drafted nothing: keep it out of the stats
+            self._scored_ids = []  # the veto check's shortlist drafted nothing: keep it out of the stats
             logits = one_hot_logits(lookup, self.vocab_size) if self.do_sample else None
             return Draft(token_ids=lookup, logits=logits, looked_up=True)
         confident = []  # per drafted position: 0-d bool tensors, read once at the end (deferred decisions)
         tops = []  # with a planner: each position's top probability (floats; 0-d tensors when deferred)
         for k in range(num_draft_tokens):
-            scores = first_scores if k == 0 and first_scores is not None else self._score(hidden, plan)
+            scores = first_scores if k == 0 and first_scores is not None else self._score(hidden, routing)
             token_id, logits, is_confident, top = self._choose(scores, context, with_top=planner is not None)
             if token_id is None:  # the drafter is not confident enough at this position
                 break
             if planner is not None and not self.defer_host_decisions:
                 top = float(top)
                 if not planner.keep_position(tops + [top]):  # reads the distribution only, never the token
-                    self.shortlists_of_last_draft.pop()
+                    self._scored_ids.pop()
                     break
             tops.append(top)
             draft_ids.append(token_id)
@@ -126,16 +126,16 @@ class ChainDraftSession:
                 context = torch.cat([context, token_id], dim=1)
             position_ids = torch.full((1, 1), seq_len - 1 + k, device=device, dtype=torch.long)
             token_embed = drafter.embed(token_id)
-            plan = self.shortlist_plan(token_embed[:, -1], hidden[:, -1], k + 1)
+            routing = self.shortlist_routing(token_embed[:, -1], hidden[:, -1], k + 1)
             hidden = drafter.step(token_embed, hidden, position_ids, self.cache, None)
         if self.defer_host_decisions and draft_ids and (confident[0] is not None or planner is not None):
             keep, tops = self._deferred_cut(confident, tops, planner)
             draft_ids, draft_logits = draft_ids[:keep], draft_logits[:keep]
-            self.shortlists_of_last_draft = self.shortlists_of_last_draft[:keep]
+            self._scored_ids = self._scored_ids[:keep]
         return Draft(
             token_ids=torch.cat(draft_ids, dim=1) if draft_ids else input_ids.new_empty((1, 0)),
             logits=torch.stack(draft_logits, dim=1) if draft_logits else None,
-            confidences=tops[: len(draft_ids)],
+            confidences=tops[: len(draft_ids)], shortlists=self._scored_ids,
         )
 
     @staticmethod
@@ -156,7 +156,7 @@ class ChainDraftSession:
     def lookup_draft(self, input_ids: torch.Tensor, new_target_hidden: torch.Tensor, lookup: torch.Tensor) -> Draft:
         """`lookup` `[1, n]` as the round's draft; the drafter's pass over the verified positions is deferred."""
         self.defer_verified(input_ids, new_target_hidden)
-        self.shortlists_of_last_draft = []
+        self._scored_ids = []
         logits = one_hot_logits(lookup, self.vocab_size) if self.do_sample else None
         return Draft(token_ids=lookup, logits=logits, looked_up=True)
 
@@ -174,10 +174,10 @@ class ChainDraftSession:
         self.pending_hidden = piece if self.pending_hidden is None else torch.cat([self.pending_hidden, piece], 1)
 
     @torch.no_grad()
-    def consume_verified(self, input_ids: torch.Tensor, new_target_hidden: torch.Tensor, plan: bool = True):
+    def consume_verified(self, input_ids: torch.Tensor, new_target_hidden: torch.Tensor, route: bool = True):
         """Run the drafter over the newly verified positions; return its last hidden `[1, 1, H]` (which predicts
-        the token after `input_ids`) and the shortlist plan for draft position 0 (None with `plan=False`: a pass that
-        only brings the drafter's cache up to date, as calibration times it).
+        the token after `input_ids`) and the router's choice for draft position 0 (None with `route=False`: a pass
+        that only brings the drafter's cache up to date, as calibration times it).
 
         Drops the speculative entries of the previous draft from the drafter cache first, and absorbs the
         positions deferred since (`defer_verified`) in the same pass.
@@ -201,25 +201,25 @@ class ChainDraftSession:
         position_ids = torch.arange(start, seq_len - 1, device=device)[None]
         # The router reads the inputs of the step whose output it shortlists (E(x_t), h_{t-1}): it is started
         # before the drafter's layer so that on CUDA the two overlap.
-        plan = self.shortlist_plan(token_embeds[:, -1], hidden_in[:, -1], 0) if plan else None
+        routing = self.shortlist_routing(token_embeds[:, -1], hidden_in[:, -1], 0) if route else None
         # The mask reads the cache's own length, so a cache out of step with `start` shows up as wrong drafts
         # (tests/test_drafting.py compares the cache with a recomputation), not as a shape error deep in attention.
         mask = causal_mask(num_new, self.cache.length, device)
         hidden = drafter.step(token_embeds, hidden_in, position_ids, self.cache, mask)
         self.num_verified_pairs = seq_len - 1
-        return hidden[:, -1:], plan
+        return hidden[:, -1:], routing
 
-    def shortlist_plan(self, token_embed: torch.Tensor, hidden_in: torch.Tensor, position: int):
-        return self.head.plan(token_embed, hidden_in, position) if self.head is not None else None
+    def shortlist_routing(self, token_embed: torch.Tensor, hidden_in: torch.Tensor, position: int):
+        return self.head.route(token_embed, hidden_in, position) if self.head is not None else None
 
-    def _score(self, hidden, plan) -> ShortlistHeadOutput:
+    def _score(self, hidden, routing) -> ShortlistHeadOutput:
         """Hidden `[1, 1, H]` -> the scores `[1, S]` of the rows scored and their target ids `[S]` (None when the
         rows are the whole vocabulary; -1 in padding columns). Records the ids for the shortlist statistics."""
         if self.head is not None:
-            scores = self.head.scores(hidden[:, -1], plan)
+            scores = self.head.scores(hidden[:, -1], routing)
         else:
             scores = ShortlistHeadOutput(self.drafter.draft_vocab_logits(hidden)[:, -1].float(), self.shortlist_ids)
-        self.shortlists_of_last_draft.append(scores.token_ids)
+        self._scored_ids.append(scores.token_ids)
         return scores
 
     @staticmethod

@@ -39,6 +39,9 @@ class Draft:
     # A tree (an EAGLE-2 tree round, any lattice round): its root the last committed token; `token_ids` then holds
     # its draft nodes `[1, n - 1]` in node order (not a sequence).
     tree: DraftTree | None = None
+    # The ids the drafter's head scored at each drafted position (None: the whole vocabulary), for the statistics'
+    # shortlist coverage; empty for drafts the drafter did not make.
+    shortlists: list[torch.Tensor | None] = field(default_factory=list)
 
     def as_tree(self, root: torch.Tensor) -> DraftTree:
         """The draft as the tree verifier reads it: its tree, or the chain under `root` `[1]` as one branch."""

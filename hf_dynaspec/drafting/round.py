@@ -66,6 +66,7 @@ class SpeculationRound:
         self.plan = RoundPlan("none", 0)  # what the last round drafted (its source and, for the planner, its plan)
         self.num_drafted: int | None = None  # tokens drafted for the pass being verified; None: the prefill
         self.tree = None  # the last round's tree (a tree round), whose accepted nodes `learn` reads
+        self.shortlists: list = []  # the last draft's scored ids per position (Draft.shortlists), for `learn`
         # Host copy of the committed ids while a lookup source is on: prompt lookup and the suffix cache search
         # it, so that on a device a round reads only the few ids committed since the last one.
         self._context: list[int] | None = None
@@ -110,7 +111,6 @@ class SpeculationRound:
         budget = min(self.max_draft_tokens if self.planner is not None or self.trees is None else self.trees.depth,
                      room)
         if budget < 1:
-            self.session.shortlists_of_last_draft = []
             return self._drafted(RoundPlan("none", 0), self._empty(input_ids))
         if self.planner is None and self.trees is not None:  # the configured tree, every round
             self.plan = RoundPlan("tree", budget)
@@ -147,7 +147,7 @@ class SpeculationRound:
             if source == "tree" and tree_outcome is not None:
                 self.planner.record_chain_outcome(*tree_outcome)
         committed = committed_ids[0, -(num_accepted + 1) :]  # the target's tokens at draft positions 0..n
-        self.stats.record_shortlists(self.session.shortlists_of_last_draft, committed)
+        self.stats.record_shortlists(self.shortlists, committed)
 
     def read_committed(self, input_ids: torch.Tensor) -> None:
         """Bring the tokens committed since the last round to the host copy and the suffix cache (a read of a few
@@ -180,7 +180,6 @@ class SpeculationRound:
         candidates, drafts = self._lookup_candidates(room)
         plan = self.plan = self.planner.plan_round(candidates, room)
         if plan.source == "none":
-            self.session.shortlists_of_last_draft = []
             self.session.defer_verified(input_ids, target_hidden)  # the drafter absorbs them when next needed
             return self._empty(input_ids)
         if plan.source == "tree":
@@ -203,8 +202,8 @@ class SpeculationRound:
         """An EAGLE-2 tree grown to the plan's `depth` (a cap: EAGLE-2 keeps the best-scored nodes, which may stop
         short of it) with the node count the planner priced (tests/test_planned_trees.py)."""
         tree = self.trees.propose_tree(input_ids, target_hidden, max_depth=depth)
-        self.session.shortlists_of_last_draft = self.trees.shortlists_of_last_draft
-        return Draft(token_ids=tree.token_ids[None, 1:], logits=None, tree=tree)
+        return Draft(token_ids=tree.token_ids[None, 1:], logits=None, tree=tree,
+                     shortlists=self.trees.shortlists_of_last_draft)
 
     def _lookup_candidates(self, room: int) -> tuple[list[LookupCandidate], dict[str, list[int]]]:
         """What prompt lookup and the suffix cache propose now: (candidates for the planner, tokens by source)."""
@@ -239,7 +238,7 @@ class SpeculationRound:
     # -- the end of a round -----------------------------------------------------------------------------------
     def _drafted(self, plan: RoundPlan, draft: Draft) -> Draft:
         self.plan = plan
-        self.tree = draft.tree
+        self.tree, self.shortlists = draft.tree, draft.shortlists
         self.num_drafted = draft.token_ids.shape[1]
         if self.collect_draft_tokens and self.num_drafted and not draft.looked_up and draft.tree is None:
             self.stats.draft_token_ids.append(draft.token_ids[0])
@@ -262,7 +261,7 @@ class SpeculationRound:
         keep = int(is_eos.nonzero()[0, 0]) + 1
         logits = draft.logits[:, :keep] if draft.logits is not None else None
         return Draft(token_ids=draft.token_ids[:, :keep], logits=logits, looked_up=draft.looked_up,
-                     confidences=draft.confidences[:keep])
+                     confidences=draft.confidences[:keep], shortlists=draft.shortlists[:keep])
 
 
 def _as_ids(tokens: list[int], like: torch.Tensor) -> torch.Tensor:

@@ -32,10 +32,10 @@ class FullHead:
         self.weight = head_weight
         self.min_rows = head_weight.shape[0]
 
-    def plan(self, token_embed=None, prev_hidden=None, position: int = 0):
+    def route(self, token_embed=None, prev_hidden=None, position: int = 0):
         return None
 
-    def scores(self, hidden: torch.Tensor, plan=None) -> ShortlistHeadOutput:
+    def scores(self, hidden: torch.Tensor, routing=None) -> ShortlistHeadOutput:
         """Hidden `[R, H]` -> scores `[R, V]`."""
         return ShortlistHeadOutput((hidden @ self.weight.T).float(), None)
 
@@ -48,10 +48,10 @@ class StaticHead:
         self.weight = head_weight[token_ids].contiguous()  # gathered once, when the head is built
         self.min_rows = len(token_ids)
 
-    def plan(self, token_embed=None, prev_hidden=None, position: int = 0):
+    def route(self, token_embed=None, prev_hidden=None, position: int = 0):
         return None
 
-    def scores(self, hidden: torch.Tensor, plan=None) -> ShortlistHeadOutput:
+    def scores(self, hidden: torch.Tensor, routing=None) -> ShortlistHeadOutput:
         """Hidden `[R, H]` -> scores `[R, S]`."""
         return ShortlistHeadOutput((hidden @ self.weight.T).float(), self.token_ids)
 
@@ -89,7 +89,7 @@ class ClusterHead:
     def budget(self, position: int) -> int:
         return clusters_at_position(position, self.max_clusters) if self.position_aware else self.max_clusters
 
-    def plan(self, token_embed: torch.Tensor, prev_hidden: torch.Tensor, position: int) -> tuple[Pending, int]:
+    def route(self, token_embed: torch.Tensor, prev_hidden: torch.Tensor, position: int) -> tuple[Pending, int]:
         """Start the router on this step's inputs `[R, D]`, `[R, H]` (before the drafter's layer runs)."""
         return self.side_stream.launch(self.router, token_embed, prev_hidden), position
 
@@ -130,10 +130,10 @@ class ClusterHead:
         return torch.cat(blocks + [self.always_ids])
 
     @torch.no_grad()
-    def scores(self, hidden: torch.Tensor, plan: tuple[Pending, int]) -> ShortlistHeadOutput:
-        """Hidden `[R, H]` and the router plan of this step -> scores `[R, S]` of the chosen clusters' rows (on
+    def scores(self, hidden: torch.Tensor, routing: tuple[Pending, int]) -> ShortlistHeadOutput:
+        """Hidden `[R, H]` and the router routing of this step -> scores `[R, S]` of the chosen clusters' rows (on
         the indexed path S is `bound(k) + A` (drafting/cluster_rows.py), padding columns scored -inf with id -1)."""
-        pending, position = plan
+        pending, position = routing
         if self.indexed:
             ranked = self.rows.capped(self._ranked(pending.result(), position), self.max_shortlist_size)
             return indexed_head(hidden, self.head_weight, self.rows.row_ids(ranked, self.max_shortlist_size))
