@@ -410,7 +410,7 @@ MUTATIONS = [
              [MEDUSA], select="as_it_found_them"),
     Mutation("the lattice planner's tables shared across decoding modes", "hf_dynaspec/generation/medusa.py",
              "    memory = memories[do_sample]\n", "    memory = memories.setdefault(True, memories[do_sample])\n",
-             [MEDUSA_AUTO]),
+             [MEDUSA_AUTO], select="measured_acceptance_is_where"),
 ]
 
 
