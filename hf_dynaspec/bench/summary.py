@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 from collections import OrderedDict
+from pathlib import Path
 
 from hf_dynaspec.bench.results_table import read_records
 
@@ -107,8 +108,6 @@ def main() -> None:
     args = parser.parse_args()
     tables = summary_tables(read_records(args.table))
     if args.write:
-        from pathlib import Path
-
         path = Path(args.write)
         path.write_text(replace_block(path.read_text(), tables))
     else:

@@ -73,7 +73,10 @@ class SpeculationRound:
 
     @property
     def max_draft_tokens(self) -> int:
-        return self.options.num_assistant_tokens if self.planner is None else self.options.auto_max_assistant_tokens
+        """The longest draft a round may make: the planner's cap, the fixed tree's depth, or K."""
+        if self.planner is not None:
+            return self.options.auto_max_assistant_tokens
+        return self.trees.depth if self.trees is not None else self.options.num_assistant_tokens
 
     def begin(self, input_ids: torch.Tensor) -> None:
         """Start a generate() call on the prompt `[1, N]` (one read of the prompt when a lookup source is on)."""
@@ -108,8 +111,7 @@ class SpeculationRound:
         (k = 0: verify the target's own token only). `target_hidden` `[1, >=T_new, F]`: the drafter's features
         of the last verification pass (ChainDraftSession.propose)."""
         self.read_committed(input_ids)
-        budget = min(self.max_draft_tokens if self.planner is not None or self.trees is None else self.trees.depth,
-                     room)
+        budget = min(self.max_draft_tokens, room)
         if budget < 1:
             return self._drafted(RoundPlan("none", 0), self._empty(input_ids))
         if self.planner is None and self.trees is not None:  # the configured tree, every round
