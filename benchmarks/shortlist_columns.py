@@ -1,15 +1,15 @@
 """Columns a DynaSpec step scores on a device, against the real rows of its shortlist, on real prompts.
 
-Runs greedy generation with an assistant's DynaSpec head (drafter only: no prompt lookup or suffix cache, so
-every round drafts) and records, at every draft step, the clusters the router chose. For each step it reports
-the real rows (the chosen clusters plus the always-included ids) and the columns the device form scores for
-that choice: the compact list (`bound(k) + A`, drafting/cluster_rows.py) and the earlier padded table
-(`(k + 1) x max(widest cluster, A)`). Which clusters are chosen does not depend on the form, so the CPU path's
-choices give both forms' columns exactly.
+Runs greedy generation with an assistant's DynaSpec head in its device form (`accelerator_paths_on_cpu`: the
+row ids a GPU step scores, computed here on the CPU), drafter only (no prompt lookup or suffix cache, so every
+round drafts), and records at every draft step the columns scored and the distinct real head rows among them.
+Under the row budget (issue 63) the two are equal by construction (R(t) + A); before it, the compact list was
+sized for the k largest clusters (4.30x the real rows on the 0.5B: benchmarks/results/shortlist_columns_05b.json
+at commit 44c9b44).
 
     python benchmarks/shortlist_columns.py --target qwen2.5-coder-0.5b-instruct \\
         --assistant assistants/qwen2.5-coder-0.5b-instruct --limit-per-category 1 --max-new-tokens 64 \\
-        --json benchmarks/results/shortlist_columns_05b.json
+        --json benchmarks/results/row_budget_columns_05b.json
 """
 
 from __future__ import annotations
@@ -24,41 +24,34 @@ from hf_dynaspec.bench.prompts import encode_prompts, load_prompts
 from hf_dynaspec.bench.results_table import host_description
 from hf_dynaspec.bench.runner import load_assistant, load_target
 from hf_dynaspec.drafting.cluster_rows import ClusterRowTable
-from hf_dynaspec.drafting.selector import ClusterHead
+from hf_dynaspec.drafting.device_paths import accelerator_paths_on_cpu
 from recipes.data_paths import shared_data_dir
 
 
-def record_choices(steps: list) -> None:
-    """Patch ClusterHead so that every scored step appends (budget k, chosen clusters)."""
-    original = ClusterHead._clusters_from
+def record_columns(steps: list) -> None:
+    """Patch ClusterRowTable so that every scored step appends (R, columns, distinct real rows)."""
+    original = ClusterRowTable.row_ids
 
-    def recording(self, cluster_scores, position):
-        chosen = original(self, cluster_scores, position)
-        steps.append((self.budget(position), chosen))
-        return chosen
+    def recording(self, ranking, rows):
+        ids = original(self, ranking, rows)
+        steps.append((rows, len(ids), len(set(ids[ids >= 0].tolist()))))
+        return ids
 
-    ClusterHead._clusters_from = recording
+    ClusterRowTable.row_ids = recording
 
 
-def summarise(steps: list, table: ClusterRowTable, max_rows) -> dict:
-    sizes = [b - a for a, b in zip(table.offsets, table.offsets[1:])]
-    widest = max(max(sizes), table.num_always)
-    real = [sum(sizes[c] for c in chosen) + table.num_always for _, chosen in steps]
-    compact = [table.bound(k, max_rows) + table.num_always for k, _ in steps]
-    padded = [(k + 1) * widest for k, _ in steps]
-    ratio = lambda cols: [c / r for c, r in zip(cols, real)]  # noqa: E731
+def summarise(steps: list) -> dict:
+    columns, real = [c for _, c, _ in steps], [r for _, _, r in steps]
+    by_budget = {}
+    for rows, c, r in steps:
+        by_budget.setdefault(rows, []).append(c / r)
     return {
         "steps": len(steps),
         "mean_real_rows": statistics.fmean(real),
-        "mean_compact_columns": statistics.fmean(compact),
-        "mean_padded_columns": statistics.fmean(padded),
-        "columns_over_real_compact": statistics.fmean(compact) / statistics.fmean(real),
-        "columns_over_real_padded": statistics.fmean(padded) / statistics.fmean(real),
-        "per_step_ratio_compact_median": statistics.median(ratio(compact)),
-        "per_step_ratio_compact_max": max(ratio(compact)),
-        "per_step_ratio_padded_median": statistics.median(ratio(padded)),
-        "cluster_sizes": {"largest": max(sizes), "median": statistics.median(sizes), "smallest": min(sizes),
-                          "always_included": table.num_always},
+        "mean_columns": statistics.fmean(columns),
+        "columns_over_real": statistics.fmean(columns) / statistics.fmean(real),
+        "per_step_ratio_max": max(c / r for c, r in zip(columns, real)),
+        "steps_per_budget": {str(rows): len(ratios) for rows, ratios in sorted(by_budget.items())},
     }
 
 
@@ -102,15 +95,15 @@ def write_result(result: dict, path: str | None) -> dict:
 def main(argv=None) -> dict:
     args = parse_arguments(argv, __doc__.split("\n\n")[0])
     steps: list = []
-    record_choices(steps)
-    assistant, num_prompts = generate_drafter_only(args)
+    record_columns(steps)
+    with accelerator_paths_on_cpu():
+        assistant, num_prompts = generate_drafter_only(args)
     options = assistant.generation_config
-    table = ClusterRowTable(assistant.shortlists.host_clusters(), torch.device("cpu"))
     return write_result({"target": args.target, "assistant": args.assistant, "prompts": num_prompts,
                          "max_new_tokens": args.max_new_tokens, "shortlist": options.shortlist,
-                         "max_clusters": options.max_clusters, "num_assistant_tokens": options.num_assistant_tokens,
-                         "host": host_description(), **summarise(steps, table, options.max_shortlist_size)},
-                        args.json)
+                         "shortlist_rows": options.shortlist_rows,
+                         "num_assistant_tokens": options.num_assistant_tokens,
+                         "host": host_description(), **summarise(steps)}, args.json)
 
 
 if __name__ == "__main__":

@@ -140,9 +140,13 @@ def test_method_strings_are_validated():
         build_methods(["dynaspec+adl+auto"], assistant_factory=lambda **o: object())
     assert build_methods(["dynaspec+draft:5+adl"], assistant_factory=lambda **o: seen.append(o) or object())
     assert seen.pop() == {"shortlist": "dynaspec", **off, "draft_plan": "adl", "num_assistant_tokens": 5}
+    assert build_methods(["dynaspec-tree:rows=900x400x50"], assistant_factory=lambda **o: seen.append(o) or object())
+    assert seen.pop()["shortlist_rows"] == [900, 400, 50]
+    with pytest.raises(ValueError, match="positive integer"):
+        build_methods(["dynaspec:rows=900x0"], assistant_factory=lambda **o: object())
     assert seen == [{"shortlist": "frspec", "shortlist_size": 32768, **off},
-                    {"shortlist": "dynaspec-fixed", "fixed_clusters": 8, **off},
-                    {"shortlist": "dynaspec", **off}, {"shortlist": "dynaspec", "max_clusters": 48, **off}]
+                    {"shortlist": "dynaspec-fixed", "shortlist_rows": "clusters", "fixed_clusters": 8, **off},
+                    {"shortlist": "dynaspec", **off}, {"shortlist": "dynaspec", "shortlist_rows": "clusters", "max_clusters": 48, **off}]
 
 
 def test_prompt_files_spec_bench_and_humaneval(tmp_path):
@@ -208,8 +212,8 @@ def test_confidence_suffix_reaches_the_assistant_and_is_validated():
     # A key without a suffix turns the feature off explicitly: an artifact's own default must not leak in.
     off = {"prompt_lookup_num_tokens": 0, "prompt_lookup_veto": 1.0, "suffix_cache_num_tokens": 0, "draft_plan": "fixed"}
     assert seen == [{"shortlist": "full", "assistant_confidence_threshold": 0.5, **off},
-                    {"shortlist": "dynaspec", "max_clusters": 8, "assistant_confidence_threshold": 0.25, **off},
-                    {"shortlist": "dynaspec", "max_clusters": 8, "assistant_confidence_threshold": 0.0, **off}]
+                    {"shortlist": "dynaspec", "shortlist_rows": "clusters", "max_clusters": 8, "assistant_confidence_threshold": 0.25, **off},
+                    {"shortlist": "dynaspec", "shortlist_rows": "clusters", "max_clusters": 8, "assistant_confidence_threshold": 0.0, **off}]
     for bad, message in [("eagle@1.5", "in \\[0, 1\\)"), ("eagle@x", "in \\[0, 1\\)"),
                          ("vanilla@0.5", "assistant.s methods only"), ("dynaspec-tree@0.5", "not trees")]:
         with pytest.raises(ValueError, match=message):
@@ -221,7 +225,7 @@ def test_lookup_suffix_reaches_the_assistant_and_is_validated():
     build_methods(["dynaspec:8+lookup:5", "eagle@0.5+lookup", "frspec:1024+lookup:3"],
                   assistant_factory=lambda **o: seen.append(o) or object())
     unchecked = {"prompt_lookup_veto": 1.0, "suffix_cache_num_tokens": 0, "draft_plan": "fixed"}
-    assert seen == [{"shortlist": "dynaspec", "max_clusters": 8, "assistant_confidence_threshold": 0.0, "prompt_lookup_num_tokens": 5,
+    assert seen == [{"shortlist": "dynaspec", "shortlist_rows": "clusters", "max_clusters": 8, "assistant_confidence_threshold": 0.0, "prompt_lookup_num_tokens": 5,
                      **unchecked},
                     {"shortlist": "full", "assistant_confidence_threshold": 0.5, "prompt_lookup_num_tokens": DEFAULT_LOOKUP_TOKENS,
                      **unchecked},
@@ -293,7 +297,7 @@ def test_tree_method_strings():
     off = {"assistant_confidence_threshold": 0.0, "prompt_lookup_num_tokens": 0, "prompt_lookup_veto": 1.0,
            "suffix_cache_num_tokens": 0, "draft_plan": "fixed"}
     assert seen == [{"shortlist": "full", **off}, {"shortlist": "dynaspec", **off},
-                    {"shortlist": "dynaspec", "max_clusters": 32, **off}]
+                    {"shortlist": "dynaspec", "shortlist_rows": "clusters", "max_clusters": 32, **off}]
     assert all("custom_generate" in m.generate_kwargs for m in methods)
     with pytest.raises(ValueError, match="takes no argument"):
         build_methods(["eagle-tree:4"], assistant_factory=lambda **o: object())
@@ -367,7 +371,7 @@ def test_labelled_assistants_each_serve_their_own_methods():
     methods = build_methods(keys, labelled_factories=factories)
     assert [m.key for m in methods] == keys
     fixed = {"suffix_cache_num_tokens": 0, "draft_plan": "fixed"}
-    lookup = {"shortlist": "dynaspec", "max_clusters": 8, "assistant_confidence_threshold": 0.0, "prompt_lookup_num_tokens": 5,
+    lookup = {"shortlist": "dynaspec", "shortlist_rows": "clusters", "max_clusters": 8, "assistant_confidence_threshold": 0.0, "prompt_lookup_num_tokens": 5,
               "prompt_lookup_veto": 1.0, **fixed}
     assert seen == [("old", lookup), ("new", lookup),
                     ("old", {"shortlist": "full", "assistant_confidence_threshold": 0.0, "prompt_lookup_num_tokens": 0,

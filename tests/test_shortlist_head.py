@@ -116,3 +116,20 @@ def test_blocks_kernel_refuses_blocks_outside_the_weight():
         loader.bf16_blocks_matmul(torch.zeros(1, 8), weight, [5], [11])
     with pytest.raises(ValueError, match="inside the weight"):
         loader.bf16_blocks_matmul(torch.zeros(1, 8), weight, [3], [3])
+
+
+def test_the_reference_scores_padding_columns_minus_infinity():
+    """Row id -1 is a padding column (the kernel's and the operator's contract, for shapes padded to a bucket):
+    it must score -inf, so it is never the argmax nor counted in the log-sum-exp."""
+    from hf_dynaspec.kernels.shortlist_head.reference import indexed_head_reference
+
+    generator = torch.Generator().manual_seed(3)
+    weight = torch.randn(50, 8, generator=generator)
+    weight[0] = 100.0  # row 0, which a padding column would read if it were not masked, wins every product
+    hidden = torch.rand(3, 8, generator=generator)
+    row_ids = torch.tensor([7, -1, 12, 30, -1])
+    out = indexed_head_reference(hidden, weight, row_ids)
+    assert torch.isneginf(out.scores[:, row_ids < 0]).all()
+    assert (row_ids[out.argmax] >= 0).all()
+    real = row_ids[row_ids >= 0]
+    torch.testing.assert_close(out.logsumexp, torch.logsumexp(hidden @ weight[real].T, -1))

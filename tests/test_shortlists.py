@@ -7,7 +7,8 @@ import torch
 from conftest import VOCAB, assisted_generate, imitating_assistant, one_layer_target, plain_generate, tiny_target
 
 from hf_dynaspec import ArtifactError, DynaSpecAssistant
-from hf_dynaspec.drafting.budget import clusters_at_position
+from hf_dynaspec.drafting.budget import RowBudget, clusters_at_position, row_budget
+from hf_dynaspec.drafting.cluster_rows import ClusterRowTable, block_ranges
 from hf_dynaspec.drafting.runtime import runtime_head
 from hf_dynaspec.drafting.selector import ClusterHead
 from hf_dynaspec.modeling.shortlist import cluster_vocabulary, load_token_list
@@ -49,43 +50,95 @@ def test_clustering_is_a_reproducible_partition():
 
 
 @pytest.mark.parametrize("indexed", [False, True], ids=["permuted-blocks", "indexed-rows"])
-def test_cluster_head_with_all_clusters_equals_the_full_head(indexed):
+def test_cluster_head_with_every_row_equals_the_full_head(indexed):
     target = tiny_target("qwen2")
     assistant = add_shortlists(DynaSpecAssistant.from_target(target), target)
     head = target.get_output_embeddings().weight.detach()
-    cluster_head = ClusterHead(head, assistant.shortlists, max_clusters=8, position_aware=False, indexed=indexed)
+    cluster_head = ClusterHead(head, assistant.shortlists, RowBudget([VOCAB - len(ALWAYS)]), indexed=indexed)
     hidden = torch.randn(1, 32)
     scores = cluster_head.scores(hidden, cluster_head.route(torch.randn(1, 32), torch.randn(1, 32), 0))
-    real = scores.token_ids >= 0
-    assert sorted(scores.token_ids[real].tolist()) == list(range(VOCAB))
-    assert real.all()  # every cluster chosen: the compact list of the indexed form has no padding either
+    assert sorted(scores.token_ids.tolist()) == list(range(VOCAB))
     full = (hidden @ head.T).float()
-    torch.testing.assert_close(scores.scores[0, real], full[0, scores.token_ids[real]])
+    torch.testing.assert_close(scores.scores[0], full[0, scores.token_ids])
     assert int(scores.argmax_token_ids[0]) == int(full.argmax())
 
 
+def reference_row_budget(ranking: list[int], rows: int, clusters, frequency_ids) -> list[int]:
+    """The rule written out: clusters in the router's order, whole while the budget lasts, the next one cut to
+    the remainder keeping its most frequent tokens, the taken tokens laid out in cluster order, then the
+    always-included ids."""
+    rank = {int(t): r for r, t in enumerate(frequency_ids.tolist())}
+    offsets, order = clusters.offsets.tolist(), clusters.token_order.tolist()
+    taken, left = {}, rows
+    for c in ranking:
+        members = sorted(order[offsets[c]: offsets[c + 1]], key=lambda t: (rank.get(t, len(rank)), t))
+        taken[c] = members[:left]
+        left -= len(taken[c])
+        if left == 0:
+            break
+    return [t for c in sorted(taken) for t in taken[c]] + clusters.always_ids.tolist()
+
+
+def test_row_budget_ids_follow_the_rule_on_both_forms_with_columns_equal_to_rows():
+    """For random rankings and budgets from one row to every row (cuts at every place, whole clusters, several
+    clusters): the device form's ids are the rule's, in its order, as many as R + A (no padding: columns equal
+    real rows, the issue-63 bar), distinct; the CPU form's blocks read the same ids."""
+    target = tiny_target("llama")
+    assistant = add_shortlists(DynaSpecAssistant.from_target(target, shortlist="dynaspec"), target)
+    frequency = assistant.shortlists.host_buffers()["frequency_ids"]
+    clusters = assistant.shortlists.host_clusters()
+    ordered = clusters.frequency_ordered(frequency)
+    table = ClusterRowTable(ordered, torch.device("cpu"))
+    permuted = torch.cat([ordered.token_order, ordered.always_ids])
+    offsets = ordered.offsets.tolist()
+    generator = torch.Generator().manual_seed(0)
+    clustered = VOCAB - len(ALWAYS)
+    for rows in (1, 2, 5, 11, 12, 13, 30, 60, clustered - 1, clustered):
+        for _ in range(15):
+            ranking = torch.randperm(clusters.num_clusters, generator=generator)
+            expected = reference_row_budget(ranking.tolist(), rows, clusters, frequency)
+            ids = table.row_ids(ranking, rows)
+            assert ids.tolist() == expected and len(set(expected)) == rows + len(ALWAYS), rows
+            starts, ends = block_ranges(ranking.tolist(), rows, offsets)
+            assert torch.cat([permuted[a:b] for a, b in zip(starts, ends)]).tolist() == expected[:rows]
+
+
+def test_a_cut_cluster_keeps_its_most_frequent_tokens():
+    target = tiny_target("llama")
+    assistant = add_shortlists(DynaSpecAssistant.from_target(target, shortlist="dynaspec"), target)
+    clusters = assistant.shortlists.host_clusters()
+    biggest = int(clusters.offsets.diff().argmax())
+    members = clusters.token_order[clusters.offsets[biggest]: clusters.offsets[biggest + 1]]
+    frequency = members.flip(0)[:3]  # three of its tokens ranked, in the reverse of their stored order
+    ordered = clusters.frequency_ordered(frequency)
+    ordered.validate(VOCAB)
+    got = ordered.token_order[ordered.offsets[biggest]: ordered.offsets[biggest + 1]]
+    assert got[:3].tolist() == frequency.tolist()
+    assert got[3:].tolist() == sorted(set(members.tolist()) - set(frequency.tolist()))
+    ranking = torch.cat([torch.tensor([biggest]), torch.tensor([c for c in range(clusters.num_clusters) if c != biggest])])
+    assert ClusterRowTable(ordered, torch.device("cpu")).row_ids(ranking, 2)[:2].tolist() == frequency[:2].tolist()
+
+
 def test_indexed_and_permuted_cluster_heads_score_the_same_rows_at_every_position():
-    """The accelerator form (padded row table indexed by the router's top-k, size cap on the device) selects
-    exactly the rows of the CPU form, position by position, with and without the cap."""
+    """The accelerator form (row ids on the device) and the CPU form (blocks) score the same rows, in the same
+    column order, with the same scores, position by position, under a position-aware budget and a size cap."""
     target = tiny_target("llama")
     assistant = add_shortlists(DynaSpecAssistant.from_target(target), target)
     head = target.get_output_embeddings().weight.detach()
     generator = torch.Generator().manual_seed(4)
-    for cap in (None, 30, 1):
-        heads = [ClusterHead(head, assistant.shortlists, 6, True, max_shortlist_size=cap, indexed=i) for i in (0, 1)]
+    for budget in (RowBudget([40, 30, 7, 1]), RowBudget([95])):
+        heads = [ClusterHead(head, assistant.shortlists, budget, indexed=i) for i in (False, True)]
         for position in range(5):
             e, h, hidden = (torch.randn(2, 32, generator=generator) for _ in range(3))
             blocks, indexed = (x.scores(hidden, x.route(e, h, position)) for x in heads)
-            real = indexed.token_ids >= 0
-            assert sorted(indexed.token_ids[real].tolist()) == sorted(blocks.token_ids.tolist()), (cap, position)
-            order = torch.argsort(indexed.token_ids[real])
-            torch.testing.assert_close(indexed.scores[:, real][:, order], blocks.scores[:, torch.argsort(blocks.token_ids)])
-            assert torch.equal(heads[1].shortlist_ids(e, h, position).sort().values,
-                               heads[0].shortlist_ids(e, h, position).sort().values)
-            assert heads[1].min_rows == heads[0].min_rows <= int(real.sum())
+            assert torch.equal(indexed.token_ids, blocks.token_ids)
+            assert len(indexed.token_ids) == budget.at(position) + len(ALWAYS)
+            torch.testing.assert_close(indexed.scores, blocks.scores)
+            assert torch.equal(heads[1].shortlist_ids(e, h, position), heads[0].shortlist_ids(e, h, position))
+            assert heads[1].min_rows == heads[0].min_rows == min(budget.rows) + len(ALWAYS)
 
 
-def test_position_aware_budget_matches_the_formula():
+def test_cluster_count_schedule_matches_the_formula():
     assert [clusters_at_position(t, 16) for t in range(8)] == [16, 16, 2, 2, 1, 1, 1, 1]
     assert [clusters_at_position(t, 64) for t in range(6)] == [64, 64, 10, 8, 6, 5]
     for k_max in (1, 7, 33):
@@ -93,17 +146,43 @@ def test_position_aware_budget_matches_the_formula():
             assert clusters_at_position(t, k_max) == max(1, k_max // ((t + 1) * 2))
 
 
-def test_shortlist_size_cap_keeps_the_best_clusters():
-    target = tiny_target("llama")
-    assistant = add_shortlists(DynaSpecAssistant.from_target(target), target)
-    head = target.get_output_embeddings().weight.detach()
-    capped = ClusterHead(head, assistant.shortlists, max_clusters=8, position_aware=False, max_shortlist_size=30)
-    e, h = torch.randn(1, 32), torch.randn(1, 32)
-    chosen = capped.choose_clusters(e, h, 0)
-    offsets = assistant.shortlists.cluster_offsets
-    size = sum(int(offsets[c + 1] - offsets[c]) for c in chosen) + len(ALWAYS)
-    best = int(assistant.shortlists.router(e, h).argmax())
-    assert best in chosen and (size <= 30 or len(chosen) == 1)
+class Options:
+    def __init__(self, **values):
+        self.shortlist_rows, self.max_clusters, self.fixed_clusters, self.max_shortlist_size = "clusters", 8, 3, None
+        self.__dict__.update(values)
+
+
+def test_row_budget_from_the_options():
+    # Stored rows, per position; the last one repeats; dynaspec-fixed keeps R(0); the cap leaves room for A.
+    assert row_budget("dynaspec", Options(shortlist_rows=[50, 40, 9]), 95, 2, 6.0).rows == (50, 40, 9)
+    assert row_budget("dynaspec", Options(shortlist_rows=[50, 40, 9]), 95, 2, 6.0).at(7) == 9
+    assert row_budget("dynaspec", Options(shortlist_rows=120), 95, 2, 6.0).rows == (95,)
+    assert row_budget("dynaspec-fixed", Options(shortlist_rows=[50, 40]), 95, 2, 6.0).rows == (50,)
+    assert row_budget("dynaspec", Options(shortlist_rows=[50, 40], max_shortlist_size=30), 95, 2, 6.0).rows == (28, 28)
+    assert row_budget("dynaspec", Options(shortlist_rows=[50], max_shortlist_size=1), 95, 2, 6.0).rows == (1,)
+    # "clusters" (artifacts without stored rows): k(t) clusters' worth of rows until k(t) reaches 1.
+    assert row_budget("dynaspec", Options(max_clusters=16), 10_000, 2, 10.0).rows == (160, 160, 20, 20, 10)
+    assert row_budget("dynaspec", Options(max_clusters=1), 10_000, 2, 10.0).rows == (10,)
+    assert row_budget("dynaspec-fixed", Options(), 10_000, 2, 10.5).rows == (32,)
+    with pytest.raises(ValueError, match="positive ints"):
+        RowBudget([3, 0])
+
+
+def test_expected_rows_per_cluster_weighs_clusters_by_the_frequency_of_their_tokens():
+    from hf_dynaspec.modeling.shortlist.clustering import VocabClusters
+
+    clusters = VocabClusters(torch.arange(2, 12), torch.tensor([0, 2, 10]), torch.tensor([0, 1]))  # sizes 2 and 8
+    assert clusters.expected_rows_per_cluster(torch.tensor([], dtype=torch.long)) == (4 + 64) / 10
+    assert clusters.expected_rows_per_cluster(torch.tensor([2])) == 2.0  # all the mass in the small cluster
+    assert clusters.expected_rows_per_cluster(torch.tensor([5, 2])) == pytest.approx((8 * 1 + 2 * 0.5) / 1.5)
+    assert clusters.expected_rows_per_cluster(torch.tensor([0, 9])) == 8.0  # an always-included id weighs nothing
+
+
+def test_shortlist_rows_option_is_checked():
+    with pytest.raises(ValueError, match="shortlist_rows"):
+        DynaSpecAssistant.from_target(tiny_target("llama"), shortlist_rows=[3, -1])
+    with pytest.raises(ValueError, match="shortlist_rows"):
+        DynaSpecAssistant.from_target(tiny_target("llama"), shortlist_rows="many")
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
@@ -211,7 +290,10 @@ def test_runtime_head_is_reused_until_something_it_depends_on_changes():
     assert second is not first
     assistant.generation_config.max_clusters = 2
     rebuilt = runtime_head(assistant, assistant.generation_config)
-    assert rebuilt is not second and rebuilt.max_clusters == 2
+    assert rebuilt is not second and rebuilt.budget.at(0) < second.budget.at(0)
+    assistant.generation_config.shortlist_rows = [9, 4]
+    stored = runtime_head(assistant, assistant.generation_config)
+    assert stored is not rebuilt and stored.budget.rows == (9, 4)
 
 
 def test_planned_scores_equal_sequential_choice():
@@ -222,9 +304,12 @@ def test_planned_scores_equal_sequential_choice():
     e, h, hidden = torch.randn(1, 32), torch.randn(1, 32), torch.randn(1, 32)
     for position in range(4):
         planned = head.scores(hidden, head.route(e, h, position))
-        direct = torch.cat([head.token_order[head.offsets[c] : head.offsets[c + 1]]
-                            for c in head.choose_clusters(e, h, position)] + [head.always_ids])
-        assert torch.equal(planned.token_ids, direct)
+        assert torch.equal(planned.token_ids, head.shortlist_ids(e, h, position))
+        ranking = head.router(e, h)[0].argsort(descending=True).tolist()
+        frequency = assistant.shortlists.host_buffers()["frequency_ids"]
+        expected = reference_row_budget(ranking, head.budget.at(position), assistant.shortlists.host_clusters(),
+                                        frequency)
+        assert planned.token_ids.tolist() == expected
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (runs wherever one exists)")
@@ -270,53 +355,3 @@ def test_a_lookup_draft_kept_after_the_veto_check_adds_no_shortlist_to_the_stati
         stats[veto] = (s.lookup_passes, s.shortlist_rows, s.shortlist_steps, s.coverage_checked, s.coverage_hits)
     assert stats[1.0][0] > 0 and stats[1.0][2] > 0  # both kinds of round happened
     assert stats[0.999] == stats[1.0]
-
-
-def test_padding_columns_of_the_device_form_score_minus_infinity():
-    """Fewer clusters than the largest ones: the compact list has padding, which must never be drafted."""
-    target = tiny_target("qwen2")
-    assistant = add_shortlists(DynaSpecAssistant.from_target(target), target)
-    head = target.get_output_embeddings().weight.detach()
-    cluster_head = ClusterHead(head, assistant.shortlists, max_clusters=2, position_aware=False, indexed=True)
-    padded = 0
-    for seed in range(10):
-        generator = torch.Generator().manual_seed(seed)
-        e, h, hidden = (torch.randn(1, 32, generator=generator) for _ in range(3))
-        scores = cluster_head.scores(hidden, cluster_head.route(e, h, 0))
-        real = scores.token_ids >= 0
-        padded += int((~real).sum())
-        assert torch.isneginf(scores.scores[0, ~real]).all() and bool(real[scores.argmax[0]])
-    assert padded > 0  # the check above was exercised
-
-
-@pytest.mark.parametrize("max_rows", [None, 40, 5], ids=["no-cap", "cap", "cap-below-one-cluster"])
-def test_compact_row_ids_are_the_cpu_shortlist_in_its_column_order(max_rows):
-    """The device form's ids for any choice of clusters: exactly the CPU path's shortlist (the kept prefix of
-    the ranking under the size cap, clusters in row order, then the always-included ids), -1 only in the
-    padding between them, and as many columns as `bound(k)` says: the k largest clusters fill it exactly."""
-    from hf_dynaspec.drafting.cluster_rows import ClusterRowTable
-
-    target = tiny_target("llama")
-    assistant = add_shortlists(DynaSpecAssistant.from_target(target, shortlist="dynaspec"), target)
-    clusters = assistant.shortlists.host_clusters()
-    table = ClusterRowTable(clusters, torch.device("cpu"))
-    offsets, sizes = clusters.offsets.tolist(), clusters.offsets.diff()
-    generator = torch.Generator().manual_seed(0)
-    for k in (1, 2, 3, 8):
-        for _ in range(25):
-            ranked = torch.randperm(8, generator=generator)[:k]
-            ids = table.row_ids(table.capped(ranked, max_rows), max_rows)
-            assert ids.shape == (table.bound(k, max_rows) + len(clusters.always_ids),)
-            kept, total = [], len(clusters.always_ids)
-            for c in ranked.tolist():  # the CPU path's rule (ClusterHead._clusters_from)
-                if kept and max_rows is not None and total + sizes[c] > max_rows:
-                    break
-                kept.append(c)
-                total += int(sizes[c])
-            expected = torch.cat([clusters.token_order[offsets[c]: offsets[c + 1]] for c in sorted(kept)]
-                                 + [clusters.always_ids])
-            assert torch.equal(ids[ids >= 0], expected)
-            assert (ids[-len(clusters.always_ids):] == clusters.always_ids).all()
-        if max_rows is None:
-            largest = sizes.argsort(descending=True)[:k]
-            assert (table.row_ids(largest) >= 0).all()  # the bound is tight: no padding for the largest choice

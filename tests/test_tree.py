@@ -416,9 +416,8 @@ def test_caches_that_cannot_be_compacted_are_refused():
 
 
 def test_dynaspec_budget_applies_per_tree_depth(tmp_path, monkeypatch):
-    """Depth d of the tree is scored with k(d - 1) clusters, chosen from the router scores of all its frontier nodes."""
+    """Depth d of the tree is scored with R(d - 1) rows, ranked from the router scores of all its frontier nodes."""
     from hf_dynaspec import DynaSpecAssistant
-    from hf_dynaspec.drafting.budget import clusters_at_position
     from hf_dynaspec.drafting.selector import ClusterHead
     from hf_dynaspec.modeling.shortlist import cluster_vocabulary
 
@@ -427,22 +426,23 @@ def test_dynaspec_budget_applies_per_tree_depth(tmp_path, monkeypatch):
     head = target.get_output_embeddings().weight.detach()
     assistant.shortlists.set_clusters(cluster_vocabulary(head, 16, always_ids=[0], seed=0))
     assistant.save_pretrained(tmp_path)
-    shortlisted = DynaSpecAssistant.from_pretrained(tmp_path, target=target, shortlist="dynaspec", max_clusters=12)
+    shortlisted = DynaSpecAssistant.from_pretrained(tmp_path, target=target, shortlist="dynaspec",
+                                                    shortlist_rows=[40, 30, 9])
     calls = []
-    choose = ClusterHead._clusters_from
+    blocks = ClusterHead._blocks
 
     def recording(self, cluster_scores, position):
-        chosen = choose(self, cluster_scores, position)
-        calls.append((position, cluster_scores.shape[0], len(chosen)))
-        return chosen
+        starts, ends = blocks(self, cluster_scores, position)
+        calls.append((position, cluster_scores.shape[0], sum(b - a for a, b in zip(starts, ends)) - 1))
+        return starts, ends
 
-    monkeypatch.setattr(ClusterHead, "_clusters_from", recording)
+    monkeypatch.setattr(ClusterHead, "_blocks", recording)
     target.generate(**TREE, drafter=shortlisted, input_ids=prompt(1, 9), max_new_tokens=8, tree_top_k=3, tree_depth=4,
                          tree_total_tokens=12)
     first_round = calls[:4]
     assert [c[0] for c in first_round] == [0, 1, 2, 3]
     assert [c[1] for c in first_round] == [1, 3, 3, 3]  # the root, then the frontier of each depth
-    assert [c[2] for c in first_round] == [clusters_at_position(p, 12) for p in range(4)] == [12, 12, 2, 1]
+    assert [c[2] for c in first_round] == [40, 30, 9, 9]  # rows scored (the always-included one aside)
 
 
 def test_tree_shape_strings():

@@ -32,7 +32,8 @@ METHOD_HELP = {
     "frspec:SIZE": "the assistant with FR-Spec's SIZE most frequent tokens",
     "vocabtrim:SIZE": "the assistant with VocabTrim's SIZE most drafted tokens",
     "dynaspec-fixed:K": "DynaSpec with K clusters at every draft position",
-    "dynaspec[:KMAX]": "DynaSpec with the position-aware budget (KMAX clusters at position 0)",
+    "dynaspec[:KMAX]": "DynaSpec, the artifact's row budget per draft position (KMAX: KMAX clusters' worth of rows "
+                       "at position 0, then the paper's k(t) schedule; rows=R0xR1x...: those rows per position)",
     "eagle-tree": "EAGLE-2 draft trees with the full-vocabulary head (tree verification)",
     "dynaspec-tree[:KMAX]": "EAGLE-2 draft trees through DynaSpec shortlists, budget per tree depth",
     "...@P": "chain methods of the assistant (eagle ... dynaspec): draft_confidence P, e.g. dynaspec:8@0.6",
@@ -194,12 +195,22 @@ def shortlist_overrides(name: str, arg: str | None, key: str) -> dict:
         "eagle": lambda: {"shortlist": "full"},
         "frspec": lambda: {"shortlist": "frspec", "shortlist_size": _positive_int(key, arg)},
         "vocabtrim": lambda: {"shortlist": "vocabtrim", "shortlist_size": _positive_int(key, arg)},
-        "dynaspec-fixed": lambda: {"shortlist": "dynaspec-fixed", "fixed_clusters": _positive_int(key, arg)},
-        "dynaspec": lambda: {"shortlist": "dynaspec", **({"max_clusters": _positive_int(key, arg)} if arg else {})},
+        "dynaspec-fixed": lambda: {"shortlist": "dynaspec-fixed", "shortlist_rows": "clusters",
+                                   "fixed_clusters": _positive_int(key, arg)},
+        "dynaspec": lambda: {"shortlist": "dynaspec", **_dynaspec_budget(key, arg)},
         "eagle-tree": lambda: {"shortlist": "full"},
-        "dynaspec-tree": lambda: {"shortlist": "dynaspec",
-                                  **({"max_clusters": _positive_int(key, arg)} if arg else {})},
+        "dynaspec-tree": lambda: {"shortlist": "dynaspec", **_dynaspec_budget(key, arg)},
     }[name]()
+
+
+def _dynaspec_budget(key: str, arg: str | None) -> dict:
+    """`dynaspec`: the artifact's row budget; `dynaspec:KMAX`: KMAX clusters' worth of rows (the k(t) schedule);
+    `dynaspec:rows=R0xR1x...`: those rows per draft position."""
+    if arg is None:
+        return {}
+    if arg.startswith("rows="):
+        return {"shortlist_rows": [_positive_int(key, part) for part in arg[len("rows="):].split("x")]}
+    return {"shortlist_rows": "clusters", "max_clusters": _positive_int(key, arg)}
 
 
 def build_methods(

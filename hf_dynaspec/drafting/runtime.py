@@ -67,7 +67,7 @@ def runtime_head(assistant, options):
         raise ValueError("targets whose LM head has a bias are not supported by the shortlisted head yet")
     tensors = [head.weight, *assistant.shortlists.buffers(), *assistant.shortlists.parameters()]
     key = (options.shortlist, options.shortlist_size, options.max_clusters, options.fixed_clusters,
-           options.max_shortlist_size, head.weight.device, head.weight.dtype,
+           options.max_shortlist_size, str(options.shortlist_rows), head.weight.device, head.weight.dtype,
            use_accelerator_paths(head.weight.device), tuple(_tensor_key(t) for t in tensors))
     runtime = runtime_of(assistant)
     if runtime.head is None or runtime.head[0] != key:

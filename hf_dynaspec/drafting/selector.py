@@ -7,9 +7,10 @@ a draft step never waits on an accelerator.
 
 - `FullHead`: every row (the EAGLE baseline);
 - `StaticHead`: a fixed list (FR-Spec, VocabTrim), its rows gathered once into a contiguous copy;
-- `ClusterHead`: DynaSpec. On CPU it reads contiguous blocks of a cluster-permuted copy of the head (the
-  measured fast path; host-side lists cost nothing there); on accelerators it indexes a padded per-cluster row
-  table with the router's top-k and scores the target's head through the row ids (no copy, no host sync).
+- `ClusterHead`: DynaSpec with a row budget R(t). On CPU it reads contiguous blocks of a cluster-permuted copy of
+  the head (the measured fast path; host-side lists cost nothing there); on accelerators it turns the router's
+  ranking into exactly R(t) + A row ids on the device and scores the target's head through them (no copy, no
+  host sync, no padding).
 
 Legend: H hidden, V target vocab, S shortlist size, C clusters.
 """
@@ -18,8 +19,8 @@ from __future__ import annotations
 
 import torch
 
-from hf_dynaspec.drafting.budget import clusters_at_position
-from hf_dynaspec.drafting.cluster_rows import ClusterRowTable
+from hf_dynaspec.drafting.budget import RowBudget, row_budget
+from hf_dynaspec.drafting.cluster_rows import ClusterRowTable, block_ranges
 from hf_dynaspec.drafting.device_paths import use_accelerator_paths
 from hf_dynaspec.kernels.shortlist_head import ShortlistHeadOutput, indexed_head, shortlist_head
 from hf_dynaspec.kernels.streams import Pending, SideStream
@@ -57,98 +58,75 @@ class StaticHead:
 
 
 class ClusterHead:
-    """DynaSpec: the router picks clusters; their rows are scored.
+    """DynaSpec: the router ranks the clusters; the first `budget.at(t)` rows of its ranking are scored
+    (drafting/budget.py, drafting/cluster_rows.py), plus the always-included rows.
 
-    `max_clusters` with `position_aware` gives the paper's k(t) budget; without it every position gets
-    `max_clusters` (DynaSpec-fixed). `max_shortlist_size` caps S by dropping the lowest-scored clusters.
-    `indexed` (default: drafting/device_paths.py) picks the device-side form (see the module docstring).
+    `indexed` (default: drafting/device_paths.py) picks the device-side form (see the module docstring). Both
+    forms score the same rows in the same column order (tests/test_shortlists.py).
     """
 
-    def __init__(self, head_weight, shortlists, max_clusters: int, position_aware: bool, max_shortlist_size=None,
-                 indexed: bool | None = None):
-        clusters = shortlists.host_clusters()  # CPU copies: what the head's index structures are built from
+    def __init__(self, head_weight, shortlists, budget: RowBudget, indexed: bool | None = None):
+        host = shortlists.host_buffers()
+        # Each cluster's tokens most frequent first: a budget that cuts a cluster keeps its likeliest rows.
+        clusters = shortlists.host_clusters().frequency_ordered(host["frequency_ids"])
         self.router = shortlists.router
+        self.budget = budget
         self.always_ids = clusters.always_ids.to(head_weight.device)
-        self.max_clusters = min(max_clusters, clusters.num_clusters)
-        self.position_aware = position_aware
-        self.max_shortlist_size = max_shortlist_size
         self.side_stream = SideStream(head_weight.device)
         self.indexed = use_accelerator_paths(head_weight.device) if indexed is None else indexed
+        self.min_rows = min(budget.rows) + len(self.always_ids)
         if self.indexed:
             self.head_weight = head_weight
             self.rows = ClusterRowTable(clusters, head_weight.device)
-            self.min_rows = self.rows.min_rows
         else:
             self.offsets = clusters.offsets.tolist()
             # Clustered rows cluster by cluster, then the always-included rows as one final block.
             self.token_order = torch.cat([clusters.token_order, clusters.always_ids]).to(head_weight.device)
             self.num_clustered = len(clusters.token_order)
             self.permuted_weight = head_weight[self.token_order].contiguous()
-            self.min_rows = min(b - a for a, b in zip(self.offsets, self.offsets[1:])) + len(self.always_ids)
-
-    def budget(self, position: int) -> int:
-        return clusters_at_position(position, self.max_clusters) if self.position_aware else self.max_clusters
 
     def route(self, token_embed: torch.Tensor, prev_hidden: torch.Tensor, position: int) -> tuple[Pending, int]:
         """Start the router on this step's inputs `[R, D]`, `[R, H]` (before the drafter's layer runs)."""
         return self.side_stream.launch(self.router, token_embed, prev_hidden), position
 
-    def _ranked(self, cluster_scores: torch.Tensor, position: int) -> torch.Tensor:
-        """Router scores `[R, C]` -> the `budget(position)` best clusters `[k]`, best first (on the device). With
+    @staticmethod
+    def ranking(cluster_scores: torch.Tensor) -> torch.Tensor:
+        """Router scores `[R, C]` -> every cluster, best first `[C]` (on the scores' device; ties by index). With
         several rows (the nodes of one tree depth, scored together) clusters are ranked by mean probability."""
         ranking = cluster_scores[0] if cluster_scores.shape[0] == 1 else cluster_scores.softmax(-1).mean(0)
-        return ranking.topk(self.budget(position)).indices
+        return ranking.argsort(descending=True, stable=True)
 
-    def choose_clusters(self, token_embed: torch.Tensor, prev_hidden: torch.Tensor, position: int) -> list[int]:
-        """The clusters scored at `position`, in row order (host list; for measurements and tests)."""
-        return self._clusters_from(self.router(token_embed, prev_hidden), position)
-
-    def _clusters_from(self, cluster_scores: torch.Tensor, position: int) -> list[int]:
-        chosen = self._ranked(cluster_scores, position).tolist()
-        if self.max_shortlist_size is not None:
-            offsets = self.rows.offsets if self.indexed else self.offsets
-            kept, size = [], len(self.always_ids)
-            for c in chosen:
-                block = offsets[c + 1] - offsets[c]
-                if kept and size + block > self.max_shortlist_size:
-                    break
-                kept.append(c)
-                size += block
-            chosen = kept
-        return sorted(chosen)  # in row order: reads the permuted head front to back
+    def _blocks(self, cluster_scores: torch.Tensor, position: int) -> tuple[list[int], list[int]]:
+        """The CPU form's row blocks of the permuted head at `position`, the always-included block last."""
+        starts, ends = block_ranges(self.ranking(cluster_scores).tolist(), self.budget.at(position), self.offsets)
+        return starts + [self.num_clustered], ends + [self.num_clustered + len(self.always_ids)]
 
     @torch.no_grad()
     def shortlist_ids(self, token_embed: torch.Tensor, prev_hidden: torch.Tensor, position: int) -> torch.Tensor:
-        """Target ids `[S]` of the shortlist at `position`, without scoring it (for coverage measurements)."""
+        """Target ids `[R(t) + A]` of the shortlist at `position`, without scoring it (for measurements), in the
+        column order `scores` uses."""
+        cluster_scores = self.router(token_embed, prev_hidden)
         if self.indexed:
-            ranked = self.rows.capped(self._ranked(self.router(token_embed, prev_hidden), position),
-                                      self.max_shortlist_size)
-            ids = self.rows.row_ids(ranked, self.max_shortlist_size)
-            return ids[ids >= 0]
-        chosen = self.choose_clusters(token_embed, prev_hidden, position)
-        blocks = [self.token_order[self.offsets[c] : self.offsets[c + 1]] for c in chosen]
-        return torch.cat(blocks + [self.always_ids])
+            return self.rows.row_ids(self.ranking(cluster_scores), self.budget.at(position))
+        starts, ends = self._blocks(cluster_scores, position)
+        return torch.cat([self.token_order[a:b] for a, b in zip(starts, ends)])
 
     @torch.no_grad()
     def scores(self, hidden: torch.Tensor, routing: tuple[Pending, int]) -> ShortlistHeadOutput:
-        """Hidden `[R, H]` and the router routing of this step -> scores `[R, S]` of the chosen clusters' rows (on
-        the indexed path S is `bound(k) + A` (drafting/cluster_rows.py), padding columns scored -inf with id -1)."""
+        """Hidden `[R, H]` and the router routing of this step -> scores `[R, R(t) + A]` of the budget's rows."""
         pending, position = routing
         if self.indexed:
-            ranked = self.rows.capped(self._ranked(pending.result(), position), self.max_shortlist_size)
-            return indexed_head(hidden, self.head_weight, self.rows.row_ids(ranked, self.max_shortlist_size))
-        chosen = self._clusters_from(pending.result(), position)
-        # The always-included rows are the last block of the permuted head (see __init__).
-        starts = [self.offsets[c] for c in chosen] + [self.num_clustered]
-        ends = [self.offsets[c + 1] for c in chosen] + [self.num_clustered + len(self.always_ids)]
+            row_ids = self.rows.row_ids(self.ranking(pending.result()), self.budget.at(position))
+            return indexed_head(hidden, self.head_weight, row_ids)
+        starts, ends = self._blocks(pending.result(), position)
         return shortlist_head(hidden, self.permuted_weight, starts, ends, self.token_order)
 
 
 def build_head(strategy: str, head_weight: torch.Tensor, shortlists, options, indexed: bool | None = None):
     """The runtime head for `strategy` ("full", "frspec", "vocabtrim", "dynaspec", "dynaspec-fixed").
 
-    `options`: the drafting options (`DynaSpecGenerationConfig`: shortlist_size, max_clusters, fixed_clusters,
-    max_shortlist_size). Inference only: the head weights are detached (training uses the modules, not these heads).
+    `options`: the drafting options (`DynaSpecGenerationConfig`: shortlist_size, shortlist_rows, max_clusters,
+    fixed_clusters, max_shortlist_size). Inference only: the head weights are detached (training uses the modules, not these heads).
     """
     head_weight = head_weight.detach()
     if strategy == "full":
@@ -167,7 +145,9 @@ def build_head(strategy: str, head_weight: torch.Tensor, shortlists, options, in
                 f"shortlist={strategy!r} needs vocabulary clusters and a router in the artifact; this one has none. "
                 "Build them with assistant.shortlists.set_clusters(cluster_vocabulary(head, C)) and train the router."
             )
-        position_aware = strategy == "dynaspec"
-        k = options.max_clusters if position_aware else options.fixed_clusters
-        return ClusterHead(head_weight, shortlists, k, position_aware, options.max_shortlist_size, indexed)
+        host = shortlists.host_buffers()
+        clusters = shortlists.host_clusters()
+        budget = row_budget(strategy, options, len(clusters.token_order), len(clusters.always_ids),
+                            clusters.expected_rows_per_cluster(host["frequency_ids"]))
+        return ClusterHead(head_weight, shortlists, budget, indexed)
     raise ValueError(f"unknown shortlist strategy {strategy!r}")

@@ -16,7 +16,7 @@ them from the assistant: `assistant.generation_config.num_assistant_tokens = 4`.
 
 and our own: `draft_plan`, `auto_max_assistant_tokens`, `target_verify_kernel`, `suffix_cache_num_tokens`, `suffix_cache_max_tokens`,
 `verification`, `prompt_lookup_min_ngram`, `prompt_lookup_veto`, `shortlist`, `shortlist_size`, `max_clusters`,
-`fixed_clusters`, `max_shortlist_size`, `tree_top_k`, `tree_depth`, `tree_total_tokens`, `expected_acceptance` (the docstring of
+`fixed_clusters`, `max_shortlist_size`, `shortlist_rows`, `tree_top_k`, `tree_depth`, `tree_total_tokens`, `expected_acceptance` (the docstring of
 `DynaSpecGenerationConfig` says what each does).
 
 Artifacts written before this split kept these keys in config.json, some under older names
@@ -48,6 +48,7 @@ OPTION_DEFAULTS: dict[str, Any] = {
     "max_clusters": 16,
     "fixed_clusters": 8,
     "max_shortlist_size": None,
+    "shortlist_rows": "clusters",
     "tree_top_k": 4,
     "tree_depth": 4,
     "tree_total_tokens": 8,
@@ -110,9 +111,15 @@ class DynaSpecGenerationConfig(GenerationConfig):
     - `prompt_lookup_veto` (1.0): the drafter overrules a lookup draft when its own most likely first token
       differs and has a probability above this. 1.0 never vetoes (and skips the check).
     - `shortlist` ("full"): the LM-head rows an eagle drafter scores: "full", "frspec" / "vocabtrim" (the first
-      `shortlist_size` ids of a stored frequency ranking), "dynaspec" (router-chosen clusters with the
-      position-aware budget from `max_clusters`, capped by `max_shortlist_size`) or "dynaspec-fixed"
-      (`fixed_clusters` at every position). The stored components are built by recipes/build_shortlists.py.
+      `shortlist_size` ids of a stored frequency ranking), "dynaspec" (the first R(t) rows of the router's
+      cluster ranking at draft position t, the last cluster cut, plus the always-included ids; capped by
+      `max_shortlist_size`) or "dynaspec-fixed" (R(0) at every position). The stored components are built by
+      recipes/build_shortlists.py.
+    - `shortlist_rows` ("clusters"): DynaSpec's row budget R(t), an int or one int per draft position (the last
+      for every later position); the shipped artifacts store the mean rows the cluster-count rule scored on
+      their dev prompts. "clusters" (artifacts saved before the row budget): `max_clusters` clusters' worth of
+      rows at positions 0 and 1, then the paper's k(t) schedule (`fixed_clusters` for "dynaspec-fixed"), each
+      cluster counted at the rows the next token's cluster holds on average (hf_dynaspec.drafting.budget).
     - `expected_acceptance` (None): the drafter's acceptance measured with its target when the artifact was
       packaged (per draft position, confidence bin and tree depth; hf_dynaspec.modeling.acceptance_prior), where
       the "auto" planner's tables start. None: 0.5 at every position (artifacts packaged before it existed).
@@ -140,6 +147,13 @@ class DynaSpecGenerationConfig(GenerationConfig):
         for name in ("shortlist_size", "max_shortlist_size"):
             value = getattr(self, name)
             self._require(value is None or (_is_int(value) and value >= 1), name, "a positive integer or None")
+        rows = self.shortlist_rows
+        self._require(rows == "clusters" or (_is_int(rows) and rows >= 1) or (
+            isinstance(rows, (list, tuple)) and len(rows) > 0 and all(_is_int(r) and r >= 1 for r in rows)),
+            "shortlist_rows", "a positive integer, a non-empty list of positive integers (rows per draft "
+            "position) or \"clusters\" (max_clusters' worth of rows)")
+        if isinstance(rows, tuple):
+            self.shortlist_rows = list(rows)
         threshold = self.assistant_confidence_threshold
         self._require(_is_number(threshold) and 0.0 <= threshold < 1.0, "assistant_confidence_threshold",
                "a probability threshold in [0, 1) (0 turns the confidence stop off)")

@@ -67,7 +67,7 @@ def calibration_key(target, assistant, options) -> str:
         **target_parts(target),
         "drafter_config": assistant.config.to_json_string(use_diff=False),
         "shortlist": [options.shortlist, options.shortlist_size, options.max_clusters, options.fixed_clusters,
-                      options.max_shortlist_size],
+                      options.max_shortlist_size, options.shortlist_rows],
         "tree": [options.tree_top_k, options.tree_total_tokens],
         "cpu_verify": verify_rows_patch.enabled_method(target),
     }
