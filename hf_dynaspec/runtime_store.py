@@ -26,6 +26,7 @@ class RuntimeState:
     planner_memories: dict[bool, Any] = field(default_factory=dict)  # the planner's tables, by do_sample
     suffix: Any = None  # an assistant's SuffixCache
     shortlist_rows: Any = None  # Medusa heads: their projection's shortlist rows `[1 or K, S, D]`
+    captured: tuple | None = None  # an assistant's (key, CapturedChainDraft): compiled graphs live as long as it
 
 
 _STATES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()

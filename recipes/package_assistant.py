@@ -68,7 +68,10 @@ def main(argv=None):
     parser.add_argument("--commands", type=Path, default=None, help="text file with the command lines used")
     parser.add_argument("--dtype", choices=["bf16", "fp32"], default="bf16")
     parser.add_argument("--shortlist", default=None, help="default shortlist strategy of the shipped artifact")
-    parser.add_argument("--max-clusters", type=int, default=None, help="default k_max of the dynaspec strategy")
+    parser.add_argument("--max-clusters", type=int, default=None,
+                        help="default k_max of the dynaspec strategy (a row budget of k(t) clusters' worth of rows)")
+    parser.add_argument("--shortlist-rows", default=None, metavar="R0,R1,...",
+                        help="default row budget of the dynaspec strategy per draft position (the last repeats)")
     parser.add_argument("--prompt-lookup", type=int, default=None, metavar="N",
                         help="default prompt_lookup_tokens of the shipped artifact (0 = off)")
     parser.add_argument("--num-draft-tokens", type=int, default=None, metavar="K",
@@ -84,6 +87,8 @@ def main(argv=None):
 
     assistant = DynaSpecAssistant.from_pretrained(args.assistant, shortlist=args.shortlist,
                                                   max_clusters=args.max_clusters,
+                                                  shortlist_rows=[int(r) for r in args.shortlist_rows.split(",")]
+                                                  if args.shortlist_rows else None,
                                                   prompt_lookup_num_tokens=args.prompt_lookup,
                                                   prompt_lookup_veto=args.lookup_veto,
                                                   num_assistant_tokens=args.num_draft_tokens)

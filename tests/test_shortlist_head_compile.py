@@ -27,7 +27,7 @@ import torch
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from hf_dynaspec.kernels.shortlist_head.triton_kernel import _indexed_head_kernel, launch_constants
+from hf_dynaspec.kernels.shortlist_head.triton_kernel import _combine_tiles_kernel, _indexed_head_kernel, launch_constants
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 
@@ -52,6 +52,16 @@ for capability in (75, 80, 90):
                                 "tensor_cores": "mma" in ptx, "upcast": constants["UPCAST"]}
             except Exception as error:
                 results[key] = {"error": f"{type(error).__name__}: {error}"[:300]}
+    combine = {"tile_max_ptr": "*fp32", "tile_arg_ptr": "*i64", "tile_sumexp_ptr": "*fp32", "argmax_ptr": "*i64",
+               "max_ptr": "*fp32", "logsumexp_ptr": "*fp32", "num_tiles": "i32", "BLOCK_T": "constexpr"}
+    for block in (1, 512):
+        try:
+            compiled = triton.compile(ASTSource(fn=_combine_tiles_kernel, signature=combine, constexprs={"BLOCK_T": block}),
+                                      target=GPUTarget("cuda", capability, 32))
+            results[f"{capability}/combine/{block}"] = {"cubin_bytes": len(compiled.asm["cubin"]),
+                                                        "targets_sm": f"sm_{capability}" in compiled.asm["ptx"]}
+        except Exception as error:
+            results[f"{capability}/combine/{block}"] = {"error": f"{type(error).__name__}: {error}"[:300]}
 print(json.dumps({"triton": triton.__version__, "results": results}))
 """
 
@@ -63,6 +73,14 @@ def compiled() -> dict:
     out = subprocess.run([sys.executable, "-c", COMPILE_ALL], capture_output=True, text=True, env=env, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("capability", CAPABILITIES, ids=lambda c: f"sm_{c}_{CAPABILITIES[c]}")
+@pytest.mark.parametrize("tiles", [1, 512])
+def test_the_tile_combining_kernel_compiles_for_each_gpu(compiled, capability, tiles):
+    result = compiled["results"][f"{capability}/combine/{tiles}"]
+    assert "error" not in result, f"triton {compiled['triton']}: {result}"
+    assert result["cubin_bytes"] > 0 and result["targets_sm"], result
 
 
 @pytest.mark.parametrize("capability", CAPABILITIES, ids=lambda c: f"sm_{c}_{CAPABILITIES[c]}")

@@ -178,6 +178,20 @@ def test_expected_rows_per_cluster_weighs_clusters_by_the_frequency_of_their_tok
     assert clusters.expected_rows_per_cluster(torch.tensor([0, 9])) == 8.0  # an always-included id weighs nothing
 
 
+def test_a_cluster_budget_asked_for_by_name_replaces_stored_rows(tmp_path):
+    """An artifact storing a row budget, loaded with `max_clusters=` (the paper's knob, and what examples written
+    before the row budget pass): the cluster budget is used, not silently ignored; rows passed too win."""
+    target = tiny_target("llama")
+    assistant = add_shortlists(DynaSpecAssistant.from_target(target, shortlist="dynaspec", shortlist_rows=[50, 9]),
+                               target)
+    assistant.save_pretrained(tmp_path)
+    assert DynaSpecAssistant.from_pretrained(tmp_path, target=target).generation_config.shortlist_rows == [50, 9]
+    by_clusters = DynaSpecAssistant.from_pretrained(tmp_path, target=target, max_clusters=2)
+    assert by_clusters.generation_config.shortlist_rows == "clusters"
+    both = DynaSpecAssistant.from_pretrained(tmp_path, target=target, max_clusters=2, shortlist_rows=[7])
+    assert both.generation_config.shortlist_rows == [7]
+
+
 def test_shortlist_rows_option_is_checked():
     with pytest.raises(ValueError, match="shortlist_rows"):
         DynaSpecAssistant.from_target(tiny_target("llama"), shortlist_rows=[3, -1])

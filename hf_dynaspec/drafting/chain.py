@@ -48,7 +48,7 @@ class ChainDraftSession:
     """
 
     def __init__(self, drafter: Drafter, vocab_size: int, do_sample: bool, logits_processor=None, head=None,
-                 confidence: float = 0.0):
+                 confidence: float = 0.0, captured=None):
         if head is None and not drafter.has_own_head:
             raise ValueError("an eagle drafter scores the target's head through a runtime head: pass head=")
         self.drafter = drafter
@@ -65,6 +65,9 @@ class ChainDraftSession:
         self.pending_hidden: torch.Tensor | None = None
         self.shortlist_ids = drafter.draft_to_target_ids() if drafter.has_own_head else None
         self.defer_host_decisions = use_accelerator_paths(next(drafter.parameters()).device)
+        # The fixed-shape K-token draft (drafting/captured.py), for greedy drafting without processors.
+        self.captured = captured if not do_sample and self.logits_processor is None else None
+        self._router_inputs: tuple[torch.Tensor, torch.Tensor] | None = None  # of the last verified position
 
     @torch.no_grad()
     def propose(self, input_ids: torch.Tensor, new_target_hidden: torch.Tensor, num_draft_tokens: int,
@@ -89,6 +92,8 @@ class ChainDraftSession:
         checked = lookup is not None and lookup_veto < 1.0
         if lookup is not None and not checked:  # nothing to ask the drafter: its pass waits for a drafter round
             return self.lookup_draft(input_ids, new_target_hidden, lookup)
+        if self.captured is not None and not checked and num_draft_tokens >= 1:
+            return self._captured_draft(input_ids, new_target_hidden, num_draft_tokens, planner)
         hidden, routing = self.consume_verified(input_ids, new_target_hidden)
         drafter = self.drafter
         device = input_ids.device
@@ -137,6 +142,20 @@ class ChainDraftSession:
             logits=torch.stack(draft_logits, dim=1) if draft_logits else None,
             confidences=tops[: len(draft_ids)], shortlists=self._scored_ids,
         )
+
+    def _captured_draft(self, input_ids, new_target_hidden, num_draft_tokens: int, planner) -> Draft:
+        """The round's draft through the captured K-token function: K tokens drafted, then cut once, at the end,
+        by the confidence stop and the planner, as the deferred path cuts (the same draft)."""
+        hidden, _ = self.consume_verified(input_ids, new_target_hidden, route=False)
+        tokens, tops, ids = self.captured(num_draft_tokens, hidden, self._router_inputs, self.cache,
+                                          input_ids.shape[1] - 1)
+        tops = list(tops.unbind())
+        confident = [top >= self.confidence for top in tops] if self.confidence > 0.0 else [None]
+        keep, host_tops = len(tops), []
+        if confident[0] is not None or planner is not None:
+            keep, host_tops = self._deferred_cut(confident, tops, planner)
+        self._scored_ids = ids[:keep]
+        return Draft(token_ids=tokens[:, :keep], logits=None, confidences=host_tops[:keep], shortlists=self._scored_ids)
 
     @staticmethod
     def _deferred_cut(confident: list, tops: list, planner) -> tuple[int, list[float]]:
@@ -201,6 +220,7 @@ class ChainDraftSession:
         position_ids = torch.arange(start, seq_len - 1, device=device)[None]
         # The router reads the inputs of the step whose output it shortlists (E(x_t), h_{t-1}): it is started
         # before the drafter's layer so that on CUDA the two overlap.
+        self._router_inputs = (token_embeds[:, -1], hidden_in[:, -1])
         routing = self.shortlist_routing(token_embeds[:, -1], hidden_in[:, -1], 0) if route else None
         # The mask reads the cache's own length, so a cache out of step with `start` shows up as wrong drafts
         # (tests/test_drafting.py compares the cache with a recomputation), not as a shape error deep in attention.

@@ -36,12 +36,27 @@ class DraftKVCache:
         capacity = max(self._initial_capacity, needed)
         if self._keys is not None:
             capacity = max(capacity, 2 * self._keys.shape[-2])
-        keys = key.new_empty(*key.shape[:-2], capacity, key.shape[-1])
-        values = value.new_empty(*value.shape[:-2], capacity, value.shape[-1])
+        # Zeros, not uninitialised memory: a captured step (drafting/captured.py) attends over the whole buffer
+        # under a mask, and a masked NaN would still reach the output (0 x NaN).
+        keys = key.new_zeros(*key.shape[:-2], capacity, key.shape[-1])
+        values = value.new_zeros(*value.shape[:-2], capacity, value.shape[-1])
         if self._keys is not None and self.length:
             keys[..., : self.length, :] = self._keys[..., : self.length, :]
             values[..., : self.length, :] = self._values[..., : self.length, :]
         self._keys, self._values = keys, values
+
+    def reserve(self, length: int) -> None:
+        """Make room for `length` positions now (a captured draft writes into the buffers and cannot grow them)."""
+        if self._keys is None:
+            raise ValueError("reserve() needs the cache's first entries (their shapes and dtype)")
+        if length > self._keys.shape[-2]:
+            self._grow(self._keys[..., :0, :], self._values[..., :0, :], length)
+
+    def buffers(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The whole key and value buffers `[1, H_kv, capacity, head_dim]` (positions past `length` are stale)."""
+        if self._keys is None:
+            raise ValueError("the draft cache is empty")
+        return self._keys, self._values
 
     def crop(self, length: int) -> None:
         """Forget every position at or after `length` (an absolute length, not a count to remove)."""

@@ -19,6 +19,7 @@ import torch
 import torch.nn as nn
 from torch._subclasses.fake_tensor import is_fake
 
+from hf_dynaspec.drafting.captured import CapturedChainDraft
 from hf_dynaspec.drafting.device_paths import use_accelerator_paths
 from hf_dynaspec.drafting.lookup import SuffixCache
 from hf_dynaspec.drafting.planner import PlannerMemory
@@ -28,7 +29,7 @@ from hf_dynaspec.kernels.verify_rows import patch as verify_rows_patch
 from hf_dynaspec.modeling.acceptance_prior import prior_for
 from hf_dynaspec.runtime_store import forget_learnt_state, runtime_of
 
-__all__ = ["forget_learnt_state", "planner_memory", "prepare_for_target", "runtime_head", "runtime_of", "suffix_cache"]
+__all__ = ["captured_draft", "forget_learnt_state", "planner_memory", "prepare_for_target", "runtime_head", "runtime_of", "suffix_cache"]
 
 
 def planner_memory(assistant, do_sample: bool) -> PlannerMemory:
@@ -73,6 +74,20 @@ def runtime_head(assistant, options):
     if runtime.head is None or runtime.head[0] != key:
         runtime.head = (key, build_head(options.shortlist, head.weight, assistant.shortlists, options), tensors)
     return runtime.head[1]
+
+
+def captured_draft(assistant, options, head) -> CapturedChainDraft | None:
+    """The fixed-shape K-token draft of `options.draft_capture` ("eager" or "compile"; None with "off"), kept
+    with the assistant while its head stays the same, so that its compiled graphs serve every generate() call.
+    None where a draft cannot be captured: a drafter with its own head (EAGLE-3), and DynaSpec's CPU form, whose
+    row blocks are host lists (on the CPU its device form is not faster; `accelerator_paths_on_cpu` forces it)."""
+    if options.draft_capture == "off" or head is None or getattr(head, "indexed", True) is False:
+        return None
+    runtime = runtime_of(assistant)
+    key = (id(head), options.draft_capture)  # the entry holds the head: its id is not reused while it lives
+    if runtime.captured is None or runtime.captured[0] != key:
+        runtime.captured = (key, CapturedChainDraft(assistant.drafter, head, compile=options.draft_capture == "compile"))
+    return runtime.captured[1]
 
 
 def _tensor_key(tensor: torch.Tensor) -> tuple:

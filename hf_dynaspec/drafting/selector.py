@@ -22,7 +22,7 @@ import torch
 from hf_dynaspec.drafting.budget import RowBudget, row_budget
 from hf_dynaspec.drafting.cluster_rows import ClusterRowTable, block_ranges
 from hf_dynaspec.drafting.device_paths import use_accelerator_paths
-from hf_dynaspec.kernels.shortlist_head import ShortlistHeadOutput, indexed_head, shortlist_head
+from hf_dynaspec.kernels.shortlist_head import ShortlistHeadOutput, indexed_head_for, shortlist_head
 from hf_dynaspec.kernels.streams import Pending, SideStream
 
 
@@ -33,7 +33,7 @@ class FullHead:
         self.weight = head_weight
         self.min_rows = head_weight.shape[0]
 
-    def route(self, token_embed=None, prev_hidden=None, position: int = 0):
+    def route(self, token_embed=None, prev_hidden=None, position: int = 0, inline: bool = False):
         return None
 
     def scores(self, hidden: torch.Tensor, routing=None) -> ShortlistHeadOutput:
@@ -49,7 +49,7 @@ class StaticHead:
         self.weight = head_weight[token_ids].contiguous()  # gathered once, when the head is built
         self.min_rows = len(token_ids)
 
-    def route(self, token_embed=None, prev_hidden=None, position: int = 0):
+    def route(self, token_embed=None, prev_hidden=None, position: int = 0, inline: bool = False):
         return None
 
     def scores(self, hidden: torch.Tensor, routing=None) -> ShortlistHeadOutput:
@@ -78,6 +78,7 @@ class ClusterHead:
         if self.indexed:
             self.head_weight = head_weight
             self.rows = ClusterRowTable(clusters, head_weight.device)
+            self._indexed_head = indexed_head_for(head_weight)  # decided once: a step never asks
         else:
             self.offsets = clusters.offsets.tolist()
             # Clustered rows cluster by cluster, then the always-included rows as one final block.
@@ -85,8 +86,12 @@ class ClusterHead:
             self.num_clustered = len(clusters.token_order)
             self.permuted_weight = head_weight[self.token_order].contiguous()
 
-    def route(self, token_embed: torch.Tensor, prev_hidden: torch.Tensor, position: int) -> tuple[Pending, int]:
-        """Start the router on this step's inputs `[R, D]`, `[R, H]` (before the drafter's layer runs)."""
+    def route(self, token_embed: torch.Tensor, prev_hidden: torch.Tensor, position: int,
+              inline: bool = False) -> tuple[Pending, int]:
+        """Start the router on this step's inputs `[R, D]`, `[R, H]` (before the drafter's layer runs): on the
+        side stream where there is one, unless `inline` (a captured draft: drafting/captured.py)."""
+        if inline:
+            return Pending(self.router(token_embed, prev_hidden)), position
         return self.side_stream.launch(self.router, token_embed, prev_hidden), position
 
     @staticmethod
@@ -117,7 +122,7 @@ class ClusterHead:
         pending, position = routing
         if self.indexed:
             row_ids = self.rows.row_ids(self.ranking(pending.result()), self.budget.at(position))
-            return indexed_head(hidden, self.head_weight, row_ids)
+            return self._indexed_head(hidden, self.head_weight, row_ids)
         starts, ends = self._blocks(pending.result(), position)
         return shortlist_head(hidden, self.permuted_weight, starts, ends, self.token_order)
 

@@ -10,7 +10,7 @@ from hf_dynaspec.drafting.chain import ChainDraftSession
 from hf_dynaspec.drafting.lookup import RequestView
 from hf_dynaspec.drafting.planner import SpeculationPlanner, TreeShape
 from hf_dynaspec.drafting.round import SpeculationRound
-from hf_dynaspec.drafting.runtime import planner_memory, runtime_head, suffix_cache
+from hf_dynaspec.drafting.runtime import captured_draft, planner_memory, runtime_head, suffix_cache
 from hf_dynaspec.drafting.tree import TreeDraftSession
 from hf_dynaspec.generation.costs.round_costs import round_costs
 from hf_dynaspec.stats import start_stats
@@ -32,7 +32,8 @@ def build_round(target, assistant, options, input_ids, logits_processor, do_samp
     head = runtime_head(assistant, options)
     session = ChainDraftSession(assistant.drafter, vocab_size=assistant.config.vocab_size, do_sample=draws_drafts,
                                 logits_processor=logits_processor, head=head,
-                                confidence=options.assistant_confidence_threshold)
+                                confidence=options.assistant_confidence_threshold,
+                                captured=captured_draft(assistant, options, head))
     planner = trees = None
     if options.draft_plan == "auto":
         shape = TreeShape(options.tree_top_k, options.tree_depth, options.tree_total_tokens) if with_trees else None

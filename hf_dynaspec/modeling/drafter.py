@@ -170,6 +170,7 @@ class EagleDrafter(Drafter):
         # Inputs are already normalised features: EAGLE-1/2 drop the layer's input norm.
         layer.input_layernorm = nn.Identity()
         self.layers = nn.ModuleList([layer])
+        self._cache_keyword = cache_argument(type(layer).forward)  # asked once: a traced step never inspects
         if config.fused_hidden_state_ids:
             self.add_feature_fusion()
 
@@ -216,7 +217,7 @@ class EagleDrafter(Drafter):
             attention_mask=attention_mask,
             position_ids=position_ids,
             position_embeddings=position_embeddings,
-            **{cache_argument(type(self.layers[0]).forward): cache},
+            **{self._cache_keyword: cache},
         )
         out = out[0] if isinstance(out, tuple) else out
         return self.target.final_norm(out) if self.config.use_target_norm else out
@@ -240,6 +241,7 @@ class Eagle3Drafter(Drafter):
         rms_norm = family_classes(config.layer_family).rms_norm
         layer.hidden_norm = rms_norm(hidden, eps=config.rms_norm_eps)
         self.midlayer = layer
+        self._cache_keyword = cache_argument(type(layer.self_attn).forward)
         self.norm = rms_norm(hidden, eps=config.rms_norm_eps)
         self.lm_head = nn.Linear(hidden, config.draft_vocab_size, bias=False)
         self.register_buffer("d2t", torch.zeros(config.draft_vocab_size, dtype=torch.long))
@@ -264,7 +266,7 @@ class Eagle3Drafter(Drafter):
             hidden_states=attn_in,
             position_embeddings=position_embeddings,
             attention_mask=attention_mask,
-            **{cache_argument(type(layer.self_attn).forward): cache},
+            **{self._cache_keyword: cache},
         )
         hidden = hidden + attn_out
         return hidden + layer.mlp(layer.post_attention_layernorm(hidden))

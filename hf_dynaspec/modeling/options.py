@@ -14,7 +14,7 @@ them from the assistant: `assistant.generation_config.num_assistant_tokens = 4`.
 | prompt lookup tokens | `prompt_lookup_num_tokens` | 0 = off |
 | longest n-gram looked up | `max_matching_ngram_size` | default 3 |
 
-and our own: `draft_plan`, `auto_max_assistant_tokens`, `target_verify_kernel`, `suffix_cache_num_tokens`, `suffix_cache_max_tokens`,
+and our own: `draft_plan`, `draft_capture`, `auto_max_assistant_tokens`, `target_verify_kernel`, `suffix_cache_num_tokens`, `suffix_cache_max_tokens`,
 `verification`, `prompt_lookup_min_ngram`, `prompt_lookup_veto`, `shortlist`, `shortlist_size`, `max_clusters`,
 `fixed_clusters`, `max_shortlist_size`, `shortlist_rows`, `tree_top_k`, `tree_depth`, `tree_total_tokens`, `expected_acceptance` (the docstring of
 `DynaSpecGenerationConfig` says what each does).
@@ -59,6 +59,7 @@ OPTION_DEFAULTS: dict[str, Any] = {
     "verification": "token",
     "target_verify_kernel": "auto",
     "expected_acceptance": None,
+    "draft_capture": "off",
 }
 DRAFT_PLANS = ("auto", "fixed", "adl")
 VERIFICATIONS = ("token", "block")
@@ -120,6 +121,10 @@ class DynaSpecGenerationConfig(GenerationConfig):
       their dev prompts. "clusters" (artifacts saved before the row budget): `max_clusters` clusters' worth of
       rows at positions 0 and 1, then the paper's k(t) schedule (`fixed_clusters` for "dynaspec-fixed"), each
       cluster counted at the rows the next token's cluster holds on average (hf_dynaspec.drafting.budget).
+    - `draft_capture` ("off"): greedy chain drafts as one fixed-shape function of K tokens
+      (hf_dynaspec.drafting.captured): "compile" compiles it with torch.compile(fullgraph=True) (CUDA graphs on
+      a GPU, mode "reduce-overhead": one per K, rows and cache capacity; the first call of each compiles),
+      "eager" runs it uncompiled, "off" drafts step by step. The same drafts either way. Not yet timed on a GPU.
     - `expected_acceptance` (None): the drafter's acceptance measured with its target when the artifact was
       packaged (per draft position, confidence bin and tree depth; hf_dynaspec.modeling.acceptance_prior), where
       the "auto" planner's tables start. None: 0.5 at every position (artifacts packaged before it existed).
@@ -171,6 +176,8 @@ class DynaSpecGenerationConfig(GenerationConfig):
                "costs, \"fixed\": num_assistant_tokens every round)")
         self._require(self.verification in VERIFICATIONS, "verification", f"one of {VERIFICATIONS}")
         self._require(self.target_verify_kernel in ("auto", "off"), "target_verify_kernel", "\"auto\" or \"off\"")
+        self._require(self.draft_capture in ("off", "eager", "compile"), "draft_capture",
+                      "\"off\", \"eager\" or \"compile\"")
         self._require(_is_int(self.suffix_cache_num_tokens) and self.suffix_cache_num_tokens >= 0,
                "suffix_cache_num_tokens", "an integer >= 0 (0 turns the suffix cache off)")
         priors_from_config(self.expected_acceptance)  # raises naming the fault
@@ -181,7 +188,10 @@ class DynaSpecGenerationConfig(GenerationConfig):
 
     def with_options(self, **options) -> DynaSpecGenerationConfig:
         """A validated copy with `options` (current or legacy names) set; None values are ignored."""
-        values = {**self.to_dict(), **{k: v for k, v in normalise_option_names(options).items() if v is not None}}
+        given = {k: v for k, v in normalise_option_names(options).items() if v is not None}
+        if given.keys() & {"max_clusters", "fixed_clusters"} and "shortlist_rows" not in given:
+            given["shortlist_rows"] = "clusters"  # a cluster budget asked for by name is the budget, stored rows aside
+        values = {**self.to_dict(), **given}
         values.pop("transformers_version", None)
         return DynaSpecGenerationConfig(**values)
 

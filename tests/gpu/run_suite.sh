@@ -4,9 +4,10 @@
 #
 #   bash tests/gpu/run_suite.sh OUTDIR [PYTEST ARGS...]     (e.g. -k syncs: a part of the suite)
 #
-# Writes to OUTDIR (7 files; the device tool brings back at most 8): versions.txt (card, driver, torch, triton,
+# Writes to OUTDIR (8 files at most, what the device tool brings back): versions.txt (card, driver, torch, triton,
 # transformers), pytest.txt and junit.xml (what passed), and the suite's own records (gpu_steps_<dtype>.json:
-# per-step head and draft times; gpu_syncs.json and gpu_route_syncs.json: host syncs per target pass). Then record
+# per-step head and draft times; gpu_syncs.json and gpu_route_syncs.json: host syncs per target pass; gpu_costs.json:
+# draft and verify costs per model shape, from -k costs, for benchmarks/gpu_projection.py). Then record
 # them in docs/gpu.md (docs/gpu.md, "Running the suite").
 # Installs nothing and reaches no network: it uses the image's python3 with its torch/transformers/triton, puts
 # this tree on PYTHONPATH, and stops each test after GPU_TEST_TIMEOUT seconds (pytest-timeout, where installed)

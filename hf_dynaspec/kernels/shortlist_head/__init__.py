@@ -4,7 +4,7 @@
 pick the backend (dispatch.py); every backend returns a `ShortlistHeadOutput`.
 """
 
-from hf_dynaspec.kernels.shortlist_head.dispatch import indexed_head, shortlist_head, triton_available
+from hf_dynaspec.kernels.shortlist_head.dispatch import indexed_head, indexed_head_for, shortlist_head, triton_available
 from hf_dynaspec.kernels.shortlist_head.output import ShortlistHeadOutput
 
-__all__ = ["ShortlistHeadOutput", "indexed_head", "shortlist_head", "triton_available"]
+__all__ = ["ShortlistHeadOutput", "indexed_head", "indexed_head_for", "shortlist_head", "triton_available"]

@@ -53,7 +53,16 @@ def shortlist_head(hidden: torch.Tensor, permuted_weight: torch.Tensor, block_st
 def indexed_head(hidden: torch.Tensor, weight: torch.Tensor, row_ids: torch.Tensor) -> ShortlistHeadOutput:
     """Scores `[B, S]` (float32, -inf in padding columns), ids `[S]` (= row_ids, -1 = padding) and the
     reductions over S (fused on the Triton path) of the rows `row_ids` of the head `weight` `[V, D]`."""
-    if weight.is_cuda and triton_available():
-        scores, argmax, best, logsumexp = indexed_head_op(hidden, weight, row_ids)
-        return ShortlistHeadOutput(scores, row_ids, argmax, best, logsumexp)
-    return indexed_head_reference(hidden, weight, row_ids)
+    return indexed_head_for(weight)(hidden, weight, row_ids)
+
+
+def indexed_head_for(weight: torch.Tensor):
+    """The backend `indexed_head` takes for a head on `weight`'s device: the Triton operator for CUDA tensors
+    where Triton runs, the gather reference elsewhere. A runtime head asks once, when it is built, so that a
+    draft step (eager, or traced by torch.compile) calls the backend without asking again."""
+    return _triton_indexed_head if weight.is_cuda and triton_available() else indexed_head_reference
+
+
+def _triton_indexed_head(hidden: torch.Tensor, weight: torch.Tensor, row_ids: torch.Tensor) -> ShortlistHeadOutput:
+    scores, argmax, best, logsumexp = indexed_head_op(hidden, weight, row_ids)
+    return ShortlistHeadOutput(scores, row_ids, argmax, best, logsumexp)

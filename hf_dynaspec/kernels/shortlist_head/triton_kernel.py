@@ -7,8 +7,9 @@ program gathers its `BLOCK_N` rows straight from the target's head (each row is 
 coalesced along D).
 
 Per tile of `BLOCK_N` columns a program multiplies its rows with all `B` hidden states, writes the scores
-(-inf in padding columns) and reduces the tile to (max, argmax, sum of exp(score - max)) per batch row;
-combining a few hundred partials in torch gives the shortlist's argmax and log-sum-exp.
+(-inf in padding columns) and reduces the tile to (max, argmax, sum of exp(score - max)) per batch row; a
+second kernel, one program per batch row, combines the few hundred partials into the shortlist's argmax, max
+and log-sum-exp (two launches per head call in all).
 
 - batch 1 (chain drafting): a GEMV path, no padding of the batch to 16 rows;
 - batch > 1 (tree frontiers): `tl.dot` in the weights' dtype with fp32 accumulation, i.e. tensor cores for
@@ -82,6 +83,25 @@ def _indexed_head_kernel(
     tl.store(tile_sumexp_ptr + partial, tl.where(empty, 0.0, tile_sumexp), mask=b_ok)
 
 
+@triton.jit
+def _combine_tiles_kernel(tile_max_ptr, tile_arg_ptr, tile_sumexp_ptr, argmax_ptr, max_ptr, logsumexp_ptr,
+                          num_tiles, BLOCK_T: tl.constexpr):
+    """One program per batch row: the tiles' partials -> the row's argmax (first column on ties: the first tile
+    holding the maximum, its first column), max and log-sum-exp. One launch where torch took about ten."""
+    row = tl.program_id(0)
+    tiles = tl.arange(0, BLOCK_T)
+    ok = tiles < num_tiles
+    base = row * num_tiles
+    tile_max = tl.load(tile_max_ptr + base + tiles, mask=ok, other=float("-inf"))
+    best = tl.max(tile_max, axis=0)
+    best_tile = tl.argmax(tile_max, axis=0, tie_break_left=True)
+    sumexp = tl.load(tile_sumexp_ptr + base + tiles, mask=ok, other=0.0)
+    weight = tl.where(tile_max == float("-inf"), 0.0, tl.exp(tile_max - best))  # a padding-only tile adds nothing
+    tl.store(argmax_ptr + row, tl.load(tile_arg_ptr + base + best_tile))
+    tl.store(max_ptr + row, best)
+    tl.store(logsumexp_ptr + row, best + tl.log(tl.sum(sumexp * weight, axis=0)))
+
+
 def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET") == "1"
 
@@ -143,14 +163,15 @@ def indexed_head_triton(hidden: torch.Tensor, weight: torch.Tensor, row_ids: tor
     tile_max = torch.empty(batch, num_tiles, dtype=torch.float32, device=device)
     tile_arg = torch.empty(batch, num_tiles, dtype=torch.int64, device=device)
     tile_sumexp = torch.empty(batch, num_tiles, dtype=torch.float32, device=device)
-    # The launch goes to the current CUDA device: make it the tensors' one (a target on cuda:1).
-    guard = torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
-    with guard:
+    argmax = torch.empty(batch, dtype=torch.int64, device=device)
+    best = torch.empty(batch, dtype=torch.float32, device=device)
+    logsumexp = torch.empty(batch, dtype=torch.float32, device=device)
+    # The launches go to the current CUDA device: make it the tensors' one (a target on cuda:1).
+    with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
         _indexed_head_kernel[(num_tiles,)](
             hidden, weight, row_ids, scores, tile_max, tile_arg, tile_sumexp,
             batch, dim, num_columns, num_tiles, hidden.stride(0), weight.stride(0), scores.stride(0), **constants,
         )
-    best_tile = tile_max.argmax(-1)  # first tile holding the maximum: the first column on ties overall
-    best = tile_max.gather(-1, best_tile[:, None])[:, 0]
-    logsumexp = best + torch.log((tile_sumexp * torch.exp(tile_max - best[:, None])).sum(-1))
-    return ShortlistHeadOutput(scores, row_ids, tile_arg.gather(-1, best_tile[:, None])[:, 0], best, logsumexp)
+        _combine_tiles_kernel[(batch,)](tile_max, tile_arg, tile_sumexp, argmax, best, logsumexp, num_tiles,
+                                        BLOCK_T=triton.next_power_of_2(num_tiles))
+    return ShortlistHeadOutput(scores, row_ids, argmax, best, logsumexp)
