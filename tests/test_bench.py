@@ -212,8 +212,10 @@ def test_confidence_suffix_reaches_the_assistant_and_is_validated():
     # A key without a suffix turns the feature off explicitly: an artifact's own default must not leak in.
     off = {"prompt_lookup_num_tokens": 0, "prompt_lookup_veto": 1.0, "suffix_cache_num_tokens": 0, "draft_plan": "fixed"}
     assert seen == [{"shortlist": "full", "assistant_confidence_threshold": 0.5, **off},
-                    {"shortlist": "dynaspec", "shortlist_rows": "clusters", "max_clusters": 8, "assistant_confidence_threshold": 0.25, **off},
-                    {"shortlist": "dynaspec", "shortlist_rows": "clusters", "max_clusters": 8, "assistant_confidence_threshold": 0.0, **off}]
+                    {"shortlist": "dynaspec", "shortlist_rows": "clusters", "max_clusters": 8,
+                     "assistant_confidence_threshold": 0.25, **off},
+                    {"shortlist": "dynaspec", "shortlist_rows": "clusters", "max_clusters": 8,
+                     "assistant_confidence_threshold": 0.0, **off}]
     for bad, message in [("eagle@1.5", "in \\[0, 1\\)"), ("eagle@x", "in \\[0, 1\\)"),
                          ("vanilla@0.5", "assistant.s methods only"), ("dynaspec-tree@0.5", "not trees")]:
         with pytest.raises(ValueError, match=message):
@@ -225,7 +227,8 @@ def test_lookup_suffix_reaches_the_assistant_and_is_validated():
     build_methods(["dynaspec:8+lookup:5", "eagle@0.5+lookup", "frspec:1024+lookup:3"],
                   assistant_factory=lambda **o: seen.append(o) or object())
     unchecked = {"prompt_lookup_veto": 1.0, "suffix_cache_num_tokens": 0, "draft_plan": "fixed"}
-    assert seen == [{"shortlist": "dynaspec", "shortlist_rows": "clusters", "max_clusters": 8, "assistant_confidence_threshold": 0.0, "prompt_lookup_num_tokens": 5,
+    assert seen == [{"shortlist": "dynaspec", "shortlist_rows": "clusters", "max_clusters": 8,
+                     "assistant_confidence_threshold": 0.0, "prompt_lookup_num_tokens": 5,
                      **unchecked},
                     {"shortlist": "full", "assistant_confidence_threshold": 0.5, "prompt_lookup_num_tokens": DEFAULT_LOOKUP_TOKENS,
                      **unchecked},
@@ -371,7 +374,8 @@ def test_labelled_assistants_each_serve_their_own_methods():
     methods = build_methods(keys, labelled_factories=factories)
     assert [m.key for m in methods] == keys
     fixed = {"suffix_cache_num_tokens": 0, "draft_plan": "fixed"}
-    lookup = {"shortlist": "dynaspec", "shortlist_rows": "clusters", "max_clusters": 8, "assistant_confidence_threshold": 0.0, "prompt_lookup_num_tokens": 5,
+    lookup = {"shortlist": "dynaspec", "shortlist_rows": "clusters", "max_clusters": 8,
+                     "assistant_confidence_threshold": 0.0, "prompt_lookup_num_tokens": 5,
               "prompt_lookup_veto": 1.0, **fixed}
     assert seen == [("old", lookup), ("new", lookup),
                     ("old", {"shortlist": "full", "assistant_confidence_threshold": 0.0, "prompt_lookup_num_tokens": 0,

@@ -66,7 +66,7 @@ def _row(target: str, dtype: str, file: str, run: list[dict]) -> str:
     speed = f"{vanilla['tokens_per_s']:.2f}" if vanilla.get("tokens_per_s") else "-"
     date = run[0].get("date", "")[:10]
     return (f"| {target} | {dtype} | {shape} | {speed} | {cell(default)} | {cell(best)} | {date} | "
-            f"`{file.rsplit('/', 1)[-1]}` |")
+            f"`{file.removeprefix('benchmarks/results/')}` |")
 
 
 def summary_tables(records: list[dict]) -> str:

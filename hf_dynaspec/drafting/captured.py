@@ -15,8 +15,9 @@ scorings and K - 1 one-token layer steps, unrolled, with
 - the router inline (`route(..., inline=True)`): a side stream inside a captured graph would only add its fork
   and join to a step whose launches are gone.
 
-`draft_capture="compile"` (a drafting option; "eager" runs the same fixed-shape function uncompiled) compiles it with `torch.compile(fullgraph=True)` (no graph break
-allowed), with mode "reduce-overhead" on CUDA: one CUDA graph per (K, rows, capacity). The default, "off", is the
+`draft_capture="compile"` (a drafting option; "eager" runs the same fixed-shape function uncompiled) compiles it
+with `torch.compile(fullgraph=True)` (no graph break allowed), with mode "reduce-overhead" on CUDA: one CUDA graph
+per (K bucket, rows, capacity). The default, "off", is the
 eager loop; both draft the same tokens (tests/test_captured_draft.py, which also holds the compiled function to
 zero graph breaks and no recompilation across positions and rounds). Greedy drafting through a runtime head
 (eagle drafters) without logits processors; other rounds draft eagerly.

@@ -14,9 +14,10 @@ them from the assistant: `assistant.generation_config.num_assistant_tokens = 4`.
 | prompt lookup tokens | `prompt_lookup_num_tokens` | 0 = off |
 | longest n-gram looked up | `max_matching_ngram_size` | default 3 |
 
-and our own: `draft_plan`, `draft_capture`, `auto_max_assistant_tokens`, `target_verify_kernel`, `suffix_cache_num_tokens`, `suffix_cache_max_tokens`,
-`verification`, `prompt_lookup_min_ngram`, `prompt_lookup_veto`, `shortlist`, `shortlist_size`, `max_clusters`,
-`fixed_clusters`, `max_shortlist_size`, `shortlist_rows`, `tree_top_k`, `tree_depth`, `tree_total_tokens`, `expected_acceptance` (the docstring of
+and our own: `draft_plan`, `draft_capture`, `auto_max_assistant_tokens`, `target_verify_kernel`,
+`suffix_cache_num_tokens`, `suffix_cache_max_tokens`, `verification`, `prompt_lookup_min_ngram`,
+`prompt_lookup_veto`, `shortlist`, `shortlist_size`, `max_clusters`, `fixed_clusters`, `max_shortlist_size`,
+`shortlist_rows`, `tree_top_k`, `tree_depth`, `tree_total_tokens`, `expected_acceptance` (the docstring of
 `DynaSpecGenerationConfig` says what each does).
 
 Artifacts written before this split kept these keys in config.json, some under older names
