@@ -134,6 +134,29 @@ def test_a_chain_draft_of_k_tokens_never_reads_the_device(strategy, do_sample):
         assert session.num_verified_pairs == accepted.shape[1] - 1
 
 
+@pytest.mark.parametrize("strategy", ["full", "frspec", "dynaspec"])
+def test_the_captured_draft_never_reads_the_device_and_grows_its_cache_first(strategy):
+    """The fixed-shape K-token draft (draft_capture, drafting/captured.py) on the device: no read and no upload in
+    a round, its position a device tensor, the drafter cache reserved before the call (a round that crosses the
+    first capacity of 256 positions), the cache's length set on the host from what the round asked for."""
+    from hf_dynaspec.drafting.runtime import captured_draft
+
+    target, assistant = _pair(strategy, draft_capture="eager")
+    with FakeCuda() as cuda:
+        _to_fake_cuda(cuda, target, assistant)
+        head = runtime_head(assistant, assistant.generation_config)
+        captured = captured_draft(assistant, assistant.generation_config, head)
+        assert captured is not None
+        session = _session(assistant, head, captured=captured)
+        input_ids, hidden = _verified(target, length=256)
+        with cuda.counting() as events:
+            draft = session.propose(input_ids, hidden, 4)
+        assert events.reads == [] and events.uploads == []
+        assert draft.token_ids.shape == (1, 4) and on_fake_cuda(draft.token_ids)
+        assert session.cache.length == 255 + 3 and session.cache.buffers()[0].shape[-2] >= 258
+        assert all(ids is None or on_fake_cuda(ids) for ids in draft.shortlists)
+
+
 def test_a_chain_draft_under_a_logits_processor_never_reads_the_device():
     from transformers import LogitsProcessorList, RepetitionPenaltyLogitsProcessor
 
