@@ -134,7 +134,8 @@ class ChainDraftSession:
             routing = self.shortlist_routing(token_embed[:, -1], hidden[:, -1], k + 1)
             hidden = drafter.step(token_embed, hidden, position_ids, self.cache, None)
         if self.defer_host_decisions and draft_ids and (confident[0] is not None or planner is not None):
-            keep, tops = self._deferred_cut(confident, tops, planner)
+            keep, tops = self._deferred_cut(torch.stack(confident) if confident[0] is not None else None,
+                                            torch.stack(tops) if planner is not None else None, len(tops), planner)
             draft_ids, draft_logits = draft_ids[:keep], draft_logits[:keep]
             self._scored_ids = self._scored_ids[:keep]
         return Draft(
@@ -149,24 +150,25 @@ class ChainDraftSession:
         hidden, _ = self.consume_verified(input_ids, new_target_hidden, route=False)
         tokens, tops, ids = self.captured(num_draft_tokens, hidden, self._router_inputs, self.cache,
                                           input_ids.shape[1] - 1)
-        tops = list(tops.unbind())
-        confident = [top >= self.confidence for top in tops] if self.confidence > 0.0 else [None]
-        keep, host_tops = len(tops), []
-        if confident[0] is not None or planner is not None:
-            keep, host_tops = self._deferred_cut(confident, tops, planner)
+        confident = tops >= self.confidence if self.confidence > 0.0 else None  # [K], on the device
+        keep, host_tops = num_draft_tokens, []
+        if confident is not None or planner is not None:
+            keep, host_tops = self._deferred_cut(confident, tops, num_draft_tokens, planner)
         self._scored_ids = ids[:keep]
         return Draft(token_ids=tokens[:, :keep], logits=None, confidences=host_tops[:keep], shortlists=self._scored_ids)
 
     @staticmethod
-    def _deferred_cut(confident: list, tops: list, planner) -> tuple[int, list[float]]:
-        """How many drafted positions to keep, from the values left on the device: the round's one host sync."""
+    def _deferred_cut(confident: torch.Tensor | None, tops: torch.Tensor | None, drafted: int,
+                      planner) -> tuple[int, list[float]]:
+        """How many of the `drafted` positions to keep, from the values left on the device (`confident` `[K]` bool,
+        None with the confidence stop off; `tops` `[K]`, read for the planner): the round's one host sync."""
         rows = []
-        if confident[0] is not None:
-            rows.append(torch.stack(confident).float().cumprod(0))
+        if confident is not None:
+            rows.append(confident.float().cumprod(0))
         if planner is not None:
-            rows.append(torch.stack(tops).float())
+            rows.append(tops.float())
         values = torch.stack(rows).tolist()  # the one sync
-        keep = int(sum(values[0])) if confident[0] is not None else len(tops)
+        keep = int(sum(values[0])) if confident is not None else drafted
         if planner is None:
             return keep, []
         host_tops = values[-1]
