@@ -8,7 +8,9 @@
 - Always-included ids: the tokenizer's special tokens and the generation config's EOS ids, plus with
   `--core-frequent N` the N most frequent tokens of the FR-Spec ranking: a small frequent core that every
   DynaSpec shortlist scores, so that the router's clusters only have to cover the long tail.
-- Clusters: spherical k-means over the target's LM-head rows (scikit-learn), C = --clusters.
+- Clusters: spherical k-means over the target's LM-head rows (scikit-learn), C = --clusters. With
+  `--max-cluster-size S` no cluster holds more than S tokens (each goes to its most similar centroid with room);
+  `--balanced` sets S to the smallest that fits, ceil(tokens / C): clusters of (nearly) equal size.
 - Router: trained on (E(x_t), h_{t-1}) -> cluster of the target's next token. At the first draft position
   h is the target's own last hidden state f; deeper, it is the drafter's prediction. With `--features`
   (shards of recipes/build_features.py) both kinds of examples come from the cache without running the
@@ -30,8 +32,9 @@ import torch
 from tqdm.auto import tqdm
 
 from hf_dynaspec import DynaSpecAssistant
+from hf_dynaspec.drafting.cluster_rows import row_places
 from hf_dynaspec.loading import load_target
-from hf_dynaspec.modeling.shortlist import ClusterRouter, cluster_vocabulary, ranking_from_counts
+from hf_dynaspec.modeling.shortlist import ClusterRouter, balanced_cluster_size, cluster_vocabulary, ranking_from_counts
 from hf_dynaspec.modeling.shortlist.frequency import count_tokens
 from recipes.conversations import conversations, tokenize
 from recipes.user_data import add_data_arguments
@@ -148,8 +151,19 @@ def budget_coverage(cluster_scores, labels, cluster_sizes, num_always: int, k: i
     return {"coverage": covered.float().mean().item(), "avg_rows": rows.float().mean().item()}
 
 
+def coverage_at_rows(cluster_scores, next_tokens, clusters, budgets=(1024, 2048, 4096, 8192, 16384, 32768)) -> dict:
+    """The DynaSpec rule's coverage at each row budget R (the first R rows of the router's ranking, clusters
+    frequency-ordered as at load, plus the always-included rows): the fraction of `next_tokens` [N] scored.
+    Comparable across cluster counts and sizes, which coverage at k clusters is not."""
+    places = row_places(cluster_scores, next_tokens, clusters)
+    return {rows: ((places < rows) | (places < 0)).float().mean().item() for rows in budgets
+            if rows <= len(clusters.token_order)}
+
+
 def train_router(router, embeds, feats, labels, epochs=20, lr=2e-3, batch=512, seed=0, cluster_sizes=None,
-                 num_always=0):
+                 num_always=0, next_tokens=None, clusters=None):
+    """Fit `router` on (E [N, D], h [N, H]) -> cluster `labels` [N] (-1: always-included), a tenth held out;
+    with `next_tokens` [N] and the frequency-ordered `clusters`, also the held-out coverage at row budgets."""
     generator = torch.Generator().manual_seed(seed)
     order = torch.randperm(len(labels), generator=generator)
     held_out, train = order[: len(order) // 10], order[len(order) // 10 :]
@@ -171,6 +185,8 @@ def train_router(router, embeds, feats, labels, epochs=20, lr=2e-3, batch=512, s
             metrics["always_scored_fraction"] = (labels[held_out] < 0).float().mean().item()
             metrics["coverage_at_k"] = {k: budget_coverage(scores, labels[held_out], cluster_sizes, num_always, k)
                                         for k in (4, 8, 16, 32, 64) if k <= scores.shape[-1]}
+        if next_tokens is not None:
+            metrics["coverage_at_rows"] = coverage_at_rows(scores, next_tokens[held_out], clusters)
     metrics.update(train_examples=len(train), held_out_examples=len(held_out))
     return metrics
 
@@ -181,6 +197,11 @@ def main(argv=None):
     parser.add_argument("--assistant", default=None, help="existing assistant to add shortlists to")
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--clusters", type=int, default=256)
+    size_cap = parser.add_mutually_exclusive_group()
+    size_cap.add_argument("--max-cluster-size", type=int, default=None,
+                          help="no cluster holds more tokens than this (default: k-means' own sizes)")
+    size_cap.add_argument("--balanced", action="store_true",
+                          help="clusters of equal size: the cap is ceil(clustered tokens / --clusters)")
     parser.add_argument("--frequency-conversations", type=int, default=None,
                         help="count tokens over only the first N training conversations (default: all)")
     parser.add_argument("--core-frequent", type=int, default=0,
@@ -224,22 +245,26 @@ def main(argv=None):
     start = time.perf_counter()
     head = model.get_output_embeddings().weight.detach()
     always = sorted(set(always_included_ids(tokenizer, model)) | set(frspec_ranking[: args.core_frequent].tolist()))
-    clusters = cluster_vocabulary(head, args.clusters, always_ids=always, seed=args.seed)
+    max_size = balanced_cluster_size(len(head) - len(always), args.clusters) if args.balanced else args.max_cluster_size
+    clusters = cluster_vocabulary(head, args.clusters, always_ids=always, seed=args.seed, max_cluster_size=max_size)
     assistant.shortlists.set_clusters(clusters, router_hidden_size=args.router_hidden)
     sizes = clusters.offsets.diff().float()
-    metrics["clusters"] = {"num_clusters": clusters.num_clusters, "always_ids": len(clusters.always_ids),
+    metrics["clusters"] = {"num_clusters": clusters.num_clusters, "always_ids": len(clusters.always_ids), "max_size": max_size,
                            "size_min": sizes.min().item(), "size_median": sizes.median().item(),
                            "size_max": sizes.max().item(), "seconds": time.perf_counter() - start}
 
     start = time.perf_counter()
+    token_ids = torch.arange(vocab)  # as "cluster of token": the examples come labelled with the next token
     if args.features is not None:
-        data = router_examples_from_features(args.features, assistant.drafter, clusters.cluster_of_token(vocab),
-                                             args.router_tokens)
+        embeds, feats, next_tokens = router_examples_from_features(args.features, assistant.drafter, token_ids,
+                                                                   args.router_tokens)
     else:
-        data = router_examples(model, tokenizer, clusters.cluster_of_token(vocab), args.router_tokens,
-                               data=args.data, split=args.split)
-    metrics["router"] = train_router(assistant.shortlists.router, *data, seed=args.seed,
-                                     cluster_sizes=clusters.offsets.diff(), num_always=len(clusters.always_ids))
+        embeds, feats, next_tokens = router_examples(model, tokenizer, token_ids, args.router_tokens, data=args.data,
+                                                     split=args.split)
+    labels = clusters.cluster_of_token(vocab)[next_tokens]
+    metrics["router"] = train_router(assistant.shortlists.router, embeds, feats, labels, seed=args.seed,
+                                     cluster_sizes=clusters.offsets.diff(), num_always=len(clusters.always_ids),
+                                     next_tokens=next_tokens, clusters=clusters.frequency_ordered(frspec_ranking))
     metrics["router"]["seconds"] = time.perf_counter() - start
     print(json.dumps(metrics, indent=2))
 

@@ -251,6 +251,18 @@ def test_router_examples_from_cached_features_pair_inputs_with_the_right_labels(
     assert result == pytest.approx({"coverage": 2 / 3, "avg_rows": (50 + 50 + 60) / 3 + 7})
 
 
+def test_coverage_at_rows_counts_the_rows_the_rule_takes_before_the_token():
+    from hf_dynaspec.modeling.shortlist import VocabClusters
+    from recipes.build_shortlists import coverage_at_rows
+
+    # clusters (already frequency-ordered): c0 = [3, 1, 2], c1 = [4, 5], c2 = [7, 6]; token 0 always scored
+    clusters = VocabClusters(torch.tensor([3, 1, 2, 4, 5, 7, 6]), torch.tensor([0, 3, 5, 7]), torch.tensor([0]))
+    scores = torch.tensor([[1.0, 2.0, 0.0]] * 3)  # ranking c1, c0, c2 for every example
+    tokens = torch.tensor([2, 6, 0])  # rows taken before them: 2 + 2 = 4, 2 + 3 + 1 = 6, none (always)
+    coverage = coverage_at_rows(scores, tokens, clusters, budgets=(1, 4, 5, 6, 7, 8))
+    assert coverage == pytest.approx({1: 1 / 3, 4: 1 / 3, 5: 2 / 3, 6: 2 / 3, 7: 1.0})  # 8 > the 7 clustered rows
+
+
 def test_router_examples_take_the_features_directories_in_turn(tmp_path):
     """A token budget smaller than the features must sample every directory, not the first-named one only."""
     from safetensors.torch import save_file

@@ -8,10 +8,11 @@ from conftest import VOCAB, assisted_generate, imitating_assistant, one_layer_ta
 
 from hf_dynaspec import ArtifactError, DynaSpecAssistant
 from hf_dynaspec.drafting.budget import RowBudget, clusters_at_position, row_budget
-from hf_dynaspec.drafting.cluster_rows import ClusterRowTable, block_ranges
+from hf_dynaspec.drafting.cluster_rows import ClusterRowTable, block_ranges, row_places
 from hf_dynaspec.drafting.runtime import runtime_head
 from hf_dynaspec.drafting.selector import ClusterHead
-from hf_dynaspec.modeling.shortlist import cluster_vocabulary, load_token_list
+from hf_dynaspec.modeling.shortlist import balanced_cluster_size, cluster_vocabulary, load_token_list
+from hf_dynaspec.modeling.shortlist.clustering import capped_assignment
 from hf_dynaspec.modeling.shortlist.frequency import export_d2t_t2d, export_token_map, ranking_from_counts
 from hf_dynaspec.modeling.shortlist.router import ClusterRouter
 
@@ -47,6 +48,68 @@ def test_clustering_is_a_reproducible_partition():
     assert ((rows[kept] @ means.T).argmax(-1) == labels[kept]).float().mean() > 0.9
     with pytest.raises(ValueError, match="another target"):
         clusters.validate(VOCAB + 1)
+
+
+def test_row_places_agree_with_the_row_ids_the_rule_scores():
+    target = tiny_target("qwen2")
+    assistant = add_shortlists(DynaSpecAssistant.from_target(target), target)
+    clusters = assistant.shortlists.host_clusters().frequency_ordered(torch.randperm(VOCAB)[:50])
+    table = ClusterRowTable(clusters, torch.device("cpu"))
+    generator = torch.Generator().manual_seed(5)
+    scores = torch.randn(40, clusters.num_clusters, generator=generator)
+    scores[0, 1] = scores[0, 2]  # a tie, broken by cluster index as the head breaks it
+    tokens = torch.randint(len(ALWAYS), VOCAB, (40,), generator=generator)  # ALWAYS is [0, 1]
+    tokens[:2] = torch.tensor(ALWAYS)
+    places = row_places(scores, tokens, clusters)
+    assert (places[:2] == -1).all() and (places[2:] >= 0).all()
+    for rows in (1, 7, 30, VOCAB - len(ALWAYS)):
+        for example in range(40):
+            ids = table.row_ids(ClusterHead.ranking(scores[example : example + 1]), rows)
+            assert (tokens[example] in ids.tolist()) == (places[example] < rows), (rows, example)
+
+
+def unit_rows(count, dim, seed):
+    return torch.nn.functional.normalize(torch.randn(count, dim, generator=torch.Generator().manual_seed(seed)), dim=-1)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_capped_assignment_never_passes_over_a_cluster_with_room(seed):
+    rows, centroids = unit_rows(203, 6, seed), unit_rows(9, 6, seed + 100)
+    capacity = balanced_cluster_size(203, 9)  # 23: 207 places for 203 rows, so most clusters end full
+    labels = capped_assignment(rows, centroids, capacity)
+    sizes = torch.bincount(labels, minlength=9)
+    assert (labels >= 0).all() and sizes.sum() == 203 and sizes.max() <= capacity
+    # The argmax alone overfills some cluster here, so the cap did change the assignment.
+    assert torch.bincount((rows @ centroids.T).argmax(-1), minlength=9).max() > capacity
+    # Every row sits in its most similar cluster among those that still had room: any cluster it prefers is full.
+    similarity = rows @ centroids.T
+    preferred = similarity > similarity.gather(1, labels[:, None])
+    assert (~preferred | (sizes == capacity)[None, :]).all()
+
+
+def test_a_full_cluster_keeps_its_most_similar_rows():
+    # Three rows all nearest cluster 0, listed least similar first; cluster 0 has room for two.
+    angles = torch.tensor([0.6, 0.4, 0.2])
+    rows = torch.stack([angles.cos(), angles.sin()], -1)
+    centroids = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    assert torch.equal(capped_assignment(rows, centroids, 2), torch.tensor([1, 0, 0]))
+
+
+def test_capped_assignment_with_room_to_spare_is_the_argmax():
+    rows, centroids = unit_rows(150, 5, 7), unit_rows(6, 5, 8)
+    assert torch.equal(capped_assignment(rows, centroids, 150), (rows @ centroids.T).argmax(-1))
+
+
+def test_balanced_clusters_partition_within_the_cap():
+    head = tiny_target("llama").get_output_embeddings().weight.detach()
+    cap = balanced_cluster_size(VOCAB - len(ALWAYS), 8)
+    clusters = cluster_vocabulary(head, 8, always_ids=ALWAYS, seed=3, max_cluster_size=cap)
+    clusters.validate(VOCAB)
+    assert clusters.offsets.diff().max() <= cap
+    plain = cluster_vocabulary(head, 8, always_ids=ALWAYS, seed=3)
+    assert plain.offsets.diff().max() > cap  # k-means' own sizes are uneven on this head: the cap did work
+    with pytest.raises(ValueError, match="balanced_cluster_size"):
+        cluster_vocabulary(head, 8, always_ids=ALWAYS, seed=3, max_cluster_size=cap - 1)
 
 
 @pytest.mark.parametrize("indexed", [False, True], ids=["permuted-blocks", "indexed-rows"])

@@ -76,3 +76,24 @@ def block_ranges(ranking: list[int], rows: int, offsets: list[int]) -> tuple[lis
             break
     chosen = sorted(taken)
     return [offsets[c] for c in chosen], [offsets[c] + taken[c] for c in chosen]
+
+
+def row_places(cluster_scores: torch.Tensor, tokens: torch.Tensor, clusters: VocabClusters) -> torch.Tensor:
+    """Where each example's token lies in its step's row order, for coverage at any row budget at once.
+
+    `cluster_scores` [N, C] (router scores; a row budget ranks clusters as `ClusterHead.ranking` does), `tokens`
+    [N] (e.g. the target's next tokens), `clusters` frequency-ordered as at load -> `[N]` int64: the number of
+    rows the rule takes before the token's own, so a budget R scores the token iff place < R; -1 for an
+    always-included token (scored at every budget). The same rule as `ClusterRowTable.row_ids`, batched."""
+    _check_host(clusters)
+    vocab_size = len(clusters.token_order) + len(clusters.always_ids)
+    token_cluster = clusters.cluster_of_token(vocab_size)[tokens]  # [N]
+    within = torch.empty(vocab_size, dtype=torch.long)  # a token's place inside its (frequency-ordered) cluster
+    labels = torch.repeat_interleave(torch.arange(clusters.num_clusters), clusters.offsets.diff())
+    within[clusters.token_order] = torch.arange(len(clusters.token_order)) - clusters.offsets[labels]
+    ranking = cluster_scores.float().argsort(dim=-1, descending=True, stable=True)  # [N, C]
+    ranked_sizes = clusters.offsets.diff()[ranking]
+    ahead = torch.empty_like(ranking).scatter_(1, ranking, ranked_sizes.cumsum(-1) - ranked_sizes)  # cluster order
+    always = token_cluster < 0
+    place = ahead.gather(1, token_cluster.clamp(min=0)[:, None]).squeeze(1) + within[tokens]
+    return torch.where(always, torch.full_like(place, -1), place)

@@ -81,11 +81,15 @@ def cluster_vocabulary(
     seed: int = 0,
     max_iter: int = 30,
     sample_size: int | None = 50_000,
+    max_cluster_size: int | None = None,
 ) -> VocabClusters:
     """Spherical k-means (scikit-learn k-means on L2-normalised rows, centroids renormalised) of `head_weight` [V, D].
 
     The centroids are fitted on a seeded sample of `sample_size` rows (all rows if None), then every row
     goes to its most similar centroid (cosine), so the result is reproducible for a given seed.
+    With `max_cluster_size`, no cluster holds more rows than that: rows go to their most similar centroid
+    that still has room (`capped_assignment`); `balanced_cluster_size(rows, clusters)` is the smallest cap
+    that fits, i.e. clusters of equal size (the Gemma-4 assistants' shape: every chosen cluster costs the same).
     """
     try:
         from sklearn.cluster import KMeans
@@ -100,6 +104,12 @@ def cluster_vocabulary(
     clustered_ids = keep.nonzero().flatten()
     if num_clusters < 1 or num_clusters > len(clustered_ids):
         raise ValueError(f"num_clusters must be in [1, {len(clustered_ids)}], got {num_clusters}")
+    if max_cluster_size is not None and max_cluster_size < balanced_cluster_size(len(clustered_ids), num_clusters):
+        raise ValueError(
+            f"max_cluster_size={max_cluster_size} cannot hold {len(clustered_ids)} tokens in {num_clusters} clusters: "
+            f"use at least {balanced_cluster_size(len(clustered_ids), num_clusters)} (balanced_cluster_size) or more "
+            "clusters"
+        )
     # k-means runs in scikit-learn, on the CPU: bring the rows over once, whatever device the head is on.
     rows = torch.nn.functional.normalize(head_weight.detach()[clustered_ids.to(head_weight.device)].float().cpu(),
                                          dim=-1)
@@ -111,10 +121,50 @@ def cluster_vocabulary(
     kmeans = KMeans(n_clusters=num_clusters, n_init=1, max_iter=max_iter, random_state=seed)
     kmeans.fit(fit_rows.numpy())
     centroids = torch.nn.functional.normalize(torch.from_numpy(kmeans.cluster_centers_).float(), dim=-1)
-    labels = torch.cat([(chunk @ centroids.T).argmax(-1) for chunk in rows.split(16384)])
+    if max_cluster_size is None:
+        labels = torch.cat([(chunk @ centroids.T).argmax(-1) for chunk in rows.split(16384)])
+    else:
+        labels = capped_assignment(rows, centroids, max_cluster_size)
     # Empty clusters (possible after reassignment to renormalised centroids) are dropped.
     order = torch.argsort(labels, stable=True)
     sizes = torch.bincount(labels, minlength=num_clusters)
     sizes = sizes[sizes > 0]
     offsets = torch.cat([torch.zeros(1, dtype=torch.long), sizes.cumsum(0)])
     return VocabClusters(token_order=clustered_ids[order], offsets=offsets, always_ids=always)
+
+
+def balanced_cluster_size(num_rows: int, num_clusters: int) -> int:
+    """The smallest cap that lets `num_rows` rows fit in `num_clusters` clusters: ceil(rows / clusters)."""
+    return -(-num_rows // num_clusters)
+
+
+def capped_assignment(rows: torch.Tensor, centroids: torch.Tensor, capacity: int) -> torch.Tensor:
+    """`[N]` cluster of each row of `rows` [N, D] (unit rows, `centroids` [C, D] unit): no cluster gets more than
+    `capacity` rows. Rounds of proposals: every unplaced row proposes to its most similar cluster among those
+    with room; a cluster keeps its most similar proposers up to its room (ties by row id) and is then closed
+    if full. A row whose first choice has room is never moved, so with a large enough cap this is the plain
+    argmax. Each round fills a cluster or places every proposer, so it ends within C + 1 rounds."""
+    num_rows, num_clusters = len(rows), len(centroids)
+    if capacity * num_clusters < num_rows:
+        raise ValueError(f"{num_rows} rows do not fit in {num_clusters} clusters of {capacity}")
+    labels = torch.full((num_rows,), -1, dtype=torch.long)
+    room = torch.full((num_clusters,), capacity, dtype=torch.long)
+    while (unplaced := (labels < 0).nonzero().flatten()).numel():
+        closed = room == 0
+        choice, similarity = [], []
+        for chunk in unplaced.split(16384):
+            scores = (rows[chunk] @ centroids.T).masked_fill_(closed, float("-inf"))
+            best = scores.max(-1)
+            choice.append(best.indices)
+            similarity.append(best.values)
+        choice, similarity = torch.cat(choice), torch.cat(similarity)
+        # Proposers grouped by cluster, most similar first (stable sort: ties keep row order).
+        order = torch.argsort(-similarity, stable=True)
+        order = order[torch.argsort(choice[order], stable=True)]
+        grouped = choice[order]
+        first_of_group = torch.searchsorted(grouped, grouped)
+        place_in_group = torch.arange(len(order)) - first_of_group
+        accepted = order[place_in_group < room[grouped]]
+        labels[unplaced[accepted]] = choice[accepted]
+        room -= torch.bincount(choice[accepted], minlength=num_clusters)
+    return labels
