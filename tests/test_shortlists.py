@@ -280,6 +280,25 @@ def test_greedy_identical_with_every_strategy(family, strategy, tmp_path):
             assert len(stats.coverage_per_position) >= 1
 
 
+@pytest.mark.parametrize("rows", [[13, 5], "clusters"])
+def test_greedy_identical_with_balanced_clusters(rows, tmp_path):
+    """An artifact built with --balanced saves, loads and drafts through the same heads, exactly."""
+    target = one_layer_target("llama")
+    assistant = imitating_assistant(target, noise=0.15, num_assistant_tokens=3)
+    head = target.get_output_embeddings().weight.detach()
+    cap = balanced_cluster_size(VOCAB - len(ALWAYS), 8)
+    assistant.shortlists.set_frequency_list(torch.randperm(VOCAB, generator=torch.Generator().manual_seed(0))[:60])
+    assistant.shortlists.set_clusters(cluster_vocabulary(head, 8, always_ids=ALWAYS, seed=0, max_cluster_size=cap))
+    assistant.save_pretrained(tmp_path)
+    loaded = DynaSpecAssistant.from_pretrained(tmp_path, target=target, shortlist="dynaspec", shortlist_rows=rows)
+    assert loaded.shortlists.host_clusters().offsets.diff().max() <= cap
+    for seed in range(3):
+        input_ids = torch.randint(0, VOCAB, (1, 7), generator=torch.Generator().manual_seed(seed))
+        expected = plain_generate(target, input_ids, max_new_tokens=20)
+        assert torch.equal(assisted_generate(target, loaded, input_ids, max_new_tokens=20), expected)
+        assert 0 < loaded.stats.avg_shortlist < VOCAB
+
+
 def test_position_aware_budget_shrinks_the_shortlist_with_depth():
     target = one_layer_target("llama")
     assistant = add_shortlists(imitating_assistant(target, num_assistant_tokens=4), target)
