@@ -87,10 +87,11 @@ def row_places(cluster_scores: torch.Tensor, tokens: torch.Tensor, clusters: Voc
     always-included token (scored at every budget). The same rule as `ClusterRowTable.row_ids`, batched."""
     _check_host(clusters)
     vocab_size = len(clusters.token_order) + len(clusters.always_ids)
-    token_cluster = clusters.cluster_of_token(vocab_size)[tokens]  # [N]
+    cluster_of = clusters.cluster_of_token(vocab_size)  # [V]
+    token_cluster = cluster_of[tokens]  # [N]
     within = torch.empty(vocab_size, dtype=torch.long)  # a token's place inside its (frequency-ordered) cluster
-    labels = torch.repeat_interleave(torch.arange(clusters.num_clusters), clusters.offsets.diff())
-    within[clusters.token_order] = torch.arange(len(clusters.token_order)) - clusters.offsets[labels]
+    order = clusters.token_order
+    within[order] = torch.arange(len(order)) - clusters.offsets[cluster_of[order]]
     ranking = cluster_scores.float().argsort(dim=-1, descending=True, stable=True)  # [N, C]
     ranked_sizes = clusters.offsets.diff()[ranking]
     ahead = torch.empty_like(ranking).scatter_(1, ranking, ranked_sizes.cumsum(-1) - ranked_sizes)  # cluster order
