@@ -82,6 +82,41 @@ def test_the_k_step_draft_compiles_whole_once_for_every_round(monkeypatch, tmp_p
             context = torch.cat([context, draft.token_ids[:, :accepted], torch.tensor([[round_index + 5]])], dim=1)
 
 
+def test_the_one_launch_kernel_traces_as_one_call_in_the_compiled_draft(monkeypatch, tmp_path):
+    """The head a CUDA step runs (`torch.ops.hf_dynaspec.ranked_head`: the Triton kernel, here under the
+    interpreter) inside the compiled draft: fullgraph, one compilation over three rounds, and the tokens of the
+    step-by-step draft through the torch reference head."""
+    pytest.importorskip("triton")
+    import hf_dynaspec.drafting.cluster_rows as cluster_rows
+    from hf_dynaspec.kernels.shortlist_head import dispatch
+
+    torch._dynamo.reset()
+    backend = CountingBackend()
+    monkeypatch.setattr(captured, "BACKEND", backend)
+    target = one_layer_target("qwen2")
+    generator = torch.Generator().manual_seed(2)
+    context = torch.randint(0, VOCAB, (1, 9), generator=generator)
+    features = torch.randn(1, 40, 32, generator=generator)
+    with accelerator_paths_on_cpu():
+        from hf_dynaspec.drafting.runtime import captured_draft, runtime_head
+
+        reference = _assistant(tmp_path / "reference", target, "dynaspec")  # the same weights (one seed)
+        eager = ChainDraftSession(reference.drafter, VOCAB, do_sample=False,
+                                  head=runtime_head(reference, reference.generation_config))
+        monkeypatch.setattr(cluster_rows, "ranked_head_for", lambda weight: dispatch._triton_ranked_head)
+        assistant = _assistant(tmp_path / "kernel", target, "dynaspec", draft_capture="compile")
+        head = runtime_head(assistant, assistant.generation_config)
+        assert head.rows._head is dispatch._triton_ranked_head
+        session = ChainDraftSession(assistant.drafter, VOCAB, do_sample=False, head=head,
+                                    captured=captured_draft(assistant, assistant.generation_config, head))
+        for round_index in range(3):
+            with torch.compiler.set_stance("fail_on_recompile" if round_index else "default"):
+                draft = session.propose(context, features, 4)
+            assert torch.equal(draft.token_ids, eager.propose(context, features, 4).token_ids)
+            assert backend.graphs == 1
+            context = torch.cat([context, draft.token_ids[:, :round_index + 1]], dim=1)
+
+
 @pytest.mark.parametrize("strategy", HEADS)
 def test_generate_with_a_compiled_draft_compiles_each_length_once(monkeypatch, tmp_path, strategy):
     """Through generate(): rounds of K = 4 and the shorter rounds before max_new_tokens (drafted as powers of two

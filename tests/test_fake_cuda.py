@@ -14,6 +14,7 @@ from checkpoint_replicas import eagle3_checkpoint
 from conftest import VOCAB, imitating_assistant, one_layer_target, tiny_target
 from fake_cuda import FakeCuda, on_fake_cuda
 from test_shortlists import add_shortlists
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from hf_dynaspec import DynaSpecAssistant
 from hf_dynaspec.drafting.chain import ChainDraftSession
@@ -90,6 +91,40 @@ def test_every_runtime_head_builds_on_the_device_without_reading_it(strategy):
         if strategy.startswith("dynaspec"):
             rows = head.rows
             assert all(on_fake_cuda(t) for t in (rows.token_order, rows.sizes, rows.starts, rows.always_ids))
+
+
+class DeviceOps(TorchDispatchMode):
+    """The device ops a block of code issues: every ATen call that is not a view (a view launches nothing)."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if not func.is_view and not str(func).startswith("prim.") and str(func) != "aten.detach.default":
+            self.ops.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+def test_a_dynaspec_step_is_the_router_one_sort_and_one_launch():
+    """Issue 63, item 2: from the router's scores to the draft token and its probability, an eager DynaSpec step
+    at batch 1 issues one sort and one kernel (the row ids worked out in the kernel, the tiles combined by its
+    last program). Before (54ed5dc), 22 ops after the router: the sort, the ids in 17, the head (two launches),
+    the token and the probability in three more."""
+    pytest.importorskip("triton")
+    target, assistant = _pair("dynaspec")
+    with FakeCuda() as cuda:
+        _to_fake_cuda(cuda, target, assistant)
+        head = runtime_head(assistant, assistant.generation_config)
+        token_embed, hidden_in, hidden = (torch.randn(1, 32, device="cuda") for _ in range(3))
+        with DeviceOps() as router:
+            head.route(token_embed, hidden_in, 0, inline=True)
+        with DeviceOps() as step:
+            out = head.scores(hidden, head.route(token_embed, hidden_in, 0, inline=True))
+            token, top = out.argmax_token_ids, out.top_probability
+        assert step.ops == router.ops + ["aten.sort.stable", "hf_dynaspec.ranked_head.default"], step.ops
+        assert on_fake_cuda(token) and on_fake_cuda(top) and token.shape == top.shape == (1,)
+        assert cuda.events.reads == []
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])

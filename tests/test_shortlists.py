@@ -128,7 +128,7 @@ def test_cluster_head_with_every_row_equals_the_full_head(indexed):
 
 def reference_row_budget(ranking: list[int], rows: int, clusters, frequency_ids) -> list[int]:
     """The rule written out: clusters in the router's order, whole while the budget lasts, the next one cut to
-    the remainder keeping its most frequent tokens, the taken tokens laid out in cluster order, then the
+    the remainder keeping its most frequent tokens, the taken tokens laid out in the router's order, then the
     always-included ids."""
     rank = {int(t): r for r, t in enumerate(frequency_ids.tolist())}
     offsets, order = clusters.offsets.tolist(), clusters.token_order.tolist()
@@ -139,7 +139,7 @@ def reference_row_budget(ranking: list[int], rows: int, clusters, frequency_ids)
         left -= len(taken[c])
         if left == 0:
             break
-    return [t for c in sorted(taken) for t in taken[c]] + clusters.always_ids.tolist()
+    return [t for c in taken for t in taken[c]] + clusters.always_ids.tolist()
 
 
 def test_row_budget_ids_follow_the_rule_on_both_forms_with_columns_equal_to_rows():

@@ -101,7 +101,7 @@ class CapturedChainDraft:
             scores = head.scores(hidden[:, -1], head.route(token_embed, hidden_in, k, inline=True))
             token = scores.argmax_token_ids  # [1]
             tokens.append(token)
-            tops.append(((scores.max - scores.logsumexp)[0]).exp())
+            tops.append(scores.top_probability[0])
             ids.append(scores.token_ids)
             if k + 1 == num_tokens:
                 break

@@ -270,7 +270,7 @@ class ChainDraftSession:
             return None, None, None, None
         top = None
         if with_top:  # over the rows scored, like the confidence stop
-            top = (scores.max - scores.logsumexp)[0].exp() if full is None else full[0].float().softmax(-1).max()
+            top = scores.top_probability[0] if full is None else full[0].float().softmax(-1).max()
         if full is None:
             return scores.argmax_token_ids[:, None], None, confident, top
         if self.do_sample:

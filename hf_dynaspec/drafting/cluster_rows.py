@@ -2,23 +2,25 @@
 
 A step scores the first R rows of the router's ranking (drafting/budget.py): clusters whole in the router's
 order, the last one cut, each cluster's tokens most frequent first (`VocabClusters.frequency_ordered`, done
-once at load, so a cut keeps a prefix of the cluster). Laid out in cluster order, what a step scores from
-cluster c is a prefix `take[c]` of its rows, where `take[c] = clamp(R - rows ranked ahead of c, 0, size[c])`;
-the columns are those prefixes end to end, then the always-included ids.
+once at load, so a cut keeps a prefix of the cluster). The columns are the ranked clusters' rows end to end, cut
+after R, then the always-included ids (ties in the argmax go to the better-ranked cluster).
 
-- `ClusterRowTable.row_ids` (accelerators): the ranking `[C]` -> ids `[R + A]`, a fixed shape set by R alone,
-  so a step reads nothing back to the host, compiles to one graph per R and scores no padding (columns = real
-  rows; before the row budget, the list was sized for the k largest clusters: 2.5-4.3x the real rows).
-- `block_ranges` (CPU): the same prefixes as `[start, end)` row ranges of the cluster-permuted head, read by
-  the block kernel front to back.
+- `ClusterRowTable` (accelerators): the cluster tables on the device; `scores` takes the ranking `[C]` to the
+  scores of R + A columns, a fixed shape set by R alone, so a step reads nothing back to the host, compiles to
+  one graph per R and scores no padding (columns = real rows; before the row budget, the list was sized for the
+  k largest clusters: 2.5-4.3x the real rows). On CUDA with Triton that is one kernel launch, row ids included
+  (kernels/shortlist_head); elsewhere the ids in a few torch ops and a gather.
+- `block_ranges` (CPU): the same rows as `[start, end)` ranges of the cluster-permuted head, in the same order.
 
-Legend: C clusters, A always-included ids, R the step's row budget.
+Legend: C clusters, A always-included ids, R the step's row budget, B hidden rows, H hidden size.
 """
 
 from __future__ import annotations
 
 import torch
 
+from hf_dynaspec.kernels.shortlist_head import ShortlistHeadOutput, ranked_head_for
+from hf_dynaspec.kernels.shortlist_head.reference import ranked_row_ids
 from hf_dynaspec.modeling.shortlist.clustering import VocabClusters
 
 
@@ -29,43 +31,39 @@ def _check_host(clusters: VocabClusters) -> None:
 
 class ClusterRowTable:
     """Built once per runtime head from the frequency-ordered clusters' host copies, then moved to `device` as
-    finished tensors: building it never reads a device value, and never mixes a device tensor with a CPU one."""
+    finished tensors: building it never reads a device value, and never mixes a device tensor with a CPU one.
+    The backend (`ranked_head_for`) is chosen here too, once: a step never asks."""
 
-    def __init__(self, clusters: VocabClusters, device: torch.device):
+    def __init__(self, clusters: VocabClusters, device: torch.device, head_weight: torch.Tensor | None = None):
         _check_host(clusters)
-        sizes = clusters.offsets.diff()
         self.num_clusters = clusters.num_clusters
         self.num_always = len(clusters.always_ids)
         self.num_clustered = len(clusters.token_order)
-        self.sizes = sizes.to(device)  # [C]
+        self.sizes = clusters.offsets.diff().to(device)  # [C]
         self.starts = clusters.offsets[:-1].to(device)  # [C]: cluster c's first row in token_order
         self.token_order = clusters.token_order.to(device)  # [V - A]
         self.always_ids = clusters.always_ids.to(device)  # [A]
         self._columns = torch.arange(self.num_clustered, device=device)  # sliced to R per step
+        self._head = ranked_head_for(head_weight) if head_weight is not None else None
 
-    def takes(self, ranking: torch.Tensor, rows: int) -> torch.Tensor:
-        """Clusters ranked best first `[C]` (every cluster once) -> rows taken from each cluster `[C]`, in cluster
-        order: whole clusters while the budget lasts, then the remainder of `rows` from the next, then none."""
-        ranked_sizes = self.sizes[ranking]
-        ahead_ranked = ranked_sizes.cumsum(0) - ranked_sizes  # rows of the clusters ranked before each
-        ahead = torch.empty_like(ahead_ranked).scatter_(0, ranking, ahead_ranked)  # back in cluster order
-        return (rows - ahead).clamp(min=0).minimum(self.sizes)
+    def _tables(self) -> tuple[torch.Tensor, ...]:
+        return self.sizes, self.starts, self.token_order, self.always_ids
 
     def row_ids(self, ranking: torch.Tensor, rows: int) -> torch.Tensor:
         """Clusters ranked best first `[C]` (a device tensor) and the budget R (host int, at most the clustered
-        rows) -> head row ids `[R + A]`: each cluster's taken prefix in cluster order, then the always-included
-        ids. No host read: every shape is set by R."""
-        take = self.takes(ranking, rows)
-        ends = take.cumsum(0)  # [C]: where each cluster's columns end
-        columns = self._columns[:rows]  # [R]
-        which = torch.searchsorted(ends, columns, right=True)  # [R]: the cluster each column comes from
-        source = self.starts[which] + columns - (ends - take)[which]
-        return torch.cat([self.token_order[source], self.always_ids])
+        rows) -> head row ids `[R + A]`, the columns' order. No host read: every shape is set by R."""
+        return ranked_row_ids(ranking, *self._tables(), self._columns[:rows])
+
+    def scores(self, hidden: torch.Tensor, head_weight: torch.Tensor, ranking: torch.Tensor,
+               rows: int) -> ShortlistHeadOutput:
+        """Hidden `[B, H]`, the head `[V, H]` the table was built for, the ranking `[C]` and R -> the output of
+        the R + A columns `row_ids` names (scores `[B, R + A]`, ids, fused reductions on the Triton path)."""
+        return self._head(hidden, head_weight, ranking, *self._tables(), self._columns[:rows])
 
 
 def block_ranges(ranking: list[int], rows: int, offsets: list[int]) -> tuple[list[int], list[int]]:
     """The CPU form of `ClusterRowTable.row_ids`: ranking (host list of every cluster, best first), R and the
-    clusters' `offsets` -> (starts, ends) of the taken prefixes in the permuted head, in cluster order."""
+    clusters' `offsets` -> (starts, ends) of the taken prefixes in the permuted head, in ranking order."""
     taken: dict[int, int] = {}
     left = rows
     for cluster in ranking:
@@ -74,7 +72,7 @@ def block_ranges(ranking: list[int], rows: int, offsets: list[int]) -> tuple[lis
         left -= taken[cluster]
         if left == 0:
             break
-    chosen = sorted(taken)
+    chosen = [c for c in taken if taken[c]]  # ranking order (dicts keep insertion order)
     return [offsets[c] for c in chosen], [offsets[c] + taken[c] for c in chosen]
 
 

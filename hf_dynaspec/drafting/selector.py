@@ -10,7 +10,7 @@ a draft step never waits on an accelerator.
 - `ClusterHead`: DynaSpec with a row budget R(t). On CPU it reads contiguous blocks of a cluster-permuted copy of
   the head (the measured fast path; host-side lists cost nothing there); on accelerators it turns the router's
   ranking into exactly R(t) + A row ids on the device and scores the target's head through them (no copy, no
-  host sync, no padding).
+  host sync, no padding; on CUDA with Triton one kernel launch from the ranking to the top token).
 
 Legend: H hidden, V target vocab, S shortlist size, C clusters.
 """
@@ -22,7 +22,7 @@ import torch
 from hf_dynaspec.drafting.budget import RowBudget, row_budget
 from hf_dynaspec.drafting.cluster_rows import ClusterRowTable, block_ranges
 from hf_dynaspec.drafting.device_paths import use_accelerator_paths
-from hf_dynaspec.kernels.shortlist_head import ShortlistHeadOutput, indexed_head_for, shortlist_head
+from hf_dynaspec.kernels.shortlist_head import ShortlistHeadOutput, shortlist_head
 from hf_dynaspec.kernels.streams import Pending, SideStream
 
 
@@ -77,8 +77,7 @@ class ClusterHead:
         self.min_rows = min(budget.rows) + len(self.always_ids)
         if self.indexed:
             self.head_weight = head_weight
-            self.rows = ClusterRowTable(clusters, head_weight.device)
-            self._indexed_head = indexed_head_for(head_weight)  # decided once: a step never asks
+            self.rows = ClusterRowTable(clusters, head_weight.device, head_weight)  # picks its backend once
         else:
             self.offsets = clusters.offsets.tolist()
             # Clustered rows cluster by cluster, then the always-included rows as one final block.
@@ -121,8 +120,7 @@ class ClusterHead:
         """Hidden `[R, H]` and the router routing of this step -> scores `[R, R(t) + A]` of the budget's rows."""
         pending, position = routing
         if self.indexed:
-            row_ids = self.rows.row_ids(self.ranking(pending.result()), self.budget.at(position))
-            return self._indexed_head(hidden, self.head_weight, row_ids)
+            return self.rows.scores(hidden, self.head_weight, self.ranking(pending.result()), self.budget.at(position))
         starts, ends = self._blocks(pending.result(), position)
         return shortlist_head(hidden, self.permuted_weight, starts, ends, self.token_order)
 

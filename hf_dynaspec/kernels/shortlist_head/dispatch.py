@@ -5,7 +5,10 @@ Two forms of a shortlist:
   blocks make BLAS fast and host-side lists cost nothing;
 - row ids into the target's own head (`indexed_head`), -1 for padding: the accelerator form, whose shapes do
   not depend on the router's choice, so a draft step never waits on the device. CUDA tensors with Triton go
-  to the Triton kernel, everything else to the gather reference.
+  to the Triton kernel, everything else to the gather reference;
+- the router's ranking and the cluster tables (`ranked_head_for`): the row budget's step, on CUDA with Triton
+  one launch from the ranking to the top token (the kernel works out the row ids), elsewhere the row ids in
+  torch ops and the gather reference.
 
 Triton is optional: this is the one place that decides whether it can be used, so that the package imports
 and the CPU suite passes without it.
@@ -21,9 +24,9 @@ import torch
 from transformers.utils import logging
 
 from hf_dynaspec.kernels.shortlist_head.cpu import shortlist_head_blocks
-from hf_dynaspec.kernels.shortlist_head.op import indexed_head_op
+from hf_dynaspec.kernels.shortlist_head.op import indexed_head_op, ranked_head_op
 from hf_dynaspec.kernels.shortlist_head.output import ShortlistHeadOutput
-from hf_dynaspec.kernels.shortlist_head.reference import indexed_head_reference
+from hf_dynaspec.kernels.shortlist_head.reference import indexed_head_reference, ranked_head_reference
 
 logger = logging.get_logger(__name__)
 
@@ -64,5 +67,20 @@ def indexed_head_for(weight: torch.Tensor):
 
 
 def _triton_indexed_head(hidden: torch.Tensor, weight: torch.Tensor, row_ids: torch.Tensor) -> ShortlistHeadOutput:
-    scores, argmax, best, logsumexp = indexed_head_op(hidden, weight, row_ids)
-    return ShortlistHeadOutput(scores, row_ids, argmax, best, logsumexp)
+    scores, *reductions = indexed_head_op(hidden, weight, row_ids)
+    return ShortlistHeadOutput(scores, row_ids, *reductions)
+
+
+def ranked_head_for(weight: torch.Tensor):
+    """The backend of the row budget's step for a head on `weight`'s device, asked once when a runtime head is
+    built. Either takes (hidden `[B, D]`, weight `[V, D]`, ranking `[C]`, sizes `[C]`, starts `[C]`,
+    token_order `[V - A]`, always_ids `[A]`, columns = arange(R) `[R]`) and returns the `ShortlistHeadOutput` of
+    the R + A columns (reference.ranked_row_ids says which)."""
+    return _triton_ranked_head if weight.is_cuda and triton_available() else ranked_head_reference
+
+
+def _triton_ranked_head(hidden, weight, ranking, sizes, starts, token_order, always_ids,
+                        columns: torch.Tensor) -> ShortlistHeadOutput:
+    scores, ids, *reductions = ranked_head_op(hidden, weight, ranking, sizes, starts, token_order, always_ids,
+                                              columns.shape[0])
+    return ShortlistHeadOutput(scores, ids, *reductions)

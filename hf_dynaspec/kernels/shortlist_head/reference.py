@@ -1,6 +1,7 @@
 """Pure-torch reference of the shortlisted LM head: the ground truth the fast paths are tested against.
 
-Legend: B batch, D hidden, V rows of the (cluster-permuted) head, S shortlist rows, N blocks.
+Legend: B batch, D hidden, V rows of the (cluster-permuted) head, S shortlist rows, N blocks, C clusters,
+A always-included ids, R a row budget.
 """
 
 from __future__ import annotations
@@ -32,3 +33,26 @@ def indexed_head_reference(hidden: torch.Tensor, weight: torch.Tensor, row_ids: 
     rows = weight.index_select(0, row_ids.clamp(min=0))
     scores = (hidden.to(weight.dtype) @ rows.T).float()
     return ShortlistHeadOutput(scores.masked_fill(row_ids < 0, float("-inf")), row_ids)
+
+
+def ranked_row_ids(ranking: torch.Tensor, sizes: torch.Tensor, starts: torch.Tensor, token_order: torch.Tensor,
+                   always_ids: torch.Tensor, columns: torch.Tensor) -> torch.Tensor:
+    """The row budget's columns as head row ids, in torch ops (the Triton kernel works them out per tile).
+
+    The router's ranking `[C]` (every cluster once, best first), the clusters' sizes `[C]` and first places
+    `[C]` in `token_order` `[V - A]`, the always-included ids `[A]` and `columns` = arange(R) `[R]` on their
+    device -> ids `[R + A]`: the ranked clusters' rows end to end, cut after R, then the always-included ids.
+    Every shape is set by R: nothing is read back to the host."""
+    ranked_sizes = sizes[ranking]
+    ends = ranked_sizes.cumsum(0)  # [C]: the column after each ranked cluster's span
+    rank = torch.searchsorted(ends, columns, right=True)  # [R]: the ranked cluster each column falls in
+    first_place = (starts[ranking] - (ends - ranked_sizes))[rank]  # [R]: its place in token_order, less its span's start
+    return torch.cat([token_order[first_place + columns], always_ids])
+
+
+def ranked_head_reference(hidden: torch.Tensor, weight: torch.Tensor, ranking: torch.Tensor, sizes: torch.Tensor,
+                          starts: torch.Tensor, token_order: torch.Tensor, always_ids: torch.Tensor,
+                          columns: torch.Tensor) -> ShortlistHeadOutput:
+    """`ranked_row_ids` then `indexed_head_reference`: the one-launch kernel's ground truth, and its path where
+    Triton cannot run."""
+    return indexed_head_reference(hidden, weight, ranked_row_ids(ranking, sizes, starts, token_order, always_ids, columns))
