@@ -30,14 +30,15 @@ from recipes.data_paths import shared_data_dir
 
 def record_columns(steps: list) -> None:
     """Patch ClusterRowTable so that every scored step appends (R, columns, distinct real rows)."""
-    original = ClusterRowTable.row_ids
+    original = ClusterRowTable.scores
 
-    def recording(self, ranking, rows):
-        ids = original(self, ranking, rows)
+    def recording(self, hidden, head_weight, ranking, rows):
+        out = original(self, hidden, head_weight, ranking, rows)
+        ids = out.token_ids
         steps.append((rows, len(ids), len(set(ids[ids >= 0].tolist()))))
-        return ids
+        return out
 
-    ClusterRowTable.row_ids = recording
+    ClusterRowTable.scores = recording
 
 
 def summarise(steps: list) -> dict:

@@ -70,6 +70,69 @@ def test_triton_head_matches_the_reference(dtype, batch, shape):
     torch.testing.assert_close(out.logsumexp, expected.scores.logsumexp(-1), rtol=1e-2, atol=1e-1)
 
 
+def _ranked_tables(vocab: int, num_clusters: int, generator):
+    """Random clusters of a real vocabulary as the runtime table holds them (one large, some empty)."""
+    ids = torch.randperm(vocab, device="cuda", generator=generator)
+    always_ids, token_order = ids[:40], ids[40:]
+    cuts = torch.randint(0, len(token_order) + 1, (num_clusters - 1,), device="cuda", generator=generator)
+    bounds = torch.cat([torch.zeros(1, dtype=torch.long, device="cuda"), cuts.sort().values,
+                        torch.full((1,), len(token_order), device="cuda")])
+    return bounds.diff(), bounds[:-1].contiguous(), token_order, always_ids
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES.values()), ids=list(DTYPES))
+@pytest.mark.parametrize("batch", [1, 5])
+def test_the_one_launch_ranked_head_matches_the_reference_on_a_real_shape(dtype, batch):
+    """The kernel's own row ids equal the torch rule's exactly, its scores and reductions the reference's, at
+    Qwen2.5's shape (151,936 x 896) with 1,024 clusters (eight chunks of the in-kernel scan), R = 1 .. 16,384."""
+    from hf_dynaspec.kernels.shortlist_head.reference import ranked_head_reference
+    from hf_dynaspec.kernels.shortlist_head.triton_kernel import ranked_head_triton
+
+    _supported(dtype)
+    generator = torch.Generator(device="cuda").manual_seed(batch)
+    weight = torch.randn(151_936, 896, device="cuda", generator=generator).to(dtype)
+    hidden = torch.randn(batch, 896, device="cuda", generator=generator).to(dtype)
+    tables = _ranked_tables(151_936, 1024, generator)
+    for rows in (1, 1000, 4096, 16_384):
+        ranking = torch.randperm(1024, device="cuda", generator=generator)
+        out = ranked_head_triton(hidden, weight, ranking, *tables, rows)
+        expected = ranked_head_reference(hidden.float(), weight.float(), ranking, *tables,
+                                         torch.arange(rows, device="cuda"))
+        assert torch.equal(out.token_ids, expected.token_ids), rows
+        torch.testing.assert_close(out.scores, expected.scores, rtol=2e-2, atol=2e-2 * 896**0.5)
+        chosen = expected.scores.gather(-1, out.argmax[:, None])[:, 0]
+        assert (expected.scores.max(-1).values - chosen <= 0.05 * 896**0.5).all()  # argmax up to rounding
+        assert torch.equal(out.argmax_token_ids, out.token_ids[out.argmax])
+        torch.testing.assert_close(out.logsumexp, expected.logsumexp, rtol=1e-2, atol=1e-1)
+        torch.testing.assert_close(out.top_probability, (out.max - out.logsumexp).exp(), rtol=1e-4, atol=1e-6)
+
+
+def test_the_one_launch_head_replays_in_a_cuda_graph():
+    """Captured once, replayed with new rankings and hidden states written into the graph's inputs: each replay
+    gives the eager kernel's outputs (the arrival counter is back at zero after every launch, with no memset in
+    the graph), 200 replays in a row."""
+    from hf_dynaspec.kernels.shortlist_head.triton_kernel import ranked_head_triton
+
+    generator = torch.Generator(device="cuda").manual_seed(0)
+    weight = torch.randn(151_936, 896, device="cuda", generator=generator).to(torch.bfloat16)
+    tables = _ranked_tables(151_936, 1024, generator)
+    hidden = torch.randn(1, 896, device="cuda", generator=generator).to(torch.bfloat16)
+    ranking = torch.randperm(1024, device="cuda", generator=generator)
+    ranked_head_triton(hidden, weight, ranking, *tables, 4096)  # compile and warm up outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = ranked_head_triton(hidden, weight, ranking, *tables, 4096)
+    for _ in range(200):
+        hidden.copy_(torch.randn(1, 896, device="cuda", generator=generator).to(torch.bfloat16))
+        ranking.copy_(torch.randperm(1024, device="cuda", generator=generator))
+        graph.replay()
+        eager = ranked_head_triton(hidden, weight, ranking, *tables, 4096)
+        assert torch.equal(captured.token_ids, eager.token_ids)
+        assert torch.equal(captured.argmax_token_ids, eager.argmax_token_ids)
+        torch.testing.assert_close(captured.logsumexp, eager.logsumexp)
+
+
 @functools.cache
 def _real_shape_target(dtype, layers: int = 4):
     """Qwen2.5-0.5B's shapes (vocabulary, width, heads), fewer layers, random weights, sharp logits. Built on the
