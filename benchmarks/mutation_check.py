@@ -107,15 +107,26 @@ MUTATIONS = [
     Mutation("device shortlist: padding columns scored", "hf_dynaspec/kernels/shortlist_head/reference.py",
              "    return ShortlistHeadOutput(scores.masked_fill(row_ids < 0, float(\"-inf\")), row_ids)",
              "    return ShortlistHeadOutput(scores, row_ids)", ["tests/test_shortlist_head.py"]),
-    Mutation("row budget: the last cluster taken whole (not cut)", "hf_dynaspec/drafting/cluster_rows.py",
-             "return (rows - ahead).clamp(min=0).minimum(self.sizes)",
-             "return torch.where(ahead < rows, self.sizes, 0)", ["tests/test_shortlists.py"], select="budget or row"),
+    Mutation("row budget: a column at a cluster's end placed in the next cluster (torch ids)",
+             "hf_dynaspec/kernels/shortlist_head/reference.py",
+             "rank = torch.searchsorted(ends, columns, right=True)", "rank = torch.searchsorted(ends, columns)",
+             ["tests/test_shortlists.py"], select="budget or row"),
+    Mutation("row budget: a column at a cluster's end read from that cluster (the kernel's own ids)",
+             "hf_dynaspec/kernels/shortlist_head/triton_kernel.py",
+             "before = (ends[None, :] <= columns[:, None]) & rank_ok[None, :]",
+             "before = (ends[None, :] < columns[:, None]) & rank_ok[None, :]",
+             ["tests/test_shortlist_head_triton.py"], select="ranked_kernel_scores"),
+    Mutation("one-launch head: the combine takes the first tile's token, not the best tile's",
+             "hf_dynaspec/kernels/shortlist_head/triton_kernel.py",
+             "tl.store(token_ptr + row, tl.load(tile_token_ptr + base + best_tile, cache_modifier=\".cg\"))",
+             "tl.store(token_ptr + row, tl.load(tile_token_ptr + base, cache_modifier=\".cg\"))",
+             ["tests/test_shortlist_head_triton.py"], select="arrival_counter"),
     Mutation("row budget: a cut cluster keeps its least frequent tokens", "hf_dynaspec/modeling/shortlist/clustering.py",
              "place[ranking] = torch.arange(len(ranking))", "place[ranking] = torch.arange(len(ranking)).flip(0)",
              ["tests/test_shortlists.py"], select="cut or budget"),
-    Mutation("row budget: CPU blocks in the router's order, not the device's column order",
-             "hf_dynaspec/drafting/cluster_rows.py", "    chosen = sorted(taken)\n", "    chosen = list(taken)\n",
-             ["tests/test_shortlists.py"], select="budget or row"),
+    Mutation("row budget: CPU blocks in cluster order, not the router's (the device's column order)",
+             "hf_dynaspec/drafting/cluster_rows.py", "    chosen = [c for c in taken if taken[c]]",
+             "    chosen = sorted(c for c in taken if taken[c])", ["tests/test_shortlists.py"], select="budget or row"),
     Mutation("deferred confidence cut one position late", "hf_dynaspec/drafting/chain.py",
              "keep = int(sum(values[0])) if confident is not None else drafted",
              "keep = int(sum(values[0])) + 1 if confident is not None else drafted", ["tests/test_sync_budget.py"],
@@ -446,7 +457,8 @@ def run(mutation: Mutation, threads: dict | None = None) -> dict:
         copy = Path(tmp) / "repo"
         # Only the source and tests: never a virtual environment (CI's .compat-venv-* are GBs) or the big folders.
         shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns(".venv", ".compat-venv-*", ".git", "assistants",
-                                                                  "data", "results", "*.pyc", "__pycache__"))
+                                                                  "data", "results", "outputs", "*.pyc",
+                                                                  "__pycache__"))
         for path, old, new in mutation.edits():
             source = copy / path
             source.write_text(source.read_text().replace(old, new))
