@@ -59,6 +59,15 @@ for capability in (75, 80, 90):
                                     "barrier": "bar.sync" in ptx or "barrier.sync" in ptx}
                 except Exception as error:
                     results[key] = {"error": f"{type(error).__name__}: {error}"[:300]}
+# Ints equal to 1 are specialised to constants by the launcher: one cluster, one row, one tile, batch 1.
+ones = {**launch_constants(torch.bfloat16, 1, (9, 0)), "BLOCK_T": 1, "FROM_RANKING": True,
+        "num_clusters": 1, "budget_rows": 1, "num_tiles": 1, "batch": 1}
+try:
+    compiled = triton.compile(ASTSource(fn=_shortlist_head_kernel, signature=signature("bf16", ones), constexprs=ones),
+                              target=GPUTarget("cuda", 90, 32))
+    results["ones"] = {"cubin_bytes": len(compiled.asm["cubin"]), "targets_sm": "sm_90" in compiled.asm["ptx"]}
+except Exception as error:
+    results["ones"] = {"error": f"{type(error).__name__}: {error}"[:300]}
 print(json.dumps({"triton": triton.__version__, "results": results}))
 """
 
@@ -91,3 +100,10 @@ def test_the_kernel_compiles_for_each_gpu_and_dtype(compiled, capability, dtype,
     tensor_core_dtype = dtype in ("fp16", "bf16") and capability >= 80
     if batch > 1:
         assert result["tensor_cores"] == tensor_core_dtype, result
+
+
+def test_the_kernel_compiles_where_the_launcher_turns_ones_into_constants(compiled):
+    """A one-cluster artifact at a one-row budget, batch 1, one tile: every such int arrives as a constant."""
+    result = compiled["results"]["ones"]
+    assert "error" not in result, f"triton {compiled['triton']}: {result}"
+    assert result["cubin_bytes"] > 0 and result["targets_sm"], result

@@ -49,7 +49,8 @@ def _ranked_rows(columns, column_ok, ranking_ptr, sizes_ptr, starts_ptr, token_o
     clustered = column_ok & (columns < budget_rows)
     clusters_before = tl.zeros([BLOCK_N], dtype=tl.int32)  # ranked clusters whose span ends at or before j
     span_start = tl.zeros([BLOCK_N], dtype=tl.int32)  # first column of j's cluster: the largest such end
-    carried = num_clusters * 0  # columns of the chunks scanned so far (an int32 scalar, as the loop needs)
+    carried = tl.program_id(0) * 0  # columns of the chunks scanned so far: an int32 scalar (never a constexpr,
+    # as `num_clusters * 0` would be where the launcher specialises num_clusters == 1), so the loop keeps its type
     for first_rank in range(0, num_clusters, BLOCK_C):
         ranks = first_rank + tl.arange(0, BLOCK_C)
         rank_ok = ranks < num_clusters
