@@ -55,7 +55,7 @@ def test_triton_head_matches_the_reference(dtype, batch, shape):
     generator = torch.Generator(device="cuda").manual_seed(batch)
     weight = torch.randn(vocab, hidden_size, device="cuda", generator=generator).to(dtype)
     hidden = torch.randn(batch, hidden_size, device="cuda", generator=generator).to(dtype)
-    width = 701  # clusters padded to a common width, as drafting/cluster_rows.py lays them out
+    width = 701  # given row ids with padding (-1) between runs of real rows: the kernel's given-ids form
     sizes = [701, 3, 0, 412, 97]
     rows = torch.randperm(vocab, device="cuda", generator=generator)
     row_ids = torch.cat([torch.cat([rows[i * width: i * width + n], torch.full((width - n,), -1, device="cuda")])

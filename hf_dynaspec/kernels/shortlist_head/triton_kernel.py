@@ -3,7 +3,7 @@
 A DynaSpec step scores the first R rows of the router's ranking (drafting/cluster_rows.py) plus the
 always-included ids. The kernel takes that ranking `[C]` and the cluster tables built at load, and each program
 works out the head rows of its `BLOCK_N` columns itself (a scan of the ranked cluster sizes, chunk by chunk,
-then two gathers): the step issues no separate row-id ops. It gathers those rows straight from the target's head
+then three gathers): the step issues no separate row-id ops. It gathers those rows straight from the target's head
 (no permuted copy; each row is contiguous, so loads stay coalesced along D), multiplies them with all `B`
 hidden states, writes the scores and the columns' ids, and reduces its tile to (max, argmax, its token,
 sum of exp(score - max)) per batch row. The last program to finish (an atomic counter, reset by that program,
