@@ -164,6 +164,8 @@ def test_row_budget_ids_follow_the_rule_on_both_forms_with_columns_equal_to_rows
             assert ids.tolist() == expected and len(set(expected)) == rows + len(ALWAYS), rows
             starts, ends = block_ranges(ranking.tolist(), rows, offsets)
             assert torch.cat([permuted[a:b] for a, b in zip(starts, ends)]).tolist() == expected[:rows]
+    with pytest.raises(ValueError, match="head_weight"):  # a table for ids only cannot score
+        table.scores(torch.randn(1, 32), torch.randn(VOCAB, 32), ranking, 5)
 
 
 def test_a_cut_cluster_keeps_its_most_frequent_tokens():

@@ -58,6 +58,8 @@ class ClusterRowTable:
                rows: int) -> ShortlistHeadOutput:
         """Hidden `[B, H]`, the head `[V, H]` the table was built for, the ranking `[C]` and R -> the output of
         the R + A columns `row_ids` names (scores `[B, R + A]`, ids, fused reductions on the Triton path)."""
+        if self._head is None:
+            raise ValueError("this ClusterRowTable was built without the head: pass head_weight= to score with it")
         return self._head(hidden, head_weight, ranking, *self._tables(), self._columns[:rows])
 
 
