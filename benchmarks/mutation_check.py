@@ -11,7 +11,8 @@ snippet must occur exactly once in the current source: a stale snippet stops the
 and tests/test_mutation_check.py checks it in the test suite, so the list cannot rot silently. CI runs the whole
 check (.ci/run). Host-independent; the mutations run `--jobs` at a time (default: one per core, each pytest on one
 thread: the tiny models' tests are Python-bound, so two single-threaded runs take about half the time of two
-two-threaded ones in a row).
+two-threaded ones in a row), each in a process forked from the checker after it imported torch, transformers and
+pytest once (PRELOADED), so that no mutation pays for those imports again.
 """
 
 from __future__ import annotations
@@ -20,11 +21,9 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import xml.etree.ElementTree as ElementTree
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +43,10 @@ BATCHED = "tests/test_batched.py"
 MEDUSA_AUTO = "tests/test_medusa_auto.py"
 LATTICE = "tests/test_lattice.py"
 SIMULATION = "tests/test_plan_simulation.py"
+FAST_CPU = "tests/test_fast_cpu.py"
+PLANNER = "tests/test_planner.py"
+SAMPLER = "tests/test_sampler.py"
+VERIFY_ROWS = "tests/test_verify_rows.py"
 
 
 @dataclass
@@ -196,9 +199,69 @@ MUTATIONS = [
              "parse=lambda entry: (RoundCosts(**entry), None),", [UNTRUSTED], select="calibration"),
     Mutation("calibration key without the dtype", "hf_dynaspec/generation/costs/store.py",
              "\"dtype\": str(target.dtype),", "\"dtype\": \"any\",", [UNTRUSTED], select="bf16"),
-    Mutation("verify-rows cache entry trusted", "hf_dynaspec/generation/costs/verify_kernel.py",
-             "usable = isinstance(rows, int) and not isinstance(rows, bool) and 0 <= rows <= LARGEST_VERIFY_ROWS",
-             "usable = key in stored", [UNTRUSTED], select="verify_rows"),
+    Mutation("a packaged prior weighs the rounds measured", "hf_dynaspec/generation/expected_acceptance.py",
+             "tree_shape=shape if tree_depth else None, rounds=rounds, weight=weight)",
+             "tree_shape=shape if tree_depth else None, rounds=rounds, weight=float(rounds))",
+             ["tests/test_expected_acceptance.py"], select="weighs_the_rounds"),
+    Mutation("forgetting keeps the sampled planner's tables", "hf_dynaspec/runtime_store.py",
+             "        state.planner_memories.clear()\n", "        state.planner_memories.pop(False, None)\n",
+             ["tests/test_suffix_cache.py"], select="forgetting"),
+    Mutation("captured draft: a step's mask hides its own new slot", "hf_dynaspec/drafting/captured.py",
+             "    return (slots <= step_position)[None, None, None, :]",
+             "    return (slots < step_position)[None, None, None, :]", ["tests/test_captured_draft.py"],
+             select="own_slot"),
+    Mutation("captured draft: the statistics keep the shortlists the confidence stop cut",
+             "hf_dynaspec/drafting/chain.py", "        self._scored_ids = ids[:keep]\n",
+             "        self._scored_ids = ids\n", ["tests/test_captured_draft.py"], select="cutting-stop"),
+    Mutation("cost key: the row budget left out", "hf_dynaspec/generation/costs/round_costs.py",
+             "                      options.max_shortlist_size, options.shortlist_rows],",
+             "                      options.max_shortlist_size],", [PLANNER], select="calibration"),
+    Mutation("lattice cost key: the heads' shortlist left out", "hf_dynaspec/generation/costs/lattice_costs.py",
+             "        \"options\": [options.shortlist, options.max_candidates,",
+             "        \"options\": [options.max_candidates,", [MEDUSA_AUTO], select="measured_once_and_cached"),
+    Mutation("batches without an EOS token: a stop inside an accepted path recorded at the path's end",
+             "hf_dynaspec/generation/batched_loop.py",
+             "            self.first_stops.setdefault(row.index, row.sequence.shape[1] + first)",
+             "            self.first_stops.setdefault(row.index, row.sequence.shape[1] + len(stops))", [BATCHED],
+             select="own_depth"),
+    Mutation("batches without an EOS token: rows keep tokens accepted past the common length",
+             "hf_dynaspec/generation/batched_loop.py",
+             "                row.sequence = row.sequence[:, : self.length]\n",
+             "                row.sequence = row.sequence\n", [BATCHED], select="own_depth"),
+    Mutation("sampler: an Exp(1) draw of exactly 0 not guarded", "hf_dynaspec/sampling.py",
+             "    return (probs / noise.clamp_(min=_SMALLEST)).argmax(dim=-1, keepdim=True)",
+             "    return (probs / noise).argmax(dim=-1, keepdim=True)", [SAMPLER], select="zero_exponential"),
+    Mutation("sampler: NaN and all-zero rows drawn from silently", "hf_dynaspec/sampling.py",
+             "    check_rows(probs)\n", "", [SAMPLER], select="nothing_to_draw"),
+    Mutation("CPU routes: a slower size does not end a routed run", "hf_dynaspec/generation/costs/verify_kernel.py",
+             "        while last + 1 < len(sizes) and fastest[last + 1] == path:\n",
+             "        while last + 1 < len(sizes) and fastest[last + 1] != \"native\":\n", [FAST_CPU],
+             select="unbroken_run"),
+    Mutation("CPU routes: the rows between two runs left on PyTorch", "hf_dynaspec/generation/costs/verify_kernel.py",
+             "        lo = sizes[first - 1] + 1 if first > 0 and fastest[first - 1] not in (\"native\", path) else sizes[first]\n",
+             "        lo = sizes[first]\n", [FAST_CPU], select="unbroken_run"),
+    Mutation("packed weights: repacked on every call", "hf_dynaspec/kernels/verify_rows/packed.py",
+             "    return entry[1] if entry is not None and entry[0] == _key(module) else None",
+             "    return None", [FAST_CPU], select="packed_weights_take"),
+    Mutation("fast_cpu: float32 layers left on PyTorch's kernels", "hf_dynaspec/kernels/verify_rows/patch.py",
+             "    dtypes = (torch.bfloat16, torch.float16, torch.float32) if float32 else",
+             "    dtypes = (torch.bfloat16, torch.float16) if float32 else", [FAST_CPU], select="one_token_steps"),
+    Mutation("fast_cpu: the routed row counts start one row late", "hf_dynaspec/generation/costs/verify_kernel.py",
+             "    verify_rows_patch.enable(model, min_rows=routes.kernel[0], max_rows=routes.kernel[1], method=\"kernel\",",
+             "    verify_rows_patch.enable(model, min_rows=routes.kernel[0] + 1, max_rows=routes.kernel[1], method=\"kernel\",",
+             [FAST_CPU], select="one_token_steps"),
+    Mutation("cost key: the routed row counts left out", "hf_dynaspec/generation/costs/round_costs.py",
+             "        \"cpu_verify\": verify_rows_patch.describe(target),",
+             "        \"cpu_verify\": verify_rows_patch.enabled_method(target),", [FAST_CPU], select="never_plan_another"),
+    Mutation("AVX-512 BF16 kernel: the row tail's mask drops its last element",
+             "hf_dynaspec/kernels/verify_rows/bf16_rows.c",
+             "            __mmask32 m = (__mmask32)((1u << (in - i)) - 1u);",
+             "            __mmask32 m = (__mmask32)((1u << (in - i - 1)) - 1u);", [VERIFY_ROWS], select="float64_product"),
+    Mutation("AVX-512 kernels: a 16-row block computes only its first row", "hf_dynaspec/kernels/verify_rows/bf16_rows.c",
+             "            CASE(NAME, 16) CASE(NAME, 15)", "            CASE(NAME, 15)", [VERIFY_ROWS],
+             select="float64_product"),
+    Mutation("CPU routes cache entry trusted", "hf_dynaspec/generation/costs/verify_kernel.py",
+             "    usable = _usable(entry)\n", "    usable = key in stored\n", [UNTRUSTED], select="cpu_routes"),
     Mutation("prompt ids not checked against the vocabulary", "hf_dynaspec/generation/checks.py",
              "    if vocab_size is not None:\n        check_prompt_ids(input_ids, vocab_size)", "", [UNTRUSTED],
              also=("hf_dynaspec/generation/public_loop.py", "    check_prompt_ids(input_ids, assistant.config.vocab_size)\n", ""),
@@ -336,11 +399,11 @@ MUTATIONS = [
               "    raw_logits = [] if returned and generation_config.output_logits else None\n"],
              ["    scores = []\n", "    raw_logits = []\n"], [CHAIN_GENERATE], select="holds_no_scores"),
     Mutation("device: sampling through torch.multinomial (two host syncs per draw)", "hf_dynaspec/sampling.py",
-             "    return (probs.float() / noise.clamp_(min=_SMALLEST)).argmax(dim=-1, keepdim=True)",
-             "    return torch.multinomial(probs.float(), 1)", [FAKE_CUDA], select="chain_draft_of_k_tokens"),
+             "    return (probs / noise.clamp_(min=_SMALLEST)).argmax(dim=-1, keepdim=True)",
+             "    return torch.multinomial(probs, 1)", [FAKE_CUDA], select="chain_draft_of_k_tokens"),
     Mutation("sampling: the race multiplies by the noise (another law)", "hf_dynaspec/sampling.py",
-             "    return (probs.float() / noise.clamp_(min=_SMALLEST)).argmax(dim=-1, keepdim=True)",
-             "    return (probs.float() * noise).argmax(dim=-1, keepdim=True)", ["tests/test_sampler.py"]),
+             "    return (probs / noise.clamp_(min=_SMALLEST)).argmax(dim=-1, keepdim=True)",
+             "    return (probs * noise).argmax(dim=-1, keepdim=True)", ["tests/test_sampler.py"]),
     Mutation("device: a finished row dropped with an index on the mask's card, not each layer's",
              "hf_dynaspec/generation/batched_loop.py",
              "            layer.batch_select_indices(index_on(layer.keys.device))",
@@ -449,39 +512,112 @@ def stale_snippets(root: Path = ROOT) -> list[str]:
 
 
 
-def run(mutation: Mutation, threads: dict | None = None) -> dict:
-    """Apply `mutation` to a copy of the repository and run its tests there (`threads`: environment variables
-    capping the run's threads)."""
-    threads = threads or {}
-    with tempfile.TemporaryDirectory() as tmp:
-        copy = Path(tmp) / "repo"
-        # Only the source and tests: never a virtual environment (CI's .compat-venv-* are GBs) or the big folders.
-        shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns(".venv", ".compat-venv-*", ".git", "assistants",
-                                                                  "data", "results", "outputs", "*.pyc",
-                                                                  "__pycache__"))
-        for path, old, new in mutation.edits():
-            source = copy / path
-            source.write_text(source.read_text().replace(old, new))
-        report = Path(tmp) / "report.xml"
-        selection = ["-k", mutation.select] if mutation.select else []
-        # -p mutation_stop: the run ends at the first test failing by an assertion (the mutation is then caught).
-        environment = {**os.environ, **threads, "PYTHONPATH": os.pathsep.join(
-            [str(copy / "benchmarks"), *filter(None, [os.environ.get("PYTHONPATH")])])}
-        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "mutation_stop",
-                               "-m", "not real_model", f"--junitxml={report}", *selection, *mutation.tests],
-                              cwd=copy, capture_output=True, text=True, env=environment)
-        asserted, crashed = [], []
-        for case in ElementTree.parse(report).iter("testcase") if report.exists() else []:
-            for problem in [*case.iter("failure"), *case.iter("error")]:
-                message = problem.get("message", "")
-                name = f"{case.get('classname')}::{case.get('name')}"
-                if message.startswith(ASSERTION_MESSAGES):
-                    asserted.append(name)
-                else:
-                    crashed.append(f"{name} ({message[:80]})")
-    lines = proc.stdout.strip().splitlines()
+# Imported once by the checker before it forks a process per mutation, so that no mutation pays for them again
+# (about 4 s of imports each, most of the check's time when every run is a fresh interpreter). Never hf_dynaspec
+# itself: each child imports the mutated copy, and importing the package patches transformers' generate().
+PRELOADED = ("torch", "numpy", "scipy.stats", "safetensors.torch", "transformers", "transformers.generation",
+             "transformers.modeling_utils", "transformers.models.llama.modeling_llama",
+             "transformers.models.qwen2.modeling_qwen2", "sklearn.cluster", "pytest", "_pytest.junitxml")
+
+
+def preload() -> None:
+    import importlib
+
+    for name in PRELOADED:
+        try:
+            importlib.import_module(name)
+        except ImportError:  # an optional dependency: the child imports what it needs
+            pass
+
+
+def prepare(mutation: Mutation, tmp: Path) -> Path:
+    """A copy of the repository under `tmp` with `mutation` applied; returns the copy's root."""
+    copy = tmp / "repo"
+    # Only the source and tests: never a virtual environment (CI's .compat-venv-* are GBs) or the big folders.
+    shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns(".venv", ".compat-venv-*", ".git", "assistants",
+                                                              "data", "results", "outputs", "*.pyc",
+                                                              "__pycache__"))
+    for path, old, new in mutation.edits():
+        source = copy / path
+        source.write_text(source.read_text().replace(old, new))
+    return copy
+
+
+def pytest_args(mutation: Mutation, report: Path) -> list[str]:
+    selection = ["-k", mutation.select] if mutation.select else []
+    # -p mutation_stop: the run ends at the first test failing by an assertion (the mutation is then caught).
+    return ["-q", "-p", "no:cacheprovider", "-p", "mutation_stop", "-m", "not real_model", f"--junitxml={report}",
+            *selection, *mutation.tests]
+
+
+def start(mutation: Mutation, tmp: Path, threads: dict) -> int:
+    """Fork a child that runs `mutation`'s tests on its copy, its output in tmp/output.txt; returns its pid. The
+    child starts from this process's imports (PRELOADED) and imports hf_dynaspec and the tests from the copy."""
+    copy = prepare(mutation, tmp)
+    pid = os.fork()
+    if pid:
+        return pid
+    code = 1
+    try:
+        output = os.open(tmp / "output.txt", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.dup2(output, 1)
+        os.dup2(output, 2)
+        os.environ.update(threads)
+        os.chdir(copy)
+        sys.path[:0] = [str(copy), str(copy / "benchmarks")]
+        if threads and "torch" in sys.modules:
+            sys.modules["torch"].set_num_threads(int(threads["OMP_NUM_THREADS"]))
+        import pytest
+
+        code = int(pytest.main(pytest_args(mutation, tmp / "report.xml")))
+    except BaseException:  # noqa: BLE001 - the child must never return into the parent's loop
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def collect(mutation: Mutation, tmp: Path) -> dict:
+    """What the child of `mutation` reported: which tests failed, by an assertion or otherwise."""
+    report, output = tmp / "report.xml", tmp / "output.txt"
+    asserted, crashed = [], []
+    for case in ElementTree.parse(report).iter("testcase") if report.exists() else []:
+        for problem in [*case.iter("failure"), *case.iter("error")]:
+            message = problem.get("message", "")
+            name = f"{case.get('classname')}::{case.get('name')}"
+            if message.startswith(ASSERTION_MESSAGES):
+                asserted.append(name)
+            else:
+                crashed.append(f"{name} ({message[:80]})")
+    lines = output.read_text(errors="replace").strip().splitlines() if output.exists() else []
     return {"mutation": mutation.name, "caught": bool(asserted), "by_assertion": asserted, "crashes": crashed,
-            "summary": lines[-1] if lines else proc.stderr[-300:]}
+            "summary": lines[-1] if lines else "(no output)"}
+
+
+def run_all(chosen: list[Mutation], jobs: int, threads: dict, report) -> list[dict]:
+    """Run every mutation, `jobs` children at a time, forked from this (single-threaded) process after
+    `preload()`; `report(result)` is called for each in the list's order."""
+    preload()
+    results: dict[int, dict] = {}
+    running: dict[int, tuple[int, tempfile.TemporaryDirectory]] = {}  # pid -> (index, its folder)
+    pending = list(enumerate(chosen))
+    reported = 0
+    while pending or running:
+        while pending and len(running) < max(jobs, 1):
+            index, mutation = pending.pop(0)
+            folder = tempfile.TemporaryDirectory()
+            running[start(mutation, Path(folder.name), threads)] = (index, folder)
+        pid, _ = os.wait()
+        index, folder = running.pop(pid)
+        results[index] = collect(chosen[index], Path(folder.name))
+        folder.cleanup()
+        while reported in results:
+            report(results[reported])
+            reported += 1
+    return [results[i] for i in range(len(chosen))]
 
 
 def main() -> None:
@@ -499,16 +635,15 @@ def main() -> None:
         raise SystemExit("stale mutations (update benchmarks/mutation_check.py):\n  " + "\n  ".join(stale))
     chosen = [m for m in MUTATIONS if not args.only or args.only in m.name]
     threads = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"} if args.jobs > 1 else {}
-    results = []
-    with ThreadPoolExecutor(max_workers=max(args.jobs, 1)) as pool:
-        for result in pool.map(lambda mutation: run(mutation, threads), chosen):  # reported in the list's order
-            results.append(result)
-            print(f"{'CAUGHT' if result['caught'] else 'MISSED'}  {result['mutation']}: {result['summary']}",
-                  flush=True)
-            for test in result["by_assertion"]:
-                print(f"    assert  {test}")
-            for test in result["crashes"]:
-                print(f"    crash   {test}")
+
+    def report(result: dict) -> None:
+        print(f"{'CAUGHT' if result['caught'] else 'MISSED'}  {result['mutation']}: {result['summary']}", flush=True)
+        for test in result["by_assertion"]:
+            print(f"    assert  {test}")
+        for test in result["crashes"]:
+            print(f"    crash   {test}")
+
+    results = run_all(chosen, args.jobs, threads, report)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
     missed = [r["mutation"] for r in results if not r["caught"]]

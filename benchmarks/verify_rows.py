@@ -4,8 +4,11 @@
     python benchmarks/verify_rows.py --what linear
 
 - `target`: one target forward over k new tokens on a 200-token cache, k in --tokens, for each variant: the bf16
-  target on PyTorch's own product (`native`), through the rows kernel (`kernel`) or fp32 shadow weights
-  (`shadow`), and the fp32 target (`fp32`). Speculative decoding pays off when k tokens cost little more than one;
+  target on PyTorch's default kernels (`native`: oneDNN where the CPU has native bf16), on PyTorch's own product
+  with oneDNN off (`nomkldnn`), through the rows kernel at every row count (`kernel`), prepacked oneDNN weights
+  (`packed`, AMX / AVX-512 BF16 hosts) or fp32 shadow weights (`shadow`), on the routes measured fastest here
+  (`routed`: what `hf_dynaspec.fast_cpu` and an assisted call use), and the fp32 target on its default kernels
+  (`fp32`), through the rows kernel (`fp32-kernel`) and routed (`fp32-routed`). Speculative decoding pays off when k tokens cost little more than one;
   on CPUs without native bf16 products PyTorch pays about one weight pass per row. Also: the largest |logit|
   difference of each rerouted variant from native bf16 (summation order only) and whether every argmax agrees.
 - `linear`: one token row times a bf16 weight of the drafter's and the head's shapes, PyTorch against the kernel.
@@ -25,6 +28,7 @@ from transformers import DynamicCache
 from hf_dynaspec.bench.results_table import append_records, make_record
 from hf_dynaspec.bench.runner import load_target
 from hf_dynaspec.bench.timer import interleaved_medians
+from hf_dynaspec.generation.costs import verify_kernel
 from hf_dynaspec.kernels.verify_rows import loader as rows_kernel
 from hf_dynaspec.kernels.verify_rows import patch as rows_patch
 
@@ -40,14 +44,19 @@ LINEAR_SHAPES = {  # name: (out_features, in_features), the 0.5B drafter's and h
 
 def route(model, variant: str) -> None:
     rows_patch.disable(model)
-    if variant in ("kernel", "shadow"):
-        rows_patch.enable(model, max_rows=rows_patch.ANY_ROWS, method=variant)
+    if variant in ("kernel", "shadow", "fp32-kernel"):
+        rows_patch.enable(model, max_rows=rows_patch.ANY_ROWS, method=variant.removeprefix("fp32-"), min_rows=1,
+                          float32=True)
+    elif variant == "packed":
+        rows_patch.enable(model, min_rows=0, max_rows=0, packed_rows=(1, 64))
+    elif variant in ("routed", "fp32-routed"):
+        verify_kernel.enable_routes(model, verify_kernel.measured_routes(model))
 
 
 @torch.no_grad()
 def target_costs(target_name: str, variants: list[str], tokens: list[int], repeats: int) -> tuple[dict, dict]:
     models = {"bf16": load_target(target_name, "bf16")[0]}
-    if "fp32" in variants:
+    if any(v.startswith("fp32") for v in variants):
         models["fp32"] = load_target(target_name, "fp32")[0]
     prefix = torch.randint(0, 10000, (1, CACHE_TOKENS), generator=torch.Generator().manual_seed(0))
     caches = {}
@@ -57,29 +66,31 @@ def target_costs(target_name: str, variants: list[str], tokens: list[int], repea
     logits = {}
 
     def case(variant: str, k: int):
-        dtype = "fp32" if variant == "fp32" else "bf16"
+        dtype = "fp32" if variant.startswith("fp32") else "bf16"
         model, cache = models[dtype], caches[dtype]
         new = torch.randint(0, 10000, (1, k), generator=torch.Generator().manual_seed(k))
 
         def factory():
-            if dtype == "bf16":
-                route(model, variant)
+            route(model, variant)
             extra = cache.get_seq_length() - CACHE_TOKENS
             if extra:  # drop the previous measurement's tokens (crop takes a negative count here)
                 cache.crop(-extra)
 
             def forward():
-                logits[variant, k] = model(input_ids=new, past_key_values=cache, logits_to_keep=k).logits.float()
+                with torch.backends.mkldnn.flags(enabled=variant != "nomkldnn"):
+                    logits[variant, k] = model(input_ids=new, past_key_values=cache, logits_to_keep=k).logits.float()
             return forward
         return factory
     medians = interleaved_medians({f"{v} {k} tokens": case(v, k) for k in tokens for v in variants}, repeats)
-    rows_patch.disable(models["bf16"])
+    for model in models.values():
+        rows_patch.disable(model)
     agreement = {}
     for k in tokens:
         for v in variants:
-            if v != "native" and "native" in variants:
-                diff = (logits[v, k] - logits["native", k]).abs().max().item()
-                same = bool((logits[v, k].argmax(-1) == logits["native", k].argmax(-1)).all())
+            base = "fp32" if v.startswith("fp32") else "native"
+            if v != base and base in variants:
+                diff = (logits[v, k] - logits[base, k]).abs().max().item()
+                same = bool((logits[v, k].argmax(-1) == logits[base, k].argmax(-1)).all())
                 agreement[f"{v} {k} tokens"] = {"max_abs_logit_diff": diff, "same_argmax": same}
     return medians, agreement
 
@@ -99,7 +110,7 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--what", choices=["target", "linear"], required=True)
     parser.add_argument("--target", default="qwen2.5-coder-0.5b-instruct")
-    parser.add_argument("--variants", default="native,kernel,shadow,fp32")
+    parser.add_argument("--variants", default="native,nomkldnn,kernel,packed,routed,shadow,fp32,fp32-kernel,fp32-routed")
     parser.add_argument("--tokens", default="1,2,3,4,6,8")
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--results", default="benchmarks/results/results.jsonl")

@@ -8,6 +8,7 @@ from hf_dynaspec.drafting.runtime import suffix_cache
 from hf_dynaspec.errors import ArtifactError, AssistantMismatchError, UnsupportedTargetError
 from hf_dynaspec.exactness import Divergence, check_exactness, first_divergence
 from hf_dynaspec.generation import chain_generate, lattice_generate, medusa_generate, tree_generate
+from hf_dynaspec.generation.costs.verify_kernel import FastCPU, fast_cpu
 from hf_dynaspec.modeling.assistant import DynaSpecAssistant
 from hf_dynaspec.modeling.config import DynaSpecConfig
 from hf_dynaspec.modeling.medusa import MedusaAssistant, MedusaConfig
@@ -24,10 +25,12 @@ __all__ = [
     "DynaSpecAssistant",
     "DynaSpecConfig",
     "DynaSpecGenerationConfig",
+    "FastCPU",
     "MedusaAssistant",
     "MedusaConfig",
     "UnsupportedTargetError",
     "check_exactness",
+    "fast_cpu",
     "chain_generate",
     "first_divergence",
     "lattice_generate",

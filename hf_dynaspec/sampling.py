@@ -16,8 +16,32 @@ import torch
 _SMALLEST = torch.finfo(torch.float32).tiny
 
 
+BAD_ROW = ("a probability row to sample from is NaN, infinite or all zero (as torch.multinomial refuses): the "
+           "logits were NaN/inf, or every token was masked by the logits processors; check the model's dtype (fp16 "
+           "overflow) and processors such as bad_words_ids or a top_p of 0")
+
+
+def exponential(shape: torch.Size, device: torch.device, generator: torch.Generator | None) -> torch.Tensor:
+    """Independent Exp(1) draws (float32); its own function so that a test can force a draw of exactly 0."""
+    return torch.empty(shape, dtype=torch.float32, device=device).exponential_(generator=generator)
+
+
+def check_rows(probs: torch.Tensor) -> None:
+    """Refuse rows that are NaN, infinite or all zero, as `torch.multinomial` does. On the CPU a host check (free
+    there); on an accelerator a device-side assert, so that the draft loop never waits for the host."""
+    total = probs.sum(dim=-1)
+    good = (total > 0) & torch.isfinite(total)
+    if probs.device.type == "cpu":
+        if not bool(good.all()):
+            raise ValueError(BAD_ROW)
+    else:
+        torch._assert_async(good.all(), BAD_ROW)
+
+
 def sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
     """One draw per row of `probs` `[..., V]` (non-negative, any positive row sum) -> token ids `[..., 1]` (int64,
-    on `probs`' device), without a host sync."""
-    noise = torch.empty(probs.shape, dtype=torch.float32, device=probs.device).exponential_(generator=generator)
-    return (probs.float() / noise.clamp_(min=_SMALLEST)).argmax(dim=-1, keepdim=True)
+    on `probs`' device), without a host sync. A NaN, infinite or all-zero row raises (`check_rows`)."""
+    probs = probs.float()
+    check_rows(probs)
+    noise = exponential(probs.shape, probs.device, generator)
+    return (probs / noise.clamp_(min=_SMALLEST)).argmax(dim=-1, keepdim=True)

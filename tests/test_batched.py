@@ -458,3 +458,65 @@ def test_batched_trees_that_accept_a_second_ranked_child_below_a_branch_are_exac
                               tree_total_tokens=12)
         assert_rows_exact(target, prompts, out, ids.shape[1], 24)
     assert seen, "no row accepted a second-ranked child below a branching node: the test checked nothing"
+
+
+class _StopOnTokens:
+    """A stopping criterion without an `eos_token_id` (so generate() pads nothing): a row is done when its last
+    token is one of `tokens`."""
+
+    def __init__(self, tokens: set[int]):
+        self.tokens = tokens
+
+    def __call__(self, input_ids, scores, **kwargs):
+        return torch.isin(input_ids[:, -1], torch.tensor(sorted(self.tokens)))
+
+
+def test_without_eos_every_row_stops_inside_accepted_drafts_at_its_own_depth(eagle_pair, monkeypatch):
+    """No EOS token: generate() decodes every row until each has stopped once, and all end at that step. Here
+    every row stops, at a different depth, and the last one to stop does so inside a multi-token draft the target
+    accepted, while another row accepted past the common length: both cases checked to have happened, the output
+    compared token for token with plain batched generate()."""
+    from transformers import StoppingCriteriaList
+
+    import hf_dynaspec.generation.batched_loop as batched_loop
+
+    target, assistant = eagle_pair
+    fresh_run_time_state(monkeypatch)
+    monkeypatch.setattr(assistant.generation_config, "num_assistant_tokens", 6)
+    prompts = mixed_prompts(3, seed=21)
+    ids, mask = left_padded(prompts)
+    own = [plain_generate(target, p[None], max_new_tokens=24, do_sample=False)[0, len(p):].tolist() for p in prompts]
+    seen = {"last_inside": False, "past_common": False}
+    original_after, original_cut = batched_loop._Lockstep.after_round, batched_loop._Lockstep.cut
+
+    def after_round(self, row, stops):
+        first_time = row.index not in self.first_stops
+        result = original_after(self, row, stops)
+        if first_time and True in stops[:-1] and len(self.first_stops) == self.batch_size:
+            seen["last_inside"] = True  # the last row to stop did so inside an accepted path
+        return result
+
+    def cut(self, rows):
+        seen["past_common"] |= any(row.sequence.shape[1] > self.length for row in rows)
+        return original_cut(self, rows)
+
+    monkeypatch.setattr(batched_loop._Lockstep, "after_round", after_round)
+    monkeypatch.setattr(batched_loop._Lockstep, "cut", cut)
+    compared = 0
+    for depths in ((4, 9, 14), (14, 4, 9), (9, 14, 4), (5, 11, 16), (16, 5, 11), (6, 13, 18), (18, 13, 6)):
+        tokens = {own[row][depth] for row, depth in enumerate(depths)}
+        firsts = [next(i for i, token in enumerate(row_tokens) if token in tokens) for row_tokens in own]
+        if len(set(firsts)) < 3:
+            continue  # the rows must stop at different depths
+        seen.update(last_inside=False, past_common=False)
+        kwargs = dict(max_new_tokens=24, pad_token_id=VOCAB - 1,
+                      stopping_criteria=StoppingCriteriaList([_StopOnTokens(tokens)]))
+        expected = target.generate(input_ids=ids, attention_mask=mask, do_sample=False, **kwargs)
+        assert expected.shape[1] < ids.shape[1] + 24  # every row stopped before max_new_tokens
+        out = target.generate(input_ids=ids, attention_mask=mask, custom_generate=chain_generate,
+                              drafter=assistant, do_sample=False, **kwargs)
+        assert torch.equal(out, expected), depths
+        compared += 1
+        if seen["last_inside"] and seen["past_common"]:
+            return
+    pytest.fail(f"the case did not happen in {compared} batches: the test checked nothing")

@@ -139,21 +139,30 @@ def test_generate_with_a_compiled_draft_compiles_each_length_once(monkeypatch, t
 
 
 @pytest.mark.parametrize("strategy", HEADS)
-@pytest.mark.parametrize("confidence", [0.0, 0.05], ids=["no-threshold", "confidence-stop"])
+@pytest.mark.parametrize("confidence", [0.0, 0.05, 0.35], ids=["no-threshold", "confidence-stop", "cutting-stop"])
 def test_captured_drafts_are_the_step_by_step_drafts(monkeypatch, tmp_path, strategy, confidence):
     """Eager drafting and the fixed-shape function (uncompiled) propose the same tokens round by round, through a
-    cache grown past its first capacity (256 positions), with the confidence stop cutting at the end."""
+    cache grown past its first capacity (256 positions), with the confidence stop cutting at the end; the rows
+    scored (the statistics) count only the positions kept. At 0.35 the stop is checked to have cut a captured
+    draft short."""
     target = one_layer_target("qwen2")
     prompt = torch.randint(0, VOCAB, (1, 250), generator=torch.Generator().manual_seed(1))
     runs = {}
+    cuts = []
+    deferred_cut = ChainDraftSession._deferred_cut
     for mode in ("off", "eager"):
         assistant = _assistant(tmp_path / mode, target, strategy, draft_capture=mode,
                                assistant_confidence_threshold=confidence)
         drafts = _recorded_drafts(monkeypatch)
+        if mode == "eager":
+            monkeypatch.setattr(ChainDraftSession, "_deferred_cut", staticmethod(
+                lambda *args: cuts.append((result := deferred_cut(*args))[0] < args[2]) or result))
         with accelerator_paths_on_cpu():
             output = assisted_generate(target, assistant, prompt, max_new_tokens=20)
         monkeypatch.undo()
         runs[mode] = (output, drafts, assistant.stats.shortlist_rows)
+    if confidence >= 0.3:
+        assert any(cuts), "no captured draft was cut short: the test checked nothing"
     assert torch.equal(runs["eager"][0], plain_generate(target, prompt, max_new_tokens=20))
     assert torch.equal(runs["eager"][0], runs["off"][0])
     assert runs["eager"][1] == runs["off"][1] and len(runs["off"][1]) >= 4  # every round's draft
@@ -179,3 +188,32 @@ def test_the_captured_draft_is_used_only_where_it_applies(tmp_path):
         assert session.captured is None
     with pytest.raises(ValueError, match="draft_capture"):
         DynaSpecAssistant.from_target(target, draft_capture="always")
+
+
+@pytest.mark.parametrize("strategy", ["full", "dynaspec"])
+def test_a_captured_step_attends_to_its_own_slot_as_the_eager_step_does(monkeypatch, tmp_path, strategy):
+    """The drafter's cache entries a captured K-step draft writes equal the eager loop's; and the step's own slot
+    matters here: a mask hiding it (a plausible off-by-one) writes different entries from the second step on."""
+    from hf_dynaspec.drafting.runtime import runtime_head
+
+    target = one_layer_target("qwen2")
+    assistant = _assistant(tmp_path, target, strategy)
+    generator = torch.Generator().manual_seed(0)
+    context = torch.randint(0, VOCAB, (1, 3), generator=generator)  # few slots: the own one weighs more
+    features = torch.randn(1, 40, 32, generator=generator)
+
+    def propose(captured_draft):
+        session = ChainDraftSession(assistant.drafter, VOCAB, do_sample=False, head=head, captured=captured_draft)
+        draft = session.propose(context, features, 4)
+        keys, values = session.cache.buffers()
+        return draft.token_ids, torch.cat([keys, values])[..., : session.cache.length, :].clone()
+
+    with accelerator_paths_on_cpu():
+        head = runtime_head(assistant, assistant.generation_config)
+        eager_tokens, eager_entries = propose(None)
+        tokens, entries = propose(captured.CapturedChainDraft(assistant.drafter, head, compile=False))
+        assert torch.equal(tokens, eager_tokens)
+        monkeypatch.setattr(captured, "step_mask", lambda slots, position: (slots < position)[None, None, None, :])
+        _, hidden_own = propose(captured.CapturedChainDraft(assistant.drafter, head, compile=False))
+    same, own = (entries - eager_entries).abs().max().item(), (hidden_own - eager_entries).abs().max().item()
+    assert same <= 1e-6 and own > 1e-5 > 10 * same  # equal to the eager entries; the own slot matters here

@@ -67,6 +67,11 @@ def test_readme_python_blocks_run_as_written(monkeypatch):
         exec(compile(block, "README.md", "exec"), namespace)
     prompt = namespace["inputs"]["input_ids"]
     assert namespace["out"].shape[1] > prompt.shape[1]
+    # fast_cpu: plain generate() on the routed kernels, greedy up to bf16 near-ties, and undone afterwards.
+    from hf_dynaspec.kernels.verify_rows import patch as verify_rows_patch
+
+    assert not verify_rows_patch.is_enabled(namespace["model"])
+    assert (greedy_gaps(namespace["model"], prompt, namespace["plain_out"][0, prompt.shape[1]:]) <= 1.0).all()
     assert namespace["assistant"].generation_config.shortlist == "dynaspec"
     # What the README promises: greedy output, up to bf16 near-ties, at every token.
     assert (greedy_gaps(namespace["model"], prompt, namespace["out"][0, prompt.shape[1]:]) <= 1.0).all()
@@ -91,14 +96,14 @@ def test_quickstart_page_runs_as_written(monkeypatch):
     """docs/quickstart.md's ```python blocks in order, in a fresh namespace: its exactness check included."""
     monkeypatch.chdir(ROOT)
     blocks = re.findall(r"```python\n(.*?)```", (ROOT / "docs" / "quickstart.md").read_text(), flags=re.S)
-    assert len(blocks) == 3
+    assert len(blocks) == 4
     namespace: dict = {}
     for block in blocks:
         exec(compile(block, "docs/quickstart.md", "exec"), namespace)
     prompt_length = namespace["inputs"]["input_ids"].shape[1]
-    for name in ("fast", "sampled", "out"):
+    for name in ("fast", "sampled", "out", "plain_fast"):
         assert namespace[name].shape[1] > prompt_length
-    for name in ("fast", "out"):  # the greedy ones
+    for name in ("fast", "out", "plain_fast"):  # the greedy ones
         assert (greedy_gaps(namespace["model"], namespace["inputs"]["input_ids"],
                             namespace[name][0, prompt_length:]) <= 1.0).all(), name
     stats = namespace["assistant"].stats  # of its last call (sampling): the drafter drafted and was verified

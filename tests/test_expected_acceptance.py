@@ -80,3 +80,32 @@ def test_sparsely_reached_positions_lean_on_the_one_before():
     assert prior.confidence[9] == pytest.approx((1 + SHRINK * 0.95) / (1 + SHRINK)) and prior.confidence[3] == 0.35
     assert len(prior.tree_depth) == 2 and prior.tree_depth[1] == pytest.approx((1 + SHRINK * 91 / 102) / (1 + SHRINK))
     assert prior.rounds == 1100
+
+
+def test_a_packaged_prior_weighs_the_rounds_the_docs_state_not_the_rounds_measured():
+    """docs/planning.md: the planner's tables start at the artifact's acceptance "with the weight of N rounds";
+    this machine's rounds then take over. A prior measured over 1,100 rounds keeps that weight (were it the rounds
+    measured, the workload would never overrule it), through the artifact's JSON and into the planner's tables,
+    where a few rounds of a different workload move the estimate most of the way."""
+    import re
+    from pathlib import Path
+
+    from hf_dynaspec.drafting.planner import PlannerMemory
+    from hf_dynaspec.drafting.planning_core import position_table
+    from hf_dynaspec.generation.expected_acceptance import prior_from_memory
+    from hf_dynaspec.modeling.acceptance_prior import AcceptancePrior
+    from hf_dynaspec.modeling.options import DynaSpecGenerationConfig
+
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "planning.md").read_text()
+    stated = float(re.search(r"with the weight of (\d+) rounds", docs).group(1))
+    memory = PlannerMemory()
+    memory.drafter_position.counts = {1: [900, 1000], 2: [700, 900]}
+    memory.tree_depth.counts = {(4, 8, 1): [90, 100]}
+    prior = AcceptancePrior.from_dict(prior_from_memory(memory, DynaSpecGenerationConfig()).to_dict())
+    assert prior.rounds == 1100 > stated  # the case: far more rounds measured than the weight
+    assert prior.weight == stated
+    table = position_table(prior)
+    for _ in range(8):  # this workload: position 1 never accepted
+        table.record(1, False)
+    assert table.estimate(1) == pytest.approx(stated * prior.at_position(1) / (8 + stated))
+    assert table.estimate(1) < 0.5 * prior.at_position(1)

@@ -243,6 +243,8 @@ def test_lattice_costs_are_measured_once_and_cached(medusa_pair, tmp_path, monke
     path = store.calibration_path()
     stored = json.loads(path.read_text())
     key = lattice_costs.lattice_costs_key(target, heads, options, 16)
+    # The heads scoring their stored shortlist draft at another price: another cost table.
+    assert lattice_costs.lattice_costs_key(target, heads, MedusaOptions(draft="auto", shortlist=True), 16) != key
     stored[key]["lattice_seconds"] = float("nan")
     path.write_text(json.dumps(stored))
     monkeypatch.setattr(store, "MEMORY", {})

@@ -182,6 +182,10 @@ def test_calibration_is_measured_once_and_cached(tmp_path, monkeypatch):
     # Another dtype is another cost table (a bf16 target verifies at another price than its fp32 copy).
     assert calibration.calibration_key(copy.deepcopy(target).to(torch.bfloat16), assistant,
                                        assistant.generation_config) != key
+    # Another row budget (or shortlist) is another cost table: the draft step's price depends on the rows scored.
+    other_budget = copy.deepcopy(assistant.generation_config)
+    other_budget.shortlist_rows = [123, 45]
+    assert calibration.calibration_key(target, assistant, other_budget) != key
     (tmp_path / "calibration.json").write_text("{not json")
     monkeypatch.setattr(store, "MEMORY", {})
     monkeypatch.setattr(calibration, "measure_round_costs", lambda *a, **k: costs)
@@ -208,7 +212,7 @@ def test_auto_routes_the_targets_verification_through_the_rows_kernel_only_durin
 
     if not loader.available():
         pytest.skip("the CPU kernel needs x86-64 with AVX2/FMA and a C compiler")
-    monkeypatch.setattr(cal, "measured_verify_rows", lambda target: 4)
+    monkeypatch.setattr(cal, "measured_routes", lambda target: cal.CpuRoutes(kernel=(2, 4)))
     costs = flat_costs()
     costs.tree_step_seconds = 0.05
     monkeypatch.setattr("hf_dynaspec.generation.rounds.round_costs", lambda *a, **k: costs)

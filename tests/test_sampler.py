@@ -44,3 +44,31 @@ def test_rows_draw_independently_and_follow_their_own_distribution():
     first, second = sampling.sample(half), sampling.sample(half)
     agree = (first == second).double().mean().item()
     assert abs(agree - 0.5) < 0.01  # independent draws agree half of the time
+
+
+def test_a_zero_exponential_draw_never_picks_a_zero_probability_token(monkeypatch):
+    """Exp(1) can draw exactly 0; unclamped, 0 / 0 = NaN would win the argmax for a token of probability 0. Forced
+    here on the zero-probability token of every row (and on a live token of some), which must never be drawn."""
+    p = torch.tensor([[0.0, 0.5, 0.5], [0.0, 0.0, 1.0], [0.25, 0.0, 0.75]])
+    forced = []
+
+    def zero_draws(shape, device, generator):
+        noise = torch.ones(shape)
+        noise[p == 0] = 0.0  # the zero-probability tokens draw exactly 0
+        noise[0, 2] = 0.0  # and a live token too: p / 0 = inf wins, as a tiny draw would
+        forced.append(noise.clone())
+        return noise
+    monkeypatch.setattr(sampling, "exponential", zero_draws)
+    draws = sampling.sample(p).flatten().tolist()
+    assert forced and bool((forced[0] == 0).any())  # the case happened
+    assert draws == [2, 2, 2]
+
+
+@pytest.mark.parametrize("row", [[float("nan"), 0.5, 0.5], [0.0, 0.0, 0.0], [float("inf"), 1.0, 0.0]],
+                         ids=["nan", "all-zero", "inf"])
+def test_a_row_with_nothing_to_draw_is_refused(row):
+    p = torch.tensor([[0.2, 0.3, 0.5], row])
+    with pytest.raises(ValueError, match="NaN, infinite or all zero"):
+        sampling.sample(p)
+    with pytest.raises(RuntimeError, match="probability tensor contains|invalid multinomial"):  # multinomial too
+        torch.multinomial(p, 1)

@@ -139,6 +139,26 @@ def test_a_forgetting_assistant_makes_its_next_call_a_first_call(monkeypatch):
     assert documents == [0]
 
 
+def test_forgetting_forgets_what_a_sampled_warm_up_taught(monkeypatch):
+    """A sampled call teaches the sampled planner's tables (its own, apart from greedy's); forgetting must drop
+    them too, or a sampled warm-up would still teach the measured sampled call."""
+    from test_planner import flat_costs
+
+    from hf_dynaspec.drafting import runtime
+
+    monkeypatch.setattr("hf_dynaspec.generation.rounds.round_costs", lambda *a, **k: flat_costs())
+    target = one_layer_target("llama", seed=2)
+    assistant = imitating_assistant(target, noise=0.5, seed=4, draft_plan="auto")
+    prompt = torch.randint(0, target.config.vocab_size, (1, 12), generator=torch.Generator().manual_seed(5))
+    torch.manual_seed(0)
+    assisted_generate(target, assistant, prompt, max_new_tokens=30, do_sample=True)
+    sampled = runtime.planner_memory(assistant, True)
+    assert sampled.drafter_position.counts  # the case: the sampled warm-up taught its tables
+    runtime.forget_learnt_state(assistant)
+    fresh = runtime.planner_memory(assistant, True)
+    assert fresh is not sampled and not fresh.drafter_position.counts
+
+
 def test_auto_plan_uses_the_suffix_cache_on_a_repeated_task(monkeypatch):
     from test_planner import flat_costs
 

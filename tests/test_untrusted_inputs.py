@@ -161,12 +161,15 @@ def test_a_zeroed_calibration_file_does_not_break_generate(tmp_path, monkeypatch
     assert torch.equal(assisted_generate(target, assistant, PROMPT, max_new_tokens=12), expected)
     path = tmp_path / "calibration.json"
     stored = json.loads(path.read_text())
+    costs = {key: entry for key, entry in stored.items() if "verify_seconds" in entry}  # not the CPU routes
+    assert costs
     zeroed = {key: {name: [0.0] * len(value) if isinstance(value, list) else 0.0 for name, value in entry.items()}
-              for key, entry in stored.items()}
-    path.write_text(json.dumps(zeroed))
+              for key, entry in costs.items()}
+    path.write_text(json.dumps({**stored, **zeroed}))
     monkeypatch.setattr(store, "MEMORY", {})
     assert torch.equal(assisted_generate(target, assistant, PROMPT, max_new_tokens=12), expected)
-    assert all(v > 0 for entry in json.loads(path.read_text()).values() for v in entry["verify_seconds"][1:])
+    assert all(v > 0 for key, entry in json.loads(path.read_text()).items() if key in costs
+               for v in entry["verify_seconds"][1:])
 
 
 def test_a_bf16_target_does_not_reuse_the_fp32_costs(tmp_path, monkeypatch):
@@ -186,19 +189,32 @@ def test_a_bf16_target_does_not_reuse_the_fp32_costs(tmp_path, monkeypatch):
     assert len(json.loads((tmp_path / "calibration.json").read_text())) == 2
 
 
-def test_a_bad_verify_rows_entry_is_measured_again(tmp_path, monkeypatch, caplog):
+def test_a_bad_cpu_routes_entry_is_measured_again(tmp_path, monkeypatch, caplog):
     monkeypatch.setenv("HF_DYNASPEC_HOME", str(tmp_path))
     monkeypatch.setattr(store, "MEMORY", {})
-    monkeypatch.setattr(verify_kernel, "fastest_cpu_verify_rows", lambda target, largest: 3)
+    measured = verify_kernel.CpuRoutes((1, 1), (2, 9))
+    monkeypatch.setattr(verify_kernel, "fastest_routes", lambda target: measured)
     target = one_layer_target("llama")
-    key = "verify_rows:" + store.digest(store.target_parts(target))
-    for bad in (-4, 10**6, True, "9", 2.5):
+    key = "cpu_routes:" + store.digest(store.target_parts(target))
+    good = {"kernel": [1, 1], "packed": [2, 9]}
+    bads = [-4, [1, 9], {"kernel": [1, 9]}, {**good, "other": [1, 2]}, {**good, "kernel": [0, 5]},
+            {**good, "packed": [3, 2]}, {**good, "kernel": [1, 10**6]}, {**good, "kernel": [True, 4]},
+            {**good, "packed": ["1", "9"]}, {**good, "packed": [1.0, 9]}, {**good, "kernel": [1, 2, 3]}]
+    for bad in bads:
         (tmp_path / "calibration.json").write_text(json.dumps({key: bad}))
         monkeypatch.setattr(store, "MEMORY", {})
         with caplog.at_level(logging.WARNING, logger="hf_dynaspec.generation.costs"):
-            assert verify_kernel.measured_verify_rows(target) == 3
-        assert "verify-rows choice" in caplog.text
+            try:  # a bad entry trusted may fail anywhere: that must fail the assertion, not crash the test
+                got = verify_kernel.measured_routes(target)
+            except Exception as error:  # noqa: BLE001
+                got = error
+        assert got == measured and "CPU routes cached" in caplog.text, (bad, got)
         caplog.clear()
+    for stored in ({"kernel": [0, 0], "packed": [0, 0]}, {"kernel": [2, 17], "packed": [0, 0]}):
+        (tmp_path / "calibration.json").write_text(json.dumps({key: stored}))  # read back as stored, not measured
+        monkeypatch.setattr(store, "MEMORY", {})
+        routes = verify_kernel.measured_routes(target)
+        assert routes == (tuple(stored["kernel"]), tuple(stored["packed"])) and not caplog.records
 
 
 # -- token ids from another tokenizer -------------------------------------------------------------------------

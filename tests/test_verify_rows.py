@@ -13,19 +13,30 @@ from hf_dynaspec.kernels.verify_rows import patch as cpu_verify
 needs_kernel = pytest.mark.skipif(not cpu_rows.available(), reason="needs x86-64 with AVX2/FMA and a C compiler")
 
 
+ISAS = ["avx2", pytest.param("avx512_bf16", marks=pytest.mark.skipif(
+    cpu_rows.isa() != "avx512_bf16", reason="needs a CPU with AVX-512 BF16"))]
+
+
 @needs_kernel
-@pytest.mark.parametrize("out_features,in_features", [(48, 64), (37, 29), (100, 8), (17, 1)])
-def test_kernel_matches_a_float64_product_for_every_row_count(out_features, in_features):
-    # Row counts cover whole blocks of eight, remainders of each size and several blocks; feature counts
-    # cover the 8-wide vector loop, its scalar tail and a weight-row tile that is not full.
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("out_features,in_features", [(48, 64), (37, 29), (100, 8), (17, 1), (20, 95)])
+def test_kernel_matches_a_float64_product_for_every_row_count(out_features, in_features, isa, monkeypatch):
+    # Row counts cover whole blocks of eight (AVX2) and sixteen (AVX-512), remainders of each size and several
+    # blocks; feature counts cover the vector loops (8, 16 and 32 wide), their tails and a weight-row tile that is
+    # not full. Each form is forced in turn: the AVX-512 BF16 one takes bf16 inputs, AVX2 widens them.
+    monkeypatch.setattr(cpu_rows, "isa", lambda: isa)
     generator = torch.Generator().manual_seed(out_features)
     weight = torch.randn(out_features, in_features, generator=generator).to(torch.bfloat16)
-    for rows in (1, 2, 3, 5, 8, 9, 16, 21):
+    weight32 = torch.randn(out_features, in_features, generator=generator)
+    for rows in (1, 2, 3, 5, 8, 9, 15, 16, 17, 21, 33):
         x = torch.randn(rows, in_features, generator=generator).to(torch.bfloat16)
         expected = x.double() @ weight.double().T
         got = cpu_rows.bf16_rows_matmul(x, weight)
         assert got.dtype == torch.float32 and got.shape == (rows, out_features)
         torch.testing.assert_close(got.double(), expected, rtol=1e-5, atol=1e-5)
+        x32 = torch.randn(rows, in_features, generator=generator)
+        got32 = cpu_rows.f32_rows_matmul(x32, weight32)
+        torch.testing.assert_close(got32.double(), x32.double() @ weight32.double().T, rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="features"):
         cpu_rows.bf16_rows_matmul(torch.ones(2, in_features + 1), weight)
     with pytest.raises(ValueError, match="bf16 weight"):

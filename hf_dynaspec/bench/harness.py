@@ -14,6 +14,7 @@ divergence are within 1.0); in fp32 runs only token-identical outputs count as e
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from dataclasses import dataclass
@@ -59,12 +60,14 @@ def timed_run(target, method: Method, input_ids: torch.Tensor, max_new_tokens: i
             synchronize(devices)
         forward_ends.append(time.perf_counter())
 
+    context = method.context(target) if method.context is not None else contextlib.nullcontext()
     handle = target.register_forward_hook(on_forward)
     synchronize(devices)
     start = time.perf_counter()
     try:
-        out = target.generate(input_ids, attention_mask=torch.ones_like(input_ids), do_sample=False,
-                              max_new_tokens=max_new_tokens, **method.generate_kwargs)
+        with context:
+            out = target.generate(input_ids, attention_mask=torch.ones_like(input_ids), do_sample=False,
+                                  max_new_tokens=max_new_tokens, **method.generate_kwargs)
         synchronize(devices)
     finally:
         end = time.perf_counter()

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from hf_dynaspec.generation import tree_generate
+from hf_dynaspec.generation.costs.verify_kernel import fast_cpu
 from hf_dynaspec.generation.medusa import medusa_generate
 from hf_dynaspec.modeling.assistant import DynaSpecAssistant
 
@@ -26,6 +27,7 @@ DEFAULT_AUTO_MAX = 8
 # name -> (what the argument means, default argument or None when required / not taken)
 METHOD_HELP = {
     "vanilla": "plain greedy generate()",
+    "vanilla-fast": "plain greedy generate() on the fastest CPU kernels measured here (hf_dynaspec.fast_cpu)",
     "hf-assisted": "transformers' assisted generation with --draft-model",
     "prompt-lookup[:N]": "transformers' prompt lookup decoding, N tokens per lookup (default 10)",
     "eagle": "the assistant with its full-vocabulary head",
@@ -73,6 +75,7 @@ class Method:
     key: str  # exactly as the user wrote it
     generate_kwargs: dict = field(default_factory=dict)
     assistant: DynaSpecAssistant | None = None
+    context: Callable | None = None  # context(target) -> a context manager around each generate() call
 
     def stats(self) -> dict:
         """The assistant's statistics of the last generate() call ({} for methods without our assistant)."""
@@ -243,11 +246,13 @@ def build_methods(
                 known = ", ".join(labelled_factories or []) or "none: pass --assistant LABEL=PATH"
                 raise ValueError(f"method {key!r}: no assistant is labelled {label!r} (labels: {known})")
             factory = labelled_factories[label]
-        if ("@" in key or "+" in key) and name in ("vanilla", "hf-assisted", "prompt-lookup"):
+        if ("@" in key or "+" in key) and name in ("vanilla", "vanilla-fast", "hf-assisted", "prompt-lookup"):
             raise ValueError(f"method {key!r}: the @P, +lookup and +draft suffixes apply to the assistant's "
                              "methods only")
         if name == "vanilla":
             methods.append(Method(key))
+        elif name == "vanilla-fast":
+            methods.append(Method(key, context=fast_cpu))
         elif name == "hf-assisted":
             if draft_model is None:
                 raise ValueError("method 'hf-assisted' needs a draft model: pass --draft-model NAME_OR_PATH")

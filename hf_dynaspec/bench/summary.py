@@ -2,9 +2,10 @@
 the README shows, so that its numbers are the recorded ones (tests/test_docs.py regenerates it and compares).
 
 For each host kind, target and dtype: the latest end-to-end run (`hf-dynaspec bench`, benchmark "generate") that
-timed the default plan (a method with `auto`), else the latest run at all: plain generate()'s speed, the default's
-speedup and tau, the best fixed method (no `auto`) of the same run, and the run's file. A host kind without runs
-is named as such.
+timed the default plan (a method with `auto`), else the latest run at all: plain generate()'s speed, plain
+generate() on the fastest CPU kernels (`vanilla-fast`, hf_dynaspec.fast_cpu) where the run timed it, the default's
+speedup over both plain paths and its tau, the best fixed method (no `auto`) of the same run, and the run's file. A
+host kind without runs is named as such.
 
     python -m hf_dynaspec.bench.summary benchmarks/results/results.jsonl
 """
@@ -50,9 +51,9 @@ def runs(records: list[dict]) -> OrderedDict:
 
 def _row(target: str, dtype: str, file: str, run: list[dict]) -> str:
     by_method = {r["method"]: r["metrics"] for r in run}
-    vanilla = by_method.get("vanilla", {})
+    vanilla, fast = by_method.get("vanilla", {}), by_method.get("vanilla-fast", {})
     default = next((m for m in by_method if is_default(m)), None)
-    others = [m for m in by_method if m != "vanilla" and not is_default(m)]
+    others = [m for m in by_method if m not in ("vanilla", "vanilla-fast") and not is_default(m)]
     best = max(others, key=lambda m: by_method[m].get("speedup") or 0.0, default=None)
 
     def cell(method):
@@ -60,12 +61,15 @@ def _row(target: str, dtype: str, file: str, run: list[dict]) -> str:
             return "-"
         metrics = by_method[method]
         tau = f", tau {metrics['tau']:.2f}" if metrics.get("tau") else ""
-        return f"`{method}` {metrics.get('speedup', 0.0):.2f}x{tau}"
+        # Both speedups are geometric means over the same prompts, so their ratio is the speedup over vanilla-fast.
+        over_fast = f" / {metrics['speedup'] / fast['speedup']:.2f}x" if fast.get("speedup") else " / -"
+        return f"`{method}` {metrics.get('speedup', 0.0):.2f}x{over_fast}{tau}"
 
     shape = f"{vanilla.get('n_prompts', '?')} x {vanilla.get('max_new_tokens', '?')}"
     speed = f"{vanilla['tokens_per_s']:.2f}" if vanilla.get("tokens_per_s") else "-"
+    fast_speed = f"{fast['tokens_per_s']:.2f} ({fast['speedup']:.2f}x)" if fast.get("speedup") else "not timed"
     date = run[0].get("date", "")[:10]
-    return (f"| {target} | {dtype} | {shape} | {speed} | {cell(default)} | {cell(best)} | {date} | "
+    return (f"| {target} | {dtype} | {shape} | {speed} | {fast_speed} | {cell(default)} | {cell(best)} | {date} | "
             f"`{file.removeprefix('benchmarks/results/')}` |")
 
 
@@ -84,11 +88,12 @@ def summary_tables(records: list[dict]) -> str:
             if kind != "other":
                 lines += [f"**{kind} CPU host**: no end-to-end run in the results table yet.", ""]
             continue
-        lines += [f"**{kind} CPU host** (2 cores; plain generate() = 1.00x; bf16 outputs identical up to near-ties, "
-                  "checked per prompt):", "",
-                  "| target | dtype | prompts x new tokens | plain tok/s | default (`auto`) | best fixed method "
-                  "| date | run (benchmarks/results/) |",
-                  "| --- | --- | --- | ---: | --- | --- | --- | --- |"]
+        lines += [f"**{kind} CPU host** (2 cores; plain generate() = 1.00x; speedups as *over plain / over "
+                  "vanilla-fast*, plain generate() on the fastest kernels (`hf_dynaspec.fast_cpu`); bf16 outputs "
+                  "identical up to near-ties, checked per prompt):", "",
+                  "| target | dtype | prompts x new tokens | plain tok/s | vanilla-fast tok/s | default (`auto`) "
+                  "| best fixed method | date | run (benchmarks/results/) |",
+                  "| --- | --- | --- | ---: | ---: | --- | --- | --- | --- |"]
         lines += [_row(target, dtype, file, run) for (_, target, dtype), (file, run, _) in sorted(rows)]
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"

@@ -46,6 +46,12 @@ class PositionedCache:
         return self.keys, self.values
 
 
+def step_mask(slots: torch.Tensor, step_position: torch.Tensor) -> torch.Tensor:
+    """`[1, 1, 1, T]`: the slots a captured step attends to, its own (just written) and every earlier one, as the
+    eager step's causal attention does; later slots hold stale entries."""
+    return (slots <= step_position)[None, None, None, :]
+
+
 # The torch.compile backend of `draft_capture="compile"`: None is inductor (mode "reduce-overhead" on CUDA: CUDA
 # graphs); a test puts a counting backend here to see every compilation.
 BACKEND = None
@@ -108,7 +114,7 @@ class CapturedChainDraft:
             step_position = position + k  # [1]
             embeds = drafter.embed(token[:, None])  # [1, 1, D]
             token_embed, hidden_in = embeds[:, -1], hidden[:, -1]
-            mask = (slots <= step_position)[None, None, None, :]  # [1, 1, 1, T]: this slot and every earlier one
+            mask = step_mask(slots, step_position)
             hidden = drafter.step(embeds, hidden, step_position[None], PositionedCache(keys, values, step_position),
                                   mask)
         return torch.stack(tokens, dim=1), torch.stack(tops), ids

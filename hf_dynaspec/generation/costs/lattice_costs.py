@@ -36,7 +36,7 @@ def lattice_costs_key(target, source, options, max_tokens: int) -> str:
         "source_config": source.config.to_json_string(use_diff=False),
         "options": [options.shortlist, options.max_candidates, options.coverage, options.tree_top_k,
                     options.tree_total_tokens, options.cps_lambda < 1.0, options.ngram_order],
-        "cpu_verify": verify_rows_patch.enabled_method(target),
+        "cpu_verify": verify_rows_patch.describe(target),
     }
     return f"lattice:{digest(parts)}:{max_tokens}"
 

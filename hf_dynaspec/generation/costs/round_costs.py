@@ -69,7 +69,7 @@ def calibration_key(target, assistant, options) -> str:
         "shortlist": [options.shortlist, options.shortlist_size, options.max_clusters, options.fixed_clusters,
                       options.max_shortlist_size, options.shortlist_rows],
         "tree": [options.tree_top_k, options.tree_total_tokens],
-        "cpu_verify": verify_rows_patch.enabled_method(target),
+        "cpu_verify": verify_rows_patch.describe(target),
     }
     return digest(parts)
 

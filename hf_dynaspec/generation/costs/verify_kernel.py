@@ -1,109 +1,226 @@
-"""Whether the CPU rows kernel (hf_dynaspec.kernels.verify_rows) verifies faster than PyTorch's bf16 kernels
-here, measured once per target, device, dtype and thread count (cached with the other costs), and the context that
-routes an assisted call's verification forwards through it.
+"""Which CPU kernel runs each few-row forward fastest here: PyTorch's default, the rows kernel
+(hf_dynaspec.kernels.verify_rows) or prepacked oneDNN weights, measured once per target, device, dtype and thread
+count (cached with the other costs); the context that routes an assisted call's forwards that way, and `fast_cpu`,
+the same for plain `generate()`.
 """
 
 from __future__ import annotations
 
 import contextlib
+from typing import NamedTuple
 
 import torch
 from transformers.cache_utils import DynamicCache
 
 from hf_dynaspec.generation.costs import store
-from hf_dynaspec.generation.costs.timing import CONTEXT, random_ids, verify_seconds
+from hf_dynaspec.generation.costs.timing import CONTEXT, MEASURED_SIZES, random_ids, verify_seconds
 from hf_dynaspec.generation.forward_args import cache_kwargs
 
-LARGEST_VERIFY_ROWS = 64  # a stored verify-rows answer above this was not written by fastest_cpu_verify_rows
+LARGEST_ROUTED_ROWS = 64  # a stored answer above this was not written by fastest_routes
+NO_ROWS = (0, 0)
 
 
-@torch.no_grad()
-def fastest_cpu_verify_rows(target, largest: int = 16) -> int:
-    """Measure the target's verify forwards (2..`largest` tokens) with PyTorch's own bf16 kernels and with the CPU
-    rows kernel (hf_dynaspec.kernels.verify_rows); return the `max_rows` to enable the kernel with: the largest n
-    such that the kernel is faster at every size up to n (0: never faster, leave it off). On AVX2 CPUs the kernel
-    wins everywhere; on AVX-512 BF16 CPUs only for a few rows (native bf16 catches up at 5-6)."""
+class CpuRoutes(NamedTuple):
+    """The row counts (lo, hi) routed through the rows kernel and through prepacked oneDNN weights; `NO_ROWS`
+    for none. Everything else stays on PyTorch's default kernels."""
+
+    kernel: tuple[int, int] = NO_ROWS
+    packed: tuple[int, int] = NO_ROWS
+
+    def __bool__(self) -> bool:
+        return self != NO_ROUTES
+
+
+NO_ROUTES = CpuRoutes()
+
+
+def kernel_applies(target) -> bool:
+    """A bf16 or float32 target on a CPU where the kernel builds."""
     from hf_dynaspec.kernels.verify_rows import patch as verify_rows_patch
 
     device = target.get_input_embeddings().weight.device
-    if device.type != "cpu" or target.dtype != torch.bfloat16 or not verify_rows_patch.resolve_method() == "kernel":
-        return 0
+    return (device.type == "cpu" and target.dtype in (torch.bfloat16, torch.float32)
+            and verify_rows_patch.resolve_method() == "kernel")
+
+
+def routes_from_costs(sizes: list[int], seconds: dict[str, dict[int, float]]) -> CpuRoutes:
+    """{"native"|"kernel"|"packed": {size: seconds}} at the measured `sizes` -> the routes: each of "kernel" and
+    "packed" takes the first unbroken run of sizes where it is the fastest of the three; sizes between two measured
+    ones go with the run on both sides, or, between two runs, with the later one."""
+    fastest = [min(seconds, key=lambda path: seconds[path][size]) for size in sizes]
+    runs = {}
+    for path in ("kernel", "packed"):
+        if path not in fastest:
+            continue
+        first = fastest.index(path)
+        last = first
+        while last + 1 < len(sizes) and fastest[last + 1] == path:
+            last += 1
+        # the first routed size: right after the previous measured size where that one went another non-native way
+        lo = sizes[first - 1] + 1 if first > 0 and fastest[first - 1] not in ("native", path) else sizes[first]
+        runs[path] = (lo, sizes[last])
+    return CpuRoutes(runs.get("kernel", NO_ROWS), runs.get("packed", NO_ROWS))
+
+
+@torch.no_grad()
+def fastest_routes(target, largest: int = max(MEASURED_SIZES)) -> CpuRoutes:
+    """Measure the target's forwards over n tokens (the sizes of MEASURED_SIZES up to `largest`) on PyTorch's
+    default kernels, through the rows kernel and (bf16, where oneDNN has native bf16) through prepacked weights, and
+    choose per size (`routes_from_costs`). On AVX2 CPUs the kernel wins from 2 rows; on AVX-512 BF16 / AMX CPUs it
+    wins at one row and prepacked oneDNN from ~2-5 rows (the kernel is compute-bound there); in float32 the kernel
+    wins where MKL's small-M path is slow."""
+    from hf_dynaspec.kernels.verify_rows import packed as packed_weights
+    from hf_dynaspec.kernels.verify_rows import patch as verify_rows_patch
+
+    if not kernel_applies(target):
+        return NO_ROUTES
+    device = target.get_input_embeddings().weight.device
     ids = random_ids(target, target.config.vocab_size, device)
     cache = DynamicCache()
     target(input_ids=ids[:, :CONTEXT], **cache_kwargs(target, cache), use_cache=True)
-    sizes = list(range(2, largest + 1))
+    sizes = sorted({s for s in MEASURED_SIZES if s <= largest} | {largest})
+    everything = (min(sizes), max(sizes))
+    routings = {"kernel": dict(min_rows=everything[0], max_rows=everything[1])}
+    if target.dtype == torch.bfloat16 and packed_weights.available():
+        routings["packed"] = dict(min_rows=0, max_rows=0, packed_rows=everything)
     verify_rows_patch.disable(target)
-    native = verify_seconds(target, ids, cache, sizes, device)
-    verify_rows_patch.enable(target, max_rows=verify_rows_patch.ANY_ROWS, method="kernel")
+    seconds = {"native": verify_seconds(target, ids, cache, sizes, device)}
     try:
-        kernel = verify_seconds(target, ids, cache, sizes, device)
+        for path, routing in routings.items():
+            verify_rows_patch.enable(target, method="kernel", float32=True, **routing)
+            if not verify_rows_patch.is_enabled(target):
+                break  # the packed copies did not fit: nothing to measure
+            seconds[path] = verify_seconds(target, ids, cache, sizes, device)
+            verify_rows_patch.disable(target)
     finally:
         verify_rows_patch.disable(target)
-    best = 0
-    for size in sizes:
-        if kernel[size] >= native[size]:
-            break
-        best = size
-    return best
+    return routes_from_costs(sizes, seconds)
 
+
+def enable_routes(model, routes: CpuRoutes) -> bool:
+    """Route `model`'s forwards as `routes` says; False (nothing done) for `NO_ROUTES`."""
+    from hf_dynaspec.kernels.verify_rows import patch as verify_rows_patch
+
+    if not routes:
+        return False
+    verify_rows_patch.enable(model, min_rows=routes.kernel[0], max_rows=routes.kernel[1], method="kernel",
+                             float32=True, packed_rows=routes.packed)
+    return verify_rows_patch.is_enabled(model)
 
 
 def apply_cpu_verify(model, choice: str | None) -> str | None:
-    """Route `model`'s bf16 CPU Linear layers through the rows kernel as `choice` says ("auto": for the row counts
-    where `fastest_cpu_verify_rows` measured it faster; "kernel" / "shadow": for every multi-row input; None or
-    "off": not at all). Returns what is in use, e.g. "kernel<=5", or None."""
+    """Route `model`'s CPU Linear layers as `choice` says ("auto": the routes `fastest_routes` measured fastest;
+    "kernel" / "shadow": the rows kernel or float32 shadows for every multi-row input of a bf16 model; None or
+    "off": not at all). Returns what is in use (`verify_rows.patch.describe`), or None."""
     from hf_dynaspec.kernels.verify_rows import patch as verify_rows_patch
 
     if choice in (None, "off"):
         return None
     if choice == "auto":
-        rows = fastest_cpu_verify_rows(model)
-        if rows < 2:
-            return None
-        verify_rows_patch.enable(model, max_rows=rows, method="kernel")
-        return f"kernel<={rows}"
-    verify_rows_patch.enable(model, max_rows=verify_rows_patch.ANY_ROWS, method=choice)
-    return verify_rows_patch.enabled_method(model)
+        enable_routes(model, fastest_routes(model))
+    else:
+        verify_rows_patch.enable(model, max_rows=verify_rows_patch.ANY_ROWS, method=choice)
+    return verify_rows_patch.describe(model)
 
 
-def measured_verify_rows(target) -> int:
-    """`fastest_cpu_verify_rows(target)`, measured once per target, device, dtype and thread count (cached)."""
-    key = "verify_rows:" + store.digest(store.target_parts(target))
+def _usable(stored) -> bool:
+    def pair(rows):
+        return (isinstance(rows, list) and len(rows) == 2
+                and all(isinstance(n, int) and not isinstance(n, bool) for n in rows)
+                and (rows == list(NO_ROWS) or 1 <= rows[0] <= rows[1] <= LARGEST_ROUTED_ROWS))
+    return (isinstance(stored, dict) and set(stored) == {"kernel", "packed"}
+            and pair(stored["kernel"]) and pair(stored["packed"]))
+
+
+def measured_routes(target) -> CpuRoutes:
+    """`fastest_routes(target)`, measured once per target, device, dtype and thread count (cached)."""
+    key = "cpu_routes:" + store.digest(store.target_parts(target))
     if key in store.MEMORY:
         return store.MEMORY[key]
     path = store.calibration_path()
     stored = store.read_store(path)
-    rows = stored.get(key)
-    usable = isinstance(rows, int) and not isinstance(rows, bool) and 0 <= rows <= LARGEST_VERIFY_ROWS
+    entry = stored.get(key)
+    usable = _usable(entry)
     if key in stored and not usable:
-        store.logger.warning(f"hf-dynaspec: the verify-rows choice cached in {path} is unusable ({rows!r}, expected an "
-                       f"integer 0..{LARGEST_VERIFY_ROWS}); measuring it again.")
-    if not usable:
-        rows = fastest_cpu_verify_rows(target, largest=9)
-        stored[key] = rows
+        store.logger.warning(f"hf-dynaspec: the CPU routes cached in {path} are unusable ({entry!r}, expected "
+                             '{"kernel": [lo, hi], "packed": [lo, hi]} with 1 <= lo <= hi <= '
+                             f"{LARGEST_ROUTED_ROWS}, or [0, 0]); measuring them again.")
+    if usable:
+        routes = CpuRoutes(tuple(entry["kernel"]), tuple(entry["packed"]))
+    else:
+        routes = fastest_routes(target)
+        stored[key] = {"kernel": list(routes.kernel), "packed": list(routes.packed)}
         store.write_store(path, stored)
-    store.MEMORY[key] = rows
-    return rows
+    store.MEMORY[key] = routes
+    return routes
+
+
+class FastCPU(contextlib.ContextDecorator):
+    """What `fast_cpu(model)` returns: the model routed while it lives; `undo()` or leaving a `with` block puts
+    PyTorch's kernels back (prepacked weights stay cached on the model for the next call: `release_packed`).
+    `routes` is what was measured fastest, `NO_ROUTES` where nothing beat PyTorch's default kernels."""
+
+    def __init__(self, model, routes: CpuRoutes):
+        self.model, self.routes = model, routes
+        enable_routes(model, routes)
+
+    def release_packed(self) -> int:
+        """Undo, and free the prepacked weight copies (they double the memory of the layers they cover)."""
+        from hf_dynaspec.kernels.verify_rows import packed as packed_weights
+
+        self.undo()
+        return packed_weights.release(self.model)
+
+    def undo(self) -> None:
+        from hf_dynaspec.kernels.verify_rows import patch as verify_rows_patch
+
+        verify_rows_patch.disable(self.model)
+
+    def __enter__(self) -> FastCPU:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.undo()
+
+
+def fast_cpu(model) -> FastCPU:
+    """Plain `model.generate()` (and any forward) on the fastest CPU kernels for its shape: one-token steps and
+    few-token forwards through the rows kernel or prepacked oneDNN weights where those were measured faster than
+    PyTorch's default kernels on this machine (measured once, a few seconds, cached), prefills on PyTorch's. For
+    bf16 and float32 models on x86-64 CPUs with AVX2/FMA and a C compiler; anything else is left as it is
+    (`routes == NO_ROUTES`). Prepacked weights (AMX / AVX-512 BF16 hosts) are a second copy of the layers they
+    cover, made only while that fits in half the free memory; `handle.release_packed()` frees them.
+
+        with hf_dynaspec.fast_cpu(model):
+            out = model.generate(**inputs)
+
+    or `handle = fast_cpu(model)` ... `handle.undo()`. Outputs differ from PyTorch's kernels only in summation order
+    (float32 accumulation both ways), the near-tie effect of any change of kernel (hf_dynaspec.check_exactness)."""
+    from hf_dynaspec.kernels.verify_rows import patch as verify_rows_patch
+
+    if not isinstance(model, torch.nn.Module) or not hasattr(model, "get_input_embeddings"):
+        raise TypeError(f"fast_cpu takes a transformers model (a PreTrainedModel), got {type(model).__name__}")
+    if verify_rows_patch.is_enabled(model):
+        raise RuntimeError("this model's Linear layers are already rerouted (fast_cpu or verify_rows.patch.enable): "
+                           "undo that first")
+    return FastCPU(model, measured_routes(model) if kernel_applies(model) else NO_ROUTES)
 
 
 @contextlib.contextmanager
 def target_verify_kernel(target):
-    """For the duration of one assisted generate() call: the target's 2..n-row forwards (verification) through the
-    CPU rows kernel, n the largest row count where it was measured faster than PyTorch's bf16 here. Nothing
-    happens off bf16 CPU targets, where the kernel cannot be built, or when the target is already routed (the
-    user's own `verify_rows.patch.enable`). One-token steps and long prefills keep PyTorch's kernels, and the
-    model is restored when the call ends."""
+    """For the duration of one assisted generate() call: the target's few-row forwards (verification; one-token
+    steps) on the kernels measured fastest here (`measured_routes`). Nothing happens off bf16/float32 CPU targets,
+    where the kernel cannot be built, or when the target is already routed (the user's own `fast_cpu` or
+    `verify_rows.patch.enable`). Long prefills keep PyTorch's kernels, and the model is restored when the call
+    ends. Yields the routes."""
     from hf_dynaspec.kernels.verify_rows import patch as verify_rows_patch
 
-    device = target.get_input_embeddings().weight.device
-    applies = (device.type == "cpu" and target.dtype == torch.bfloat16 and not verify_rows_patch.is_enabled(target)
-               and verify_rows_patch.resolve_method() == "kernel")
-    rows = measured_verify_rows(target) if applies else 0
-    if rows < 2:
-        yield 0
+    applies = kernel_applies(target) and not verify_rows_patch.is_enabled(target)
+    routes = measured_routes(target) if applies else NO_ROUTES
+    if not enable_routes(target, routes):
+        yield NO_ROUTES
         return
-    verify_rows_patch.enable(target, max_rows=rows, method="kernel")
     try:
-        yield rows
+        yield routes
     finally:
         verify_rows_patch.disable(target)

@@ -1,4 +1,5 @@
-"""A few token rows times a bf16 weight, reading the weight once (bf16_rows.c), for verification on AVX2 CPUs.
+"""A few token rows times a bf16 or float32 weight, reading the weight once (bf16_rows.c): the CPU's one-token
+steps and verification forwards. bf16 inputs take AVX-512 BF16 (`vdpbf16ps`) where the CPU has it, else AVX2/FMA.
 
 The C source is compiled on first use with the system C compiler (`CC`, else `cc`/`gcc`) into the
 hf-dynaspec cache (hf_dynaspec.cache_home, default ~/.cache/hf-dynaspec) under a name derived from the source and
@@ -7,7 +8,7 @@ A cached library is loaded only from a directory the current user owns and nobod
 when the file is such too: anyone who could plant a file there could otherwise run code in this process. In
 any other case the kernel is compiled afresh into a private temporary directory.
 `available()` says whether it can be used here (x86-64 with AVX2 and FMA, a compiler that builds it); callers
-fall back to something else when it cannot.
+fall back to something else when it cannot. `isa()` names the form bf16 inputs take here.
 """
 
 from __future__ import annotations
@@ -104,12 +105,15 @@ def _library() -> ctypes.CDLL | None:
         return None
     if not library.hf_dynaspec_has_avx2_fma():
         return None
-    library.hf_dynaspec_bf16_rows.restype = None
-    library.hf_dynaspec_bf16_rows.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
-                                              ctypes.c_int64, ctypes.c_int64, ctypes.c_int64]
-    library.hf_dynaspec_bf16_blocks.restype = None
-    library.hf_dynaspec_bf16_blocks.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
-                                                ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
+    pointers = [ctypes.c_void_p] * 3
+    for name in ("hf_dynaspec_bf16_rows", "hf_dynaspec_bf16_rows_dp", "hf_dynaspec_f32_rows",
+                 "hf_dynaspec_f32_rows_avx512"):
+        getattr(library, name).restype = None
+        getattr(library, name).argtypes = [*pointers, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64]
+    for name in ("hf_dynaspec_bf16_blocks", "hf_dynaspec_bf16_blocks_dp"):
+        getattr(library, name).restype = None
+        getattr(library, name).argtypes = [*pointers, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p,
+                                           ctypes.c_void_p, ctypes.c_int64]
     return library
 
 
@@ -118,43 +122,99 @@ def available() -> bool:
     return _library() is not None
 
 
+@functools.cache
+def isa() -> str | None:
+    """The kernel's forms here: "avx512_bf16" (bf16 inputs by `vdpbf16ps`, float32 by AVX-512F), "avx512" (bf16
+    widened to float32 on AVX2, float32 on AVX-512F), "avx2" (both on AVX2/FMA), or None (no kernel)."""
+    library = _library()
+    if library is None:
+        return None
+    if _avx2_only():
+        return "avx2"
+    if library.hf_dynaspec_has_avx512_bf16():
+        return "avx512_bf16"
+    return "avx512" if library.hf_dynaspec_has_avx512f() else "avx2"
+
+
+def _avx2_only() -> bool:
+    # ATEN_CPU_CAPABILITY=avx2 is how an AVX2-only host is emulated (PyTorch's own kernels then take AVX2): the rows
+    # kernel follows it, so that an emulated run uses no instruction an AVX2 host lacks.
+    return os.environ.get("ATEN_CPU_CAPABILITY", "").lower() in ("avx2", "default")
+
+
+DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float32: "float32"}
+
+
+def _checked(x: torch.Tensor, weight: torch.Tensor, dtype: torch.dtype, name: str) -> ctypes.CDLL:
+    library = _library()
+    if library is None:
+        raise RuntimeError("the CPU rows kernel is not available here: check "
+                           "hf_dynaspec.kernels.verify_rows.loader.available()")
+    if weight.dtype != dtype or weight.device.type != "cpu" or x.device.type != "cpu":
+        raise ValueError(f"{name} takes a CPU {DTYPE_NAMES[dtype]} weight and CPU inputs, got a {weight.dtype} weight on "
+                         f"{weight.device} and inputs on {x.device}")
+    if x.shape[-1] != weight.shape[-1]:
+        raise ValueError(f"x has {x.shape[-1]} features, the weight {weight.shape[-1]}")
+    return library
+
+
 def bf16_rows_matmul(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """`x` `[..., I]` (any float dtype) times `weight.T`, `weight` `[O, I]` bf16 -> float32 `[..., O]`.
 
-    Accumulates in float32; rounding the result to bf16 (as `nn.Linear` would return) is the caller's.
+    Accumulates in float32; rounding the result to bf16 (as `nn.Linear` would return) is the caller's. bf16 `x`
+    takes the AVX-512 BF16 form where the CPU has it (pairs of bf16 products are exact in float32); any other
+    dtype is widened to float32 and multiplied on AVX2/FMA, so it is never rounded to bf16.
     """
-    library = _library()
-    if library is None:
-        raise RuntimeError("the CPU bf16 kernel is not available here: check hf_dynaspec.kernels.verify_rows.loader.available()")
-    if weight.dtype != torch.bfloat16 or weight.device.type != "cpu" or x.device.type != "cpu":
-        raise ValueError(f"bf16_rows_matmul takes a CPU bf16 weight, got {weight.dtype} on {weight.device}")
+    library = _checked(x, weight, torch.bfloat16, "bf16_rows_matmul")
     out_features, in_features = weight.shape
-    if x.shape[-1] != in_features:
-        raise ValueError(f"x has {x.shape[-1]} features, the weight {in_features}")
     rows = x.numel() // in_features
-    x32 = x.reshape(rows, in_features).to(torch.float32).contiguous()
     weight = weight.contiguous()
     out = torch.empty(rows, out_features, dtype=torch.float32)
-    library.hf_dynaspec_bf16_rows(x32.data_ptr(), weight.data_ptr(), out.data_ptr(), rows, out_features, in_features)
+    if x.dtype == torch.bfloat16 and isa() == "avx512_bf16":
+        xs = x.reshape(rows, in_features).contiguous()
+        library.hf_dynaspec_bf16_rows_dp(xs.data_ptr(), weight.data_ptr(), out.data_ptr(), rows, out_features,
+                                         in_features)
+    else:
+        x32 = x.reshape(rows, in_features).to(torch.float32).contiguous()
+        library.hf_dynaspec_bf16_rows(x32.data_ptr(), weight.data_ptr(), out.data_ptr(), rows, out_features,
+                                      in_features)
+    return out.reshape(*x.shape[:-1], out_features)
+
+
+def f32_rows_matmul(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """`x` `[..., I]` float32 times `weight.T`, `weight` `[O, I]` float32 -> float32 `[..., O]`, the weight read
+    once for all rows (AVX-512F where the CPU has it, else AVX2/FMA)."""
+    library = _checked(x, weight, torch.float32, "f32_rows_matmul")
+    if x.dtype != torch.float32:
+        raise ValueError(f"f32_rows_matmul takes float32 inputs, got {x.dtype}")
+    out_features, in_features = weight.shape
+    rows = x.numel() // in_features
+    weight = weight.contiguous()
+    xs = x.reshape(rows, in_features).contiguous()
+    out = torch.empty(rows, out_features, dtype=torch.float32)
+    wide = isa() in ("avx512_bf16", "avx512")
+    kernel = library.hf_dynaspec_f32_rows_avx512 if wide else library.hf_dynaspec_f32_rows
+    kernel(xs.data_ptr(), weight.data_ptr(), out.data_ptr(), rows, out_features, in_features)
     return out.reshape(*x.shape[:-1], out_features)
 
 
 def bf16_blocks_matmul(x: torch.Tensor, weight: torch.Tensor, block_starts: list[int], block_ends: list[int]) -> torch.Tensor:
     """`x` `[R, I]` (R <= 8 is the fast case) times the rows of the blocks `[start, end)` of `weight` `[O, I]` bf16,
     concatenated in order -> float32 `[R, S]`, S the blocks' total size: the CPU shortlisted head in one call."""
-    library = _library()
-    if library is None:
-        raise RuntimeError("the CPU bf16 kernel is not available here: check hf_dynaspec.kernels.verify_rows.loader.available()")
-    if weight.dtype != torch.bfloat16 or weight.device.type != "cpu" or not weight.is_contiguous():
-        raise ValueError(f"bf16_blocks_matmul takes a contiguous CPU bf16 weight, got {weight.dtype} on {weight.device}")
+    library = _checked(x, weight, torch.bfloat16, "bf16_blocks_matmul")
+    if not weight.is_contiguous():
+        raise ValueError("bf16_blocks_matmul takes a contiguous weight")
     rows, in_features = x.shape
     if not block_starts or any(not 0 <= a < b <= weight.shape[0] for a, b in zip(block_starts, block_ends)):
         raise ValueError("bf16_blocks_matmul needs non-empty blocks [start, end) inside the weight")
     starts = torch.tensor(block_starts, dtype=torch.int64)
     offsets = torch.tensor([0, *itertools.accumulate(b - a for a, b in zip(block_starts, block_ends))],
                            dtype=torch.int64)
-    x32 = x.to(torch.float32).contiguous()
     out = torch.empty(rows, int(offsets[-1]), dtype=torch.float32)
-    library.hf_dynaspec_bf16_blocks(x32.data_ptr(), weight.data_ptr(), out.data_ptr(), rows, in_features,
-                                    starts.data_ptr(), offsets.data_ptr(), len(starts))
+    if x.dtype == torch.bfloat16 and isa() == "avx512_bf16":
+        xs, kernel = x.contiguous(), library.hf_dynaspec_bf16_blocks_dp
+    else:
+        xs, kernel = x.to(torch.float32).contiguous(), library.hf_dynaspec_bf16_blocks
+    kernel(xs.data_ptr(), weight.data_ptr(), out.data_ptr(), rows, in_features, starts.data_ptr(), offsets.data_ptr(),
+           len(starts))
     return out

@@ -1,13 +1,16 @@
-"""Fast multi-token verification on CPUs without native bf16 matrix multiplies.
+"""Few-row forwards at the memory bound on CPUs: verification, and one-token steps where that is faster.
 
-On CPUs without AVX-512 BF16/AMX (e.g. AVX2-only servers) PyTorch multiplies bf16 matrices row by row: a
-forward over k tokens costs about k one-token forwards, which is exactly what speculative verification
-cannot afford. `enable(model)` reroutes every bf16/fp16 `nn.Linear` of a model for inputs of 2..`max_rows`
-token rows (verification); one-token decoding and long prefills keep the model's own kernels. Two ways:
+PyTorch's CPU kernels are far from the memory bound at a few token rows: on AVX2-only CPUs a bf16 matrix times k
+rows costs about k one-row products; on AVX-512 BF16 CPUs oneDNN's one-row product costs ~2x the weight's
+bytes, and MKL's float32 small-M path costs verify(2) ~2x verify(1). `enable(model)` reroutes every CPU
+`nn.Linear` of a model for inputs of `min_rows`..`max_rows` token rows; other inputs (long prefills) keep the
+model's own kernels. Two ways:
 
-- "kernel" (bf16 weights on x86-64 with AVX2/FMA): hf_dynaspec/kernels/verify_rows/bf16_rows.c streams each bf16 weight
-  row once for all k rows, so verifying k tokens costs about as much memory traffic as one token, and
-  needs no extra memory.
+- "kernel" (bf16 or float32 weights on x86-64 with AVX2/FMA): hf_dynaspec/kernels/verify_rows/bf16_rows.c streams
+  each weight row once for all k rows (bf16 pairs on AVX-512 BF16), so k tokens cost about as much memory
+  traffic as one, and need no extra memory.
+- "packed" (bf16 weights, CPUs with AMX / AVX-512 BF16, an extra `packed_rows` range beside the kernel's):
+  oneDNN with the weight prepacked once (packed.py), flat from 1 to 17 rows where the kernel is compute-bound.
 - "shadow": a float32 copy of each weight, multiplied as `W @ x.T` (one pass over W for all rows). It reads
   twice the bytes of the bf16 weight and doubles the weight memory; it is the fallback where the kernel
   cannot be built, and the only way for fp16 weights.
@@ -23,12 +26,17 @@ import sys
 
 import torch
 import torch.nn as nn
+from transformers.utils import logging
 
 from hf_dynaspec.kernels.verify_rows import loader as cpu_rows
+from hf_dynaspec.kernels.verify_rows import packed as packed_weights
 
+logger = logging.get_logger(__name__)
 ANY_ROWS = sys.maxsize  # `max_rows` that caps nothing: every input of min_rows or more rows is rerouted
 _PATCHED = "_dynaspec_verify_method"  # instance attribute on every patched module: "kernel" or "shadow"
 _SHADOW = "_dynaspec_fp32_weight"
+_ROWS = "_dynaspec_rows"  # instance attribute on every patched module: (min_rows, max_rows, packed lo, packed hi)
+NO_ROWS = (0, 0)
 METHODS = ("auto", "kernel", "shadow")
 
 
@@ -36,17 +44,25 @@ def _rows(x: torch.Tensor) -> int:
     return x.numel() // x.shape[-1] if x.numel() else 0
 
 
-def _patched_forward(module: nn.Linear, min_rows: int, max_rows: int, method: str):
+def _patched_forward(module: nn.Linear, min_rows: int, max_rows: int, method: str,
+                     packed_rows: tuple[int, int] = NO_ROWS):
     original = type(module).forward.__get__(module)
     shadow = module.weight.detach().float() if method == "shadow" else None
+    packed = packed_weights.packed_weight(module) if packed_rows != NO_ROWS else None
 
     def forward(x: torch.Tensor) -> torch.Tensor:
         rows = _rows(x)
-        if not (min_rows <= rows <= max_rows) or torch.is_grad_enabled() or x.dtype == torch.float32:
+        if torch.is_grad_enabled() or x.dtype != module.weight.dtype:
+            return original(x)
+        if not min_rows <= rows <= max_rows:
+            if packed is not None and packed_rows[0] <= rows <= packed_rows[1]:
+                return packed_weights.linear(x, module, packed)
             return original(x)
         if shadow is not None:
             flat = x.reshape(rows, x.shape[-1]).float()
             out = torch.mm(shadow, flat.T).T  # [rows, out]: one pass over the weight for all rows
+        elif x.dtype == torch.float32:
+            out = cpu_rows.f32_rows_matmul(x.reshape(rows, x.shape[-1]), module.weight)
         else:
             out = cpu_rows.bf16_rows_matmul(x.reshape(rows, x.shape[-1]), module.weight)
         if module.bias is not None:
@@ -68,32 +84,49 @@ def resolve_method(method: str = "auto") -> str:
     return method
 
 
-def enable(model: nn.Module, max_rows: int = 16, method: str = "auto", min_rows: int = 2) -> int:
-    """Reroute `model`'s bf16/fp16 CPU Linear layers for min_rows..max_rows-row inputs. Returns how many were
-    patched.
+def enable(model: nn.Module, max_rows: int = 16, method: str = "auto", min_rows: int = 2,
+           float32: bool = False, packed_rows: tuple[int, int] = NO_ROWS) -> int:
+    """Reroute `model`'s bf16/fp16 CPU Linear layers (and float32 ones with `float32=True`, which only the kernel
+    takes) for min_rows..max_rows-row inputs (`min_rows == max_rows == 0`: none), and their bf16 layers for the
+    `packed_rows` (lo, hi) row counts through prepacked oneDNN weights (packed.py; only where `packed.available()`
+    and the copies fit in memory, else those rows stay on PyTorch's kernels). Returns how many were patched.
 
     `method`: "kernel", "shadow" or "auto" (see the module docstring); fp16 weights always use "shadow".
     `min_rows` is 2 for a target, whose one-token steps stay plain PyTorch; a drafter passes 1, since the
     kernel's one-row product is also faster than PyTorch's bf16 one on AVX2 (benchmarks/kernel_one_row.py).
     """
-    if not 1 <= min_rows <= max_rows:
+    if not (1 <= min_rows <= max_rows or min_rows == max_rows == 0):
         raise ValueError(f"cpu_verify.enable needs 1 <= min_rows <= max_rows, got {min_rows} and {max_rows}")
+    if packed_rows != NO_ROWS and not 1 <= packed_rows[0] <= packed_rows[1]:
+        raise ValueError(f"cpu_verify.enable needs packed_rows (lo, hi) with 1 <= lo <= hi, got {packed_rows}")
     if method not in METHODS:
         raise ValueError(f"cpu_verify method must be one of {METHODS}, got {method!r}")
     disable(model)
-    # Only bf16/fp16 Linear layers on the CPU are rerouted: a model on a GPU (or in fp32) has none, and must not
+    # Only CPU Linear layers of these dtypes are rerouted: a model on a GPU has none, and must not
     # pay for compiling the kernel.
+    dtypes = (torch.bfloat16, torch.float16, torch.float32) if float32 else (torch.bfloat16, torch.float16)
     candidates = [m for m in model.modules() if isinstance(m, nn.Linear) and m.weight.device.type == "cpu"
-                  and m.weight.dtype in (torch.bfloat16, torch.float16)]
+                  and m.weight.dtype in dtypes]
     if not candidates:
         return 0
     method = resolve_method(method)
+    if method == "shadow":  # a float32 copy of a float32 weight saves nothing
+        candidates = [m for m in candidates if m.weight.dtype != torch.float32]
+    packs = {id(m): m for m in candidates if m.weight.dtype == torch.bfloat16} if packed_rows != NO_ROWS else {}
+    if packs and not (packed_weights.available() and packed_weights.fits(list(packs.values()))):
+        logger.warning_once("hf-dynaspec: prepacked oneDNN weights are unavailable here or would not fit in half the "
+                            "free memory; those forwards stay on PyTorch's kernels")
+        packs = {}
+    if min_rows == max_rows == 0 and not packs:
+        return 0  # nothing left to route
     patched = 0
     for module in candidates:
-        module_method = method if module.weight.dtype == torch.bfloat16 else "shadow"
-        forward, shadow = _patched_forward(module, min_rows, max_rows, module_method)
+        module_method = "shadow" if module.weight.dtype == torch.float16 else method
+        packed = packed_rows if id(module) in packs else NO_ROWS
+        forward, shadow = _patched_forward(module, min_rows, max_rows, module_method, packed)
         module.__dict__["forward"] = forward  # instance attribute: shadows the class method
         module.__dict__[_PATCHED] = module_method
+        module.__dict__[_ROWS] = (min_rows, max_rows, *packed)
         if shadow is not None:
             module.__dict__[_SHADOW] = shadow
         patched += 1
@@ -103,7 +136,7 @@ def enable(model: nn.Module, max_rows: int = 16, method: str = "auto", min_rows:
 def disable(model: nn.Module) -> None:
     for module in model.modules():
         if _PATCHED in module.__dict__:
-            for name in ("forward", _PATCHED, _SHADOW):
+            for name in ("forward", _PATCHED, _SHADOW, _ROWS):
                 module.__dict__.pop(name, None)
 
 
@@ -115,3 +148,16 @@ def enabled_method(model: nn.Module) -> str | None:
     """"kernel", "shadow", "mixed" or None (not enabled)."""
     methods = {m.__dict__[_PATCHED] for m in model.modules() if _PATCHED in m.__dict__}
     return None if not methods else methods.pop() if len(methods) == 1 else "mixed"
+
+
+def describe(model: nn.Module) -> str | None:
+    """What is rerouted, for cache keys and logs: e.g. "kernel:1-1+packed:2-17" (method and row counts), None when
+    nothing."""
+    routes = {(m.__dict__[_PATCHED], *m.__dict__[_ROWS]) for m in model.modules() if _PATCHED in m.__dict__}
+    if not routes:
+        return None
+
+    def route(method, lo, hi, packed_lo, packed_hi):
+        text = f"{method}:{lo}-{'any' if hi == ANY_ROWS else hi}"
+        return text + (f"+packed:{packed_lo}-{packed_hi}" if packed_hi else "")
+    return ",".join(route(*entry) for entry in sorted(routes))
