@@ -228,6 +228,8 @@ MUTATIONS = [
              "hf_dynaspec/generation/batched_loop.py",
              "                row.sequence = row.sequence[:, : self.length]\n",
              "                row.sequence = row.sequence\n", [BATCHED], select="own_depth"),
+    Mutation("cost key: the CPU's instruction set left out", "hf_dynaspec/generation/costs/store.py",
+             "        \"cpu\": cpu,\n", "        \"cpu\": None,\n", [FAST_CPU], select="another_machine"),
     Mutation("sampler: an Exp(1) draw of exactly 0 not guarded", "hf_dynaspec/sampling.py",
              "    return (probs / noise.clamp_(min=_SMALLEST)).argmax(dim=-1, keepdim=True)",
              "    return (probs / noise).argmax(dim=-1, keepdim=True)", [SAMPLER], select="zero_exponential"),
@@ -522,6 +524,11 @@ PRELOADED = ("torch", "numpy", "scipy.stats", "safetensors.torch", "transformers
 
 def preload() -> None:
     import importlib
+
+    # As tests/conftest.py does before anything imports Triton (transformers does, on import): Triton, imported here
+    # once for every child, must already be the CPU interpreter the kernel tests run under.
+    if os.environ.get("HF_DYNASPEC_TRITON_GPU") != "1":
+        os.environ.setdefault("TRITON_INTERPRET", "1")
 
     for name in PRELOADED:
         try:

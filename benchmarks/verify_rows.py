@@ -8,9 +8,10 @@
   with oneDNN off (`nomkldnn`), through the rows kernel at every row count (`kernel`), prepacked oneDNN weights
   (`packed`, AMX / AVX-512 BF16 hosts) or fp32 shadow weights (`shadow`), on the routes measured fastest here
   (`routed`: what `hf_dynaspec.fast_cpu` and an assisted call use), and the fp32 target on its default kernels
-  (`fp32`), through the rows kernel (`fp32-kernel`) and routed (`fp32-routed`). Speculative decoding pays off when k tokens cost little more than one;
-  on CPUs without native bf16 products PyTorch pays about one weight pass per row. Also: the largest |logit|
-  difference of each rerouted variant from native bf16 (summation order only) and whether every argmax agrees.
+  (`fp32`), through the rows kernel (`fp32-kernel`) and routed (`fp32-routed`). Speculative decoding pays off
+  when k tokens cost little more than one; on CPUs without native bf16 products PyTorch pays about one weight
+  pass per row. Also: the largest |logit| difference of each rerouted variant from its dtype's default (summation
+  order only) and whether every argmax agrees.
 - `linear`: one token row times a bf16 weight of the drafter's and the head's shapes, PyTorch against the kernel.
 
 Timed by hf_dynaspec.bench.timer (single calls, interleaved, set-up untimed, medians in ms); each (what, case) becomes

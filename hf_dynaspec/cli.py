@@ -30,9 +30,10 @@ def _add_generation_args(parser: argparse.ArgumentParser, target_default: str | 
                         help="override the assistant's prompt_lookup_veto: the drafter overrules a lookup draft "
                              "when its own top first token differs with probability above P (1.0 = never)")
     parser.add_argument("--cpu-verify", choices=["auto", "kernel", "shadow", "off"], default="auto",
-                        help="multi-token forwards of a bf16 target on CPU (verification, prefill) for both runs: "
-                             "the bf16 kernel, fp32 shadow weights, or PyTorch's own; auto = the kernel where it "
-                             "builds, else PyTorch's own (hf_dynaspec.kernels.verify_rows.patch)")
+                        help="the target's CPU forwards for both runs: auto = each row count on the path measured "
+                             "fastest here (the rows kernel, prepacked oneDNN weights or PyTorch's own; "
+                             "hf_dynaspec.fast_cpu), kernel or shadow (every multi-token forward of a bf16 target), "
+                             "off = PyTorch's own")
     parser.add_argument("--tree", nargs="?", const="", default=None, metavar="TOPK,DEPTH,TOTAL",
                         help="draft trees (EAGLE-2) instead of a chain; optional shape (default: the assistant's)")
     parser.add_argument("--json", default=None, metavar="OUT", help="also write the result as JSON")

@@ -158,3 +158,16 @@ def test_costs_measured_on_one_routing_never_plan_another():
         verify_rows_patch.disable(target)
     packed_weights.release(target)
     assert len(set(keys)) == len(routes) + 1
+
+
+def test_an_emulated_instruction_set_is_another_machine(monkeypatch):
+    """Costs and routes measured with oneDNN capped at AVX2 (how an AVX2 host is emulated) are never read back on
+    the full instruction set, or the other way round: the key names what PyTorch and oneDNN use."""
+    from hf_dynaspec.generation.costs import store
+
+    target = tiny_target("llama")
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    key = store.digest(store.target_parts(target))
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    assert store.digest(store.target_parts(target)) != key
+    assert store.target_parts(target)["cpu"][0] == torch.backends.cpu.get_cpu_capability()

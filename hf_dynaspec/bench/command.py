@@ -35,10 +35,12 @@ def add_parser(commands) -> None:
     bench.add_argument("--dtype", choices=["bf16", "fp16", "fp32"], default="bf16")
     bench.add_argument("--device", default="auto", help="auto (CUDA when there is one, else CPU), cpu, cuda, ...")
     bench.add_argument("--cpu-verify", nargs="?", const="auto", default=None, choices=["auto", "kernel", "shadow"],
-                       help="multi-token forwards of a bf16 target on CPU through hf_dynaspec.kernels.verify_rows.patch, "
-                            "for every method, vanilla included: auto (the kernel for the row counts where it is "
-                            "measured faster than PyTorch's bf16 here, else off), kernel or shadow (every "
-                            "multi-token forward, prefill included)")
+                       help="route the target's CPU forwards for every method, vanilla included "
+                            "(hf_dynaspec.kernels.verify_rows.patch): auto (each row count on the path measured "
+                            "fastest here: the rows kernel, prepacked oneDNN weights or PyTorch's own; the same as "
+                            "the vanilla-fast method), kernel or shadow (every multi-token forward of a bf16 target, "
+                            "prefill included). Without it, plain methods run on PyTorch's kernels and assisted "
+                            "ones route their target by themselves")
     bench.add_argument("--medusa", default=None, metavar="PATH",
                        help="Medusa heads for the medusa methods (ours, FasterDecoding's or vLLM's layout)")
     bench.add_argument("--batch-size", default=None, metavar="N[,N...]",

@@ -34,9 +34,14 @@ def calibration_path() -> Path:
 
 
 def target_parts(target) -> dict:
-    """What a target's costs depend on: its class and config, dtype, device (and card), threads, versions."""
+    """What a target's costs depend on: its class and config, dtype, device (and card; on a CPU the instruction set
+    PyTorch and oneDNN use, which ATEN_CPU_CAPABILITY / ONEDNN_MAX_CPU_ISA can lower), threads, versions."""
     head = target.get_output_embeddings().weight
+    cpu = None
+    if head.device.type == "cpu":
+        cpu = [torch.backends.cpu.get_cpu_capability(), os.environ.get("ONEDNN_MAX_CPU_ISA", "")]
     return {
+        "cpu": cpu,
         "target": type(target).__name__,
         "target_config": target.config.to_json_string(use_diff=False),
         "dtype": str(target.dtype),

@@ -38,25 +38,29 @@ static inline float horizontal_sum(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-/* One weight row against N (1..8) input rows; the compiler specialises each N. Eight float32
- * accumulators, the weight vector and an input vector fit AVX2's sixteen registers. */
-#define DEFINE_DOT(N)                                                                                      \
-    static inline void dot_rows_##N(const float *x, int64_t in, const uint16_t *w_row, float *out,       \
-                                    int64_t out_stride) {                                                   \
+/* One weight row against N (1..8) input rows on AVX2/FMA; the compiler specialises each N. Eight float32
+ * accumulators, the weight vector and an input vector fit AVX2's sixteen registers. W_T is the weight's element
+ * type, LOAD8 widens eight of them to float32, SCALAR one (the row's tail). */
+#define DEFINE_DOT_AVX2(NAME, N, W_T, LOAD8, SCALAR)                                                       \
+    static inline void NAME##_##N(const float *x, int64_t in, const W_T *w_row, float *out,                \
+                                  int64_t out_stride) {                                                     \
         __m256 acc[N];                                                                                     \
         for (int r = 0; r < N; r++) acc[r] = _mm256_setzero_ps();                                          \
         int64_t i = 0;                                                                                     \
         for (; i + 8 <= in; i += 8) {                                                                      \
             _mm_prefetch((const char *)(w_row + i + PREFETCH), _MM_HINT_T0);                               \
-            __m256 w = load_bf16x8(w_row + i);                                                             \
+            __m256 w = LOAD8(w_row + i);                                                                   \
             for (int r = 0; r < N; r++) acc[r] = _mm256_fmadd_ps(w, _mm256_loadu_ps(x + r * in + i), acc[r]); \
         }                                                                                                  \
         for (int r = 0; r < N; r++) {                                                                      \
             float sum = horizontal_sum(acc[r]);                                                            \
-            for (int64_t j = i; j < in; j++) sum += x[r * in + j] * bf16_to_float(w_row[j]);              \
+            for (int64_t j = i; j < in; j++) sum += x[r * in + j] * SCALAR(w_row[j]);                     \
             out[r * out_stride] = sum;                                                                     \
         }                                                                                                  \
     }
+#define AS_FLOAT(v) (v)
+#define DEFINE_DOT(N) DEFINE_DOT_AVX2(dot_rows, N, uint16_t, load_bf16x8, bf16_to_float)
+#define DEFINE_DOT_F32_AVX2(N) DEFINE_DOT_AVX2(dot_f32avx2, N, float, _mm256_loadu_ps, AS_FLOAT)
 DEFINE_DOT(1)
 DEFINE_DOT(2)
 DEFINE_DOT(3)
@@ -114,25 +118,6 @@ DEFINE_DOT(8)
                 acc[r] = _mm512_fmadd_ps(w, _mm512_maskz_loadu_ps(m, x + r * in + i), acc[r]);             \
         }                                                                                                  \
         _Pragma("GCC unroll 16") for (int r = 0; r < N; r++) out[r * out_stride] = _mm512_reduce_add_ps(acc[r]); \
-    }
-
-/* float32 weights on AVX2/FMA. */
-#define DEFINE_DOT_F32_AVX2(N)                                                                             \
-    static inline void dot_f32avx2_##N(const float *x, int64_t in, const float *w_row, float *out,         \
-                                       int64_t out_stride) {                                                \
-        __m256 acc[N];                                                                                     \
-        for (int r = 0; r < N; r++) acc[r] = _mm256_setzero_ps();                                          \
-        int64_t i = 0;                                                                                     \
-        for (; i + 8 <= in; i += 8) {                                                                      \
-            _mm_prefetch((const char *)(w_row + i + PREFETCH), _MM_HINT_T0);                               \
-            __m256 w = _mm256_loadu_ps(w_row + i);                                                         \
-            for (int r = 0; r < N; r++) acc[r] = _mm256_fmadd_ps(w, _mm256_loadu_ps(x + r * in + i), acc[r]); \
-        }                                                                                                  \
-        for (int r = 0; r < N; r++) {                                                                      \
-            float sum = horizontal_sum(acc[r]);                                                            \
-            for (int64_t j = i; j < in; j++) sum += x[r * in + j] * w_row[j];                             \
-            out[r * out_stride] = sum;                                                                     \
-        }                                                                                                  \
     }
 
 #define FOR_EACH_N(DEFINE) DEFINE(1) DEFINE(2) DEFINE(3) DEFINE(4) DEFINE(5) DEFINE(6) DEFINE(7) DEFINE(8)
