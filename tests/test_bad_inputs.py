@@ -8,6 +8,7 @@ fails the test.
 from __future__ import annotations
 
 import json
+import re
 import warnings
 
 import pytest
@@ -135,3 +136,95 @@ def test_a_saved_artifact_records_checksums_and_fingerprint(saved):
     embedding = target.get_input_embeddings().weight.detach()
     assert fingerprint["embedding"][1][2] == pytest.approx(
         float(embedding[fingerprint["rows"][1], fingerprint["columns"][2]]))
+
+
+# -- one table: every public entry, a wrong input, the error that names the problem and the fix -------------------
+def _corrupt(directory, name, text=None, truncate=None):
+    path = directory / name
+    if truncate is not None:
+        path.write_bytes(path.read_bytes()[:truncate])
+    else:
+        path.write_text(text)
+
+
+def _load(target, directory):
+    return DynaSpecAssistant.from_pretrained(directory, target=target)
+
+
+def _fast_cpu(value):
+    from hf_dynaspec import fast_cpu
+
+    return fast_cpu(value)
+
+
+def _bench_methods(keys):
+    from hf_dynaspec.bench.methods import build_methods
+
+    return build_methods(keys)
+
+
+def _route(model, **kwargs):
+    from hf_dynaspec.kernels.verify_rows import patch
+
+    return patch.enable(model, **kwargs)
+
+
+def _sample(row):
+    from hf_dynaspec import sampling
+
+    return sampling.sample(torch.tensor([row]))
+
+
+# (id, how the mistake is made from (target, saved artifact directory), the error, what its message must say)
+CASES = [
+    ("from_pretrained: a file, not the directory", lambda t, d: _load(t, d / "config.json"), Exception,
+     r"is a file; pass the directory"),
+    ("from_pretrained: a directory that is not there", lambda t, d: _load(t, d / "missing"), Exception,
+     r"neither a local directory nor a Hub repo"),
+    ("from_pretrained: config.json empty", lambda t, d: (_corrupt(d, "config.json", ""), _load(t, d)), ArtifactError,
+     r"config.json is corrupt .*re-download or re-save"),
+    ("from_pretrained: config.json not JSON", lambda t, d: (_corrupt(d, "config.json", "{not json"), _load(t, d)),
+     ArtifactError, r"config.json is corrupt"),
+    ("from_pretrained: config.json a list", lambda t, d: (_corrupt(d, "config.json", "[1, 2]"), _load(t, d)),
+     ArtifactError, r"must hold a JSON object, found list"),
+    ("from_pretrained: weights truncated", lambda t, d: (_corrupt(d, "model.safetensors", truncate=100), _load(t, d)),
+     IntegrityError, r"model.safetensors does not match the sha256 .*Re-download or re-save"),
+    ("from_pretrained: weights truncated, no checksums",
+     lambda t, d: ((d / "checksums.json").unlink(), _corrupt(d, "model.safetensors", truncate=100), _load(t, d)),
+     ArtifactError, r"model.safetensors is corrupt or not a safetensors file .*re-download"),
+    ("from_pretrained: weights missing", lambda t, d: ((d / "model.safetensors").unlink(), _load(t, d)),
+     IntegrityError, r"model.safetensors is listed in checksums.json but missing: the artifact is incomplete"),
+    ("from_pretrained: weights missing, no checksums",
+     lambda t, d: ((d / "checksums.json").unlink(), (d / "model.safetensors").unlink(), _load(t, d)),
+     ArtifactError, r"has no model.safetensors: the artifact is incomplete"),
+    ("from_pretrained: target not a model", lambda t, d: DynaSpecAssistant.from_pretrained(d, target="qwen"),
+     TypeError, r"target \(the model the assistant drafts for\) must be a transformers model .*got str"),
+    ("from_pretrained: generation_config.json not JSON",
+     lambda t, d: (_corrupt(d, "generation_config.json", "{"), _load(t, d)), ArtifactError,
+     r"generation_config.json is not valid JSON .*re-save or re-download"),
+    ("fast_cpu: not a model", lambda t, d: _fast_cpu("qwen"), TypeError, r"fast_cpu's model must be a transformers model .*got str"),
+    ("bench: an unknown method", lambda t, d: _bench_methods(["vanila"]), ValueError,
+     r"unknown method 'vanila'; known methods: vanilla"),
+    ("bench: an assistant method without an assistant", lambda t, d: _bench_methods(["dynaspec"]), ValueError,
+     r"needs an assistant: pass --assistant PATH"),
+    ("verify_rows.patch.enable: rows the wrong way round", lambda t, d: _route(t, min_rows=5, max_rows=2),
+     ValueError, r"needs 1 <= min_rows <= max_rows"),
+    ("verify_rows.patch.enable: packed rows the wrong way round",
+     lambda t, d: _route(t.to(torch.bfloat16), min_rows=0, max_rows=0, packed_rows=(9, 2)), ValueError,
+     r"packed_rows \(lo, hi\) with 1 <= lo <= hi"),
+    ("verify_rows.patch.enable: an unknown method", lambda t, d: _route(t, method="fast"), ValueError,
+     r"method must be one of"),
+    ("sampling: a NaN row", lambda t, d: _sample([float("nan"), 1.0]), ValueError, r"NaN, infinite or all zero"),
+    ("sampling: an all-zero row", lambda t, d: _sample([0.0, 0.0]), ValueError, r"every token was masked"),
+]
+
+
+@pytest.mark.parametrize("make_mistake,error,message", [case[1:] for case in CASES], ids=[case[0] for case in CASES])
+def test_a_bad_input_is_refused_naming_the_problem_and_nothing_is_written(saved, make_mistake, error, message):
+    target, directory = saved
+    before = {path: path.stat().st_mtime_ns for path in directory.rglob("*")}
+    with pytest.raises(Exception) as caught:  # any exception: a wrong one fails the assertion below, not the run
+        make_mistake(target, directory)
+    assert isinstance(caught.value, error) and re.search(message, str(caught.value)), repr(caught.value)
+    after = {path for path in directory.rglob("*")}
+    assert after <= set(before), f"files written on failure: {sorted(after - set(before))}"

@@ -102,7 +102,7 @@ def test_undo_and_the_refusals(monkeypatch):
         hf_dynaspec.fast_cpu(model)
     handle.undo()
     assert verify_rows_patch.describe(model) is None
-    with pytest.raises(TypeError, match="transformers model"):
+    with pytest.raises(TypeError, match="must be a transformers model"):
         hf_dynaspec.fast_cpu(torch.nn.Linear(4, 4))
     monkeypatch.setattr(verify_kernel, "measured_routes", lambda model: NO_ROUTES)
     with hf_dynaspec.fast_cpu(model) as nothing:  # nothing measured faster: the model is left as it is

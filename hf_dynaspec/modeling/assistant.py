@@ -23,7 +23,7 @@ import torch
 import torch.nn as nn
 from transformers import AutoConfig, AutoModel, PreTrainedModel
 
-from hf_dynaspec.errors import ArtifactError, AssistantMismatchError
+from hf_dynaspec.errors import ArtifactError, AssistantMismatchError, require_model
 from hf_dynaspec.modeling import checkpoints, hub, integrity, model_card
 from hf_dynaspec.modeling.config import DynaSpecConfig
 from hf_dynaspec.modeling.drafter import TargetParts, build_drafter, drafting_device
@@ -268,9 +268,8 @@ class DynaSpecAssistant(PreTrainedModel):
         return self
 
     def _check_compatible(self, target: PreTrainedModel, allow_different_target: bool = False) -> None:
-        config = self.config
-        text = target.config.get_text_config()
-        problems = []
+        require_model(target, "target (the model the assistant drafts for)")
+        config, text, problems = self.config, target.config.get_text_config(), []
         head_rows = target.get_output_embeddings().weight.shape[0]
         if config.vocab_size != head_rows:
             problems.append(f"vocabulary {config.vocab_size} vs the target's {head_rows} LM-head rows")

@@ -12,6 +12,7 @@ from typing import NamedTuple
 import torch
 from transformers.cache_utils import DynamicCache
 
+from hf_dynaspec.errors import require_model
 from hf_dynaspec.generation.costs import store
 from hf_dynaspec.generation.costs.timing import CONTEXT, MEASURED_SIZES, random_ids, verify_seconds
 from hf_dynaspec.generation.forward_args import cache_kwargs
@@ -198,8 +199,7 @@ def fast_cpu(model) -> FastCPU:
     (float32 accumulation both ways), the near-tie effect of any change of kernel (hf_dynaspec.check_exactness)."""
     from hf_dynaspec.kernels.verify_rows import patch as verify_rows_patch
 
-    if not isinstance(model, torch.nn.Module) or not hasattr(model, "get_input_embeddings"):
-        raise TypeError(f"fast_cpu takes a transformers model (a PreTrainedModel), got {type(model).__name__}")
+    require_model(model, "fast_cpu's model")
     if verify_rows_patch.is_enabled(model):
         raise RuntimeError("this model's Linear layers are already rerouted (fast_cpu or verify_rows.patch.enable): "
                            "undo that first")
