@@ -55,14 +55,15 @@ def profiled_rounds(found: set):
 
 
 def call_sets() -> dict[str, set]:
-    """{round kind: {(file, function)}} for each default round kind (flat costs: the plan does not depend on this
-    machine's timings)."""
+    """{round kind: {(file, function)}} for each default round kind (flat costs and no CPU routing: neither the plan
+    nor the kernels a forward takes depend on this machine's timings)."""
     sys.path.insert(0, str(ROOT / "tests"))
     from conftest import imitating_assistant, one_layer_target
     from test_planned_trees import flat_tree_costs
 
     from hf_dynaspec import MedusaAssistant, chain_generate, medusa_generate, tree_generate
     from hf_dynaspec.generation import rounds
+    from hf_dynaspec.generation.costs import verify_kernel
 
     target = one_layer_target("llama", seed=4)
     assistant = imitating_assistant(target, noise=0.3, draft_plan="auto", suffix_cache_num_tokens=16)  # the defaults
@@ -78,8 +79,9 @@ def call_sets() -> dict[str, set]:
         KINDS[4]: lambda: target.generate(batch, attention_mask=torch.ones_like(batch), custom_generate=chain_generate,
                                           drafter=assistant, max_new_tokens=24, pad_token_id=0),
     }
-    measured = rounds.round_costs
+    measured, routes = rounds.round_costs, verify_kernel.measured_routes
     rounds.round_costs = lambda *a, **k: flat_tree_costs()
+    verify_kernel.measured_routes = lambda target: verify_kernel.NO_ROUTES
     try:
         sets = {}
         for kind, call in calls.items():
@@ -89,7 +91,7 @@ def call_sets() -> dict[str, set]:
             sets[kind] = found
         return sets
     finally:
-        rounds.round_costs = measured
+        rounds.round_costs, verify_kernel.measured_routes = measured, routes
 
 
 def table(sets: dict[str, set]) -> str:

@@ -163,6 +163,14 @@ def _bench_methods(keys):
     return build_methods(keys)
 
 
+def _public_route(target, route, **kwargs):
+    from hf_dynaspec import chain_generate, medusa_generate
+
+    routes = {"chain": chain_generate, "tree": tree_generate, "medusa": medusa_generate}
+    return target.generate(PROMPT, attention_mask=torch.ones_like(PROMPT), custom_generate=routes[route],
+                           max_new_tokens=4, do_sample=False, **kwargs)
+
+
 def _route(model, **kwargs):
     from hf_dynaspec.kernels.verify_rows import patch
 
@@ -202,6 +210,15 @@ CASES = [
     ("from_pretrained: generation_config.json not JSON",
      lambda t, d: (_corrupt(d, "generation_config.json", "{"), _load(t, d)), ArtifactError,
      r"generation_config.json is not valid JSON .*re-save or re-download"),
+    ("chain_generate: no drafter", lambda t, d: _public_route(t, "chain"), ValueError,
+     r"chain_generate needs the assistant: .*drafter=assistant"),
+    ("chain_generate: a drafter of the wrong type", lambda t, d: _public_route(t, "chain", drafter="eagle"),
+     TypeError, r"drafter must be a DynaSpecAssistant, got str"),
+    ("tree_generate: a drafter of the wrong type", lambda t, d: _public_route(t, "tree", drafter=d), TypeError,
+     r"drafter must be a DynaSpecAssistant, got PosixPath"),
+    ("medusa_generate: an EAGLE assistant as the heads",
+     lambda t, d: _public_route(t, "medusa", drafter=_load(t, d)), TypeError,
+     r"medusa_generate's drafter must be a MedusaAssistant or a DiffusionDrafter, got DynaSpecAssistant"),
     ("fast_cpu: not a model", lambda t, d: _fast_cpu("qwen"), TypeError, r"fast_cpu's model must be a transformers model .*got str"),
     ("bench: an unknown method", lambda t, d: _bench_methods(["vanila"]), ValueError,
      r"unknown method 'vanila'; known methods: vanilla"),
