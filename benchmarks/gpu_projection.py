@@ -8,7 +8,9 @@ head) and the costs of `tests/gpu/test_gpu_costs.py` on a card (`gpu_costs.json`
     tokens per round = 1 + sum_{k=1..K} prod_{j<=k} a_j,  time per round = draft(K) + verify(K + 1),
     speedup = (tokens per round / time per round) x verify(1),  the best K in 1..8,
 
-with draft(K) = draft4 x K / 4 (the measured 4-token round, scaled per step). A projection, not a measurement:
+with draft(K) = draft4 x K / 4 (the measured 4-token round, scaled per step). Where the costs hold plain
+`generate()`'s own time per token (`plain`: eager, and HF's static-cache compiled path), each row is also divided
+against those: speedup over plain X = tokens per round / time per round x X's milliseconds per token. A projection, not a measurement:
 it leaves out the loop's own host work per round and assumes each head drafts with the shipped head's acceptance
 (the full head and FR-Spec accept about as often on these prompts: docs/results.md). docs/gpu.md shows it next to
 the measured figures.
@@ -62,9 +64,13 @@ def projection_table(costs: dict) -> list[dict]:
         if assistant is None:  # no shipped assistant of that size: costs only
             continue
         acceptance = greedy_acceptance(assistant)
+        plain = next((p["ms_per_token"] for p in costs.get("plain", [])
+                      if (p["shape"], p["dtype"]) == (entry["shape"], entry["dtype"])), {})
         for case in sorted(k for k in entry["medians_ms"] if k.startswith("draft4 ")):
             rows.append({"card": costs["card"], "shape": entry["shape"], "dtype": entry["dtype"],
                          "method": case.removeprefix("draft4 "), **project(entry["medians_ms"], acceptance, case)})
+            rows[-1].update({f"over_plain_{name}": rows[-1]["tokens_per_round"] / rows[-1]["ms_per_round"] * ms
+                             for name, ms in plain.items()})
     return rows
 
 
@@ -74,11 +80,13 @@ def main(argv=None) -> list[dict]:
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
     rows = projection_table(json.loads(Path(args.costs).read_text()))
-    print("| card | shape | dtype | method | best K | tokens / round | ms / round | projected speedup |")
-    print("| --- | --- | --- | --- | ---: | ---: | ---: | ---: |")
+    print("| card | shape | dtype | method | best K | tokens / round | ms / round | over verify(1) "
+          "| over plain eager | over plain compiled |")
+    print("| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     for r in rows:
+        over = [f"{r[key]:.2f}x" if key in r else "not measured" for key in ("over_plain_eager", "over_plain_compiled")]
         print(f"| {r['card']} | {r['shape']} | {r['dtype']} | {r['method']} | {r['k']} | {r['tokens_per_round']:.2f} "
-              f"| {r['ms_per_round']:.2f} | {r['speedup']:.2f}x |")
+              f"| {r['ms_per_round']:.2f} | {r['speedup']:.2f}x | {over[0]} | {over[1]} |")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     return rows

@@ -21,6 +21,10 @@ BAD_ROW = ("a probability row to sample from is NaN, infinite or all zero (as to
            "overflow) and processors such as bad_words_ids or a top_p of 0")
 
 
+# CUDA's device-side assert takes a message of under 255 characters (the H200 run of 2026-11-28 raised on BAD_ROW).
+DEVICE_BAD_ROW = "hf_dynaspec sampling: a probability row is NaN, infinite or all zero (fp16 overflow or every token masked)"
+
+
 def exponential(shape: torch.Size, device: torch.device, generator: torch.Generator | None) -> torch.Tensor:
     """Independent Exp(1) draws (float32); its own function so that a test can force a draw of exactly 0."""
     return torch.empty(shape, dtype=torch.float32, device=device).exponential_(generator=generator)
@@ -35,7 +39,7 @@ def check_rows(probs: torch.Tensor) -> None:
         if not bool(good.all()):
             raise ValueError(BAD_ROW)
     else:
-        torch._assert_async(good.all(), BAD_ROW)
+        torch._assert_async(good.all(), DEVICE_BAD_ROW)
 
 
 def sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:

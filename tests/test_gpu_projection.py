@@ -41,3 +41,15 @@ def test_the_table_reads_each_shipped_assistants_acceptance_and_skips_shapes_wit
     acceptance = gpu_projection.greedy_acceptance("qwen2.5-coder-0.5b-instruct")
     assert rows[0] == {"card": "test card", "shape": "qwen2.5-0.5b", "dtype": "bf16", "method": "dynaspec eager",
                        **gpu_projection.project(entry["medians_ms"], acceptance, "draft4 dynaspec eager")}
+
+
+def test_rows_divide_against_plain_generate_where_its_costs_were_measured():
+    entry = {"shape": "qwen2.5-0.5b", "dtype": "bf16", "medians_ms": costs(4.0, lambda n: 10.0 + 0.1 * n)}
+    plain = [{"shape": "qwen2.5-0.5b", "dtype": "bf16", "ms_per_token": {"eager": 12.0, "compiled": 2.0}},
+             {"shape": "qwen2.5-0.5b", "dtype": "fp16", "ms_per_token": {"eager": 99.0, "compiled": 99.0}}]
+    row, = gpu_projection.projection_table({"card": "c", "entries": [entry], "plain": plain})
+    per_ms = row["tokens_per_round"] / row["ms_per_round"]
+    assert row["over_plain_eager"] == pytest.approx(per_ms * 12.0)
+    assert row["over_plain_compiled"] == pytest.approx(per_ms * 2.0)  # 6x less than over eager: same rounds
+    bare, = gpu_projection.projection_table({"card": "c", "entries": [entry]})
+    assert "over_plain_compiled" not in bare

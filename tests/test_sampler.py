@@ -72,3 +72,20 @@ def test_a_row_with_nothing_to_draw_is_refused(row):
         sampling.sample(p)
     with pytest.raises(RuntimeError, match="probability tensor contains|invalid multinomial"):  # multinomial too
         torch.multinomial(p, 1)
+
+
+def test_the_device_check_fits_cudas_assert_message():
+    """On an accelerator the check is a device-side assert, whose message CUDA limits to under 255 characters: a
+    longer one raises on every sampled draw (it did on the H200, 2026-11-28). The assert is recorded on the fake
+    device, where no message is checked."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    messages = []
+    real = torch._assert_async
+    try:
+        torch._assert_async = lambda condition, message: messages.append(message)
+        with FakeTensorMode():
+            sampling.check_rows(torch.ones(2, 5, device="cuda"))
+    finally:
+        torch._assert_async = real
+    assert messages and all(0 < len(message) < 255 for message in messages)

@@ -140,10 +140,53 @@ def test_gpu_costs_per_shape(tmp_path, shape):
                 captured = captured_draft(assistant, assistant.generation_config, head)
                 call = _draft_round(assistant, head, captured, input_ids, features)
                 cases[f"draft4 {strategy} {'captured' if mode == 'compile' else 'eager'}"] = lambda call=call: call
+        skips_before = _cudagraph_skips()
         medians = interleaved_medians(cases, 15)
-        record["entries"].append({"shape": shape, "dtype": dtype_name, "row_budget": rows, "medians_ms": medians})
+        record["entries"].append({"shape": shape, "dtype": dtype_name, "row_budget": rows, "medians_ms": medians,
+                                  "cudagraph_skips": _cudagraph_skips() - skips_before})
         del target, cases
         torch.cuda.empty_cache()
     with open(path, "w") as f:
         json.dump(record, f, indent=1)
     assert all(m > 0 for e in record["entries"] for m in e["medians_ms"].values())
+
+
+def _cudagraph_skips() -> int:
+    """Graphs cudagraph trees silently did not record (mutated inputs that are not static addresses, ...)."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["inductor"]["cudagraph_skips"])  # a Counter: 0 until the first skip
+
+
+PLAIN_SHAPES = ("qwen2.5-0.5b", "qwen2.5-1.5b")
+PLAIN_NEW = 64
+
+
+@pytest.mark.parametrize("shape", PLAIN_SHAPES)
+def test_plain_generate_eager_and_compiled(tmp_path, shape):
+    """The baselines of the projection: plain `generate()` per new token after a 512-token prompt, eager (a dynamic
+    cache) and HF's own fast path (`cache_implementation="static"`, compiled with CUDA graphs), bf16, batch 1.
+    Per token = (time of 1 + PLAIN_NEW new tokens - time of 1 new token) / PLAIN_NEW: the prefill cancels."""
+    out = os.environ.get("OUT", str(tmp_path))
+    path = os.path.join(out, "gpu_costs.json")
+    record = json.load(open(path)) if os.path.exists(path) else {"entries": []}
+    target = _target(shape, torch.bfloat16)
+    ids = torch.randint(0, target.config.vocab_size, (1, CONTEXT), device="cuda")
+
+    def generate(new: int, **options):
+        def call():
+            with torch.no_grad():
+                return target.generate(ids, max_new_tokens=new, min_new_tokens=new, do_sample=False, **options)
+        return call
+    per_token, skips_before = {}, _cudagraph_skips()
+    for name, options in (("eager", {}), ("compiled", {"cache_implementation": "static"})):
+        for _ in range(3):  # compiles and records the graphs (static path), warms the allocator
+            generate(PLAIN_NEW + 1, **options)()
+        medians = interleaved_medians({"short": lambda o=options: generate(1, **o),
+                                       "long": lambda o=options: generate(PLAIN_NEW + 1, **o)}, 5)
+        per_token[name] = (medians["long"] - medians["short"]) / PLAIN_NEW
+    record.setdefault("plain", []).append({"shape": shape, "dtype": "bf16", "ms_per_token": per_token,
+                                           "cudagraph_skips": _cudagraph_skips() - skips_before})
+    with open(path, "w") as f:
+        json.dump(record, f, indent=1)
+    assert per_token["eager"] > 0 and per_token["compiled"] > 0
