@@ -40,6 +40,7 @@ PLANNED = "tests/test_planned_rounds.py"
 PLANNED_TREES = "tests/test_planned_trees.py"
 MEDUSA = "tests/test_medusa.py"
 BATCHED = "tests/test_batched.py"
+STATIC = "tests/test_static_round.py"
 MEDUSA_AUTO = "tests/test_medusa_auto.py"
 LATTICE = "tests/test_lattice.py"
 SIMULATION = "tests/test_plan_simulation.py"
@@ -329,14 +330,15 @@ MUTATIONS = [
     Mutation("measured costs shared across dtypes (fp32 costs planning a bf16 target)",
              "hf_dynaspec/generation/costs/store.py", "        \"dtype\": str(target.dtype),\n", "",
              ["tests/test_planner.py"], select="calibration"),
-    Mutation("public chain route verifies sampled drafts as point masses", "hf_dynaspec/generation/chain.py",
-             "do_sample=bool(generation_config.do_sample), draws_drafts=False, batch_row=batch_row)",
+    Mutation("public chain route verifies sampled drafts as point masses", "hf_dynaspec/generation/speculative.py",
+             "do_sample=bool(generation_config.do_sample), draws_drafts=False, with_trees=trees,",
              "do_sample=bool(generation_config.do_sample), draws_drafts=bool(generation_config.do_sample), "
-             "batch_row=batch_row)",
+             "with_trees=trees,",
              [CHAIN_GENERATE], select="sampled"),
-    Mutation("public chain route: lookup drafts ignore the room left", "hf_dynaspec/generation/public_loop.py",
-             "tree = drafts.propose(input_ids, target_hidden, max(room - 1, 0))",
-             "tree = drafts.propose(input_ids, target_hidden, max(room - 1, 0) + 3)", [CHAIN_GENERATE],
+    Mutation("public chain route: lookup drafts ignore the room left", "hf_dynaspec/generation/batched_loop.py",
+             "row.drafts.propose(row.ids, row.hidden, max(lockstep.length - row.sequence.shape[1] - 1, 0))",
+             "row.drafts.propose(row.ids, row.hidden, max(lockstep.length - row.sequence.shape[1] - 1, 0) + 3)",
+             [CHAIN_GENERATE],
              select="sampled_chain_generate_is_exact"),
     Mutation("deferred positions absorbed after the new ones", "hf_dynaspec/drafting/chain.py",
              "new_target_hidden = torch.cat([self.pending_hidden, new_target_hidden], dim=1)",
@@ -358,7 +360,7 @@ MUTATIONS = [
              "            if not kids[node] or kids[node][0] != child:", "            if not kids[node]:",
              [PLANNED_TREES], select="first_children"),
     Mutation("public routes never route verification through the rows kernel", "hf_dynaspec/generation/public_loop.py",
-             "    if options.draft_plan == \"auto\" and options.target_verify_kernel == \"auto\":",
+             "    if options.draft_plan == \"auto\" and options.target_verify_kernel == \"auto\" and options.verify_round == \"eager\":",
              "    if False:", ["tests/test_planner.py"], select="rows_kernel"),
     Mutation("medusa: head k drafts with block k - 1 (off by one head)", "hf_dynaspec/modeling/medusa.py",
              "        return torch.stack([block(hidden) for block in self.blocks])",
@@ -398,11 +400,12 @@ MUTATIONS = [
              "index = torch.stack([torch.cat([kept[0], kept[0].new_zeros(most - kept[0].shape[0])]) for k in kept]) + past",
              [BATCHED], select="different_lengths or own_plain_greedy"),
     # #59: the GPU defects found by reading, each caught by the test written for it.
-    Mutation("public loop keeps every token's full-vocabulary rows though nobody asked",
-             "hf_dynaspec/generation/public_loop.py",
-             ["    scores = [] if returned and generation_config.output_scores else None\n",
-              "    raw_logits = [] if returned and generation_config.output_logits else None\n"],
-             ["    scores = []\n", "    raw_logits = []\n"], [CHAIN_GENERATE], select="holds_no_scores"),
+    Mutation("the loop keeps every token's full-vocabulary rows though nobody asked",
+             "hf_dynaspec/generation/batched_loop.py",
+             ["        self.scores = list(first_scores) if returned and generation_config.output_scores else None\n",
+              "        self.logits = list(first_logits) if returned and generation_config.output_logits else None\n"],
+             ["        self.scores = list(first_scores)\n", "        self.logits = list(first_logits)\n"],
+             [CHAIN_GENERATE], select="holds_no_scores"),
     Mutation("device: sampling through torch.multinomial (two host syncs per draw)", "hf_dynaspec/sampling.py",
              "    return (probs / noise.clamp_(min=_SMALLEST)).argmax(dim=-1, keepdim=True)",
              "    return torch.multinomial(probs, 1)", [FAKE_CUDA], select="chain_draft_of_k_tokens"),
@@ -411,8 +414,8 @@ MUTATIONS = [
              "    return (probs * noise).argmax(dim=-1, keepdim=True)", ["tests/test_sampler.py"]),
     Mutation("device: a finished row dropped with an index on the mask's card, not each layer's",
              "hf_dynaspec/generation/batched_loop.py",
-             "            layer.batch_select_indices(index_on(layer.keys.device))",
-             "            layer.batch_select_indices(index_on(valid.device))", [FAKE_CUDA], select="finished_row"),
+             "        layer.batch_select_indices(index_on(layer.keys.device))",
+             "        layer.batch_select_indices(index_on(valid.device))", [FAKE_CUDA], select="finished_row"),
     Mutation("device: timing waits for the current card only", "hf_dynaspec/kernels/streams.py",
              "    for device in dict.fromkeys(torch.device(d) for d in devices):\n"
              "        if device.type == \"cuda\":\n            torch.cuda.synchronize(device)\n",
@@ -437,8 +440,8 @@ MUTATIONS = [
              "            key = tuple(history[:n]) if n else ()", [LATTICE], select="newest"),
     Mutation("batched rounds: real nodes see the padding nodes of a smaller tree",
              "hf_dynaspec/generation/batched_loop.py",
-             "    visible[:, :, past:] = torch.eye(width, dtype=torch.bool, device=device)",
-             "    visible[:, :, past:] = True or torch.eye(width, dtype=torch.bool, device=device)", [BATCHED],
+             "    visible[:, :, past : past + width] = torch.eye(width, dtype=torch.bool, device=device)",
+             "    visible[:, :, past : past + width] = True or torch.eye(width, dtype=torch.bool, device=device)", [BATCHED],
              select="own_forward or own_plain_greedy"),
     Mutation("batched rows: a processor's per-row state taken from the first row",
              "hf_dynaspec/generation/batched_loop.py", "setattr(processor, name, value[row : row + 1])",
@@ -500,6 +503,15 @@ MUTATIONS = [
     Mutation("the lattice planner's tables shared across decoding modes", "hf_dynaspec/generation/medusa.py",
              "    memory = memories[do_sample]\n", "    memory = memories.setdefault(True, memories[do_sample])\n",
              [MEDUSA_AUTO], select="measured_acceptance_is_where"),
+    # #73: the static verify round.
+    Mutation("static round: a forward writes one slot early, over the last committed entry",
+             "hf_dynaspec/generation/static_round.py", "        self.set_length(past)\n",
+             "        self.set_length(max(past - 1, 0))\n", [STATIC],
+             select="plain_forward"),
+    Mutation("static round: stale slots past the committed prefix attended", "hf_dynaspec/generation/batched_loop.py",
+             "    visible[:, :, :past] = valid[:, None, :]",
+             "    visible[:, :, :past] = valid[:, None, :]\n    visible[:, :, past + width :] = True", [STATIC],
+             select="plain_forward"),
 ]
 
 

@@ -30,7 +30,7 @@ from pathlib import Path
 from hf_dynaspec.bench.prompts import encode_prompts, load_prompts
 from hf_dynaspec.bench.runner import load_assistant, load_target
 from hf_dynaspec.drafting import tree as drafting
-from hf_dynaspec.generation import tree as tree_loop
+from hf_dynaspec.generation import batched_loop as tree_loop
 from hf_dynaspec.generation import tree_generate
 from hf_dynaspec.kernels.verify_rows import patch as cpu_verify
 from recipes.data_paths import shared_data_dir
@@ -113,8 +113,8 @@ def main(argv=None):
     timers.wrap(session, "consume_verified", "drafter: verified positions")
     timers.wrap(session, "_log_probs", "drafter: shortlisted head")
     timers.wrap(assistant.drafter, "step", "drafter: layer steps (all)")
-    timers.wrap(tree_loop, "accept_path", "tree walk")
-    timers.wrap(tree_loop, "compact_cache", "cache compaction")
+    timers.wrap(tree_loop, "_accepted_paths", "tree walk")
+    timers.wrap(tree_loop, "_compact", "cache compaction")
     timers.wrap_target(model)
 
     shapes = [tuple(int(v) for v in shape.split(",")) for shape in args.shapes]

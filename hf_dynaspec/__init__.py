@@ -7,7 +7,13 @@ from hf_dynaspec.drafting.diffusion import DiffusionDrafter
 from hf_dynaspec.drafting.runtime import suffix_cache
 from hf_dynaspec.errors import ArtifactError, AssistantMismatchError, UnsupportedTargetError
 from hf_dynaspec.exactness import Divergence, check_exactness, first_divergence
-from hf_dynaspec.generation import chain_generate, lattice_generate, medusa_generate, tree_generate
+from hf_dynaspec.generation import (
+    chain_generate,
+    lattice_generate,
+    medusa_generate,
+    speculative_generate,
+    tree_generate,
+)
 from hf_dynaspec.generation.costs.verify_kernel import FastCPU, fast_cpu
 from hf_dynaspec.modeling.assistant import DynaSpecAssistant
 from hf_dynaspec.modeling.config import DynaSpecConfig
@@ -19,8 +25,8 @@ from hf_dynaspec.version import __version__
 __all__ = [
     "ArtifactError",
     "AssistantMismatchError",
-    "Divergence",
     "DiffusionDrafter",
+    "Divergence",
     "DraftStats",
     "DynaSpecAssistant",
     "DynaSpecConfig",
@@ -29,13 +35,14 @@ __all__ = [
     "MedusaAssistant",
     "MedusaConfig",
     "UnsupportedTargetError",
+    "__version__",
+    "chain_generate",
     "check_exactness",
     "fast_cpu",
-    "chain_generate",
     "first_divergence",
     "lattice_generate",
     "medusa_generate",
+    "speculative_generate",
     "suffix_cache",
     "tree_generate",
-    "__version__",
 ]

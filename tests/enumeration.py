@@ -34,7 +34,7 @@ import hf_dynaspec.generation.tree_verify as tree_verify
 import hf_dynaspec.sampling as sampling
 from hf_dynaspec.drafting.runtime import runtime_head
 from hf_dynaspec.drafting.tree import TreeDraftSession
-from hf_dynaspec.drafting.tree_structure import tree_attention_mask, tree_position_ids
+from hf_dynaspec.drafting.tree_structure import DraftTree
 from hf_dynaspec.generation.candidate_generator import make_candidate_generator
 from hf_dynaspec.generation.forward_args import cache_kwargs
 
@@ -258,3 +258,23 @@ def tree_round(target, assistant, prompt: list[int], logits_processor, top_k: in
         return tuple(tree.token_ids[path.nodes].tolist()) + (path.next_token,)
 
     return outcome_distribution(enumerate_paths(verify)), len(tree)
+
+
+# The reference forward of one tree (the loop builds its masks itself, batched_loop._verify): positions and mask.
+def tree_position_ids(tree: DraftTree, past_length: int) -> torch.Tensor:
+    """Position ids `[1, N]`: the root continues the cached prefix, every node sits one after its parent."""
+    return (tree.depths + past_length)[None]
+
+
+def tree_attention_mask(tree: DraftTree, past_length: int, dtype: torch.dtype) -> torch.Tensor:
+    """Additive mask `[1, 1, N, P + N]` (0 where a node may attend, the dtype's minimum elsewhere).
+
+    Additive rather than boolean so that every attention implementation (eager adds the mask, SDPA accepts
+    either) reads it the same way; transformers passes a 4-D mask through untouched.
+    """
+    n = len(tree)
+    visible = torch.ones(n, past_length + n, dtype=torch.bool, device=tree.parents.device)
+    visible[:, past_length:] = tree.ancestor_matrix()
+    mask = torch.zeros(visible.shape, dtype=dtype, device=visible.device)
+    mask.masked_fill_(~visible, torch.finfo(dtype).min)
+    return mask[None, None]

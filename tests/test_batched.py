@@ -204,15 +204,16 @@ def test_batched_verify_logits_equal_each_rows_own_forward():
 
     from hf_dynaspec.drafting.contract import chain_tree
     from hf_dynaspec.generation.batched_loop import _compact, _prefill, _Row, _verify
+    from hf_dynaspec.generation.static_round import TargetSlots
 
     target = tiny_target("llama", seed=3)
     heads = MedusaAssistant.from_target(target, num_heads=2)
     prompts = mixed_prompts(3, seed=21)
     ids, mask = left_padded(prompts)
     rows = [_Row(b, ids.shape[1] - len(p), ids[b : b + 1], None, None) for b, p in enumerate(prompts)]
-    cache = DynamicCache()
+    cache = TargetSlots(target, DynamicCache(), 0, static=False)
     with torch.no_grad():
-        valid, _ = _prefill(target, heads, rows, ids, mask.bool(), cache, [LogitsProcessorList()] * 3, False)
+        valid, _, _ = _prefill(target, heads, rows, ids, mask.bool(), cache, [LogitsProcessorList()] * 3, False)
         generator = torch.Generator().manual_seed(0)
         for sizes, kept_counts in (([1, 3, 2], [1, 3, 2]), ([4, 2, 3], [2, 1, 4])):
             trees = [chain_tree(row.ids[0, -1:], torch.randint(0, VOCAB, (n,), generator=generator))
@@ -337,6 +338,7 @@ def test_each_rows_tree_is_read_through_its_own_ancestors():
     own ancestors, never a sibling or a cousin (a causal mask over the flattened tree would let them)."""
     from hf_dynaspec.drafting.tree_structure import DraftTree
     from hf_dynaspec.generation.batched_loop import _Row, _verify
+    from hf_dynaspec.generation.static_round import TargetSlots
 
     seen = {}
 
@@ -357,7 +359,8 @@ def test_each_rows_tree_is_read_through_its_own_ancestors():
         def hidden_state_selection():
             return -1
 
-    _verify(Recorder(), Drafter(), rows, trees, valid, cache=None)
+    recorder = Recorder()
+    _verify(recorder, Drafter(), rows, trees, valid, TargetSlots(recorder, None, 0, static=False))
     visible = seen["attention_mask"][:, 0] == 0  # [rows, nodes, slots]
     for i, tree in enumerate(trees):
         n = len(tree)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import imitating_assistant, one_layer_target, plain_generate
+from conftest import imitating_assistant, one_layer_target, plain_generate, tiny_target
 from enumeration import TargetOracle, enumerate_paths, max_error, outcome_distribution, target_joint
 from test_enumeration import PROMPT, TOLERANCE, VOCAB, processors
 from test_planned_rounds import repeating_prompt
@@ -152,24 +152,24 @@ def test_the_loop_holds_no_scores_nobody_asked_for(monkeypatch, asked):
     import gc
     import weakref
 
-    import hf_dynaspec.generation.public_loop as public_loop
+    import hf_dynaspec.generation.batched_loop as loop
 
     target = one_layer_target("llama", seed=2)
     assistant = imitating_assistant(target, noise=0.2, seed=4, num_assistant_tokens=3)
     rounds: list[list[weakref.ref]] = []
     held_at_pass = []
-    original = public_loop.accept_path
+    original = loop._accepted_paths
 
     def recording(*args, **kwargs):
-        path = original(*args, **kwargs)
-        rounds.append([weakref.ref(row) for row in [*path.scores, *path.logits]])
-        return path
+        paths = original(*args, **kwargs)
+        rounds.append([weakref.ref(row) for path in paths for row in [*path.scores, *path.logits]])
+        return paths
 
     def count_held(*_):
         gc.collect()
         held_at_pass.append(sum(ref() is not None for refs in rounds[:-1] for ref in refs))
 
-    monkeypatch.setattr(public_loop, "accept_path", recording)
+    monkeypatch.setattr(loop, "_accepted_paths", recording)
     handle = target.register_forward_hook(count_held)
     try:
         out = public(target, assistant, torch.tensor([[1, 4, 2, 7]]), max_new_tokens=40, do_sample=False,
@@ -181,3 +181,31 @@ def test_the_loop_holds_no_scores_nobody_asked_for(monkeypatch, asked):
         assert len(out.scores) == 40 and held_at_pass[-1] > 0
     else:
         assert out.scores is None and max(held_at_pass) == 0, held_at_pass
+
+
+def test_speculative_generate_is_each_route_by_its_drafter_and_trees():
+    """The one entry: chains by default, EAGLE-2 trees with `trees=True` (passes drafting more nodes than a chain's
+    K), a Medusa drafter sent to the lattice route; every output equal to plain greedy `generate()`."""
+    from test_medusa import trained_heads
+
+    from hf_dynaspec import speculative_generate
+
+    target = one_layer_target("llama", seed=2)
+    assistant = imitating_assistant(target, noise=0.2, seed=4, draft_plan="fixed", num_assistant_tokens=2,
+                                    prompt_lookup_num_tokens=0, suffix_cache_num_tokens=0)
+    ids = torch.tensor([[1, 4, 2, 7, 9, 3]])
+    plain = target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=24, do_sample=False)
+    most_drafted = {}
+    for trees in (False, True):
+        got = target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=24, do_sample=False,
+                              custom_generate=speculative_generate, drafter=assistant, trees=trees,
+                              tree_top_k=3, tree_depth=2, tree_total_tokens=6)
+        assert torch.equal(got, plain)
+        most_drafted[trees] = max(assistant.stats.drafted_per_pass)
+    assert most_drafted == {False: 2, True: 6}
+    medusa_target = tiny_target("llama", seed=3)
+    heads = trained_heads(medusa_target, steps=20)
+    expected = medusa_target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=16, do_sample=False)
+    got = medusa_target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=16, do_sample=False,
+                                 custom_generate=speculative_generate, drafter=heads)
+    assert torch.equal(got, expected) and heads.stats.verify_passes > 0

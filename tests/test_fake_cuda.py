@@ -21,7 +21,6 @@ from hf_dynaspec.drafting.chain import ChainDraftSession
 from hf_dynaspec.drafting.planner import PlannerMemory, SpeculationPlanner
 from hf_dynaspec.drafting.runtime import runtime_head
 from hf_dynaspec.drafting.tree import TreeDraftSession
-from hf_dynaspec.drafting.tree_structure import tree_attention_mask, tree_position_ids
 from hf_dynaspec.generation.attachment import ensure_attached
 from hf_dynaspec.generation.block_verify import block_verify
 from hf_dynaspec.generation.candidate_generator import EagleCandidateGenerator
@@ -252,11 +251,10 @@ def test_tree_drafting_and_its_masks_stay_on_the_device(strategy):
         input_ids, hidden = _verified(target)
         with cuda.counting() as events:
             tree = session.propose_tree(input_ids, hidden)
-            mask = tree_attention_mask(tree, input_ids.shape[1], torch.float32)
-            positions = tree_position_ids(tree, input_ids.shape[1])
+            visible = tree.ancestor_matrix()  # what the loop's mask is built from (batched_loop._verify)
         assert events.reads == [] and events.uploads == []
-        assert tree.token_ids.shape == (11,) and mask.shape == (1, 1, 11, input_ids.shape[1] + 11)
-        assert all(on_fake_cuda(t) for t in (tree.token_ids, tree.parents, tree.depths, mask, positions))
+        assert tree.token_ids.shape == (11,) and visible.shape == (11, 11)
+        assert all(on_fake_cuda(t) for t in (tree.token_ids, tree.parents, tree.depths, visible))
 
 
 @pytest.mark.parametrize("strategy", ["full", "dynaspec"])
@@ -460,6 +458,7 @@ def test_a_batched_rounds_steps_stay_on_the_device():
 
     from hf_dynaspec.drafting.contract import chain_tree
     from hf_dynaspec.generation.batched_loop import _compact, _keep, _prefill, _Row, _verify
+    from hf_dynaspec.generation.static_round import TargetSlots
     from hf_dynaspec.modeling.medusa import MedusaAssistant
 
     target = tiny_target("qwen2")
@@ -471,8 +470,8 @@ def test_a_batched_rounds_steps_stay_on_the_device():
         mask = torch.ones(3, 7, dtype=torch.bool, device="cuda")
         mask[0, :2] = False
         rows = [_Row(b, padding, ids[b : b + 1], None, None) for b, padding in enumerate((2, 0, 0))]
-        cache = DynamicCache()
-        valid, _ = _prefill(target, heads, rows, ids, mask, cache, [LogitsProcessorList()] * 3, False)
+        cache = TargetSlots(target, DynamicCache(), 0, static=False)
+        valid, _, _ = _prefill(target, heads, rows, ids, mask, cache, [LogitsProcessorList()] * 3, False)
         trees = [chain_tree(row.ids[0, -1:], torch.randint(0, VOCAB, (n,), device="cuda"))
                  for row, n in zip(rows, (1, 3, 2))]
         with cuda.counting() as events:
@@ -480,10 +479,10 @@ def test_a_batched_rounds_steps_stay_on_the_device():
             valid = _compact(cache, valid, [torch.arange(k, device="cuda") for k in (1, 3, 2)])
         assert events.reads == [] and events.uploads == [], (events.reads, events.uploads)
         with cuda.counting() as events:
-            cache, valid = _keep(cache, valid, rows, rows[1:])
+            kept_cache, valid = _keep(cache.cache, valid, rows, rows[1:])
         assert events.reads == [] and len(events.uploads) == 1, events.uploads  # the kept rows, once per device
         assert on_fake_cuda(out.logits) and on_fake_cuda(valid) and valid.shape == (2, 10)
-        assert all(on_fake_cuda(layer.keys) and layer.keys.shape[0] == 2 for layer in cache.layers)
+        assert all(on_fake_cuda(layer.keys) and layer.keys.shape[0] == 2 for layer in kept_cache.layers)
 
 
 def test_a_batched_round_reads_the_device_twice_whatever_its_rows():

@@ -80,3 +80,19 @@ def test_import_and_public_route_survive_a_changed_transformers(case):
         assert "custom_generate=hf_dynaspec.chain_generate" in result.stdout
     elif disabled in ("_validate_generation_mode", "_speculative_sampling"):
         assert "ROUTED" in result.stdout, result.stdout + result.stderr[-2000:]  # the route itself is intact
+
+
+def test_a_gpu_call_on_a_syncing_transformers_release_warns(monkeypatch):
+    """transformers < 5.18 reads the match count in every layer's crop (benchmarks/assisted_syncs.py: 81.5 syncs per
+    pass at 24 layers on 5.17): a CUDA call of the assistant_model= route says so with the fix; a CPU call and a
+    newer release do not."""
+    import torch
+
+    import hf_dynaspec.generation.candidate_generator as candidate_generator
+
+    said = []
+    monkeypatch.setattr(candidate_generator.logger, "warning_once", said.append)
+    for crops_once, device in ((False, "cuda"), (False, "cpu"), (True, "cuda")):
+        monkeypatch.setattr(candidate_generator, "TRANSFORMERS_CROPS_AT_EOS", crops_once)
+        candidate_generator.warn_if_gpu_crops_sync(torch.device(device))
+    assert len(said) == 1 and "transformers>=5.18" in said[0] and "custom_generate=" in said[0]

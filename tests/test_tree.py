@@ -1,4 +1,4 @@
-"""Tree decoding (hf_dynaspec.generation.tree): masks, positions, cache compaction, greedy identity, lossless sampling."""
+"""Tree decoding (`tree_generate`): masks, positions, cache compaction, greedy identity, lossless sampling."""
 
 from __future__ import annotations
 
@@ -7,15 +7,18 @@ import random
 import pytest
 import torch
 from conftest import VOCAB, imitating_assistant, one_layer_target, plain_generate, random_assistant, tiny_target
+from enumeration import tree_attention_mask, tree_position_ids
 from transformers import StoppingCriteria
 
 from hf_dynaspec import tree_generate
 from hf_dynaspec.drafting.runtime import runtime_head
 from hf_dynaspec.drafting.tree import TreeDraftSession
-from hf_dynaspec.drafting.tree_structure import DraftTree, tree_attention_mask, tree_position_ids
+from hf_dynaspec.drafting.tree_structure import DraftTree
 from hf_dynaspec.generation import tree_verify
+from hf_dynaspec.generation.batched_loop import _compact
 from hf_dynaspec.generation.forward_args import cache_kwargs
-from hf_dynaspec.generation.tree_verify import accept_path, compact_cache
+from hf_dynaspec.generation.static_round import TargetSlots
+from hf_dynaspec.generation.tree_verify import accept_path
 
 TREE = dict(custom_generate=tree_generate)  # generate()'s hook into tree decoding
 
@@ -91,7 +94,8 @@ def test_compacted_cache_equals_recomputation(family, seed):
         tree.token_ids[None], **cache_kwargs(target, cache), use_cache=True,
         position_ids=tree_position_ids(tree, 7), attention_mask=tree_attention_mask(tree, 7, target.dtype),
     )
-    compact_cache(cache, 7, torch.tensor(path))
+    valid = _compact(TargetSlots(target, cache, 0, static=False), torch.ones(1, 7, dtype=torch.bool), [torch.tensor(path)])
+    assert bool(valid.all()) and valid.shape == (1, 7 + len(path))  # one row: every kept slot is live
     reference = DynamicCache(config=target.config)
     target(torch.cat([prefix, tree.token_ids[path][None]], dim=1), **cache_kwargs(target, reference), use_cache=True)
     assert cache.get_seq_length() == 7 + len(path)

@@ -28,7 +28,7 @@ from hf_dynaspec.bench.harness import interleaved_order
 from hf_dynaspec.bench.methods import Method
 from hf_dynaspec.bench.prompts import EncodedPrompt
 from hf_dynaspec.exactness import check_exactness
-from hf_dynaspec.generation.chain import chain_generate
+from hf_dynaspec.generation.speculative import chain_generate
 from hf_dynaspec.kernels.streams import devices_of, synchronize
 
 

@@ -98,22 +98,3 @@ class DraftTree:
         while parents[path[-1]] >= 0:
             path.append(parents[path[-1]])
         return path[::-1]
-
-
-def tree_position_ids(tree: DraftTree, past_length: int) -> torch.Tensor:
-    """Position ids `[1, N]`: the root continues the cached prefix, every node sits one after its parent."""
-    return (tree.depths + past_length)[None]
-
-
-def tree_attention_mask(tree: DraftTree, past_length: int, dtype: torch.dtype) -> torch.Tensor:
-    """Additive mask `[1, 1, N, P + N]` (0 where a node may attend, the dtype's minimum elsewhere).
-
-    Additive rather than boolean so that every attention implementation (eager adds the mask, SDPA accepts
-    either) reads it the same way; transformers passes a 4-D mask through untouched.
-    """
-    n = len(tree)
-    visible = torch.ones(n, past_length + n, dtype=torch.bool, device=tree.parents.device)
-    visible[:, past_length:] = tree.ancestor_matrix()
-    mask = torch.zeros(visible.shape, dtype=dtype, device=visible.device)
-    mask.masked_fill_(~visible, torch.finfo(dtype).min)
-    return mask[None, None]

@@ -1,5 +1,6 @@
-"""Batched speculative decoding on the public routes: several left-padded prompts in one generate() call, each row
-drafting, being verified and accepting its own number of tokens in the same target pass.
+"""The public routes' one decoding loop: one prompt, or several left-padded prompts in one generate() call (a
+single prompt is a batch of one), each row drafting, being verified and accepting its own number of tokens in the
+same target pass.
 
 transformers' own assisted loop (the `assistant_model=` route) keeps one `input_ids` tensor and one accepted
 length per step, so it cannot carry rows that accept different numbers of tokens; this loop does (`chain_generate`,
@@ -40,6 +41,7 @@ from transformers.generation.utils import GenerateDecoderOnlyOutput
 
 import hf_dynaspec.sampling as sampling
 from hf_dynaspec.generation.forward_args import cache_kwargs
+from hf_dynaspec.generation.static_round import TargetSlots, check_static_batch
 from hf_dynaspec.generation.tree_verify import GreedyWalk, accept_path, empty_tree_cache
 
 
@@ -60,44 +62,28 @@ class _Row:
         return self.sequence[:, self.padding :]
 
 
-def check_batch(input_ids: torch.Tensor, attention_mask: torch.Tensor | None, generation_config) -> torch.Tensor:
-    """The batch's `[B, L]` bool mask of real tokens, checked: left padding only, no empty row, no per-step outputs."""
-    mask = torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
-    if mask.shape != input_ids.shape:
-        raise ValueError(f"attention_mask has shape {tuple(mask.shape)}, input_ids {tuple(input_ids.shape)}: they "
-                         "must match")
-    lengths = mask.sum(dim=1)
-    if bool((lengths == 0).any()):
-        raise ValueError("a prompt of the batch is empty (its attention_mask row is all zeros): every row needs at "
-                         "least one token")
-    # Left padding: each row's real tokens are its last `length` ones.
-    positions = torch.arange(input_ids.shape[1], device=mask.device)[None]
-    if not torch.equal(mask, positions >= input_ids.shape[1] - lengths[:, None]):
-        raise ValueError("batched speculative decoding needs left-padded prompts: load the tokenizer with "
-                         "padding_side='left' (tokenizer(prompts, padding=True, padding_side='left'))")
-    if generation_config.output_scores or generation_config.output_logits:
-        raise ValueError("per-step scores and logits are not returned for batches (rows advance at different "
-                         "speeds); drop output_scores / output_logits, or call generate once per prompt")
-    return mask
-
-
-def run_batched_rounds(model, input_ids, mask, logits_processor, stopping_criteria, generation_config, make_drafts,
-                       model_kwargs: dict):
-    """Decode the left-padded batch `input_ids` `[B, L]` (`mask` its real tokens, from `check_batch`);
+def run_batched_rounds(model, input_ids, batch, logits_processor, stopping_criteria, generation_config, make_drafts,
+                       model_kwargs: dict, verify_round: str = "eager"):
+    """Decode the left-padded batch `input_ids` `[B, L]` (`batch`: its mask and lengths, from public_loop.check_batch);
     `make_drafts(prompt_ids [1, L_b], processors)` builds one row's rounds (a `DraftingRound`,
     hf_dynaspec.drafting.contract; `processors`: the row's own). Every row drafts with the same drafter, so the
     first row's rounds say which target features to return for all.
-    Returns `[B, L + n]` sequences (or a
-    `GenerateDecoderOnlyOutput` holding them with `return_dict_in_generate`)."""
+    `verify_round`: where the target's KV lives, "eager" or "static" (hf_dynaspec.generation.static_round).
+    Returns `[B, L + n]` sequences (or a `GenerateDecoderOnlyOutput` holding them with `return_dict_in_generate`)."""
     cache = empty_tree_cache(model, model_kwargs, generation_config.max_length)
+    if verify_round == "static":
+        check_static_batch(input_ids.shape[0])
+    slots = TargetSlots(model, cache, generation_config.max_length, static=verify_round == "static")
+    cache = slots.cache
     do_sample = bool(generation_config.do_sample)
-    lengths = mask.sum(dim=1).tolist()
+    mask, lengths = batch
     processors = [row_processors(logits_processor, b, len(lengths)) for b in range(len(lengths))]
     width = input_ids.shape[1]
     rows = [_Row(b, width - n, input_ids[b : b + 1], make_drafts(input_ids[b : b + 1, width - n :], processors[b]),
                  None) for b, n in enumerate(lengths)]
     features = rows[0].drafts
-    valid, first_scores = _prefill(model, features, rows, input_ids, mask, cache, processors, do_sample)
+    valid, first_scores, first_logits = _prefill(model, features, rows, input_ids, mask, slots, processors, do_sample)
+    kept = _KeptRows(generation_config, len(rows), first_scores, first_logits)
     lockstep = _Lockstep(stopping_criteria, generation_config.max_length, len(rows))
     leaving = [row for row, scores in zip(rows, first_scores)
                if lockstep.after_prefill(row, bool(stopping_criteria(row.sequence, scores).any()))]
@@ -110,17 +96,18 @@ def run_batched_rounds(model, input_ids, mask, logits_processor, stopping_criter
             row.drafts.share_costs(len(active))
         trees = [row.drafts.propose(row.ids, row.hidden, max(lockstep.length - row.sequence.shape[1] - 1, 0))
                  .as_tree(row.sequence[0, -1:]) for row in active]
-        out = _verify(model, features, active, trees, valid, cache)
+        out = _verify(model, features, active, trees, valid, slots)
         # Processors see the left-padded row, as plain batched generate() hands it to them (min_new_tokens counts
         # from the padded prompt length generate() measured); drafts see the row's own tokens.
         paths = _accepted_paths(active, trees, out.logits, processors, do_sample)
-        valid = _compact(cache, valid, [path.kept_index for path in paths])
+        valid = _compact(slots, valid, [path.kept_index for path in paths])
         hidden = features.select_target_hidden(out.hidden_states)
         still, leaving = [], []
         for i, (row, path, stops) in enumerate(zip(active, paths, _stop_flags(active, paths, stopping_criteria))):
             row.hidden = hidden[i : i + 1, path.kept_index]
             committed, leaves = lockstep.after_round(row, stops)
             row.sequence = torch.cat([row.sequence, path.new_tokens[None, :committed]], dim=1)
+            kept.add(path, committed)
             row.drafts.learn(row.ids, committed - 1, path.nodes[: committed - 1])
             (leaving if leaves else still).append(row)
         still, ended = lockstep.ended(still)
@@ -131,8 +118,28 @@ def run_batched_rounds(model, input_ids, mask, logits_processor, stopping_criter
     lockstep.cut(rows)
     sequences = _pad_together(rows, _pad_token(generation_config, input_ids))
     if generation_config.return_dict_in_generate:
-        return GenerateDecoderOnlyOutput(sequences=sequences, past_key_values=None)
+        # One row's cache holds exactly its sequence but the last token (a batch's lost its finished rows; a static
+        # one is the target's, used again by its next call).
+        one_row = len(rows) == 1 and generation_config.use_cache and not slots.static
+        return GenerateDecoderOnlyOutput(sequences=sequences, scores=_tuple(kept.scores), logits=_tuple(kept.logits),
+                                         past_key_values=cache if one_row else None)
     return sequences
+
+
+class _KeptRows:
+    """The per-token processed scores and raw logits `[1, V]` a single prompt returns when asked
+    (`return_dict_in_generate` with `output_scores` / `output_logits`; batches refuse them, `check_batch`). Kept only
+    then: each row is a full-vocabulary fp32 row (0.6-1 MiB at 150k-260k tokens), GBs over a long output."""
+
+    def __init__(self, generation_config, batch_size: int, first_scores: list, first_logits: list):
+        returned = bool(generation_config.return_dict_in_generate) and batch_size == 1
+        self.scores = list(first_scores) if returned and generation_config.output_scores else None
+        self.logits = list(first_logits) if returned and generation_config.output_logits else None
+
+    def add(self, path, committed: int) -> None:
+        for kept, rows in ((self.scores, path.scores), (self.logits, path.logits)):
+            if kept is not None:
+                kept.extend(rows[:committed])
 
 
 def row_processors(logits_processor, row: int, batch_size: int) -> LogitsProcessorList:
@@ -154,15 +161,23 @@ def row_processors(logits_processor, row: int, batch_size: int) -> LogitsProcess
     return own
 
 
-def _prefill(model, features, rows, input_ids, mask, cache, processors, do_sample):
-    """The target's pass over the padded prompts: each row's first token appended, its prompt features kept;
-    -> (the cache's valid slots `[B, L]`, each row's processed scores `[1, V]`)."""
+def _prefill(model, features, rows, input_ids, mask, slots, processors, do_sample):
+    """The target's pass over the padded prompts (eager in either round: its shape is the prompt's): each row's
+    first token appended, its prompt features kept;
+    -> (the cache's valid slots `[B, L]`, each row's processed scores and raw logits `[1, V]`)."""
     positions = (mask.long().cumsum(dim=1) - 1).clamp(min=0)
-    out = model(input_ids=input_ids, attention_mask=mask.long(), position_ids=positions,
-                **cache_kwargs(model, cache), use_cache=True,
-                output_hidden_states=features.hidden_state_selection(), logits_to_keep=1)
+    attention = mask.long()
+    if slots.static:  # the mask spans the capacity: causal over the prompt's real tokens, nothing after it
+        width = input_ids.shape[1]
+        visible = torch.zeros(mask.shape[0], width, slots.key_length(0, width), dtype=torch.bool, device=mask.device)
+        visible[:, :, :width] = torch.ones(width, width, dtype=torch.bool, device=mask.device).tril() & mask[:, None]
+        attention = _additive(visible, model.dtype)
+    out = model(input_ids=input_ids, attention_mask=attention, position_ids=positions,
+                **cache_kwargs(model, slots.cache), use_cache=True,
+                output_hidden_states=features.hidden_state_selection(), logits_to_keep=1,
+                **slots.addressed(0, input_ids.shape[1], input_ids.device))
     hidden = features.select_target_hidden(out.hidden_states)
-    scores = []
+    scores, raw = [], []
     for b, row in enumerate(rows):
         logits = out.logits[b : b + 1, -1].float()
         own = processors[row.index]
@@ -171,29 +186,36 @@ def _prefill(model, features, rows, input_ids, mask, cache, processors, do_sampl
         row.hidden = hidden[b : b + 1, row.padding :]
         row.sequence = torch.cat([row.sequence, token], dim=1)
         scores.append(processed)
-    return mask.clone(), scores
+        raw.append(logits)
+    return mask.clone(), scores, raw
 
 
-def _verify(model, features, rows, trees, valid, cache):
-    """One target forward over every row's tree, padded to the widest `[A, N]`."""
-    width = max(len(tree) for tree in trees)
+def _verify(model, features, rows, trees, valid, slots):
+    """One target forward over every row's tree, padded to the widest `[A, N]` (static: to its width bucket)."""
+    width = slots.width(max(len(tree) for tree in trees))
     past = valid.shape[1]
     device = valid.device
     # Padding nodes repeat the root at the root's position: ordinary inputs, masked from every real node.
     tokens = torch.stack([_padded(tree.token_ids, width, tree.token_ids[:1]) for tree in trees])
     positions = torch.stack([_padded(tree.depths, width, tree.depths[:1]) + row.ids.shape[1] - 1
                              for row, tree in zip(rows, trees)])
-    visible = torch.zeros(len(rows), width, past + width, dtype=torch.bool, device=device)
+    visible = torch.zeros(len(rows), width, slots.key_length(past, width), dtype=torch.bool, device=device)
     visible[:, :, :past] = valid[:, None, :]
-    visible[:, :, past:] = torch.eye(width, dtype=torch.bool, device=device)  # padding nodes: themselves only
+    visible[:, :, past : past + width] = torch.eye(width, dtype=torch.bool, device=device)  # padding: itself only
     for i, tree in enumerate(trees):
         n = len(tree)
         visible[i, :n, past : past + n] = tree.ancestor_matrix()
-    attention = torch.zeros(visible.shape, dtype=model.dtype, device=device)
-    attention.masked_fill_(~visible, torch.finfo(model.dtype).min)
-    return model(input_ids=tokens, position_ids=positions, attention_mask=attention[:, None],
-                 **cache_kwargs(model, cache), use_cache=True,
-                 output_hidden_states=features.hidden_state_selection())
+    return slots.forward(input_ids=tokens, position_ids=positions, attention_mask=_additive(visible, model.dtype),
+                         **cache_kwargs(model, slots.cache), use_cache=True,
+                         output_hidden_states=features.hidden_state_selection(),
+                         **slots.addressed(past, width, device))
+
+
+def _additive(visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A boolean `[A, n, K]` visibility as the additive `[A, 1, n, K]` mask every attention implementation reads
+    the same way (transformers passes a 4-D mask through untouched)."""
+    attention = torch.zeros(visible.shape, dtype=dtype, device=visible.device)
+    return attention.masked_fill_(~visible, torch.finfo(dtype).min)[:, None]
 
 
 def _padded(values: torch.Tensor, width: int, fill: torch.Tensor) -> torch.Tensor:
@@ -201,18 +223,18 @@ def _padded(values: torch.Tensor, width: int, fill: torch.Tensor) -> torch.Tenso
     return torch.cat([values, fill.expand(width - values.shape[0])])
 
 
-def _compact(cache: DynamicCache, valid: torch.Tensor, kept: list[torch.Tensor]) -> torch.Tensor:
+def _compact(slots: TargetSlots, valid: torch.Tensor, kept: list[torch.Tensor]) -> torch.Tensor:
     """Keep, per row, the round's kept nodes `kept[i]` (root first) at the front of the round's slots; the slots
     past a row's count stay masked. -> the new valid mask `[A, T + M]`, M the most kept by a row.
 
-    Written in place (the kept entries moved to the front of the round's slots, the rest cut off as a view), as
-    `tree_verify.compact_cache` does for one row: no copy of the whole cache per round. Nothing is read or uploaded:
+    Written in place (the kept entries moved to the front of the round's slots, the rest cut off as a view): no
+    copy of the whole cache per round. Nothing is read or uploaded:
     the index and the mask are built on the device from the kept tensors and host lengths."""
     past = valid.shape[1]
     most = max(k.shape[0] for k in kept)
     index = torch.stack([torch.cat([k, k.new_zeros(most - k.shape[0])]) for k in kept]) + past  # [A, M]
     on_device = {}
-    for layer in cache.layers:
+    for layer in slots.cache.layers:
         device = layer.keys.device
         if device not in on_device:  # a layer-split target: each layer's index on that layer's device
             on_device[device] = index.to(device)[:, None, :, None]
@@ -221,7 +243,7 @@ def _compact(cache: DynamicCache, valid: torch.Tensor, kept: list[torch.Tensor])
             tensor = getattr(layer, name)
             moved = tensor.gather(2, gather.expand(-1, tensor.shape[1], -1, tensor.shape[3]))
             tensor[:, :, past : past + most] = moved
-            setattr(layer, name, tensor[:, :, : past + most])
+            setattr(layer, name, slots.cut(tensor, past + most))
     slots = torch.arange(most, device=valid.device)
     fresh = torch.stack([slots < k.shape[0] for k in kept])
     return torch.cat([valid, fresh], dim=1)
@@ -230,7 +252,7 @@ def _compact(cache: DynamicCache, valid: torch.Tensor, kept: list[torch.Tensor])
 def _keep(cache: DynamicCache, valid: torch.Tensor, rows: list, kept_rows: list):
     """Drop the rows that finished from the cache and the valid mask (they cost no more work). Each layer gets the
     row index on its own device (a target split over cards keeps its layers' caches there)."""
-    if len(kept_rows) == len(rows):
+    if len(kept_rows) == len(rows) or not kept_rows:  # none left: the loop ends, nothing to index
         return cache, valid
     index = torch.tensor([i for i, row in enumerate(rows) if row in kept_rows], dtype=torch.long)
     on_device: dict[torch.device, torch.Tensor] = {}
@@ -240,9 +262,8 @@ def _keep(cache: DynamicCache, valid: torch.Tensor, rows: list, kept_rows: list)
             on_device[device] = index.to(device)
         return on_device[device]
 
-    if kept_rows:
-        for layer in cache.layers:
-            layer.batch_select_indices(index_on(layer.keys.device))
+    for layer in cache.layers:
+        layer.batch_select_indices(index_on(layer.keys.device))
     return cache, valid[index_on(valid.device)]
 
 
@@ -325,6 +346,10 @@ class _Lockstep:
         if not self.pads:
             for row in rows:
                 row.sequence = row.sequence[:, : self.length]
+
+
+def _tuple(rows: list | None) -> tuple | None:
+    return None if rows is None else tuple(rows)
 
 
 def _pad_token(generation_config, input_ids: torch.Tensor) -> int:

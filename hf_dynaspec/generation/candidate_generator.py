@@ -11,6 +11,7 @@ import torch
 import transformers
 from packaging import version
 from transformers.generation.candidate_generator import CandidateGenerator
+from transformers.utils import logging
 
 import hf_dynaspec.generation.block_verify as block_verify
 from hf_dynaspec.drafting.round import SpeculationRound
@@ -19,7 +20,16 @@ from hf_dynaspec.generation.checks import check_chain_inputs
 from hf_dynaspec.generation.rounds import build_round
 from hf_dynaspec.modeling.options import DynaSpecGenerationConfig
 
+PUBLIC_ROUTE = "model.generate(..., custom_generate=hf_dynaspec.chain_generate, drafter=assistant)"
+logger = logging.get_logger(__name__)
+
 TRANSFORMERS_CROPS_AT_EOS = version.Version(transformers.__version__) >= version.Version("5.18.0")
+# transformers < 5.18 keeps the assisted loop's match count on the device, and every layer's cache crop reads it:
+# benchmarks/assisted_syncs.py counted 81.5 host syncs per target pass at 24 layers on 5.17 against 17 on 5.24
+# (CPU, the sync counter; docs/gpu.md). On a GPU each one stalls the host.
+GPU_TRANSFORMERS_WARNING = (
+    "transformers {found} syncs the GPU in every layer's cache crop of the assistant_model= route (about 2 per layer "
+    "per target pass); upgrade to transformers>=5.18, or use the public route: " + PUBLIC_ROUTE)
 
 
 def call_options(assistant, generation_config) -> DynaSpecGenerationConfig:
@@ -48,6 +58,7 @@ def call_options(assistant, generation_config) -> DynaSpecGenerationConfig:
 def make_candidate_generator(assistant, target, input_ids, generation_config, logits_processor, model_kwargs):
     """What `generate(assistant_model=assistant)` drafts with (called through hf_dynaspec.generation.hook)."""
     ensure_attached(assistant, target)
+    warn_if_gpu_crops_sync(input_ids.device)
     check_chain_inputs(input_ids, generation_config, model_kwargs, assistant.config.vocab_size)
     options = call_options(assistant, generation_config)
     do_sample = bool(generation_config.do_sample)
@@ -57,6 +68,12 @@ def make_candidate_generator(assistant, target, input_ids, generation_config, lo
     generator = EagleCandidateGenerator(assistant, speculation, max_length=generation_config.max_length)
     generator.block_verification = do_sample and options.verification == "block"
     return generator
+
+
+def warn_if_gpu_crops_sync(device: torch.device) -> None:
+    """Once per process: a GPU call of the assistant_model= route on a transformers release whose crops sync."""
+    if device.type == "cuda" and not TRANSFORMERS_CROPS_AT_EOS:
+        logger.warning_once(GPU_TRANSFORMERS_WARNING.format(found=transformers.__version__))
 
 
 def _eos_token_ids_to_cut(generation_config, device: torch.device) -> torch.Tensor | None:

@@ -19,7 +19,7 @@ import torch
 
 from hf_dynaspec.drafting.planner import PlannerMemory
 from hf_dynaspec.drafting.runtime import runtime_of
-from hf_dynaspec.generation.tree import tree_generate
+from hf_dynaspec.generation.speculative import tree_generate
 from hf_dynaspec.modeling.acceptance_prior import CONFIDENCE_BINS, DEFAULT_WEIGHT, AcceptancePrior
 
 

@@ -29,7 +29,7 @@ from transformers.generation.utils import GenerationMixin
 from transformers.utils import logging
 
 import hf_dynaspec.generation.block_verify as block_verify
-from hf_dynaspec.generation.candidate_generator import make_candidate_generator
+from hf_dynaspec.generation.candidate_generator import PUBLIC_ROUTE, make_candidate_generator
 from hf_dynaspec.generation.costs.verify_kernel import target_verify_kernel
 from hf_dynaspec.modeling.assistant import DynaSpecAssistant
 
@@ -45,7 +45,6 @@ class UnsupportedTransformersError(ImportError):
     """This transformers release lacks what assisted generation with a DynaSpecAssistant needs."""
 
 
-PUBLIC_ROUTE = "model.generate(..., custom_generate=hf_dynaspec.chain_generate, drafter=assistant)"
 # What each wrapper serves, for the warning when it cannot be installed.
 _SERVES = {
     "_get_candidate_generator": f"the assistant_model= route (use the public route: {PUBLIC_ROUTE})",
@@ -192,8 +191,8 @@ def _batched_call(model, original, args, kwargs):
     one accepted length per step for the whole batch, so it cannot let rows accept different numbers of tokens.
     The call goes to the public chain route instead (hf_dynaspec.generation.batched_loop), with the same
     processors, stopping criteria and options; -> a thunk running it, or None for one unpadded prompt."""
-    from hf_dynaspec.generation.chain import chain_generate
     from hf_dynaspec.generation.public_loop import is_batched
+    from hf_dynaspec.generation.speculative import chain_generate
 
     bound = inspect.signature(original).bind(model, *args, **kwargs)
     arguments = dict(bound.arguments)

@@ -21,8 +21,9 @@ from hf_dynaspec.drafting.lattice_planner import LatticeMemory, LatticePlanner
 from hf_dynaspec.drafting.medusa import LatticeDrafts
 from hf_dynaspec.drafting.planner import TreeShape
 from hf_dynaspec.errors import AssistantMismatchError
+from hf_dynaspec.generation.batched_loop import run_batched_rounds
 from hf_dynaspec.generation.costs.lattice_costs import lattice_round_costs
-from hf_dynaspec.generation.public_loop import check_public_inputs, decode
+from hf_dynaspec.generation.public_loop import check_public_inputs
 from hf_dynaspec.modeling.acceptance_prior import prior_for
 from hf_dynaspec.modeling.medusa import MedusaAssistant
 from hf_dynaspec.modeling.medusa_options import MedusaGenerationConfig, MedusaOptions
@@ -52,14 +53,15 @@ def medusa_generate(model, input_ids, logits_processor, stopping_criteria, gener
     config = getattr(heads, "generation_config", None)
     config = config if isinstance(config, MedusaGenerationConfig) else MedusaGenerationConfig()
     options = config.lattice_options(**{name: named[name] for name in OPTION_ARGUMENTS})
-    check_public_inputs(model, heads, input_ids, generation_config, model_kwargs)
+    batch = check_public_inputs(model, heads, input_ids, generation_config, model_kwargs)
     planner = _planner(model, heads, options, bool(generation_config.do_sample))
     stats, vocab_size = start_stats(heads), model.get_output_embeddings().weight.shape[0]
 
     def rounds_for(prompt_ids, processors):  # one per prompt of a batch: its own context, ADL and n-gram scorer
         return LatticeDrafts(heads, options, stats, vocab_size, planner)
 
-    return decode(model, input_ids, logits_processor, stopping_criteria, generation_config, rounds_for, model_kwargs)
+    return run_batched_rounds(model, input_ids, batch, logits_processor, stopping_criteria, generation_config,
+                              rounds_for, model_kwargs)
 
 
 OPTION_ARGUMENTS = ("draft_plan", "medusa_draft", "medusa_tokens", "medusa_tree_top_k", "medusa_tree_total_tokens",

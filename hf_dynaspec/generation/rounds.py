@@ -1,6 +1,6 @@
 """The EAGLE rounds of one generate() call, built the same way for every route (`build_round`).
 
-Public API only: the public routes (hf_dynaspec.generation.chain, .tree) import this, never the `assistant_model=`
+Public API only: the public routes (hf_dynaspec.generation.speculative) import this, never the `assistant_model=`
 adapter (hf_dynaspec.generation.candidate_generator), which subclasses transformers' candidate generator.
 """
 

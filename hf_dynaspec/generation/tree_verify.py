@@ -181,23 +181,6 @@ def check_tree_cache(cache) -> None:
         )
 
 
-def compact_cache(cache: DynamicCache, past_length: int, path: torch.Tensor) -> None:
-    """Keep the prefix `[0, P)` and the entries of tree nodes `path` `[n]` (root first, a long tensor), dropping
-    the rest of the tree.
-
-    Moves the kept keys/values into place; nothing is recomputed.
-    """
-    end = past_length + path.shape[0]
-    index = None
-    for layer in cache.layers:
-        if index is None or index.device != layer.keys.device:
-            index = path.to(layer.keys.device) + past_length
-        layer.keys[..., past_length:end, :] = layer.keys.index_select(-2, index)
-        layer.values[..., past_length:end, :] = layer.values.index_select(-2, index)
-        layer.keys = layer.keys[..., :end, :]
-        layer.values = layer.values[..., :end, :]
-
-
 def empty_tree_cache(model, model_kwargs: dict, max_length: int):
     """The call's cache (or a new DynamicCache), checked to be one tree verification can compact, and empty.
 

@@ -61,6 +61,7 @@ OPTION_DEFAULTS: dict[str, Any] = {
     "target_verify_kernel": "auto",
     "expected_acceptance": None,
     "draft_capture": "off",
+    "verify_round": "eager",
 }
 DRAFT_PLANS = ("auto", "fixed", "adl")
 VERIFICATIONS = ("token", "block")
@@ -126,6 +127,10 @@ class DynaSpecGenerationConfig(GenerationConfig):
       (hf_dynaspec.drafting.captured): "compile" compiles it with torch.compile(fullgraph=True) (CUDA graphs on
       a GPU, mode "reduce-overhead": one per K, rows and cache capacity; the first call of each compiles),
       "eager" runs it uncompiled, "off" drafts step by step. The same drafts either way. Not yet timed on a GPU.
+    - `verify_round` ("eager"): the public routes' target KV (hf_dynaspec.generation.static_round): "eager" grows
+      a DynamicCache and cuts it back each round; "static" keeps a StaticCache sized per call and reads each round
+      at a power-of-two width, the verify forward compiled once per width (CUDA graphs on a GPU); one prompt, full-
+      attention targets. The assistant_model= route is transformers' loop and stays eager.
     - `expected_acceptance` (None): the drafter's acceptance measured with its target when the artifact was
       packaged (per draft position, confidence bin and tree depth; hf_dynaspec.modeling.acceptance_prior), where
       the "auto" planner's tables start. None: 0.5 at every position (artifacts packaged before it existed).
@@ -179,6 +184,8 @@ class DynaSpecGenerationConfig(GenerationConfig):
         self._require(self.target_verify_kernel in ("auto", "off"), "target_verify_kernel", "\"auto\" or \"off\"")
         self._require(self.draft_capture in ("off", "eager", "compile"), "draft_capture",
                       "\"off\", \"eager\" or \"compile\"")
+        self._require(self.verify_round in ("eager", "static"), "verify_round",
+                      "\"eager\" (a growing cache) or \"static\" (a StaticCache, verify compiled per width bucket)")
         self._require(_is_int(self.suffix_cache_num_tokens) and self.suffix_cache_num_tokens >= 0,
                "suffix_cache_num_tokens", "an integer >= 0 (0 turns the suffix cache off)")
         priors_from_config(self.expected_acceptance)  # raises naming the fault

@@ -116,6 +116,46 @@ def _verify_calls(target):
     return {f"verify {n}": (lambda n=n: verify(n)) for n in range(1, 17)}
 
 
+class _NoFeatures:
+    """What the loop's steps ask a drafter for, when only the target's cost is measured."""
+
+    @staticmethod
+    def hidden_state_selection():
+        return None
+
+    @staticmethod
+    def select_target_hidden(hidden_states):
+        return torch.zeros(1, CONTEXT + 1, 1)
+
+
+def _static_verify_calls(target):
+    """verify(n) through the static round (`verify_round="static"`: a StaticCache, the forward compiled per width
+    with CUDA graphs) after the same 512-token context, n = 1, 2, 4, 8, 16 (its width buckets)."""
+    from transformers.generation.logits_process import LogitsProcessorList
+
+    from hf_dynaspec.drafting.contract import chain_tree
+    from hf_dynaspec.generation.batched_loop import _prefill, _Row, _verify
+    from hf_dynaspec.generation.static_round import TargetSlots
+
+    ids = torch.randint(0, target.config.vocab_size, (1, CONTEXT), device="cuda")
+    row = _Row(0, 0, ids, None, None)
+    slots = TargetSlots(target, None, CONTEXT + 32, static=True)
+    with torch.no_grad():
+        valid, _, _ = _prefill(target, _NoFeatures, [row], ids, torch.ones_like(ids, dtype=torch.bool), slots,
+                               [LogitsProcessorList()], False)
+
+    def verify(n):
+        tree = chain_tree(row.sequence[0, -1:], torch.randint(0, target.config.vocab_size, (n - 1,), device="cuda"))
+
+        def call():
+            with torch.no_grad():
+                return _verify(target, _NoFeatures, [row], [tree], valid, slots).logits
+        for _ in range(3):  # compiles the width, records its CUDA graph
+            call()
+        return call
+    return {f"verify static {n}": (lambda n=n: verify(n)) for n in (1, 2, 4, 8, 16)}
+
+
 @pytest.mark.parametrize("shape", list(SHAPES))
 def test_gpu_costs_per_shape(tmp_path, shape):
     out = os.environ.get("OUT", str(tmp_path))
@@ -131,7 +171,7 @@ def test_gpu_costs_per_shape(tmp_path, shape):
         hidden = target.config.hidden_size
         input_ids = torch.randint(0, target.config.vocab_size, (1, 64), device="cuda")
         features = torch.randn(1, 64, hidden, device="cuda", dtype=dtype)
-        cases = _verify_calls(target)
+        cases = {**_verify_calls(target), **_static_verify_calls(target)}
         for strategy in ("full", "frspec", "dynaspec"):
             modes = ["off"] + (["compile"] if f"{shape}:{dtype_name}" in CAPTURED else [])
             for mode in modes:

@@ -169,3 +169,33 @@ def test_medusa_and_batched_rounds_sync_only_where_named(eagle_pair, medusa_pair
         json.dump(record, f, indent=2)
     for name in ("batched_chain_4_rows", "medusa_tree_1_row"):
         assert record[name]["syncs_per_pass"] <= 8, record
+
+
+@pytest.mark.parametrize("route", ["chain", "tree"])
+def test_the_static_round_is_greedy_identical_with_cuda_graphs(route):
+    """verify_round="static" on the device (CUDA graphs, mode "reduce-overhead"): greedy output equal to plain
+    `generate()` (fp32) over prompts of several lengths and two calls each, no graph skipped by cudagraph trees, and
+    no compilation after the first call of each width (`fail_on_recompile`)."""
+    from test_greedy_exact import prompt
+    from torch._dynamo.utils import counters
+
+    target = one_layer_target("qwen2", seed=2).cuda()
+    assistant = imitating_assistant(target, noise=0.2, seed=4, draft_plan="fixed", num_assistant_tokens=3)
+    assistant.generation_config.verify_round = "static"
+    custom, extra = (chain_generate, {}) if route == "chain" else (
+        tree_generate, dict(tree_top_k=2, tree_depth=3, tree_total_tokens=6))
+
+    def call(seed, length):
+        ids = prompt(seed, length).cuda()
+        got = target.generate(ids, attention_mask=torch.ones_like(ids), custom_generate=custom, drafter=assistant,
+                              max_new_tokens=20, do_sample=False, **extra)
+        plain = target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=20, do_sample=False)
+        assert torch.equal(got, plain), (seed, length)
+    skips = int(counters["inductor"]["cudagraph_skips"])
+    for seed, length in ((0, 6), (1, 30)):  # warm-up: every width, the shared capacity
+        call(seed, length)
+    with torch.compiler.set_stance("fail_on_recompile"):
+        for seed in range(2):
+            for length in (5, 12, 19, 33):
+                call(seed, length)
+    assert int(counters["inductor"]["cudagraph_skips"]) == skips

@@ -1,0 +1,169 @@
+"""The static verify round (`verify_round="static"`, hf_dynaspec.generation.static_round): the target's KV in a
+StaticCache written by position, each round read at a power-of-two width, the forward compiled once per width.
+
+Greedy output must equal plain `generate()` (fp32) and sampled output must keep the target's distribution exactly,
+through the compiled forward (qwen2, llama) and through the same static cache uncompiled for every other family
+(the cache's positions, masks and compaction are what differ by family; compilation is the same function
+transform for all); recompilations stay bounded by the buckets across prompt lengths and calls.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import imitating_assistant, one_layer_target, tiny_target
+from enumeration import TargetOracle, enumerate_paths, max_error, outcome_distribution, target_joint
+from test_batched import left_padded, mixed_prompts
+from test_chain_generate import MAX_PATHS, fresh_run_time_state
+from test_enumeration import PROMPT, TOLERANCE, VOCAB, processors
+from test_greedy_exact import prompt
+
+import hf_dynaspec.generation.static_round as static_round
+from hf_dynaspec import chain_generate, tree_generate
+
+ROUTES = {"chain": chain_generate, "tree": tree_generate}
+
+
+def static_assistant(target, **options):
+    assistant = imitating_assistant(target, noise=0.2, seed=4, draft_plan="fixed", num_assistant_tokens=3,
+                                    tree_top_k=2, tree_depth=3, tree_total_tokens=6, **options)
+    assistant.generation_config.verify_round = "static"
+    return assistant
+
+
+def uncompiled(monkeypatch):
+    monkeypatch.setattr(static_round, "compiled_verify", lambda model: model)
+
+
+def plain(target, ids, **options):
+    return target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, **options)
+
+
+@pytest.mark.parametrize("route", list(ROUTES))
+@pytest.mark.parametrize("family", ["qwen2", "llama"])
+def test_the_compiled_static_round_is_greedy_identical(family, route):
+    target = one_layer_target(family, seed=2)
+    assistant = static_assistant(target)
+    for seed, length in ((1, 6), (2, 11)):
+        ids = prompt(seed, length)
+        got = target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=24,
+                              custom_generate=ROUTES[route], drafter=assistant)
+        assert torch.equal(got, plain(target, ids, max_new_tokens=24))
+    assert assistant.stats.accepted > 0, "drafts must have been accepted"
+
+
+@pytest.mark.parametrize("family", ["qwen3", "mistral", "phi3", "gemma3_text"])
+def test_the_static_cache_is_greedy_identical_for_every_family(monkeypatch, family):
+    uncompiled(monkeypatch)
+    target = one_layer_target(family, seed=3)
+    assistant = static_assistant(target)
+    for route in ROUTES.values():
+        ids = prompt(3, 9)
+        got = target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=30,
+                              custom_generate=route, drafter=assistant)
+        assert torch.equal(got, plain(target, ids, max_new_tokens=30))
+
+
+def test_a_static_cache_used_again_past_its_first_call_and_grown(monkeypatch):
+    """One cache serves calls of any length within its capacity (stale slots hidden, overwritten); a longer call
+    replaces it with the next power of two; output stays identical across both."""
+    uncompiled(monkeypatch)
+    target = one_layer_target("qwen2", seed=5)
+    assistant = static_assistant(target)
+    capacities = []
+    for length, new in ((20, 30), (5, 10), (40, 120), (7, 12)):
+        ids = prompt(length, length)
+        got = target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=new,
+                              custom_generate=chain_generate, drafter=assistant)
+        assert torch.equal(got, plain(target, ids, max_new_tokens=new))
+        capacities.append(getattr(target, static_round._CACHE).capacity)
+    assert capacities == [128, 128, 256, 256]
+
+
+def test_recompiles_stay_within_the_buckets_over_prompt_lengths_and_calls():
+    """10 prompt lengths x 3 calls after a warm-up: `fail_on_recompile` raises if any call traces again."""
+    target = one_layer_target("qwen2", seed=7)
+    assistant = static_assistant(target)
+
+    def call(length: int, seed: int):
+        ids = prompt(seed, length)
+        return target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=16,
+                               custom_generate=chain_generate, drafter=assistant)
+    for length in (5, 30):  # warm-up: every width the rounds read, the capacity the calls share
+        call(length, 0)
+    with torch.compiler.set_stance("fail_on_recompile"):
+        for repeat in range(3):
+            for length in range(4, 44, 4):
+                assert torch.equal(call(length, repeat), plain(target, prompt(repeat, length), max_new_tokens=16))
+
+
+def test_sampled_static_rounds_are_exact(monkeypatch):
+    """Four tokens sampled at temperature 0.7 through whole chain_generate calls on the static round: their exact
+    distribution is the target's (a slot left visible or a path moved to the wrong slot shifts it)."""
+    fresh_run_time_state(monkeypatch)
+    target = one_layer_target("llama", seed=5, vocab_size=VOCAB)
+    assistant = imitating_assistant(target, noise=1.0, seed=3, draft_plan="fixed", num_assistant_tokens=2)
+    assistant.generation_config.verify_round = "static"
+    ids = torch.tensor([PROMPT])
+
+    def call():
+        out = target.generate(ids, custom_generate=chain_generate, drafter=assistant, max_new_tokens=4,
+                              do_sample=True, temperature=0.7, top_k=0)
+        return tuple(out[0, len(PROMPT):].tolist())
+
+    outcomes = outcome_distribution(enumerate_paths(call, max_paths=MAX_PATHS))
+    assert max_error(outcomes, target_joint(TargetOracle(target, processors("temperature")), PROMPT, 4)) < TOLERANCE
+    assert assistant.stats.drafted > 0
+
+
+def test_what_the_static_round_refuses_names_the_eager_route(monkeypatch):
+    uncompiled(monkeypatch)
+    target = one_layer_target("qwen2", seed=2)
+    assistant = static_assistant(target)
+    ids, mask = left_padded(mixed_prompts(5, seed=1))
+    with pytest.raises(ValueError, match="verify_round='eager' for batches"):
+        target.generate(input_ids=ids, attention_mask=mask, custom_generate=chain_generate, drafter=assistant,
+                        max_new_tokens=4, pad_token_id=0)
+    with pytest.raises(ValueError, match="verify_round"):
+        assistant.generation_config.verify_round = "compiled"
+        assistant.generation_config.validate_options()
+    with pytest.raises(ValueError, match="reads 1 to 64 nodes"):
+        static_round.width_bucket(65)
+    assert [static_round.width_bucket(n) for n in (1, 2, 3, 5, 9, 64)] == [1, 2, 4, 8, 16, 64]
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2", "qwen3", "mistral", "phi3", "gemma3_text"])
+def test_static_verify_logits_equal_a_plain_forward(monkeypatch, family):
+    """Three rounds of the loop's own steps on a 2-layer target through the static cache (trees read at their
+    bucket, compaction keeping 1..n nodes, a round whose cache was written further than it keeps): each round's
+    logits equal a plain forward over the context, so positions, the capacity-wide mask and the slots moved into
+    place are right whatever the greedy argmax (a one-layer target's argmax hides most attention errors)."""
+    from transformers.generation.logits_process import LogitsProcessorList
+
+    from hf_dynaspec.drafting.tree_structure import DraftTree
+    from hf_dynaspec.generation.batched_loop import _compact, _prefill, _Row, _verify
+    from hf_dynaspec.generation.static_round import TargetSlots
+    from hf_dynaspec.modeling.medusa import MedusaAssistant
+
+    if family != "qwen2":
+        uncompiled(monkeypatch)
+    target = tiny_target(family, seed=3)
+    heads = MedusaAssistant.from_target(target, num_heads=2)
+    ids = prompt(4, 7)
+    row = _Row(0, 0, ids, None, None)
+    slots = TargetSlots(target, None, 40, static=True)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        valid, _, _ = _prefill(target, heads, [row], ids, torch.ones_like(ids, dtype=torch.bool), slots,
+                               [LogitsProcessorList()], False)
+        for parents, kept in (([-1, 0, 0, 1, 2], [0, 2, 4]), ([-1, 0, 1], [0]), ([-1, 0, 0, 0, 1, 1, 4], [0, 1, 4, 6])):
+            tree = DraftTree.from_parents(torch.randint(0, VOCAB, (len(parents),), generator=generator), parents)
+            tree.token_ids[0] = row.sequence[0, -1]
+            out = _verify(target, heads, [row], [tree], valid, slots)
+            for node in range(len(tree)):
+                path = tree.path_to(node)
+                context = torch.cat([row.sequence[0], tree.token_ids[path[1:]]])[None]
+                torch.testing.assert_close(out.logits[0, node], target(context).logits[0, -1], atol=1e-4, rtol=1e-4)
+            valid = _compact(slots, valid, [torch.tensor(kept)])
+            bonus = torch.randint(0, VOCAB, (1, 1), generator=generator)
+            row.sequence = torch.cat([row.sequence, tree.token_ids[kept[1:]][None], bonus], dim=1)
