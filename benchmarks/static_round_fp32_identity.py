@@ -9,7 +9,6 @@ The shipped assistant with `draft_plan="fixed"` (K = 3: the widths stay few, so 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -17,7 +16,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from static_round_real import ROOT, prompts  # noqa: E402
+from static_round_real import ROOT, prompts, report  # noqa: E402
 
 from hf_dynaspec import DynaSpecAssistant, chain_generate, zoo  # noqa: E402
 
@@ -43,10 +42,7 @@ def main(argv=None) -> dict:
                                  drafter=assistant)
             identical[mode].append(bool(torch.equal(out, plain)))
     result = {"target": args.name, "dtype": "float32", "new_tokens_per_prompt": 48, "identical_to_plain": identical}
-    print(json.dumps(result, indent=1))
-    if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=1))
-    return result
+    return report(result, args.json)
 
 
 if __name__ == "__main__":

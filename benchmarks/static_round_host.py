@@ -13,7 +13,6 @@ rule for both modes), per round.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -22,7 +21,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 from conftest import imitating_assistant, one_layer_target, tiny_target  # noqa: E402
+from static_round_real import report  # noqa: E402
 
 import hf_dynaspec.generation.batched_loop as loop  # noqa: E402
 from hf_dynaspec import chain_generate  # noqa: E402
@@ -69,10 +70,7 @@ def main(argv=None) -> dict:
               "identical_outputs": bool(torch.equal(outputs["eager"], outputs["static"]))}
     result["host_ratio"] = result["host_ms_per_round"]["static"] / result["host_ms_per_round"]["eager"]
     result["aten_ratio"] = aten["static"] / aten["eager"]
-    print(json.dumps(result, indent=1))
-    if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=1))
-    return result
+    return report(result, args.json)
 
 
 if __name__ == "__main__":

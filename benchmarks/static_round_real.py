@@ -86,9 +86,14 @@ def main(argv=None) -> dict:
               "tokens_per_second": {name: tokens / s for name, s in seconds.items()}, "identical_to_plain": same,
               "first_pass_seconds": first_pass}
     result["static_over_eager_round"] = seconds["eager round"] / seconds["static round"]
+    return report(result, args.json)
+
+
+def report(result: dict, json_path: str | None) -> dict:
+    """Print the result and keep it at `json_path` (the three static-round scripts' output)."""
     print(json.dumps(result, indent=1))
-    if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=1))
+    if json_path:
+        Path(json_path).write_text(json.dumps(result, indent=1))
     return result
 
 

@@ -78,6 +78,13 @@ def test_a_static_cache_used_again_past_its_first_call_and_grown(monkeypatch):
         assert torch.equal(got, plain(target, ids, max_new_tokens=new))
         capacities.append(getattr(target, static_round._CACHE).capacity)
     assert capacities == [128, 128, 256, 256]
+    target.double()  # cast since: a new cache of the new dtype, not the held one
+    assistant.attach(target)
+    ids = prompt(3, 9)
+    got = target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=12,
+                          custom_generate=chain_generate, drafter=assistant)
+    assert torch.equal(got, plain(target, ids, max_new_tokens=12))
+    assert getattr(target, static_round._CACHE).where == (torch.float64, target.device)
 
 
 def test_recompiles_stay_within_the_buckets_over_prompt_lengths_and_calls():

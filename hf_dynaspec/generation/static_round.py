@@ -91,6 +91,7 @@ class TargetSlots:
 class _HeldCache:
     capacity: int
     cache: StaticCache
+    where: tuple  # (dtype, device) of the target it was made for
 
 
 def _static_cache(model, capacity: int) -> _HeldCache:
@@ -99,7 +100,8 @@ def _static_cache(model, capacity: int) -> _HeldCache:
     entries are harmless: a round's mask hides every slot past the committed prefix, and each forward overwrites
     its own slots before reading them."""
     held = getattr(model, _CACHE, None)
-    if held is None or held.capacity < capacity:
+    # A target cast or moved since its last call needs a new cache (the tensors keep the dtype and card they got).
+    if held is None or held.capacity < capacity or held.where != (model.dtype, model.device):
         cache = StaticCache(config=model.config, max_cache_len=capacity)
         # The loop only gets here when no window slides within the call (tree_verify.empty_tree_cache refuses
         # otherwise), so sliding-window layers are full-attention layers for it, as on the eager round.
@@ -108,7 +110,7 @@ def _static_cache(model, capacity: int) -> _HeldCache:
             raise ValueError(f"verify_round='static' needs attention layers; this target's static cache has {kinds} "
                              "(linear-attention or other hybrid layers): use verify_round='eager'")
         cache.layers[:] = [StaticLayer(max_cache_len=capacity) for _ in cache.layers]
-        held = _HeldCache(capacity, cache)
+        held = _HeldCache(capacity, cache, (model.dtype, model.device))
         object.__setattr__(model, _CACHE, held)
     return held
 
@@ -116,8 +118,8 @@ def _static_cache(model, capacity: int) -> _HeldCache:
 def compiled_verify(model):
     """The target's forward compiled for fixed shapes, once per target object (dynamo specialises it per width
     bucket): CUDA graphs on a GPU; inductor on the CPU."""
-    compiled = getattr(model, _COMPILED, None)
-    if compiled is None:
+    held = getattr(model, _COMPILED, None)
+    if held is None or held[0] != model.device.type:  # a target moved to a GPU since gets CUDA graphs
         mode = "reduce-overhead" if model.device.type == "cuda" else None
         graphs = torch.compile(model, dynamic=False, fullgraph=True, mode=mode)
 
@@ -126,5 +128,6 @@ def compiled_verify(model):
             # widths x capacities x targets pass it legitimately (fullgraph=True then raises mid-generate()).
             with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
                 return graphs(**inputs)
-        object.__setattr__(model, _COMPILED, compiled)  # not a submodule: nn.Module would register it
-    return compiled
+        held = (model.device.type, compiled)
+        object.__setattr__(model, _COMPILED, held)  # not a submodule: nn.Module would register it
+    return held[1]
