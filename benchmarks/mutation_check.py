@@ -88,10 +88,10 @@ MUTATIONS = [
              "position_ids = torch.arange(start, seq_len - 1, device=device)[None]",
              "position_ids = torch.arange(start + 1, seq_len, device=device)[None]", ["tests/test_drafting.py"]),
     Mutation("draft logits handed over before the temperature", "hf_dynaspec/drafting/chain.py",
-             ["            if self.logits_processor is not None:\n                full = self.logits_processor(context, full)\n",
+             ["                if self.logits_processor is not None:\n                    full = self.logits_processor(context, full)\n",
               "            return sampling.sample(full.softmax(dim=-1)), full, confident"],
-             ["            raw = full\n            if self.logits_processor is not None:\n"
-              "                full = self.logits_processor(context, full.clone())\n",
+             ["                raw = full\n                if self.logits_processor is not None:\n"
+              "                    full = self.logits_processor(context, full.clone())\n",
               "            return sampling.sample(full.softmax(dim=-1)), raw, confident"],
              ["tests/test_enumeration.py"]),
     Mutation("confidence: the drawn token's probability decides (the old rule)", "hf_dynaspec/drafting/chain.py",
@@ -164,9 +164,9 @@ MUTATIONS = [
     Mutation("device: a tree depth's attention rows made on the host", "hf_dynaspec/drafting/tree.py",
              "torch.eye(num_frontier, dtype=torch.bool, device=device)", "torch.eye(num_frontier, dtype=torch.bool)",
              [FAKE_CUDA], select="tree_drafting_and_its_masks"),
-    Mutation("device: sampled logits widened on the host", "hf_dynaspec/drafting/chain.py",
-             "full = logits.new_full((logits.shape[0], self.vocab_size + 1), float(\"-inf\"))",
-             "full = torch.full((logits.shape[0], self.vocab_size + 1), float(\"-inf\"))", [FAKE_CUDA]),
+    Mutation("device: sampled logits widened on the host", "hf_dynaspec/drafting/row_processing.py",
+             "full = logits.new_full((logits.shape[0], vocab_size + 1), float(\"-inf\"))",
+             "full = torch.full((logits.shape[0], vocab_size + 1), float(\"-inf\"))", [FAKE_CUDA]),
     Mutation("device: prompt lookup searches the device's ids (nonzero per round)",
              "hf_dynaspec/drafting/round.py",
              "tokens, match = lookup_match(torch.tensor(self._context),",
@@ -512,6 +512,15 @@ MUTATIONS = [
              "    visible[:, :, :past] = valid[:, None, :]",
              "    visible[:, :, :past] = valid[:, None, :]\n    visible[:, :, past + width :] = True", [STATIC],
              select="plain_forward"),
+    # #75: sampled drafting on a shortlist's rows.
+    Mutation("rows path: the repetition penalty reads the context's vocabulary ids as row columns",
+             "hf_dynaspec/drafting/row_processing.py",
+             "    mapped = _rows_of(context, ids) if any(", "    mapped = context if any(",
+             ["tests/test_row_processing.py", "tests/test_enumeration.py"], select="repetition"),
+    Mutation("rows path: the verifier gets the unprocessed rows as q", "hf_dynaspec/drafting/chain.py",
+             "            drawn = widen(rows, scores.token_ids, self.vocab_size) if self.do_sample else None",
+             "            drawn = widen(scores.scores, scores.token_ids, self.vocab_size) if self.do_sample else None",
+             ["tests/test_enumeration.py"], select="rows_are_exact"),
 ]
 
 

@@ -34,12 +34,18 @@ class ZooModel:
     size: int
     sha256: str
     licence: str
+    # The sampling settings of the model's published generation_config.json, which the GGUF does not carry: a
+    # user who loads the model from the Hub samples with them, and `hf-dynaspec bench --sample` takes them
+    # (`published_sampling`). They are not written into the cached copy, whose plain generate() stays greedy.
+    sampling: tuple[tuple[str, object], ...] = ()
 
 
 def _parts(prefix: str, count: int, version: str, first: int = 1) -> tuple[str, ...]:
     return tuple(f"{prefix}{i}=={version}" for i in range(first, first + count))
 
 
+QWEN_CODER_SAMPLING = (("do_sample", True), ("temperature", 0.7), ("top_p", 0.8), ("top_k", 20),
+                       ("repetition_penalty", 1.1))
 ZOO: dict[str, ZooModel] = {
     model.name: model
     for model in (
@@ -51,6 +57,7 @@ ZOO: dict[str, ZooModel] = {
             491_400_064,
             "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
             "Apache-2.0",
+            QWEN_CODER_SAMPLING,
         ),
         ZooModel(
             "qwen2.5-coder-1.5b-instruct",
@@ -60,6 +67,7 @@ ZOO: dict[str, ZooModel] = {
             1_117_320_768,
             "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
             "Apache-2.0",
+            QWEN_CODER_SAMPLING,
         ),
         ZooModel(
             "gemma-3-270m",
@@ -69,6 +77,7 @@ ZOO: dict[str, ZooModel] = {
             253_113_024,
             "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
             "Gemma Terms of Use",
+            (("do_sample", True), ("top_k", 64), ("top_p", 0.95)),
         ),
         ZooModel(
             "smollm2-135m-instruct",
@@ -153,6 +162,12 @@ def convert_gguf(gguf_path: Path, out_dir: Path) -> None:
         del model.config.quantization_config
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
+
+
+def published_sampling(name: str) -> dict | None:
+    """Zoo model `name`'s published sampling settings (None for a name outside the zoo: its own generation config
+    says them)."""
+    return dict(ZOO[name].sampling) if name in ZOO else None
 
 
 def fetch(

@@ -528,3 +528,70 @@ def test_the_readme_summary_picks_each_hosts_latest_default_run():
     assert "`dynaspec:8+auto` 1.80x / 1.20x" in fast_part and "`dynaspec:8+draft:3` 1.40x / 0.93x" in fast_part
     assert "| 10.00 (1.50x) |" in fast_part and "`vanilla-fast`" not in fast_part
     assert "`slow.json`" in slow_part and "1.30x / -" in slow_part and "not timed" in slow_part
+    sampled = [record(fast, "sampled.json", "vanilla", 1.0, "2026-01-04"),
+               record(fast, "sampled.json", "dynaspec:8+auto", 1.6, "2026-01-04")]
+    for one in sampled:
+        one["metrics"]["mode"] = "sampled"
+    both = summary_tables(records + sampled).split("**AVX2 CPU host**")[0]
+    assert "| t | bf16 | 7 x 64 | 10.00 | 10.00 (1.50x) | `dynaspec:8+auto` 1.80x" in both  # greedy row kept
+    assert "| t | bf16, sampled | 7 x 64 | 10.00 | not timed | `dynaspec:8+auto` 1.60x / -" in both
+
+
+def test_a_sampled_bench_draws_each_run_from_its_own_seed_and_leaves_exactness_to_the_tests(target):
+    from hf_dynaspec.bench.harness import run_seed
+
+    assistant = imitating_assistant(target, noise=0.3, num_assistant_tokens=3)
+    methods = build_methods(["vanilla", "eagle"], assistant_factory=lambda **o: assistant)
+    sampling = {"temperature": 1.5, "top_k": 20, "repetition_penalty": 1.1}
+
+    def bench(seed):
+        outputs, stats = {}, []
+        report = run_benchmark(target, methods, _prompts(3), max_new_tokens=10, dtype="fp32", target_name="tiny",
+                               progress=False, sampling=sampling, seed=seed,
+                               on_run=lambda p, m, run: (outputs.__setitem__((p.prompt_id, m.key), run.new_ids.tolist()),
+                                                         stats.append(run.stats)))
+        return report, outputs, stats
+
+    report, outputs, stats = bench(0)
+    assert bench(0)[1] == outputs  # a sampled bench repeats exactly
+    assert bench(7)[1] != outputs  # ... and its seed decides the draws
+    assert (report["mode"], report["sampling"], report["seed"]) == ("sampled", sampling, 0)
+    for index, prompt in enumerate(_prompts(3)):  # vanilla is plain sampled generate() from its run's own seed
+        torch.manual_seed(run_seed(0, index, 0))
+        plain = target.generate(prompt.input_ids, attention_mask=torch.ones_like(prompt.input_ids), do_sample=True,
+                                max_new_tokens=10, **sampling)
+        assert outputs[(prompt.prompt_id, "vanilla")] == plain[0, prompt.input_ids.shape[1]:].tolist()
+    greedy = [target.generate(p.input_ids, attention_mask=torch.ones_like(p.input_ids), do_sample=False,
+                              max_new_tokens=10)[0, p.input_ids.shape[1]:].tolist() for p in _prompts(3)]
+    assert [outputs[(p.prompt_id, "vanilla")] for p in _prompts(3)] != greedy  # it sampled
+    eagle = report["methods"]["eagle"]
+    assert eagle["exact"] is None and eagle["n_mismatch"] == 0 and "enumeration" in report["exactness"]
+    drafted = [s for s in stats if s]
+    assert eagle["acceptance"] == pytest.approx(sum(s["accepted"] for s in drafted) / sum(s["drafted"] for s in drafted))
+    table = markdown_table(report)
+    assert "sampled" in table and "by the tests (sampled)" in table and table.count("exactness:") == 1
+
+
+def test_sample_takes_the_targets_published_settings_and_overrides_them():
+    import argparse
+
+    from transformers import GenerationConfig
+
+    from hf_dynaspec.bench.command import report_records, sampling_settings
+
+    def args(sample=True, **given):
+        names = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
+        return argparse.Namespace(sample=sample, **{name: given.get(name) for name in names})
+
+    published = GenerationConfig(do_sample=True, temperature=0.7, top_p=0.8, top_k=20, repetition_penalty=1.1)
+    assert sampling_settings(args(), published) == {"temperature": 0.7, "top_p": 0.8, "top_k": 20,
+                                                    "repetition_penalty": 1.1}
+    assert sampling_settings(args(top_k=5, temperature=1.0), published) == {"top_p": 0.8, "top_k": 5,
+                                                                            "repetition_penalty": 1.1}
+    assert sampling_settings(args(sample=False), published) is None
+    with pytest.raises(ValueError, match="--top-p sets a sampling setting: add --sample"):
+        sampling_settings(args(sample=False, top_p=0.9), None)
+    report = {"target": "t", "n_prompts": 1, "max_new_tokens": 4, "dtype": "bf16", "mode": "sampled",
+              "sampling": {"top_k": 5}, "methods": {"vanilla": {"tau": None, "exact": None, "acceptance": None}}}
+    record = report_records(report)[0]["metrics"]
+    assert (record["mode"], record["sampling"]) == ("sampled", {"top_k": 5})

@@ -166,8 +166,11 @@ def test_the_loop_holds_no_scores_nobody_asked_for(monkeypatch, asked):
         return paths
 
     def count_held(*_):
-        gc.collect()
-        held_at_pass.append(sum(ref() is not None for refs in rounds[:-1] for ref in refs))
+        held = sum(ref() is not None for refs in rounds[:-1] for ref in refs)
+        if held and not asked:  # rows only a reference cycle keeps are not held: count again after a collection
+            gc.collect()
+            held = sum(ref() is not None for refs in rounds[:-1] for ref in refs)
+        held_at_pass.append(held)
 
     monkeypatch.setattr(loop, "_accepted_paths", recording)
     handle = target.register_forward_hook(count_held)

@@ -86,3 +86,29 @@ def test_the_list_of_shipped_assistants_matches_the_checkout():
     # Medusa heads ship beside the assistants, named after their target (tests/test_shipped_assistants.py)
     assert [name for name in shipped if not name.endswith("-medusa")] == sorted(SHIPPED_FOR)
     assert {name.removesuffix("-medusa") for name in shipped if name.endswith("-medusa")} <= set(SHIPPED_FOR)
+
+
+@pytest.mark.parametrize("case", ["identical", "near-tie", "mismatch"])
+def test_the_demo_runs_in_bf16_and_fails_only_on_a_real_mismatch(monkeypatch, capsys, case):
+    """The demo runs the target as it loads (bf16) and prints a verdict: identical, or a near-tie at a named token
+    with its fp32 margin (exit 0), or a real mismatch (exit 1): CI reads the same verdict."""
+    import hf_dynaspec.cli as cli
+
+    seen = {}
+    divergence = None if case == "identical" else {"position": 7, "margin": 0.4 if case == "near-tie" else 3.2,
+                                                   "near_tie": case == "near-tie"}
+
+    def fake_generate(args, chat):
+        seen["dtype"] = args.dtype
+        return {"target": "t", "dtype": args.dtype, "assistant": "a", "plain": "x", "assisted": "y",
+                "identical": case == "identical", "divergence": divergence, "plain_tokens_per_s": 2.0,
+                "assisted_tokens_per_s": 3.0, "speedup": 1.5, "tau": 1.8}
+
+    monkeypatch.setattr(cli, "_generate", fake_generate)
+    assert main(["demo"]) == (1 if case == "mismatch" else 0)
+    printed = capsys.readouterr().out
+    assert seen["dtype"] == "bf16" and "(1.50x)" in printed
+    verdict = {"identical": "outputs: token-identical",
+               "near-tie": "outputs: identical up to a numerical near-tie at generated token 7 (fp32 logit margin 0.400",
+               "mismatch": "outputs: DIFFER at generated token 7, not a near-tie"}[case]
+    assert verdict in printed

@@ -2,9 +2,10 @@
 
 No sampling noise: every draft the drafter can make is followed with its probability, and every accept,
 reject and residual outcome of the verifier with its own (tests/enumeration.py). Each option that touches
-drafting (confidence stop, prompt lookup and its veto, shortlists, temperature / top-k / top-p processors,
-EAGLE-3's reduced vocabulary) and both decoders (chain and tree) are covered. The last tests plant known
-rule violations and check that the same comparison sees them, far above the tolerance.
+drafting (confidence stop, prompt lookup and its veto, shortlists, temperature / top-k / top-p / min-p /
+repetition-penalty processors, on a shortlist's rows and on the whole vocabulary, EAGLE-3's reduced vocabulary)
+and both decoders (chain and tree) are covered. The last tests plant known rule violations and check that the
+same comparison sees them, far above the tolerance.
 """
 
 from __future__ import annotations
@@ -15,7 +16,15 @@ import pytest
 import torch
 from conftest import imitating_assistant, one_layer_target
 from enumeration import TargetOracle, chain_round, extended_joint, max_error, target_joint, tree_round
-from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+from transformers import (
+    LogitsProcessorList,
+    MinPLogitsWarper,
+    NoRepeatNGramLogitsProcessor,
+    RepetitionPenaltyLogitsProcessor,
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+)
 
 from hf_dynaspec import DynaSpecAssistant
 from hf_dynaspec.drafting.chain import ChainDraftSession
@@ -37,6 +46,14 @@ def processors(kind: str) -> LogitsProcessorList:
         return LogitsProcessorList([TemperatureLogitsWarper(1.3), TopKLogitsWarper(4)])
     if kind == "top-p":
         return LogitsProcessorList([TopPLogitsWarper(0.8)])
+    if kind == "top-k-2":  # fewer than a shortlist's rows: the cut falls inside them
+        return LogitsProcessorList([TemperatureLogitsWarper(1.3), TopKLogitsWarper(2)])
+    if kind == "min-p":
+        return LogitsProcessorList([TemperatureLogitsWarper(0.9), MinPLogitsWarper(0.3)])
+    if kind == "repetition":  # the context's ids penalised, inside and outside a shortlist's rows
+        return LogitsProcessorList([RepetitionPenaltyLogitsProcessor(1.8), TemperatureLogitsWarper(0.8)])
+    if kind == "unknown":  # a processor the rows path does not know: the whole-vocabulary path
+        return LogitsProcessorList([NoRepeatNGramLogitsProcessor(2), TemperatureLogitsWarper(0.8)])
     raise ValueError(kind)
 
 
@@ -133,6 +150,31 @@ def test_chain_round_through_a_shortlist_is_exact(target, tmp_path, strategy, fo
     assistant = shortlisted(target, tmp_path, strategy)
     with accelerator_paths_on_cpu() if form == "accelerator" else contextlib.nullcontext():
         error, _ = chain_error(target, assistant, "temperature")
+    assert error < TOLERANCE, error
+
+
+@pytest.mark.parametrize("form", ["cpu", "accelerator"])
+@pytest.mark.parametrize("kind", ["top-k", "top-k-2", "top-p", "min-p", "repetition", "unknown"])
+def test_sampled_drafts_processed_on_the_shortlists_rows_are_exact(target, tmp_path, kind, form, monkeypatch):
+    """Each processor kind runs on the rows the shortlisted head scored (row_processing), never on the widened
+    vocabulary, except a processor the rows path does not know; tokens outside the rows (q = 0) come back through
+    the residual."""
+    import hf_dynaspec.drafting.chain as chain
+
+    widened, rows = [], []
+    to_full_vocab, process_rows = ChainDraftSession._to_full_vocab, chain.process_rows
+    monkeypatch.setattr(ChainDraftSession, "_to_full_vocab",
+                        lambda self, *a: widened.append(1) or to_full_vocab(self, *a))
+    monkeypatch.setattr(chain, "process_rows", lambda p, c, logits, ids: rows.append(int((ids >= 0).sum()))
+                        or process_rows(p, c, logits, ids))
+    torch.manual_seed(0)  # the router's weights (shortlisted): the same rows whatever ran before
+    assistant = shortlisted(target, tmp_path, "dynaspec")
+    with accelerator_paths_on_cpu() if form == "accelerator" else contextlib.nullcontext():
+        error, outcomes = chain_error(target, assistant, kind)
+    assert bool(widened) == (kind == "unknown") != bool(rows), (len(widened), len(rows))
+    assert kind == "unknown" or max(rows) < VOCAB, "the rows must leave tokens out, reached by the residual only"
+    assert drafted_lengths(outcomes) == {1, 2, 3}, "some rounds must accept 0, 1 and 2 drafts"
+    assert error < TOLERANCE, error
     assert error < TOLERANCE, error
 
 

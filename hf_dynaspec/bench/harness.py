@@ -10,6 +10,12 @@ that committed one token, which is what it costs (our EAGLE drafter needs that p
 it can draft). Exactness: each output is compared to vanilla's on the same prompt with
 `hf_dynaspec.exactness.check_exactness` (near-tie when the fp32 logits of the two tokens at the first
 divergence are within 1.0); in fp32 runs only token-identical outputs count as exact.
+
+Sampled runs (`sampling`: the generation settings, e.g. the target's published temperature / top-p / top-k /
+repetition penalty) draw every (prompt, method) from its own seed (`run_seed`), so each method's outputs are a fair
+sample and a run repeats exactly. Outputs then differ by construction: a sampled method's exactness (it keeps the
+target's distribution) is proven by the suite's exact enumeration of output distributions, not by a bench; the
+report says so (`exact` is None) and keeps speed, tau and acceptance as for greedy.
 """
 
 from __future__ import annotations
@@ -48,9 +54,21 @@ class Run:
         return (len(self.new_ids) - 1) / decode if decode > 0 and len(self.new_ids) > 1 else float("nan")
 
 
-def timed_run(target, method: Method, input_ids: torch.Tensor, max_new_tokens: int) -> Run:
-    """Greedy generate with `method`, timed, counting the target's forward passes. On CUDA the clock is read
-    after a synchronisation at the start, at the end of the prefill (the first forward) and at the end."""
+SAMPLED_EXACTNESS = ("sampled: outputs differ by draw; that sampling keeps the target's distribution is proven by "
+                     "the test suite's exact enumeration of output distributions (tests/test_enumeration.py and the "
+                     "sampled tests of each route), not by this bench")
+
+
+def run_seed(seed: int, prompt_index: int, method_index: int) -> int:
+    """The seed of one sampled (prompt, method) run: its own per prompt and per method, fixed by `seed`."""
+    return seed + 1000 * prompt_index + method_index
+
+
+def timed_run(target, method: Method, input_ids: torch.Tensor, max_new_tokens: int, sampling: dict | None = None,
+              seed: int = 0) -> Run:
+    """Generate with `method` (greedy, or sampled with the settings `sampling` from `seed`), timed, counting the
+    target's forward passes. On CUDA the clock is read after a synchronisation at the start, at the end of the
+    prefill (the first forward) and at the end."""
     input_ids = input_ids.to(target.device)
     devices = devices_of(target)  # every card the target spans: its last layers may run on another than its first
     forward_ends: list[float] = []
@@ -62,12 +80,15 @@ def timed_run(target, method: Method, input_ids: torch.Tensor, max_new_tokens: i
 
     context = method.context(target) if method.context is not None else contextlib.nullcontext()
     handle = target.register_forward_hook(on_forward)
+    decoding = {"do_sample": True, **sampling} if sampling else {"do_sample": False}
+    if sampling:
+        torch.manual_seed(seed)
     synchronize(devices)
     start = time.perf_counter()
     try:
         with context:
-            out = target.generate(input_ids, attention_mask=torch.ones_like(input_ids), do_sample=False,
-                                  max_new_tokens=max_new_tokens, **method.generate_kwargs)
+            out = target.generate(input_ids, attention_mask=torch.ones_like(input_ids), max_new_tokens=max_new_tokens,
+                                  **decoding, **method.generate_kwargs)
         synchronize(devices)
     finally:
         end = time.perf_counter()
@@ -88,18 +109,19 @@ def geometric_mean(values: list[float]) -> float | None:
 
 def run_benchmark(target, methods: list[Method], prompts: list[EncodedPrompt], *, max_new_tokens: int,
                   dtype: str, target_name: str, progress: bool = True,
-                  on_run=None) -> dict:
+                  on_run=None, sampling: dict | None = None, seed: int = 0) -> dict:
     """Measure every method on every prompt (interleaved) and return the JSON-ready report.
 
     `methods` must contain `vanilla` (the reference of speedups and exactness). `on_run(prompt, method, run)`
-    is called after each measurement (tests use it to observe the order).
+    is called after each measurement (tests use it to observe the order). `sampling`: sample with these generation
+    settings (None: greedy), each run from `run_seed(seed, prompt, method)`.
     """
     keys = [m.key for m in methods]
     if "vanilla" not in keys:
         raise ValueError("the methods must include 'vanilla': speedups and exactness are measured against it")
     warmup_ids = prompts[0].input_ids[:, :8]
     for method in methods:  # first calls allocate caches and build heads: keep them out of the numbers
-        timed_run(target, method, warmup_ids, 2)
+        timed_run(target, method, warmup_ids, 2, sampling, seed)
     for method in methods:  # ...but not what they taught the planner and the suffix cache about prompt 0
         if method.assistant is not None:
             forget_learnt_state(method.assistant)
@@ -107,7 +129,7 @@ def run_benchmark(target, methods: list[Method], prompts: list[EncodedPrompt], *
     bar = tqdm(total=len(prompts) * len(methods), desc="bench", unit="run", disable=not progress)
     for index, prompt in enumerate(prompts):
         for m in interleaved_order(index, len(methods)):
-            run = timed_run(target, methods[m], prompt.input_ids, max_new_tokens)
+            run = timed_run(target, methods[m], prompt.input_ids, max_new_tokens, sampling, run_seed(seed, index, m))
             runs[methods[m].key].append(run)
             if on_run is not None:
                 on_run(prompt, methods[m], run)
@@ -120,7 +142,10 @@ def run_benchmark(target, methods: list[Method], prompts: list[EncodedPrompt], *
         "device": str(target.device),
         "n_prompts": len(prompts),
         "max_new_tokens": max_new_tokens,
-        "methods": {key: _aggregate(key, runs[key], runs["vanilla"], prompts, target, dtype) for key in keys},
+        "mode": "sampled" if sampling else "greedy",
+        "sampling": sampling, "seed": seed if sampling else None, "exactness": SAMPLED_EXACTNESS if sampling else None,
+        "methods": {key: _aggregate(key, runs[key], runs["vanilla"], prompts, target, dtype, sampled=bool(sampling))
+                    for key in keys},
     }
 
 
@@ -138,6 +163,8 @@ def _summary(key: str, runs: list[Run], vanilla: list[Run]) -> dict:
     lookup_vetoes = sum(r.stats.get("lookup_vetoes", 0) for r in runs)
     return {
         "tau": None if key == "vanilla" else tokens / passes,
+        # Draft tokens the target accepted, of those it checked (our assistant's methods only).
+        "acceptance": weighted("acceptance_rate"),
         "avg_shortlist": weighted("avg_shortlist"),
         "coverage": weighted("coverage"),
         # Passes whose draft came from prompt lookup (share of decoding passes), and how much of it was accepted.
@@ -167,21 +194,23 @@ def _summed(counts) -> dict | None:
     return total or None
 
 
-def _aggregate(key: str, runs: list[Run], vanilla: list[Run], prompts: list[EncodedPrompt], target, dtype: str) -> dict:
+def _aggregate(key: str, runs: list[Run], vanilla: list[Run], prompts: list[EncodedPrompt], target, dtype: str,
+               sampled: bool = False) -> dict:
     divergences = []
     for prompt, run, reference in zip(prompts, runs, vanilla):
-        if run is reference:
+        if run is reference or sampled:  # sampled outputs differ by draw: exactness is the enumeration tests'
             continue
         found = check_exactness(target, prompt.input_ids, reference.new_ids, run.new_ids)
         if found is not None:
             divergences.append({"prompt_id": prompt.prompt_id, "category": prompt.category, **found.as_dict()})
-    exact = not divergences if dtype == "fp32" else all(d["near_tie"] for d in divergences)
+    exact = (None if sampled else not divergences if dtype == "fp32" else all(d["near_tie"] for d in divergences))
     categories = sorted({p.category for p in prompts})
     per_category = {}
     for category in categories:
         chosen = [i for i, p in enumerate(prompts) if p.category == category]
         summary = _summary(key, [runs[i] for i in chosen], [vanilla[i] for i in chosen])
-        per_category[category] = {name: summary[name] for name in ("tau", "avg_shortlist", "speedup", "decode_speedup")}
+        per_category[category] = {name: summary[name] for name in ("tau", "acceptance", "avg_shortlist", "speedup",
+                                                                   "decode_speedup")}
         per_category[category]["n_prompts"] = len(chosen)
     return {**_summary(key, runs, vanilla), "exact": exact, "n_mismatch": len(divergences),
             "divergences": divergences, "per_category": per_category}

@@ -37,9 +37,10 @@ def markdown_table(report: dict) -> str:
     methods = report["methods"]
     lines = [
         f"{report['target']} ({report['dtype']}, {report['device']}), {report['n_prompts']} prompts, "
-        f"{report['max_new_tokens']} new tokens",
+        f"{report['max_new_tokens']} new tokens, "
+        + (f"sampled {report['sampling']} from seed {report['seed']}" if report.get("mode") == "sampled" else "greedy"),
         "",
-        "| method | tau | avg shortlist | coverage | lookup share / acceptance | tok/s | speedup | decode speedup "
+        "| method | tau (acceptance) | avg shortlist | coverage | lookup share / acceptance | tok/s | speedup | decode speedup "
         "| exact (mismatches) |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
@@ -48,10 +49,13 @@ def markdown_table(report: dict) -> str:
             f"{_fmt(m['lookup_share'])} / {_fmt(m['lookup_acceptance'])}"
             + ("" if m.get("lookup_vetoed") is None else f" ({_fmt(m['lookup_vetoed'])} vetoed)"))
         lines.append(
-            f"| {key} | {_fmt(m['tau'])} | {_fmt(m['avg_shortlist'], 0)} | {_fmt(m['coverage'], 3)} | {lookup} | "
+            f"| {key} | {_fmt(m['tau'])}{_acceptance(m)} | "
+            f"{_fmt(m['avg_shortlist'], 0)} | {_fmt(m['coverage'], 3)} | {lookup} | "
             f"{_fmt(m['tokens_per_s'])} | {_fmt(m['speedup'])} | {_fmt(m['decode_speedup'])} | "
-            f"{'yes' if m['exact'] else 'NO'} ({m['n_mismatch']}) |"
+            f"{_exact_cell(m)} |"
         )
+    if report.get("exactness"):
+        lines += ["", f"exactness: {report['exactness']}"]
     categories = list(next(iter(methods.values()))["per_category"])
     lines += ["", "tau / speedup per category:", "",
               "| method | " + " | ".join(categories) + " |", "| --- |" + " ---: |" * len(categories)]
@@ -59,6 +63,16 @@ def markdown_table(report: dict) -> str:
         cells = [f"{_fmt(m['per_category'][c]['tau'])} / {_fmt(m['per_category'][c]['speedup'])}" for c in categories]
         lines.append(f"| {key} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _acceptance(metrics: dict) -> str:
+    return "" if metrics.get("acceptance") is None else f" ({_fmt(metrics['acceptance'])})"
+
+
+def _exact_cell(metrics: dict) -> str:
+    if metrics["exact"] is None:
+        return "by the tests (sampled)"
+    return f"{'yes' if metrics['exact'] else 'NO'} ({metrics['n_mismatch']})"
 
 
 def write_plots(report: dict, directory: Path, vocab_size: int | None = None) -> list[Path]:

@@ -1,5 +1,6 @@
 """One results table per host kind, generated from the results table (`benchmarks/results/results.jsonl`): what
 the README shows, so that its numbers are the recorded ones (tests/test_docs.py regenerates it and compares).
+Greedy and sampled (`hf-dynaspec bench --sample`) runs are rows of their own.
 
 For each host kind, target and dtype: the latest end-to-end run (`hf-dynaspec bench`, benchmark "generate") that
 timed the default plan (a method with `auto`), else the latest run at all: plain generate()'s speed, plain
@@ -44,7 +45,9 @@ def runs(records: list[dict]) -> OrderedDict:
         metrics = record.get("metrics", {})
         if record.get("benchmark") != "generate" or not metrics.get("file"):
             continue
-        key = (host_kind(record), record.get("target"), metrics.get("dtype") or "bf16", metrics["file"])
+        # A sampled run is its own row: "bf16, sampled" (greedy runs stay plain "bf16").
+        mode = ", sampled" if metrics.get("mode") == "sampled" else ""
+        key = (host_kind(record), record.get("target"), (metrics.get("dtype") or "bf16") + mode, metrics["file"])
         grouped.setdefault(key, []).append(record)
     return grouped
 
@@ -90,7 +93,8 @@ def summary_tables(records: list[dict]) -> str:
             continue
         lines += [f"**{kind} CPU host** (2 cores; plain generate() = 1.00x; speedups as *over plain / over "
                   "vanilla-fast*, plain generate() on the fastest kernels (`hf_dynaspec.fast_cpu`); bf16 outputs "
-                  "identical up to near-ties, checked per prompt):", "",
+                  "identical up to near-ties, checked per prompt; *sampled* rows: the target's published sampling settings, "
+                  "each run from its own seed, exact by the suite's enumeration tests):", "",
                   "| target | dtype | prompts x new tokens | plain tok/s | vanilla-fast tok/s | default (`auto`) "
                   "| best fixed method | date | run (benchmarks/results/) |",
                   "| --- | --- | --- | ---: | ---: | --- | --- | --- | --- |"]

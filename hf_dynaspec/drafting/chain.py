@@ -18,6 +18,7 @@ from hf_dynaspec.drafting.contract import Draft
 from hf_dynaspec.drafting.device_paths import use_accelerator_paths
 from hf_dynaspec.drafting.kv_cache import DraftKVCache
 from hf_dynaspec.drafting.lookup import one_hot_logits
+from hf_dynaspec.drafting.row_processing import on_rows, process_rows, widen
 from hf_dynaspec.kernels.shortlist_head import ShortlistHeadOutput
 from hf_dynaspec.modeling.drafter import Drafter, causal_mask
 
@@ -260,19 +261,27 @@ class ChainDraftSession:
 
         The confidence test reads only the distribution, before any draw (see the class docstring); deferred, the
         token is drawn anyway and the round's end drops it."""
-        full = None
+        full = rows = None  # processed logits over the vocabulary, or over the shortlist's rows (row_processing)
         if self.do_sample or self.logits_processor is not None:
-            full = self._to_full_vocab(scores.scores, scores.token_ids)
-            if self.logits_processor is not None:
-                full = self.logits_processor(context, full)
-        confident = self._confident(scores.scores if full is None else full)
+            if scores.token_ids is not None and on_rows(self.logits_processor):
+                rows = process_rows(self.logits_processor, context, scores.scores, scores.token_ids)
+            else:
+                full = self._to_full_vocab(scores.scores, scores.token_ids)
+                if self.logits_processor is not None:
+                    full = self.logits_processor(context, full)
+        processed = full if rows is None else rows
+        confident = self._confident(scores.scores if processed is None else processed)
         if confident is not None and not self.defer_host_decisions and not bool(confident):
             return None, None, None, None
         top = None
         if with_top:  # over the rows scored, like the confidence stop
-            top = scores.top_probability[0] if full is None else full[0].float().softmax(-1).max()
-        if full is None:
+            top = scores.top_probability[0] if processed is None else processed[0].float().softmax(-1).max()
+        if processed is None:
             return scores.argmax_token_ids[:, None], None, confident, top
+        if rows is not None:  # drawn among the rows; q handed over as drawn, widened (0 outside the rows)
+            column = sampling.sample(rows.softmax(dim=-1)) if self.do_sample else rows.argmax(dim=-1, keepdim=True)
+            drawn = widen(rows, scores.token_ids, self.vocab_size) if self.do_sample else None
+            return scores.token_ids[column], drawn, confident, top
         if self.do_sample:
             return sampling.sample(full.softmax(dim=-1)), full, confident, top
         return full.argmax(dim=-1, keepdim=True), None, confident, top
@@ -291,6 +300,4 @@ class ChainDraftSession:
             if logits.shape[-1] != self.vocab_size:  # head rows beyond the tokenizer are still rows
                 raise RuntimeError(f"drafter head has {logits.shape[-1]} rows, target {self.vocab_size}")
             return logits
-        full = logits.new_full((logits.shape[0], self.vocab_size + 1), float("-inf"))
-        full[:, torch.where(shortlist_ids >= 0, shortlist_ids, self.vocab_size)] = logits
-        return full[:, : self.vocab_size]
+        return widen(logits, shortlist_ids, self.vocab_size)
