@@ -521,6 +521,14 @@ MUTATIONS = [
              "            drawn = widen(rows, scores.token_ids, self.vocab_size) if self.do_sample else None",
              "            drawn = widen(scores.scores, scores.token_ids, self.vocab_size) if self.do_sample else None",
              ["tests/test_enumeration.py"], select="rows_are_exact"),
+    # #76: copies as long as they pay.
+    Mutation("planned copies capped by the options' fixed lengths", "hf_dynaspec/drafting/round.py",
+             "        offer = min(room, LONGEST_COPY)",
+             "        offer = min(room, self.options.suffix_cache_num_tokens or self.options.prompt_lookup_num_tokens)",
+             [PLANNED], select="as_long_as"),
+    Mutation("lookup probes draft whole copies past the positions they learn", "hf_dynaspec/drafting/planning_core.py",
+             "        whole = min(candidate.num_tokens, room, MAX_POSITION_KEY)",
+             "        whole = min(candidate.num_tokens, room)", [PLANNED], select="as_long_as"),
 ]
 
 

@@ -161,6 +161,9 @@ def test_prompt_files_spec_bench_and_humaneval(tmp_path):
     prompts = load_prompts([spec, human], limit_per_category=1)
     assert [(p.prompt_id, p.category, p.text, p.subcategory) for p in prompts] == [
         ("1", "qa", "q1", None), ("81", "mt_bench", "w1", "writing"), ("HumanEval/0", "code", "def f():\n", None)]
+    assert [p.prompt_id for p in load_prompts([spec, human], categories=["qa", "code"])] == ["1", "2", "HumanEval/0"]
+    with pytest.raises(ValueError, match="no prompts of the categories rag in"):
+        load_prompts([spec], categories=["rag"])
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"id": 3}\n')
     with pytest.raises(ValueError, match="bad.jsonl:1"):
@@ -532,7 +535,12 @@ def test_the_readme_summary_picks_each_hosts_latest_default_run():
                record(fast, "sampled.json", "dynaspec:8+auto", 1.6, "2026-01-04")]
     for one in sampled:
         one["metrics"]["mode"] = "sampled"
-    both = summary_tables(records + sampled).split("**AVX2 CPU host**")[0]
+    subset = [record(fast, "copies.json", "vanilla", 1.0, "2026-01-05"),
+              record(fast, "copies.json", "dynaspec:8+auto", 2.5, "2026-01-05")]
+    for one in subset:  # a later run of two categories only (--categories) is not the target's headline
+        one["metrics"]["categories"] = ["summarization", "rag"]
+    both = summary_tables(records + sampled + subset).split("**AVX2 CPU host**")[0]
+    assert "copies.json" not in both
     assert "| t | bf16 | 7 x 64 | 10.00 | 10.00 (1.50x) | `dynaspec:8+auto` 1.80x" in both  # greedy row kept
     assert "| t | bf16, sampled | 7 x 64 | 10.00 | not timed | `dynaspec:8+auto` 1.60x / -" in both
 

@@ -30,9 +30,10 @@ FIXED_ALL = dict(draft_plan="fixed", num_assistant_tokens=3, prompt_lookup_num_t
                  assistant_confidence_threshold=0.05)
 
 
-# 4 tokens of a 6-token vocabulary with point-mass drafts: 6**4 paths (per token: the draft accepted, or rejected
-# and one of the 5 others drawn); sampled drafts multiply that by up to 6 per drafted position.
-MAX_PATHS = 2 * VOCAB**4
+# 4 tokens of a 6-token vocabulary with point-mass drafts: exactly 6**4 paths (per token: the draft accepted, or
+# rejected and one of the 5 others drawn). One path more means the code draws where it should not (a sampled draft
+# multiplies the paths by up to 6 per drafted position): the enumeration fails there, at once.
+MAX_PATHS = VOCAB**4
 
 
 def public(target, assistant, prompt, **kwargs):

@@ -117,6 +117,30 @@ def test_the_round_drafts_exactly_the_source_and_length_the_plan_chose(monkeypat
     assert cut_short >= 3, "some lookup drafts must be planned shorter than found, or the test sees no cut"
 
 
+def test_copies_are_drafted_as_long_as_they_pay_not_as_the_options_say(monkeypatch):
+    """#76: under `auto` a lookup source offers its copy as far as it matches (up to LONGEST_COPY) and the planner's
+    costs decide how much to draft: where verifying costs the same at any width, copies far past the options' 2
+    tokens; where each verified token costs a whole step, no copy but the probes (at most MAX_POSITION_KEY tokens).
+    Greedy output stays identical. (The tiny target falls into a loop of 5 tokens, which
+    the suffix cache continues as far as asked.)"""
+    from hf_dynaspec.drafting.planning_core import LONGEST_COPY, MAX_POSITION_KEY
+
+    full_steps = RoundCosts([float(n) for n in range(42)], consume_seconds=0.01, first_draft_seconds=0.02,
+                            draft_step_seconds=0.03)
+    copied = {}
+    for name, costs in (("flat", flat_costs(40)), ("full steps", full_steps)):
+        monkeypatch.setattr(rounds, "round_costs", lambda *a, costs=costs, **k: costs)
+        spy = RoundSpy(monkeypatch)
+        target = one_layer_target("llama", seed=2)
+        assistant = imitating_assistant(target, noise=0.6, seed=4, **{**AUTO, "suffix_cache_num_tokens": 2})
+        prompt = repeating_prompt(target.config.vocab_size)
+        expected = plain_generate(target, prompt, max_new_tokens=90)
+        assert torch.equal(assisted_generate(target, assistant, prompt, max_new_tokens=90), expected)
+        copied[name] = [(len(drafted), plan.probe) for plan, _, drafted in spy.rounds if plan.source.startswith("suffix")]
+    assert copied["flat"] and 16 < max(copied["flat"])[0] <= LONGEST_COPY, copied
+    assert copied["full steps"] and all(probe and n <= MAX_POSITION_KEY for n, probe in copied["full steps"]), copied
+
+
 def test_the_round_drafts_the_planned_source_where_the_sources_disagree(monkeypatch):
     """A plan forced to pick the suffix cache's shared part where prompt lookup proposes other tokens: the round
     must verify the shared part's tokens (a round that took the first source found would verify lookup's)."""

@@ -55,6 +55,8 @@ def add_parser(commands) -> None:
     bench.add_argument("--methods", required=True, help="comma-separated, e.g. vanilla,eagle,frspec:32768,dynaspec")
     bench.add_argument("--prompts", required=True, help="Spec-Bench or HumanEval .jsonl files, comma-separated")
     bench.add_argument("--limit-per-category", type=int, default=None)
+    bench.add_argument("--categories", default=None, metavar="C[,C...]",
+                       help="only these prompt categories, e.g. summarization,rag")
     bench.add_argument("--max-new-tokens", type=int, default=128)
     bench.add_argument("--mt-bench-turns", type=int, choices=[1, 2], default=1,
                        help="2: also measure MT-Bench's second turn, after the target's own greedy first answer")
@@ -106,7 +108,8 @@ def run(args) -> dict:
         raise ValueError("--sample runs one prompt at a time: drop --batch-size (batched throughput is greedy)")
     keys = expand_assistant_labels([k.strip() for k in args.methods.split(",") if k.strip()],
                                    [label for label in assistants if label is not None])
-    prompts = load_prompts(args.prompts.split(","), args.limit_per_category)
+    prompts = load_prompts(args.prompts.split(","), args.limit_per_category,
+                           args.categories.split(",") if args.categories else None)
     target, tokenizer = load_target(args.target, args.dtype, args.device)
     if not assistants:
         shipped = shipped_assistant_dir(args.target)
@@ -158,6 +161,7 @@ def run(args) -> dict:
     report["draft_model"] = args.draft_model
     report["medusa"] = args.medusa
     report["cpu_verify"] = cpu_verify_method  # "kernel" | "shadow" | None
+    report["categories"] = args.categories.split(",") if args.categories else None  # a subset: not a headline run
     report["command"] = "hf-dynaspec " + " ".join(sys.argv[1:]) if sys.argv[0].endswith("hf-dynaspec") else None
     print(markdown_table(report))
     if args.json:
@@ -212,7 +216,8 @@ def report_records(report: dict, json_path: str | None = None) -> list[dict]:
         values = {k: metrics.get(k) for k in keys}
         values.update(n_prompts=report["n_prompts"], max_new_tokens=report["max_new_tokens"], dtype=report["dtype"],
                       cpu_verify=report.get("cpu_verify"), file=json_path, mode=report.get("mode", "greedy"),
-                      sampling=report.get("sampling"), acceptance=metrics.get("acceptance"))
+                      sampling=report.get("sampling"), acceptance=metrics.get("acceptance"),
+                      categories=report.get("categories"))
         records.append(make_record("generate", method, values, target=report["target"],
                                    assistant_version=str(assistant) if assistant else None,
                                    command=report.get("command") or "-"))

@@ -52,8 +52,10 @@ def _row_to_prompt(row: dict, path: Path, line: int) -> BenchPrompt:
     )
 
 
-def load_prompts(files: list[str | Path], limit_per_category: int | None = None) -> list[BenchPrompt]:
-    """Prompts of every file in order; with `limit_per_category`, the first N of each category."""
+def load_prompts(files: list[str | Path], limit_per_category: int | None = None,
+                 categories: list[str] | None = None) -> list[BenchPrompt]:
+    """Prompts of every file in order; with `limit_per_category`, the first N of each category; with `categories`,
+    only those categories."""
     prompts: list[BenchPrompt] = []
     taken: dict[str, int] = {}
     for file in files:
@@ -68,12 +70,15 @@ def load_prompts(files: list[str | Path], limit_per_category: int | None = None)
             except json.JSONDecodeError as error:
                 raise ValueError(f"{path}:{line}: not valid JSON ({error})") from None
             prompt = _row_to_prompt(row, path, line)
+            if categories is not None and prompt.category not in categories:
+                continue
             if limit_per_category is not None and taken.get(prompt.category, 0) >= limit_per_category:
                 continue
             taken[prompt.category] = taken.get(prompt.category, 0) + 1
             prompts.append(prompt)
     if not prompts:
-        raise ValueError(f"no prompts in {', '.join(map(str, files))}")
+        within = f" of the categories {', '.join(categories)}" if categories is not None else ""
+        raise ValueError(f"no prompts{within} in {', '.join(map(str, files))}")
     return prompts
 
 

@@ -1,6 +1,7 @@
 """One results table per host kind, generated from the results table (`benchmarks/results/results.jsonl`): what
 the README shows, so that its numbers are the recorded ones (tests/test_docs.py regenerates it and compares).
-Greedy and sampled (`hf-dynaspec bench --sample`) runs are rows of their own.
+Greedy and sampled (`hf-dynaspec bench --sample`) runs are rows of their own; runs of some categories only
+(`--categories`) are left out.
 
 For each host kind, target and dtype: the latest end-to-end run (`hf-dynaspec bench`, benchmark "generate") that
 timed the default plan (a method with `auto`), else the latest run at all: plain generate()'s speed, plain
@@ -43,8 +44,8 @@ def runs(records: list[dict]) -> OrderedDict:
     grouped: OrderedDict = OrderedDict()
     for record in records:
         metrics = record.get("metrics", {})
-        if record.get("benchmark") != "generate" or not metrics.get("file"):
-            continue
+        if record.get("benchmark") != "generate" or not metrics.get("file") or metrics.get("categories"):
+            continue  # a run of some categories only (--categories) is not a target's headline
         # A sampled run is its own row: "bf16, sampled" (greedy runs stay plain "bf16").
         mode = ", sampled" if metrics.get("mode") == "sampled" else ""
         key = (host_kind(record), record.get("target"), (metrics.get("dtype") or "bf16") + mode, metrics["file"])

@@ -42,6 +42,7 @@ from hf_dynaspec.drafting.planning_core import (
     confidence_table,
     extrapolated_seconds,
     lookup_probe,
+    match_key,
     position_key,
     position_table,
 )
@@ -105,7 +106,7 @@ class LatticePlanner:
         return [self.memory.tree_depth.estimate((self.tree.total_tokens, position_key(d))) for d in range(1, count + 1)]
 
     def _lookup_priors(self, candidate: LookupCandidate) -> list[float]:
-        match = min(candidate.match_length, 8)
+        match = match_key(candidate.match_length)
         return [self.memory.lookup.estimate((match, position_key(j))) for j in range(1, candidate.num_tokens + 1)]
 
     def _lattice_options(self, chain_priors: list[float], room: int, sunk: float) -> list[tuple[float, RoundPlan]]:
@@ -181,7 +182,7 @@ class LatticePlanner:
         elif plan.source == "chain":
             self._record_chain(plan.confidences, num_accepted, min(num_accepted + 1, num_drafted))
         elif plan.source == "prompt-lookup":
-            match = min(plan.match_length, 8)
+            match = match_key(plan.match_length)
             for j in range(1, min(num_accepted + 1, num_drafted) + 1):
                 memory.lookup.record((match, position_key(j)), j <= num_accepted)
 
@@ -189,7 +190,7 @@ class LatticePlanner:
         """A prompt-lookup round accepted whole, shorter than offered: whether the target's own token after it
         equals the next offered token is position num_drafted + 1's outcome (`SpeculationPlanner`'s rule)."""
         if plan.source == "prompt-lookup" and plan.next_offered is not None:
-            self.memory.lookup.record((min(plan.match_length, 8), position_key(num_drafted + 1)), matched)
+            self.memory.lookup.record((match_key(plan.match_length), position_key(num_drafted + 1)), matched)
 
     def _record_chain(self, confidences: list[float], num_accepted: int, num_reached: int) -> None:
         for j in range(1, min(num_reached, len(confidences)) + 1):

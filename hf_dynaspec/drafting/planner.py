@@ -56,6 +56,7 @@ from hf_dynaspec.drafting.planning_core import (  # noqa: F401  (the core's name
     confidence_table,
     extrapolated_seconds,
     lookup_probe,
+    match_key,
     position_key,
     position_table,
 )
@@ -128,7 +129,7 @@ class SpeculationPlanner:
 
     def lookup_probabilities(self, candidate: LookupCandidate) -> list[float]:
         table = self.memory.lookup
-        match = min(candidate.match_length, 8)
+        match = match_key(candidate.match_length)
         return [table.estimate((candidate.source, match, position_key(j)))
                 for j in range(1, candidate.num_tokens + 1)]
 
@@ -246,7 +247,7 @@ class SpeculationPlanner:
                 if j <= len(plan.confidences):
                     memory.drafter_confidence.record(confidence_bin(plan.confidences[j - 1]), accepted)
             elif plan.source != "none":
-                memory.lookup.record((plan.source, min(plan.match_length, 8), position_key(j)), accepted)
+                memory.lookup.record((plan.source, match_key(plan.match_length), position_key(j)), accepted)
 
     def record_past_the_draft(self, plan: RoundPlan, num_drafted: int, matched: bool) -> None:
         """A lookup round drafted `num_drafted` of the tokens its source offered, and the target accepted them all:
@@ -258,7 +259,7 @@ class SpeculationPlanner:
         nearly free (the rows kernel's bf16 verify), `auto` kept drafting lookups 1 token long where 5 paid."""
         if plan.source in ("drafter", "tree", "none") or plan.next_offered is None:
             return
-        key = (plan.source, min(plan.match_length, 8), position_key(num_drafted + 1))
+        key = (plan.source, match_key(plan.match_length), position_key(num_drafted + 1))
         self.memory.lookup.record(key, matched)
 
     def record_chain_outcome(self, num_accepted: int, num_reached: int) -> None:

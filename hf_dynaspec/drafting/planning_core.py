@@ -10,6 +10,10 @@ from dataclasses import dataclass, field
 from hf_dynaspec.modeling.acceptance_prior import CONFIDENCE_BINS, AcceptancePrior
 
 MAX_POSITION_KEY = 16  # positions past this share one estimate
+MAX_MATCH_KEY = 8  # lookup matches longer than this share one estimate
+# The longest copy a lookup source offers a planner (its costs and learnt acceptance cut it): the widest chain a
+# static verify round reads (generation.static_round.MAX_WIDTH, 64 nodes) halved, so a copy always fits.
+LONGEST_COPY = 32
 PROBE_FIRST = 4  # rounds before the first probe round
 PROBE_LONGEST = 256  # the probe interval doubles up to this
 
@@ -77,6 +81,10 @@ def confidence_bin(confidence: float) -> int:
 
 def position_key(position: int) -> int:
     return min(position, MAX_POSITION_KEY)
+
+
+def match_key(match_length: int) -> int:
+    return min(match_length, MAX_MATCH_KEY)
 
 
 def extrapolated_seconds(table: list[float], num_tokens: int) -> float:
@@ -155,13 +163,16 @@ class LookupProbes:
 def lookup_probe(probes: LookupProbes, lookups: list[LookupCandidate], chosen: RoundPlan,
                  room: int) -> RoundPlan | None:
     """The round's lookup probe, if one is due: the first offered source whose schedule says so (not the one the
-    plan drafts whole), drafted whole; every offered source's schedule moves on. A source drafted shorter than it
-    offered counts as passed over: its later positions are learnt only when drafted, so they get probes too."""
+    plan drafts whole), drafted whole up to MAX_POSITION_KEY tokens; every offered source's schedule moves on. A
+    source drafted shorter than that counts as passed over: its later positions are learnt only when drafted, so
+    they get probes too."""
     probe = None
     for candidate in lookups:
-        drafted = candidate.source == chosen.source and chosen.num_tokens >= min(candidate.num_tokens, room)
+        # Positions past MAX_POSITION_KEY share one estimate: a probe that long learns every one of them.
+        whole = min(candidate.num_tokens, room, MAX_POSITION_KEY)
+        drafted = candidate.source == chosen.source and chosen.num_tokens >= whole
         if probe is None and not drafted and candidate.num_tokens and probes.due(candidate.source):
-            probe = RoundPlan(candidate.source, min(candidate.num_tokens, room), candidate.match_length, probe=True)
+            probe = RoundPlan(candidate.source, whole, candidate.match_length, probe=True)
             probes.probed(candidate.source)
         else:
             probes.offered(candidate.source, drafted)

@@ -35,6 +35,7 @@ from hf_dynaspec.drafting.contract import Draft
 from hf_dynaspec.drafting.lattice import AdaptiveDraftLength
 from hf_dynaspec.drafting.lookup import RequestView, SuffixCache, lookup_match
 from hf_dynaspec.drafting.planner import LookupCandidate, ProbeDrafting, RoundPlan, SpeculationPlanner, share_costs
+from hf_dynaspec.drafting.planning_core import LONGEST_COPY
 from hf_dynaspec.drafting.tree import TreeDraftSession
 
 
@@ -208,14 +209,17 @@ class SpeculationRound:
                      shortlists=self.trees.shortlists_of_last_draft)
 
     def _lookup_candidates(self, room: int) -> tuple[list[LookupCandidate], dict[str, list[int]]]:
-        """What prompt lookup and the suffix cache propose now: (candidates for the planner, tokens by source)."""
+        """What prompt lookup and the suffix cache propose now: (candidates for the planner, tokens by source).
+        Each offers a copy as long as it matches, up to LONGEST_COPY: the planner's measured costs and learnt
+        acceptance decide how much of it to draft, not the options' fixed lengths (those bound the fixed plan)."""
         candidates, drafts = [], {}
-        tokens, match = self._prompt_lookup_match(room)
+        offer = min(room, LONGEST_COPY)
+        tokens, match = self._prompt_lookup_match(offer)
         if match:
             candidates.append(LookupCandidate("prompt-lookup", match, len(tokens)))
             drafts["prompt-lookup"] = tokens
         if self.suffix is not None:
-            found = self.suffix.propose(min(self.options.suffix_cache_num_tokens, room))
+            found = self.suffix.propose(offer)
             if found is not None:
                 candidates.append(LookupCandidate(found.source, found.match_length, len(found.tokens)))
                 drafts[found.source] = list(found.tokens)
@@ -224,16 +228,16 @@ class SpeculationRound:
     def _prompt_lookup(self, input_ids: torch.Tensor, room: int) -> torch.Tensor | None:
         """Prompt-lookup draft `[1, n]` (1 <= n <= room), or None (off, or no earlier match). Not capped by
         num_assistant_tokens: a lookup draft costs nothing to make."""
-        tokens, match = self._prompt_lookup_match(room)
+        tokens, match = self._prompt_lookup_match(min(self.options.prompt_lookup_num_tokens, room))
         return _as_ids(tokens, input_ids) if match else None
 
-    def _prompt_lookup_match(self, room: int) -> tuple[list[int], int]:
-        """(host ids of the continuation of the context's last n-gram's earlier occurrence, n); n = 0 when prompt
-        lookup is off or finds nothing. Searches the host copy of the context: no device read."""
+    def _prompt_lookup_match(self, longest: int) -> tuple[list[int], int]:
+        """(host ids of the continuation, at most `longest`, of the context's last n-gram's earlier occurrence, n);
+        n = 0 when prompt lookup is off or finds nothing. Searches the host copy of the context: no device read."""
         options = self.options
-        if options.prompt_lookup_num_tokens <= 0:
+        if options.prompt_lookup_num_tokens <= 0 or longest < 1:
             return [], 0
-        tokens, match = lookup_match(torch.tensor(self._context), min(options.prompt_lookup_num_tokens, room),
+        tokens, match = lookup_match(torch.tensor(self._context), longest,
                                      options.prompt_lookup_min_ngram, options.max_matching_ngram_size)
         return (tokens.tolist(), match) if match and len(tokens) else ([], 0)
 

@@ -97,8 +97,9 @@ class DynaSpecGenerationConfig(GenerationConfig):
       where it was measured faster than PyTorch here (measured once, cached), during the assisted call only; its
       one-token steps and prefills keep PyTorch's kernels. "off": never.
     - `suffix_cache_num_tokens` (16): the suffix cache (hf_dynaspec.drafting.lookup: the request and the
-      assistant's earlier outputs) drafts up to this many tokens; 0: off. Under "fixed" a suffix-cache draft,
-      when there is one, comes first, as a prompt-lookup draft does.
+      assistant's earlier outputs) drafts up to this many tokens under "fixed", where a suffix-cache draft, when
+      there is one, comes first, as a prompt-lookup draft does; 0: off. Under "auto" any value > 0 turns it on
+      and the planner drafts as much of a copy (up to 32 tokens) as its costs and learnt acceptance say pays.
     - `suffix_cache_max_tokens` (32768): tokens of earlier outputs and corpus the suffix cache keeps.
     - `verification` ("token"): how sampled drafts are verified: "token" (token by token, Leviathan et al.) or
       "block" (Sun et al., ICLR 2025: the draft block jointly; never fewer accepted tokens in expectation, the
@@ -109,7 +110,8 @@ class DynaSpecGenerationConfig(GenerationConfig):
       draft token has a probability below this (read before drawing, so sampling stays exact); a round may then
       draft nothing. 0 always drafts K tokens.
     - `prompt_lookup_num_tokens` (0): when > 0, a round first looks the context's last n-gram up in the context
-      and drafts up to this many of the tokens that followed it instead of running the drafter. 0: off.
+      and drafts up to this many of the tokens that followed it instead of running the drafter (under "auto":
+      as many, up to 32, as the planner says pay). 0: off.
     - `prompt_lookup_min_ngram` (2), `max_matching_ngram_size` (3): the n-gram sizes tried, longest first.
     - `prompt_lookup_veto` (1.0): the drafter overrules a lookup draft when its own most likely first token
       differs and has a probability above this. 1.0 never vetoes (and skips the check).
