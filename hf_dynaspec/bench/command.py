@@ -156,13 +156,12 @@ def run(args) -> dict:
     report = run_benchmark(target, methods, encoded, max_new_tokens=args.max_new_tokens, dtype=args.dtype,
                            target_name=args.target, sampling=sampling_settings(args, published_config(args.target, target)),
                            seed=args.seed)
-    # One assistant: its path; several: {label: path}; none: None.
-    report["assistant"] = assistants[None] if None in assistants else (assistants or None)
-    report["draft_model"] = args.draft_model
-    report["medusa"] = args.medusa
-    report["cpu_verify"] = cpu_verify_method  # "kernel" | "shadow" | None
-    report["categories"] = args.categories.split(",") if args.categories else None  # a subset: not a headline run
-    report["command"] = "hf-dynaspec " + " ".join(sys.argv[1:]) if sys.argv[0].endswith("hf-dynaspec") else None
+    # One assistant: its path; several: {label: path}; none: None. cpu_verify: "kernel" | "shadow" | None;
+    # categories: a subset of them only (not a headline run).
+    report.update(assistant=assistants[None] if None in assistants else (assistants or None),
+                  draft_model=args.draft_model, medusa=args.medusa, cpu_verify=cpu_verify_method,
+                  categories=args.categories.split(",") if args.categories else None,
+                  command="hf-dynaspec " + " ".join(sys.argv[1:]) if sys.argv[0].endswith("hf-dynaspec") else None)
     print(markdown_table(report))
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
