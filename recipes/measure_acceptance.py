@@ -6,9 +6,10 @@
 
 The prompts are held aside from every evaluation set: by default the package's starter prompts
 (recipes/data/starter_prompts.jsonl, the training notebook's), or `--prompts FILE` (Spec-Bench / HumanEval / {"prompt"}
-rows). Greedy decoding; every round drafts the whole chain or tree (hf_dynaspec.generation.expected_acceptance), so
-the result does not depend on this machine's costs. `--traces FILE` also writes each call's rounds (the planner
-simulation's input: hf_dynaspec.bench.plan_simulation).
+rows). Every round drafts the whole chain or tree (hf_dynaspec.generation.expected_acceptance), so the result does
+not depend on this machine's costs. Greedy by default; `--sample` measures the sampled prior instead, with the
+target's published sampling settings (`hf-dynaspec bench --sample`'s), stored beside the greedy one.
+`--traces FILE` also writes each call's rounds (the planner simulation's input: hf_dynaspec.bench.plan_simulation).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 import torch
 
 from hf_dynaspec import DynaSpecAssistant
+from hf_dynaspec.bench.command import published_config, sampling_settings
 from hf_dynaspec.bench.prompts import encode_prompts, load_prompts
 from hf_dynaspec.generation.expected_acceptance import measure_acceptance
 from hf_dynaspec.loading import encode_prompt, load_target
@@ -46,6 +48,8 @@ def main(argv=None):
     parser.add_argument("--per-category", type=int, default=None, help="with --prompts: at most N per category")
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--dtype", choices=["bf16", "fp32"], default="bf16")
+    parser.add_argument("--sample", action="store_true", help="the sampled prior, with the target's published "
+                                                                  "sampling settings")
     parser.add_argument("--write", action="store_true", help="store the result in the artifact's generation config")
     parser.add_argument("--traces", type=Path, default=None, help="write every call's rounds here (JSON)")
     args = parser.parse_args(argv)
@@ -55,7 +59,12 @@ def main(argv=None):
     assistant = DynaSpecAssistant.from_pretrained(args.assistant, target=target)
     prompts = encoded_prompts(tokenizer, args.prompts, args.num_prompts, args.per_category)
     start = time.perf_counter()
-    prior, calls = measure_acceptance(target, assistant, [ids for _, _, ids in prompts], args.max_new_tokens)
+    sampling = sampling_settings(argparse.Namespace(sample=args.sample), published_config(args.target, target))
+    if sampling:
+        print(f"sampling with {sampling}")
+    prior, calls = measure_acceptance(target, assistant, [ids for _, _, ids in prompts], args.max_new_tokens,
+                                      do_sample=args.sample, **(sampling or {}))
+    mode = "sampled" if args.sample else "greedy"
     print(f"measured {prior.rounds} rounds on {len(prompts)} prompts in {time.perf_counter() - start:.0f} s")
     print(json.dumps(prior.to_dict()))
     if args.traces is not None:
@@ -69,9 +78,9 @@ def main(argv=None):
     if args.write:
         path = args.assistant / "generation_config.json"
         stored = json.loads(path.read_text())
-        stored["expected_acceptance"] = {**(stored.get("expected_acceptance") or {}), "greedy": prior.to_dict()}
+        stored["expected_acceptance"] = {**(stored.get("expected_acceptance") or {}), mode: prior.to_dict()}
         path.write_text(json.dumps(stored, indent=2, sort_keys=True) + "\n")
-        print(f"wrote expected_acceptance to {path}")
+        print(f"wrote expected_acceptance[{mode!r}] to {path}")
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 The code under test draws its randomness from `hf_dynaspec.sampling.sample` (the package's one categorical draw:
 drafting, the residual, the first and bonus tokens), `torch.multinomial` (transformers' own residual and bonus
 draws), `torch.rand_like` (transformers' accept test, `r <= p(x) / q(x)`) and
-`hf_dynaspec.generation.tree_verify.accepts` (the tree's accept test). `enumerate_paths` replaces those four by a
+`hf_dynaspec.generation.tree_verify.first_accepted` (the tree's sibling trials). `enumerate_paths` replaces those four by a
 chooser that, instead of drawing, follows
 one branch and records the others, and re-runs the function depth-first until every branch has been
 followed once. Each path's weight is the product of the probabilities the code itself asked for, so the
@@ -82,20 +82,27 @@ class _Chooser:
             values.append(0.0 if self.choose([accept, 1.0 - accept]) == 0 else 1.0)
         return torch.tensor(values, dtype=ratio.dtype, device=ratio.device).reshape(ratio.shape)
 
-    def accepts(self, probability: torch.Tensor, generator=None) -> bool:
-        p = min(1.0, max(0.0, float(probability)))
-        return self.choose([p, 1.0 - p]) == 0
+    def first_accepted(self, ratios: torch.Tensor, generator=None) -> torch.Tensor:
+        """Trials in order, each succeeding with its ratio: the first success i has weight prod_{j<i}(1 - r_j) r_i,
+        none (index len(ratios)) the product of every failure."""
+        weights, failed = [], 1.0
+        for value in ratios.double().tolist():
+            r = min(1.0, max(0.0, value))
+            weights.append(failed * r)
+            failed *= 1.0 - r
+        index = self.choose(weights + [failed])
+        return torch.tensor([index], dtype=torch.long, device=ratios.device)
 
 
 @contextmanager
 def _randomness_replaced_by(chooser: _Chooser):
-    saved = torch.multinomial, torch.rand_like, tree_verify.accepts, sampling.sample
-    torch.multinomial, torch.rand_like, tree_verify.accepts, sampling.sample = (
-        chooser.multinomial, chooser.rand_like, chooser.accepts, chooser.sample)
+    saved = torch.multinomial, torch.rand_like, tree_verify.first_accepted, sampling.sample
+    torch.multinomial, torch.rand_like, tree_verify.first_accepted, sampling.sample = (
+        chooser.multinomial, chooser.rand_like, chooser.first_accepted, chooser.sample)
     try:
         yield
     finally:
-        torch.multinomial, torch.rand_like, tree_verify.accepts, sampling.sample = saved
+        torch.multinomial, torch.rand_like, tree_verify.first_accepted, sampling.sample = saved
 
 
 def enumerate_paths(fn, max_paths: int | None = None) -> list[tuple[float, object]]:

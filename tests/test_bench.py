@@ -140,6 +140,11 @@ def test_method_strings_are_validated():
         build_methods(["dynaspec+adl+auto"], assistant_factory=lambda **o: object())
     assert build_methods(["dynaspec+draft:5+adl"], assistant_factory=lambda **o: seen.append(o) or object())
     assert seen.pop() == {"shortlist": "dynaspec", **off, "draft_plan": "adl", "num_assistant_tokens": 5}
+    assert build_methods(["dynaspec+auto+block"], assistant_factory=lambda **o: seen.append(o) or object())
+    assert seen.pop() == {"shortlist": "dynaspec", **off, "draft_plan": "auto", "auto_max_assistant_tokens": 8,
+                          "verification": "block"}
+    with pytest.raises(ValueError, match=r"\+block verifies a sampled chain"):
+        build_methods(["dynaspec-tree+block"], assistant_factory=lambda **o: object())
     assert build_methods(["dynaspec-tree:rows=900x400x50"], assistant_factory=lambda **o: seen.append(o) or object())
     assert seen.pop()["shortlist_rows"] == [900, 400, 50]
     with pytest.raises(ValueError, match="positive integer"):
@@ -501,7 +506,7 @@ def test_a_timed_run_synchronises_the_device_at_its_start_its_prefill_and_its_en
 
 def test_the_readme_summary_picks_each_hosts_latest_default_run():
     """Per host kind, target and dtype: the latest run that timed `auto` (not a later run without it), its best
-    fixed method (never another `auto`), and AVX2 and AVX-512 BF16 hosts kept apart."""
+    other method (never another `auto`), and AVX2 and AVX-512 BF16 hosts kept apart."""
     from hf_dynaspec.bench.summary import host_kind, summary_tables
 
     def record(flags, file, method, speedup, date, target="t"):
@@ -527,7 +532,7 @@ def test_the_readme_summary_picks_each_hosts_latest_default_run():
     fast_part, slow_part = tables.split("**AVX2 CPU host**")
     assert "`with_auto.json`" in fast_part and "later_no_auto" not in fast_part and "old.json" not in fast_part
     # Speedups over both plain paths (1.8 / 1.5 = 1.2); plain generate() on the fast kernels is a baseline, never
-    # the best fixed method, and a run that did not time it says so.
+    # the best other method, and a run that did not time it says so.
     assert "`dynaspec:8+auto` 1.80x / 1.20x" in fast_part and "`dynaspec:8+draft:3` 1.40x / 0.93x" in fast_part
     assert "| 10.00 (1.50x) |" in fast_part and "`vanilla-fast`" not in fast_part
     assert "`slow.json`" in slow_part and "1.30x / -" in slow_part and "not timed" in slow_part

@@ -126,9 +126,10 @@ def test_enumeration_sees_a_block_rule_without_its_residual_term():
     assert error > 1e-3, error
 
 
-@pytest.mark.parametrize("draft_plan", ["fixed", "auto"])
+# verification="auto" (the default) picks block: the same target forward, never fewer accepted tokens.
+@pytest.mark.parametrize(("draft_plan", "verification"), [("fixed", "block"), ("auto", "block"), ("auto", "auto")])
 @pytest.mark.parametrize("kind", ["plain", "top-k"])
-def test_block_verified_round_through_generate_code_is_exact(kind, draft_plan, monkeypatch):
+def test_block_verified_round_through_generate_code_is_exact(kind, draft_plan, verification, monkeypatch):
     """The library's candidate generator marks its draft; transformers' `_speculative_sampling` (wrapped by the
     hook) verifies it as a block; the enumerated round is exactly the target's."""
     calls = []
@@ -144,7 +145,7 @@ def test_block_verified_round_through_generate_code_is_exact(kind, draft_plan, m
 
         monkeypatch.setattr("hf_dynaspec.generation.rounds.round_costs", lambda *a, **k: flat_costs())
     target = one_layer_target("llama", seed=5, vocab_size=VOCAB)
-    assistant = imitating_assistant(target, noise=1.0, seed=3, num_assistant_tokens=3, verification="block",
+    assistant = imitating_assistant(target, noise=1.0, seed=3, num_assistant_tokens=3, verification=verification,
                                     draft_plan=draft_plan, auto_max_assistant_tokens=3)
     lp = processors(kind)
     outcomes = chain_round(target, assistant, PROMPT, lp, 3)
@@ -157,6 +158,6 @@ def test_block_verified_round_through_generate_code_is_exact(kind, draft_plan, m
 def test_unmarked_drafts_keep_transformers_rule(monkeypatch):
     monkeypatch.setattr(block_verify, "block_verify", lambda *a: pytest.fail("block rule used for token verification"))
     target = one_layer_target("llama", seed=5, vocab_size=VOCAB)
-    assistant = imitating_assistant(target, noise=1.0, seed=3, num_assistant_tokens=2)
+    assistant = imitating_assistant(target, noise=1.0, seed=3, num_assistant_tokens=2, verification="token")
     outcomes = chain_round(target, assistant, PROMPT, processors("plain"), 2)
     assert sum(outcomes.values()) == pytest.approx(1.0)

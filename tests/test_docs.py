@@ -96,14 +96,14 @@ def test_quickstart_page_runs_as_written(monkeypatch):
     """docs/quickstart.md's ```python blocks in order, in a fresh namespace: its exactness check included."""
     monkeypatch.chdir(ROOT)
     blocks = re.findall(r"```python\n(.*?)```", (ROOT / "docs" / "quickstart.md").read_text(), flags=re.S)
-    assert len(blocks) == 4
+    assert len(blocks) == 5
     namespace: dict = {}
     for block in blocks:
         exec(compile(block, "docs/quickstart.md", "exec"), namespace)
     prompt_length = namespace["inputs"]["input_ids"].shape[1]
-    for name in ("fast", "sampled", "out", "plain_fast"):
+    for name in ("fast", "sampled", "out", "plain_fast", "copied"):
         assert namespace[name].shape[1] > prompt_length
-    for name in ("fast", "out", "plain_fast"):  # the greedy ones
+    for name in ("fast", "out", "plain_fast", "copied"):  # the greedy ones
         assert (greedy_gaps(namespace["model"], namespace["inputs"]["input_ids"],
                             namespace[name][0, prompt_length:]) <= 1.0).all(), name
     stats = namespace["assistant"].stats  # of its last call (sampling): the drafter drafted and was verified

@@ -204,6 +204,32 @@ def test_tree_round_is_exact(target, kind, shape):
     assert error < TOLERANCE, error
 
 
+def test_tree_round_is_exact_where_later_siblings_are_accepted_and_continued(target, monkeypatch):
+    """Branching 3, depth 2: the enumeration reaches walks that accept a sibling after a rejected one (the
+    recursive rejection's later trials) at depth 1 and, below an accepted node, at depth 2, and the whole round is
+    still exact."""
+    import hf_dynaspec.generation.tree_verify as verify
+
+    walked, walk = [], verify.sampled_path
+
+    def recording(tree, *args):
+        path = walk(tree, *args)
+        walked.append((tree.parents.tolist(), path.nodes))
+        return path
+
+    monkeypatch.setattr(verify, "sampled_path", recording)
+    lp = processors("plain")
+    outcomes, _ = tree_round(target, noisy_assistant(target), PROMPT, lp, 3, 2, 6)
+    oracle = TargetOracle(target, lp)
+    assert max_error(extended_joint(oracle, PROMPT, outcomes, 3), target_joint(oracle, PROMPT, 3)) < TOLERANCE
+
+    def later_sibling(parents, node):
+        return any(parents[i] == parents[node] for i in range(1, node))
+
+    assert any(nodes and later_sibling(parents, nodes[0]) for parents, nodes in walked), walked
+    assert any(len(nodes) == 2 and later_sibling(parents, nodes[1]) for parents, nodes in walked), walked
+
+
 @pytest.mark.parametrize("form", ["cpu", "accelerator"])
 def test_tree_round_through_a_shortlist_is_exact(target, tmp_path, form):
     assistant = shortlisted(target, tmp_path, "dynaspec")
@@ -247,18 +273,17 @@ def test_enumeration_sees_draft_logits_before_the_temperature(target, monkeypatc
 
 
 def test_enumeration_sees_an_unrenormalised_tree_residual(target, monkeypatch):
+    """A later sibling tried with its plain p(x) instead of its share of what the earlier siblings left."""
     import hf_dynaspec.generation.tree_verify as verify
 
-    def without_renormalising(probs, children, tokens, generator):
-        residual = probs
-        for child in children:
-            if verify.accepts(residual[tokens[child]], generator):
-                return child, tokens[child]
-            residual = residual.clone()
-            residual[tokens[child]] = 0  # the residual is not divided by its new sum
-        return None, int(torch.multinomial(residual, 1))
+    trial = verify.sibling_trial
 
-    monkeypatch.setattr(verify, "_sample_step", without_renormalising)
+    def without_renormalising(tree, node, probs):
+        ratios, residual = trial(tree, node, probs)
+        children = tree.parents == node
+        return torch.where(children & (ratios > 0), probs[tree.token_ids], 0.0), residual
+
+    monkeypatch.setattr(verify, "sibling_trial", without_renormalising)
     lp = processors("plain")
     outcomes, _ = tree_round(target, noisy_assistant(target), PROMPT, lp, 3, 2, 5)
     oracle = TargetOracle(target, lp)

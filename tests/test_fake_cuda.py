@@ -314,11 +314,15 @@ def test_a_medusa_round_stays_on_the_device(draft, shortlist):
 
 
 # -- verification -----------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("processed", [False, True], ids=["plain", "repetition-penalty"])
-def test_greedy_tree_verification_reads_the_device_at_most_twice(processed):
-    """The accepted path of a verified tree is walked on the device: one read for the path, one more (the
-    tree's depths) under logits processors; never one per accepted node."""
-    from transformers import LogitsProcessorList, RepetitionPenaltyLogitsProcessor
+# Greedy: one read for the path, one more (the tree's depths) under processors. Sampled (recursive rejection over
+# each node's children, one device step per depth): one read, however many siblings it tries and nodes it accepts.
+@pytest.mark.parametrize(("do_sample", "processed", "reads"), [(False, False, 1), (False, True, 2), (True, False, 1),
+                                                               (True, True, 1)],
+                         ids=["greedy", "greedy-repetition", "sampled", "sampled-top-k-top-p-repetition"])
+def test_tree_verification_reads_the_device_once_per_round(do_sample, processed, reads):
+    """The accepted path of a verified tree is walked on the device: never a read per accepted node or tried
+    child, with warpers and penalties too."""
+    from transformers import LogitsProcessorList, RepetitionPenaltyLogitsProcessor, TopKLogitsWarper, TopPLogitsWarper
 
     from hf_dynaspec.generation.tree_verify import accept_path
 
@@ -330,12 +334,12 @@ def test_greedy_tree_verification_reads_the_device_at_most_twice(processed):
         input_ids, hidden = _verified(target)
         tree = session.propose_tree(input_ids, hidden)
         logits = torch.randn(len(tree), VOCAB, device="cuda")
-        processors = LogitsProcessorList([RepetitionPenaltyLogitsProcessor(1.3)]) if processed else None
+        warpers = [TopKLogitsWarper(8), TopPLogitsWarper(0.9)] if do_sample else []
+        processors = LogitsProcessorList([RepetitionPenaltyLogitsProcessor(1.3), *warpers]) if processed else None
         with cuda.counting() as events:
-            path = accept_path(tree, logits, input_ids, processors)
-        assert len(events.reads) == (2 if processed else 1), events.reads
+            path = accept_path(tree, logits, input_ids, processors, do_sample=do_sample)
+        assert len(events.reads) == reads, events.reads
         assert events.uploads == [] and on_fake_cuda(path.kept_index) and on_fake_cuda(path.new_tokens)
-
 
 
 def test_block_verification_reads_the_device_once():

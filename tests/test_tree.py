@@ -321,16 +321,23 @@ def test_clear_errors_for_unsupported_inputs():
 
 # -- sampling ------------------------------------------------------------------------------------------------
 def test_one_sampling_step_leaves_the_distribution_unchanged():
+    """The real draws (`first_accepted`'s uniforms, the residual's sample; the enumeration replaces both): three
+    siblings tried at the root, the committed token distributed as p. A repeated sibling token, tried twice,
+    would show here too."""
     from scipy.stats import chisquare
 
+    from hf_dynaspec.drafting.tree_structure import DraftTree
+
     probs = torch.tensor([0.05, 0.3, 0.02, 0.13, 0.2, 0.1, 0.15, 0.05])
-    tokens = [0, 4, 1, 6]  # root + three children proposing tokens 4, 1, 6
-    generator = torch.Generator().manual_seed(0)
-    counts = torch.zeros(8)
-    for _ in range(20000):
-        _, token = tree_verify._sample_step(probs, [1, 2, 3], tokens, generator)
-        counts[token] += 1
-    assert chisquare(counts.numpy(), (probs * counts.sum()).numpy()).pvalue > 1e-3
+    for tokens in ([0, 4, 1, 6], [0, 4, 4, 1]):  # root + three children (the second repeating the first)
+        tree = DraftTree.from_parents(torch.tensor(tokens), [-1, 0, 0, 0])
+        logits = probs.log().expand(len(tokens), -1)
+        generator = torch.Generator().manual_seed(0)
+        counts = torch.zeros(8)
+        for _ in range(6000):
+            path = tree_verify.sampled_path(tree, logits, torch.tensor([[0]]), None, generator)
+            counts[int(path.new_tokens[0])] += 1
+        assert chisquare(counts.numpy(), (probs * counts.sum()).numpy()).pvalue > 1e-3, (tokens, counts)
 
 
 SAMPLING_VOCAB = 8
@@ -381,14 +388,13 @@ def test_fit_rejects_a_tree_walk_without_the_residual(sampling_setup, monkeypatc
     """Sampling from p itself after a rejected child (instead of p without it) biases the output."""
     from test_sampling_lossless import fit_p_value
 
-    def no_residual(probs, children, tokens, generator):
-        for child in children:
-            if torch.rand((), generator=generator) < probs[tokens[child]]:
-                return child, tokens[child]
-        return None, int(torch.multinomial(probs, 1, generator=generator))
+    trial = tree_verify.sibling_trial
+
+    def no_residual(tree, node, probs):
+        return trial(tree, node, probs)[0], probs
 
     target, assistant, probs = sampling_setup
-    monkeypatch.setattr(tree_verify, "_sample_step", no_residual)
+    monkeypatch.setattr(tree_verify, "sibling_trial", no_residual)
     assert fit_p_value(sampled_pairs(target, assistant, 6000)[0], probs) < 1e-3
 
 

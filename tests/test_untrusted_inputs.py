@@ -43,7 +43,7 @@ def generate(target, assistant, route: str, input_ids=PROMPT, **kwargs):
     ("num_assistant_tokens", -1, "a positive integer"),
     ("num_assistant_tokens", 0, "a positive integer"),
     ("draft_plan", "planned", r"one of \('auto', 'fixed', 'adl'\)"),
-    ("verification", "blocks", r"one of \('token', 'block'\)"),
+    ("verification", "blocks", r"one of \('auto', 'token', 'block'\)"),
     ("shortlist", "dynamic", "one of"),
     ("prompt_lookup_veto", 1.5, r"a probability in \[0, 1\]"),
 ])

@@ -143,7 +143,7 @@ def run(args) -> dict:
         medusa_heads = MedusaAssistant.from_pretrained(args.medusa, target=target)
     methods = build_methods(keys, assistant_factory=factory_for(assistants[None]) if None in assistants
                             else no_assistant, labelled_factories=labelled or None, draft_model=draft_model,
-                            medusa_heads=medusa_heads)
+                            medusa_heads=medusa_heads, target=target)
     answer = None
     if args.mt_bench_turns == 2:
         def answer(input_ids):

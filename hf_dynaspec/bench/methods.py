@@ -30,6 +30,8 @@ METHOD_HELP = {
     "vanilla-fast": "plain greedy generate() on the fastest CPU kernels measured here (hf_dynaspec.fast_cpu)",
     "hf-assisted": "transformers' assisted generation with --draft-model",
     "prompt-lookup[:N]": "transformers' prompt lookup decoding, N tokens per lookup (default 10)",
+    "drafter-free": "DynaSpecAssistant.for_target(model): prompt lookup and the suffix cache, each round planned from "
+                    "this machine's costs; no artifact",
     "eagle": "the assistant with its full-vocabulary head",
     "frspec:SIZE": "the assistant with FR-Spec's SIZE most frequent tokens",
     "vocabtrim:SIZE": "the assistant with VocabTrim's SIZE most drafted tokens",
@@ -47,6 +49,8 @@ METHOD_HELP = {
                    "--num-draft-tokens, else the artifact's), e.g. dynaspec:8+lookup:5+draft:3",
     "...+suffix[:N]": "chain methods of the assistant: the suffix cache drafts up to N tokens (default "
                       f"{DEFAULT_SUFFIX_TOKENS}), e.g. dynaspec:8+suffix",
+    "...+block": "chain methods of the assistant: sampled drafts verified as a block (verification='block'), e.g. "
+                  "dynaspec+lookup:5+suffix+auto+block",
     "...+adl": "chain methods of the assistant: draft_plan='adl' (DiffuSpec's adaptive draft length, 1..K), e.g. "
                 "dynaspec:8+draft:6+adl",
     "...+auto[:KMAX]": "chain methods of the assistant: draft_plan='auto' (each round planned from measured costs, "
@@ -122,18 +126,26 @@ def parse_plus_suffixes(key: str) -> dict:
         "auto": ("auto_max_assistant_tokens", lambda arg: _positive_int(key, arg, DEFAULT_AUTO_MAX)),
         "tree": ("tree_shape", lambda arg: _tree_shape(key, arg)),
         "adl": ("adaptive_length", lambda arg: True),
+        "block": ("verification", lambda arg: _no_argument(key, "block", arg, "block")),
     }
     for suffix in suffixes:
         name, _, arg = suffix.partition(":")
         name, arg = name.strip(), arg.strip() or None
         if name not in readers or readers[name][0] in overrides:
             raise ValueError(f"method {key!r}: the + suffixes are +lookup[:N], +veto[:P], +draft:K, +suffix[:N], "
-                             f"+auto[:KMAX], +adl and +tree:AxBxC, each at most once, e.g. {head}+lookup:5+draft:3")
+                             f"+auto[:KMAX], +adl, +block and +tree:AxBxC, each at most once, e.g. "
+                             f"{head}+lookup:5+draft:3")
         option, read = readers[name]
         overrides[option] = read(arg)
     if "prompt_lookup_veto" in overrides and "prompt_lookup_num_tokens" not in overrides:
         raise ValueError(f"method {key!r}: +veto checks lookup drafts, so it needs +lookup, e.g. {head}+lookup:5+veto")
     return overrides
+
+
+def _no_argument(key: str, name: str, arg: str | None, value):
+    if arg is not None:
+        raise ValueError(f"method {key!r}: +{name} takes no argument")
+    return value
 
 
 def _draft_length(key: str, head: str, arg: str | None) -> int:
@@ -223,11 +235,12 @@ def build_methods(
     labelled_factories: dict[str, Callable[..., DynaSpecAssistant]] | None = None,
     draft_model=None,
     medusa_heads=None,
+    target=None,
 ) -> list[Method]:
     """Methods for `keys`. `assistant_factory(**overrides)` loads a fresh assistant attached to the target
     (overrides as in `DynaSpecAssistant.from_pretrained`); `labelled_factories` holds one such factory per
     label, for keys `LABEL/method` (pass the keys through `expand_assistant_labels` first); `draft_model` serves
-    `hf-assisted`, `medusa_heads` (a MedusaAssistant) the medusa methods."""
+    `hf-assisted`, `medusa_heads` (a MedusaAssistant) the medusa methods, `target` drafter-free."""
     if len(set(keys)) != len(keys):
         raise ValueError(f"a method is listed twice in {keys}")
     methods = []
@@ -246,6 +259,8 @@ def build_methods(
                 known = ", ".join(labelled_factories or []) or "none: pass --assistant LABEL=PATH"
                 raise ValueError(f"method {key!r}: no assistant is labelled {label!r} (labels: {known})")
             factory = labelled_factories[label]
+        if ("@" in key or "+" in key or arg) and name == "drafter-free":
+            raise ValueError(f"method {key!r}: drafter-free takes no argument or suffix")
         if ("@" in key or "+" in key) and name in ("vanilla", "vanilla-fast", "hf-assisted", "prompt-lookup"):
             raise ValueError(f"method {key!r}: the @P, +lookup and +draft suffixes apply to the assistant's "
                              "methods only")
@@ -257,6 +272,9 @@ def build_methods(
             if draft_model is None:
                 raise ValueError("method 'hf-assisted' needs a draft model: pass --draft-model NAME_OR_PATH")
             methods.append(Method(key, {"assistant_model": draft_model}))
+        elif name == "drafter-free":
+            assistant = DynaSpecAssistant.for_target(target)
+            methods.append(Method(key, {"assistant_model": assistant}, assistant))
         elif name == "prompt-lookup":
             methods.append(Method(key, {"prompt_lookup_num_tokens": _positive_int(key, arg, 10)}))
         elif name in ("medusa", "medusa-tree", "medusa-auto"):
@@ -283,6 +301,8 @@ def _assistant_method(key: str, name: str, arg: str | None, factory) -> Method:
     tree = name.endswith("-tree")
     if tree and confidence is not None:
         raise ValueError(f"method {key!r}: a draft confidence applies to chain drafting, not trees")
+    if tree and "verification" in plus:
+        raise ValueError(f"method {key!r}: +block verifies a sampled chain; trees have their own sampled rule")
     planned_tree = {"tree_shape", "auto_max_assistant_tokens", "prompt_lookup_num_tokens", "suffix_cache_num_tokens"}
     if tree and plus.keys() - (planned_tree if "auto_max_assistant_tokens" in plus else {"tree_shape"}):
         raise ValueError(f"method {key!r}: tree methods take +tree:TOPKxDEPTHxTOTAL, and +auto[:KMAX] with "
@@ -292,7 +312,8 @@ def _assistant_method(key: str, name: str, arg: str | None, factory) -> Method:
         raise ValueError(f"method {key!r}: +tree sets a tree's shape; use it with eagle-tree or dynaspec-tree")
     # The key describes the whole method: without a suffix its feature is off, whatever default the artifact's
     # config carries (a shipped config may turn prompt lookup on; the default plan is "auto"). The draft length is
-    # not a feature: without +draft it is the run's (--num-draft-tokens) or the artifact's.
+    # not a feature: without +draft it is the run's (--num-draft-tokens) or the artifact's; nor is how sampled
+    # drafts are verified: without +block, the artifact's `verification`.
     overrides["assistant_confidence_threshold"] = confidence or 0.0
     overrides["prompt_lookup_num_tokens"] = plus.get("prompt_lookup_num_tokens", 0)
     overrides["prompt_lookup_veto"] = plus.get("prompt_lookup_veto", 1.0)
@@ -302,7 +323,7 @@ def _assistant_method(key: str, name: str, arg: str | None, factory) -> Method:
                          "tree methods")
     overrides["draft_plan"] = ("auto" if "auto_max_assistant_tokens" in plus
                                else "adl" if plus.get("adaptive_length") else "fixed")
-    for option in ("num_assistant_tokens", "auto_max_assistant_tokens"):
+    for option in ("num_assistant_tokens", "auto_max_assistant_tokens", "verification"):
         if option in plus:
             overrides[option] = plus[option]
     if "tree_shape" in plus:

@@ -6,8 +6,8 @@ Greedy and sampled (`hf-dynaspec bench --sample`) runs are rows of their own; ru
 For each host kind, target and dtype: the latest end-to-end run (`hf-dynaspec bench`, benchmark "generate") that
 timed the default plan (a method with `auto`), else the latest run at all: plain generate()'s speed, plain
 generate() on the fastest CPU kernels (`vanilla-fast`, hf_dynaspec.fast_cpu) where the run timed it, the default's
-speedup over both plain paths and its tau, the best fixed method (no `auto`) of the same run, and the run's file. A
-host kind without runs is named as such.
+speedup over both plain paths and its tau, the best other method (no `auto`: a fixed plan, transformers' prompt
+lookup, the drafter-free assistant) of the same run, and the run's file. A host kind without runs is named as such.
 
     python -m hf_dynaspec.bench.summary benchmarks/results/results.jsonl
 """
@@ -97,7 +97,7 @@ def summary_tables(records: list[dict]) -> str:
                   "identical up to near-ties, checked per prompt; *sampled* rows: the target's published sampling settings, "
                   "each run from its own seed, exact by the suite's enumeration tests):", "",
                   "| target | dtype | prompts x new tokens | plain tok/s | vanilla-fast tok/s | default (`auto`) "
-                  "| best fixed method | date | run (benchmarks/results/) |",
+                  "| best other method | date | run (benchmarks/results/) |",
                   "| --- | --- | --- | ---: | ---: | --- | --- | --- | --- |"]
         lines += [_row(target, dtype, file, run) for (_, target, dtype), (file, run, _) in sorted(rows)]
         lines.append("")

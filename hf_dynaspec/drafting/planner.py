@@ -91,11 +91,16 @@ class PlannerMemory:
 
 class SpeculationPlanner:
     """Picks each round's draft from `costs` (a `RoundCosts`) and the acceptance tables in `memory`; `tree` (a
-    `TreeShape`, needs `costs.tree_step_seconds`) adds trees to the candidates."""
+    `TreeShape`, needs `costs.tree_step_seconds`) adds trees to the candidates; `drafter=False` (a drafter-free
+    assistant) leaves only the lookup sources and no draft."""
 
-    def __init__(self, costs, memory: PlannerMemory, max_draft_tokens: int, tree: TreeShape | None = None):
+    def __init__(self, costs, memory: PlannerMemory, max_draft_tokens: int, tree: TreeShape | None = None,
+                 drafter: bool = True):
         if tree is not None and costs.tree_step_seconds is None:
             raise ValueError("planning trees needs the measured cost of a tree depth (RoundCosts.tree_step_seconds)")
+        if tree is not None and not drafter:
+            raise ValueError("trees are grown by the drafter: a drafter-free planner plans none")
+        self.drafter = drafter
         self.costs = costs
         self.memory = memory
         self.max_draft_tokens = max_draft_tokens
@@ -138,10 +143,11 @@ class SpeculationPlanner:
         """The round's draft: the best of the drafter (planned from position estimates), each lookup candidate,
         and no draft at all; at most `room` tokens."""
         best, best_rate = RoundPlan("none", 0), 1.0 / self._lookup_seconds(0)
-        drafter_k, drafter_rate = best_length(self.drafter_priors(0, min(self.max_draft_tokens, room)),
-                                             self._drafter_seconds, smallest=1)
-        if drafter_rate > best_rate:
-            best, best_rate = RoundPlan("drafter", drafter_k), drafter_rate
+        if self.drafter:
+            drafter_k, drafter_rate = best_length(self.drafter_priors(0, min(self.max_draft_tokens, room)),
+                                                 self._drafter_seconds, smallest=1)
+            if drafter_rate > best_rate:
+                best, best_rate = RoundPlan("drafter", drafter_k), drafter_rate
         if self.tree is not None:
             depth, tree_rate = best_length(self.tree_priors(min(self.tree.max_depth, room)), self._tree_seconds,
                                           smallest=1)
@@ -167,7 +173,7 @@ class SpeculationPlanner:
         memory = self.memory
         if memory.rounds_since_probe < memory.probe_interval and not memory.measuring:
             return plan
-        kinds = ["drafter", "tree"] if self.tree is not None else ["drafter"]
+        kinds = (["drafter", "tree"] if self.tree is not None else ["drafter"]) if self.drafter else []
         if memory.probes % 2:
             kinds.reverse()
         for source in kinds:

@@ -29,6 +29,8 @@ def ensure_attached(assistant, target, argument: str = "assistant_model") -> Dyn
 
 def _follow_target_dtype_and_device(assistant, target) -> None:
     """The target was cast or moved after `attach` (e.g. `model.to(torch.bfloat16)`): follow it, loudly."""
+    if not assistant.has_drafter:
+        return  # no weights of its own to follow
     weight = assistant.drafter.fc.weight
     head = target.get_output_embeddings().weight  # the drafter sits with the head (modeling.drafter.drafting_device)
     if weight.dtype != target.dtype or weight.device != head.device:

@@ -53,7 +53,7 @@ class _Row:
     padding: int  # left padding of its prompt
     sequence: torch.Tensor  # [1, L + n]: the padded prompt and its committed tokens (the last one the root)
     drafts: object
-    hidden: torch.Tensor  # [1, t, F]: the drafter's target features of the positions verified last
+    hidden: torch.Tensor | None  # [1, t, F]: the drafter's target features of the positions verified last
 
     @property
     def ids(self) -> torch.Tensor:
@@ -104,7 +104,7 @@ def run_batched_rounds(model, input_ids, batch, logits_processor, stopping_crite
         hidden = features.select_target_hidden(out.hidden_states)
         still, leaving = [], []
         for i, (row, path, stops) in enumerate(zip(active, paths, _stop_flags(active, paths, stopping_criteria))):
-            row.hidden = hidden[i : i + 1, path.kept_index]
+            row.hidden = None if hidden is None else hidden[i : i + 1, path.kept_index]  # None: no drafter
             committed, leaves = lockstep.after_round(row, stops)
             row.sequence = torch.cat([row.sequence, path.new_tokens[None, :committed]], dim=1)
             kept.add(path, committed)
@@ -183,7 +183,7 @@ def _prefill(model, features, rows, input_ids, mask, slots, processors, do_sampl
         own = processors[row.index]
         processed = own(row.sequence, logits) if len(own) else logits
         token = sampling.sample(processed.softmax(dim=-1)) if do_sample else processed.argmax(-1, keepdim=True)
-        row.hidden = hidden[b : b + 1, row.padding :]
+        row.hidden = None if hidden is None else hidden[b : b + 1, row.padding :]
         row.sequence = torch.cat([row.sequence, token], dim=1)
         scores.append(processed)
         raw.append(logits)

@@ -66,7 +66,7 @@ def make_candidate_generator(assistant, target, input_ids, generation_config, lo
                               draws_drafts=do_sample, eos_token_ids=_eos_token_ids_to_cut(generation_config,
                                                                                           input_ids.device))
     generator = EagleCandidateGenerator(assistant, speculation, max_length=generation_config.max_length)
-    generator.block_verification = do_sample and options.verification == "block"
+    generator.block_verification = do_sample and options.verification in ("block", "auto")
     return generator
 
 

@@ -8,6 +8,11 @@ drafts where verification is dear, and the measurement would then depend on the 
 suffix cache are off: they are the workload's, not the drafter's. The planner's own tables do the counting, so
 the prior is measured exactly as the planner will read it. Output is unchanged (the plan never reads a drawn
 token), so the calls also produce the target's greedy continuations.
+
+Sampled (`do_sample=True`, with the target's published sampling settings as `generate_kwargs`): the rounds run on
+the route a sampling user runs, `assistant_model=` (drafts drawn from the drafter, verified by speculative
+sampling), chains only: the acceptance of a drawn draft (sum of min(p, q)) is not that of the public route's
+point-mass proposals (p of the proposed token), and the planner's sampled tables serve the user route.
 """
 
 from __future__ import annotations
@@ -52,12 +57,12 @@ def measure_acceptance(target, assistant, prompts: list[torch.Tensor], max_new_t
     behind them) and, per prompt, `{"prompt_length", "output_ids", "rounds"}` where each round is
     `{"source": "drafter" | "tree", "drafted", "accepted", "confidences"}` in order (the simulation traces)."""
     calls = []
+    route = dict(assistant_model=assistant) if do_sample else dict(custom_generate=tree_generate, drafter=assistant)
     with _measuring(assistant, do_sample) as memory:
         for ids in prompts:
             memory.log.clear()
-            out = target.generate(ids, attention_mask=torch.ones_like(ids), custom_generate=tree_generate,
-                                  drafter=assistant, max_new_tokens=max_new_tokens, do_sample=do_sample,
-                                  **generate_kwargs)
+            out = target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
+                                  do_sample=do_sample, **route, **generate_kwargs)
             calls.append({"prompt_length": int(ids.shape[1]), "output_ids": out[0].tolist(),
                           "rounds": copy.deepcopy(memory.log)})
         prior = prior_from_memory(memory, assistant.generation_config, weight)

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from hf_dynaspec.drafting.chain import ChainDraftSession
 from hf_dynaspec.drafting.lookup import RequestView
+from hf_dynaspec.drafting.no_drafter import NoDraftSession
 from hf_dynaspec.drafting.planner import SpeculationPlanner, TreeShape
+from hf_dynaspec.drafting.planning_core import LONGEST_COPY
 from hf_dynaspec.drafting.round import SpeculationRound
 from hf_dynaspec.drafting.runtime import captured_draft, planner_memory, runtime_head, suffix_cache
 from hf_dynaspec.drafting.tree import TreeDraftSession
@@ -27,20 +29,19 @@ def build_round(target, assistant, options, input_ids, logits_processor, do_samp
     `batch_row`: one row of a batch: the suffix cache's request part is the row's own (`RequestView`). With
     `with_trees` and a fixed plan, every round drafts the configured tree, and nothing is looked up."""
     stats = start_stats(assistant) if stats is None else stats
+    with_trees = with_trees and assistant.has_drafter  # a drafter-free assistant's rounds are lookup chains
     if with_trees and options.draft_plan != "auto":
         options = options.with_options(prompt_lookup_num_tokens=0, suffix_cache_num_tokens=0)
-    head = runtime_head(assistant, options)
-    session = ChainDraftSession(assistant.drafter, vocab_size=assistant.config.vocab_size, do_sample=draws_drafts,
-                                logits_processor=logits_processor, head=head,
-                                confidence=options.assistant_confidence_threshold,
-                                captured=captured_draft(assistant, options, head))
+    session, head = _session(assistant, options, logits_processor, draws_drafts)
     planner = trees = None
     if options.draft_plan == "auto":
         shape = TreeShape(options.tree_top_k, options.tree_depth, options.tree_total_tokens) if with_trees else None
-        longest = max(options.auto_max_assistant_tokens, options.prompt_lookup_num_tokens,
-                      options.suffix_cache_num_tokens, options.tree_total_tokens if with_trees else 0)
+        longest = max(options.auto_max_assistant_tokens if assistant.has_drafter else LONGEST_COPY,
+                      options.prompt_lookup_num_tokens, options.suffix_cache_num_tokens,
+                      options.tree_total_tokens if with_trees else 0)
         planner = SpeculationPlanner(round_costs(target, assistant, options, head, longest),
-                                     planner_memory(assistant, do_sample), options.auto_max_assistant_tokens, tree=shape)
+                                     planner_memory(assistant, do_sample), options.auto_max_assistant_tokens, tree=shape,
+                                     drafter=assistant.has_drafter)
     if with_trees:
         trees = TreeDraftSession(assistant.drafter, assistant.config.vocab_size, top_k=options.tree_top_k,
                                  depth=options.tree_depth, total_tokens=options.tree_total_tokens, head=head,
@@ -53,3 +54,16 @@ def build_round(target, assistant, options, input_ids, logits_processor, do_samp
                                    trees=trees)
     speculation.begin(input_ids)
     return speculation
+
+
+def _session(assistant, options, logits_processor, draws_drafts: bool):
+    """(the round's session, the drafter's shortlist head): a `ChainDraftSession`, or a drafter-free assistant's
+    `NoDraftSession` (no head)."""
+    if not assistant.has_drafter:
+        return NoDraftSession(assistant.drafter, assistant.config.vocab_size, do_sample=draws_drafts), None
+    head = runtime_head(assistant, options)
+    session = ChainDraftSession(assistant.drafter, vocab_size=assistant.config.vocab_size, do_sample=draws_drafts,
+                                logits_processor=logits_processor, head=head,
+                                confidence=options.assistant_confidence_threshold,
+                                captured=captured_draft(assistant, options, head))
+    return session, head

@@ -10,7 +10,9 @@ draft distribution concentrated on one token. At a node with target distribution
 order: accept child x with probability p(x); on rejection set p(x) = 0 and renormalise (the residual of a
 point-mass draft) and try the next child; when none is accepted, sample the next token from what remains.
 Each step's output is then distributed exactly as p: the recursive rejection sampling of SpecInfer with
-one-hot draft distributions.
+one-hot draft distributions. The trials of one node's children are independent given their ratios (child i is
+tried with p(x_i) / (1 - the earlier children's p)), so they are drawn at once and the first success wins: one
+device step per depth, no host read until the path is known (`sampled_path`).
 
 Legend: N tree nodes, V vocabulary, P cached prefix length.
 """
@@ -48,28 +50,75 @@ def accept_path(tree: DraftTree, logits: torch.Tensor, input_ids: torch.Tensor, 
         return greedy_path(tree, logits)
     if not do_sample:
         return processed_greedy_path(tree, logits, input_ids, logits_processor)
-    children = tree.children()
-    tokens = tree.token_ids.tolist()
-    node, nodes, processed_rows, raw_rows = 0, [], [], []
-    while True:
-        raw = row = logits[node][None]
-        if processing:  # processors read the context: the prefix and the accepted path so far
-            context = torch.cat([input_ids, tree.token_ids[nodes][None]], dim=1)
+    return sampled_path(tree, logits, input_ids, logits_processor if processing else None, generator)
+
+
+def sampled_path(tree: DraftTree, logits: torch.Tensor, input_ids: torch.Tensor, logits_processor,
+                 generator: torch.Generator | None) -> AcceptedPath:
+    """The sampled walk on the device: one step per depth (`sibling_trial`), whatever the outcome, and one host
+    read at the end. A step past the node where the walk stopped tries no child (every ratio 0) and changes nothing;
+    the token after the path is drawn once, from the residual saved where the walk stopped."""
+    n, device = len(tree), logits.device
+    levels = (tree.max_depth if tree.max_depth is not None else n - 1) + 1
+    node = torch.zeros(1, dtype=torch.long, device=device)
+    alive = torch.ones(1, dtype=torch.bool, device=device)
+    path = node  # the walk's nodes so far, root first
+    stop_probs, rows = None, []
+    for depth in range(levels):
+        row = logits.index_select(0, node)  # [1, V]
+        if logits_processor is not None:  # processors read the context: the prefix and the accepted path so far
+            context = torch.cat([input_ids, tree.token_ids[path[1:]][None]], dim=1)
             row = logits_processor(context, row.clone())  # some processors write in place
-        processed_rows.append(row)
-        raw_rows.append(raw)
-        if do_sample:
-            chosen, token = _sample_step(row[0].softmax(dim=-1), children[node], tokens, generator)
-        else:
-            token = int(row[0].argmax())
-            chosen = next((c for c in children[node] if tokens[c] == token), None)
-        if chosen is None:
-            device = tree.token_ids.device  # the sampled walk reads values on the host anyway: upload its result
-            return AcceptedPath(nodes, token, processed_rows, raw_rows,
-                                kept_index=torch.tensor([0] + nodes, device=device),
-                                new_tokens=torch.tensor([tokens[n] for n in nodes] + [token], device=device))
-        nodes.append(chosen)
-        node = chosen
+        rows.append(row)
+        probs = row[0].float().softmax(dim=-1)
+        ratios, residual = sibling_trial(tree, node, probs)
+        first = first_accepted(torch.where(alive, ratios, 0.0), generator)  # [1]: a child's index, n when none
+        stopped_here = alive & (first == n)
+        stop_probs = residual if stop_probs is None else torch.where(stopped_here, residual, stop_probs)
+        alive = alive & (first < n)
+        node = torch.where(alive, first.clamp(max=n - 1), node)
+        if depth + 1 < levels:
+            path = torch.cat([path, node])  # a node past the stop repeats the last one and is cut below
+    next_token = sampling.sample(stop_probs, generator)  # [1]
+    length = (path[1:] != path[:-1]).sum(dim=0, keepdim=True) + 1  # nodes kept, the root included
+    host = torch.cat([length, next_token, path]).tolist()  # the one host read
+    kept = host[0]
+    kept_index = path[:kept]
+    raw_rows = [r[None] for r in logits[kept_index].unbind(0)]
+    return AcceptedPath(host[3 : 2 + kept], host[1], rows[:kept], raw_rows, kept_index=kept_index,
+                        new_tokens=torch.cat([tree.token_ids[kept_index[1:]], next_token]))
+
+
+def sibling_trial(tree: DraftTree, node: torch.Tensor, probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Recursive rejection over the children of `node` (`[1]`), target distribution `probs` `[V]`, as device
+    tensors: `ratios` `[N]`, child i's chance of acceptance once the children before it (in node order: the
+    drafter's ranking) were rejected, p(x_i) / (1 - sum of the earlier children's p) (0 for nodes that are not
+    children, and for a child repeating an earlier sibling's token, whose residual mass is gone); and the residual
+    `[V]` left when every child is rejected: p with the children's tokens removed, renormalised."""
+    n = len(tree)
+    order = torch.arange(n, device=probs.device)
+    children = tree.parents == node  # [N]
+    same = (tree.token_ids[:, None] == tree.token_ids[None, :]) & (order[None, :] < order[:, None])
+    repeated = (same & children[None, :]).any(dim=1)
+    trial = children & ~repeated
+    mass = torch.where(trial, probs[tree.token_ids], 0.0)  # [N]
+    before = mass.cumsum(dim=0) - mass
+    remaining = probs.sum() - before
+    ratios = torch.where(trial & (remaining > 0), mass / remaining.clamp(min=torch.finfo(probs.dtype).tiny), 0.0)
+    # amax, not a plain scatter: a token may sit on several nodes, and only a trial child's copy removes it
+    removed = torch.zeros_like(probs).scatter_reduce(0, tree.token_ids, trial.to(probs.dtype), reduce="amax")
+    residual = torch.where(removed > 0, 0.0, probs)
+    residual = residual / residual.sum()
+    return ratios.clamp(max=1.0), residual
+
+
+def first_accepted(ratios: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """Bernoulli(`ratios[i]`) trials for every i at once -> `[1]`: the first i whose trial succeeds, `len(ratios)`
+    when none does. Its own function so that tests/enumeration.py can follow every outcome with its exact weight
+    (`prod_{j<i} (1 - r_j) r_i`) instead of drawing."""
+    n = ratios.shape[0]
+    success = torch.rand(n, generator=generator, device=ratios.device) < ratios
+    return torch.where(success.any(dim=0, keepdim=True), success.int().argmax(dim=0, keepdim=True), n)
 
 
 def greedy_path(tree: DraftTree, logits: torch.Tensor) -> AcceptedPath:
@@ -148,25 +197,6 @@ def processed_greedy_path(tree: DraftTree, logits: torch.Tensor, input_ids: torc
     raw_rows = [row[None] for row in logits[path.kept_index].unbind(0)]
     return AcceptedPath(path.nodes, path.next_token, path.scores, raw_rows, kept_index=path.kept_index,
                         new_tokens=path.new_tokens)
-
-
-def _sample_step(probs: torch.Tensor, children: list[int], tokens: list[int], generator) -> tuple[int | None, int]:
-    """One node of the sampling walk: (accepted child or None, the token committed at this step)."""
-    residual = probs
-    for child in children:
-        token = tokens[child]
-        if accepts(residual[token], generator):
-            return child, token
-        residual = residual.clone()
-        residual[token] = 0
-        residual = residual / residual.sum()
-    return None, int(sampling.sample(residual, generator))
-
-
-def accepts(probability: torch.Tensor, generator: torch.Generator | None) -> bool:
-    """A Bernoulli(`probability`) draw (a 0-d tensor). Its own function so that tests/enumeration.py can follow
-    both outcomes with their exact weights instead of sampling."""
-    return bool(torch.rand((), generator=generator, device=probability.device) < probability)
 
 
 def check_tree_cache(cache) -> None:

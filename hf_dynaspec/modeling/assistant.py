@@ -25,8 +25,8 @@ from transformers import AutoConfig, AutoModel, PreTrainedModel
 
 from hf_dynaspec.errors import ArtifactError, AssistantMismatchError, require_model
 from hf_dynaspec.modeling import checkpoints, hub, integrity, model_card
-from hf_dynaspec.modeling.config import DynaSpecConfig
-from hf_dynaspec.modeling.drafter import TargetParts, build_drafter, drafting_device
+from hf_dynaspec.modeling.config import DynaSpecConfig, drafter_free_config
+from hf_dynaspec.modeling.drafter import TargetParts, build_drafter, drafting_device, narrow_mlp
 from hf_dynaspec.modeling.families import (
     drafter_rope_parameters,
     family_classes,
@@ -125,6 +125,26 @@ class DynaSpecAssistant(PreTrainedModel):
             if assistant.config.fused_hidden_state_ids:  # post_init drew it at random: start as a pass-through
                 assistant.drafter.add_feature_fusion()
         return assistant.attach(target)
+
+    @classmethod
+    def for_target(cls, target: PreTrainedModel, **options) -> DynaSpecAssistant:
+        """A drafter-free assistant for any causal LM, no artifact: each round drafts a copy of the context (prompt
+        lookup) or of earlier outputs (the suffix cache), or nothing, as this machine's measured costs and learnt
+        acceptance say pays; on every route (`assistant_model=`, `chain_generate`, `tree_generate`, batches).
+        `options`: drafting options, e.g. `prompt_lookup_num_tokens=0` / `suffix_cache_num_tokens=0` (a source off)."""
+        require_model(target, "target (the model to serve)")
+        config = drafter_free_config(target.config.get_text_config(), target.get_output_embeddings().weight.shape[0],
+                                     target_name_or_path=getattr(target.config, "_name_or_path", None) or None,
+                                     target_fingerprint=integrity.target_fingerprint(target))
+        assistant = cls(config)
+        defaults = dict(draft_plan="auto", shortlist="full", prompt_lookup_num_tokens=10, suffix_cache_num_tokens=16)
+        assistant.generation_config = assistant.generation_config.with_options(**{**defaults, **options})
+        return assistant.attach(target)
+
+    @property
+    def has_drafter(self) -> bool:
+        """False for a drafter-free assistant (`for_target`), whose rounds draft by lookup only."""
+        return self.config.drafter_kind != "none"
 
     @torch.no_grad()
     def _init_from_last_layer(self, target: PreTrainedModel) -> None:
@@ -240,12 +260,11 @@ class DynaSpecAssistant(PreTrainedModel):
         acceptance may drop."""
         self._check_compatible(target, allow_different_target)
         warn_if_half_overflows(target)
-        decoder = target.get_decoder()
-        parts = TargetParts(
-            embed_tokens=target.get_input_embeddings(),
-            final_norm=decoder.norm,
-            lm_head=target.get_output_embeddings(),
-        )
+        if not self.has_drafter:  # no weights to cast, nothing to borrow (any family: GPT-2 has no `norm`)
+            self.__dict__["_target"] = target
+            return self
+        parts = TargetParts(embed_tokens=target.get_input_embeddings(), final_norm=target.get_decoder().norm,
+                            lm_head=target.get_output_embeddings())
         device = drafting_device(parts)
         # Only the assistant's own weights follow (before the parts are borrowed, so that attaching never casts the
         # target's modules: some keep a norm in fp32). d2t/t2d are integer/bool buffers; `.to(dtype)` leaves them.
@@ -352,25 +371,6 @@ class DynaSpecAssistant(PreTrainedModel):
         raise TypeError(
             "DynaSpecAssistant is not called directly: pass it to model.generate(..., assistant_model=assistant)."
         )
-
-
-def narrow_mlp(layer_state: dict[str, torch.Tensor], width: int) -> dict[str, torch.Tensor]:
-    """A decoder layer's state dict with its gated MLP cut to the `width` intermediate channels that matter most.
-
-    Channel i contributes down_proj[:, i] * act(gate_proj[i] . x) * (up_proj[i] . x); the product of the three
-    vectors' norms bounds that for a unit-norm x, so those with the largest product are kept (in their original
-    order). It lets a drafter narrower than the target's last layer (a smaller artifact, e.g. for a 1.5B target)
-    still start from that layer rather than from random weights.
-    """
-    gate, up, down = (layer_state[f"mlp.{name}.weight"] for name in ("gate_proj", "up_proj", "down_proj"))
-    score = gate.float().norm(dim=1) * up.float().norm(dim=1) * down.float().norm(dim=0)
-    keep = score.topk(width).indices.sort().values
-    narrowed = dict(layer_state)
-    narrowed["mlp.gate_proj.weight"] = gate[keep]
-    narrowed["mlp.up_proj.weight"] = up[keep]
-    narrowed["mlp.down_proj.weight"] = down[:, keep]
-    return narrowed
-
 
 
 def _split_options(kwargs: dict) -> tuple[dict, dict]:

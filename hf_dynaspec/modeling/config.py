@@ -19,7 +19,7 @@ from transformers import PretrainedConfig
 from hf_dynaspec.modeling.options import LEGACY_CONFIG_KEYS, OPTION_DEFAULTS
 from hf_dynaspec.version import __version__
 
-DRAFTER_KINDS = ("eagle", "eagle3")
+DRAFTER_KINDS = ("eagle", "eagle3", "none")
 
 # What a saved hf-dynaspec config.json must state: without them the defaults above would describe another drafter.
 REQUIRED_SAVED_KEYS = ("drafter_kind", "layer_family", "target_model_type", "vocab_size", "hidden_size",
@@ -32,7 +32,8 @@ class DynaSpecConfig(PretrainedConfig):
     Args:
         drafter_kind: `"eagle"` (EAGLE-1/2: fc over [token embedding ; target last hidden state], one decoder
             layer, the target's final norm and LM head borrowed) or `"eagle3"` (fc over three target layers,
-            its own norm and reduced-vocabulary head with `d2t`/`t2d` maps).
+            its own norm and reduced-vocabulary head with `d2t`/`t2d` maps), or `"none"` (no drafter: prompt lookup
+            and the suffix cache only, `DynaSpecAssistant.for_target`).
         layer_family: transformers `model_type` whose decoder-layer classes build the drafter's layer
             (the target's own family for assistants made here; `"llama"` for public EAGLE checkpoints).
         target_model_type: `model_type` of the target (e.g. `"qwen2"`), checked when attaching.
@@ -192,3 +193,13 @@ def _check_extra_keys(kwargs: dict) -> None:
             "They are kept in the config but have no effect.",
             stacklevel=3,
         )
+
+
+def drafter_free_config(text_config, vocab_size: int, **provenance) -> DynaSpecConfig:
+    """The config of a drafter-free assistant (`DynaSpecAssistant.for_target`) for a target of this text config
+    and LM-head rows. There is no drafter layer: its shape fields only satisfy the checks, so any family will do."""
+    hidden = text_config.hidden_size
+    return DynaSpecConfig(drafter_kind="none", layer_family=text_config.model_type,
+                          target_model_type=text_config.model_type, vocab_size=vocab_size, target_hidden_size=hidden,
+                          hidden_size=hidden, intermediate_size=hidden, num_attention_heads=1, num_key_value_heads=1,
+                          **provenance)

@@ -281,9 +281,45 @@ class Eagle3Drafter(Drafter):
         return torch.arange(self.d2t.shape[0], device=self.d2t.device) + self.d2t
 
 
-DRAFTER_CLASSES = {"eagle": EagleDrafter, "eagle3": Eagle3Drafter}
+def narrow_mlp(layer_state: dict[str, torch.Tensor], width: int) -> dict[str, torch.Tensor]:
+    """A decoder layer's state dict with its gated MLP cut to the `width` intermediate channels that matter most.
+
+    Channel i contributes down_proj[:, i] * act(gate_proj[i] . x) * (up_proj[i] . x); the product of the three
+    vectors' norms bounds that for a unit-norm x, so those with the largest product are kept (in their original
+    order). It lets a drafter narrower than the target's last layer (a smaller artifact, e.g. for a 1.5B target)
+    still start from that layer rather than from random weights.
+    """
+    gate, up, down = (layer_state[f"mlp.{name}.weight"] for name in ("gate_proj", "up_proj", "down_proj"))
+    score = gate.float().norm(dim=1) * up.float().norm(dim=1) * down.float().norm(dim=0)
+    keep = score.topk(width).indices.sort().values
+    narrowed = dict(layer_state)
+    narrowed["mlp.gate_proj.weight"] = gate[keep]
+    narrowed["mlp.up_proj.weight"] = up[keep]
+    narrowed["mlp.down_proj.weight"] = down[:, keep]
+    return narrowed
 
 
-def build_drafter(config: DynaSpecConfig) -> Drafter:
+class NoDrafter(nn.Module):
+    """`"none"`: the drafter of a drafter-free assistant (`DynaSpecAssistant.for_target`), whose rounds draft by
+    prompt lookup and the suffix cache only. It reads none of the target's hidden states and has no weights."""
+
+    has_own_head = True  # no shortlist head to build
+
+    def __init__(self, config: DynaSpecConfig):
+        super().__init__()
+        self.config = config
+        self.target = None
+
+    def hidden_state_selection(self) -> None:
+        return None
+
+    def select_target_hidden(self, hidden_states) -> None:
+        return None
+
+
+DRAFTER_CLASSES = {"eagle": EagleDrafter, "eagle3": Eagle3Drafter, "none": NoDrafter}
+
+
+def build_drafter(config: DynaSpecConfig) -> Drafter | NoDrafter:
     """The drafter module `config.drafter_kind` names."""
     return DRAFTER_CLASSES[config.drafter_kind](config)

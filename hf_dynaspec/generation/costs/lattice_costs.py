@@ -69,7 +69,7 @@ def stored_lattice_costs(entry, max_tokens: int) -> tuple[LatticeCosts | None, s
 def measure_lattice_costs(target, source, options, max_tokens: int) -> LatticeCosts:
     """Measure `LatticeCosts` with `verify_seconds` up to `max_tokens + 1` tokens."""
     device = target.get_input_embeddings().weight.device
-    ids = random_ids(target, target.config.vocab_size, device)
+    ids = random_ids(target, target.config.vocab_size, device, largest=max_tokens + 1)
     cache = DynamicCache()
     out = target(input_ids=ids[:, : CONTEXT], **cache_kwargs(target, cache), use_cache=True,
                  output_hidden_states=source.hidden_state_selection())

@@ -110,13 +110,16 @@ def stored_round_costs(entry, max_tokens: int) -> tuple[RoundCosts | None, str |
 def measure_round_costs(target, assistant, head, max_tokens: int, tree_top_k: int = 4,
                         tree_total_tokens: int = 8) -> RoundCosts:
     """Measure `RoundCosts` with `verify_seconds` up to `max_tokens + 1` tokens (K drafts and the target's own),
-    trees of `tree_top_k` children per node and `tree_total_tokens` nodes."""
+    trees of `tree_top_k` children per node and `tree_total_tokens` nodes (a drafter-free assistant: the verify
+    table, every drafter part 0)."""
     device = target.get_input_embeddings().weight.device
-    ids = random_ids(target, assistant.config.vocab_size, device)
+    ids = random_ids(target, assistant.config.vocab_size, device, largest=max_tokens + 1)
     cache = DynamicCache()
     selection = assistant.drafter.hidden_state_selection()
     out = target(input_ids=ids[:, :CONTEXT], **cache_kwargs(target, cache), use_cache=True, output_hidden_states=selection)
     verify_seconds = verify_table(target, ids, cache, max_tokens + 1, device)
+    if not assistant.has_drafter:  # a drafter-free assistant: a round is its verify forward
+        return RoundCosts(verify_seconds, 0.0, 0.0, 0.0, 0.0)
     target_hidden = assistant.drafter.select_target_hidden(out.hidden_states)
     consume, first, step, tree_step = measure_drafter(assistant, head, ids, target_hidden,
                                                       (tree_top_k, tree_total_tokens))

@@ -33,12 +33,13 @@ def min_seconds(thunk, devices: tuple[torch.device, ...]) -> float:
     return min(time_once(thunk, devices) for _ in range(REPEATS))
 
 
-def random_ids(target, vocab_size: int, device) -> torch.Tensor:
-    """`[1, N + max(MEASURED_SIZES) + 2]` ids below both vocabularies, from their own generator (the caller's
-    sampling RNG is untouched)."""
+def random_ids(target, vocab_size: int, device, largest: int = max(MEASURED_SIZES)) -> torch.Tensor:
+    """`[1, N + max(largest, MEASURED_SIZES) + 2]` ids below both vocabularies (room for a verify forward over
+    `largest` tokens), from their own generator (the caller's sampling RNG is untouched)."""
     generator = torch.Generator().manual_seed(0)
     vocab = min(target.config.vocab_size, vocab_size)
-    return torch.randint(0, vocab, (1, CONTEXT + max(MEASURED_SIZES) + 2), generator=generator).to(device)
+    length = CONTEXT + max(largest, *MEASURED_SIZES) + 2
+    return torch.randint(0, vocab, (1, length), generator=generator).to(device)
 
 
 def verify_seconds(target, ids, cache, sizes, device) -> dict[int, float]:
