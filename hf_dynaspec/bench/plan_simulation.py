@@ -144,10 +144,13 @@ class Replay:
         call.sources[source] = call.sources.get(source, 0) + 1
         return position + accepted + 1
 
-    def auto(self, trace: CallTrace, memory: PlannerMemory, trees: bool, deferred: bool = False) -> SimulatedCall:
+    def auto(self, trace: CallTrace, memory: PlannerMemory, trees: bool, deferred: bool = False,
+             drafter: bool = True) -> SimulatedCall:
         """`draft_plan="auto"` with `memory` (kept by the caller across calls); `deferred`: the accelerator form
-        (draft the cap, cut once at the end) instead of the CPU one (stop as soon as a position does not pay)."""
-        planner = SpeculationPlanner(self.costs, memory, MAX_DRAFT, tree=self.shape if trees else None)
+        (draft the cap, cut once at the end) instead of the CPU one (stop as soon as a position does not pay);
+        `drafter=False`: a drafter-free assistant's planner (`DynaSpecAssistant.for_target`: lookups or nothing)."""
+        planner = SpeculationPlanner(self.costs, memory, MAX_DRAFT, tree=self.shape if trees else None,
+                                     drafter=drafter)
         call, position = SimulatedCall(), trace.start
         while position < trace.end:
             r, room = trace.at(position), trace.end - position - 1
@@ -211,6 +214,7 @@ def fixed_rates(replay: Replay, calls: list[CallTrace]) -> dict[str, float]:
     return {name: rate_of([replay.fixed(call, *plan) for call in calls]) for name, plan in fixed_plans(replay.shape).items()}
 
 
-def auto_rate(replay: Replay, calls: list[CallTrace], memory: PlannerMemory, trees: bool, deferred: bool) -> float:
+def auto_rate(replay: Replay, calls: list[CallTrace], memory: PlannerMemory, trees: bool, deferred: bool,
+              drafter: bool = True) -> float:
     """Tokens per second of `auto` over `calls` in order, one assistant's tables (`memory`) kept across them."""
-    return rate_of([replay.auto(call, memory, trees=trees, deferred=deferred) for call in calls])
+    return rate_of([replay.auto(call, memory, trees=trees, deferred=deferred, drafter=drafter) for call in calls])
