@@ -135,3 +135,10 @@ def test_costs_are_measured_for_copies_longer_than_the_measured_sizes():
         raise AssertionError(f"the verify table past 17 tokens was not measured: {error}") from error
     assert len(costs.verify_seconds) == 34 and all(s > 0 for s in costs.verify_seconds[1:])
     assert (costs.consume_seconds, costs.first_draft_seconds, costs.draft_step_seconds) == (0.0, 0.0, 0.0)
+
+
+def test_saving_a_drafter_free_assistant_says_there_is_nothing_to_save(tmp_path):
+    target = one_layer_target("llama", seed=2)
+    with pytest.raises(ValueError, match=r"nothing to save.*for_target"):
+        DynaSpecAssistant.for_target(target).save_pretrained(tmp_path / "copier")
+    assert not (tmp_path / "copier").exists()

@@ -342,12 +342,13 @@ class DynaSpecAssistant(PreTrainedModel):
 
     def save_pretrained(self, save_directory: str | os.PathLike, *args, **kwargs) -> None:
         """Save config.json + model.safetensors (transformers), generation_config.json, checksums.json (the weights' sha256), card.json and
-        a generated README.md model card."""
+        a generated README.md model card. A drafter-free assistant (`for_target`) has nothing to save."""
+        if not self.has_drafter:
+            raise ValueError("a drafter-free assistant holds no weights: nothing to save; make it again with "
+                             "DynaSpecAssistant.for_target(model, **options)")
         super().save_pretrained(save_directory, *args, **kwargs)
         directory = Path(save_directory)
-        # Drafting defaults beside the artifact (PreTrainedModel saves a generation config only for models that
-        # generate themselves).
-        self.generation_config.save_pretrained(directory)
+        self.generation_config.save_pretrained(directory)  # PreTrainedModel saves it only for generating models
         integrity.write_checksums(directory)
         if self.card_data:
             (directory / model_card.CARD_DATA_NAME).write_text(json.dumps(self.card_data, indent=2) + "\n")
