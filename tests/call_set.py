@@ -54,6 +54,20 @@ def profiled_rounds(found: set):
             cls.propose = original
 
 
+def shipped_configuration(imitating_assistant, target):
+    """An assistant for `target` drafting as every shipped assistant's generation_config.json says (assistants/*/):
+    planned rounds, prompt lookup (5) and the suffix cache (16), and DynaSpec's shortlist: clustered rows, the
+    router's clusters, a row budget per draft position (scaled to the tiny vocabulary), the kernel dispatch."""
+    from hf_dynaspec.modeling.shortlist import cluster_vocabulary
+
+    assistant = imitating_assistant(target, noise=0.3, draft_plan="auto", prompt_lookup_num_tokens=5,
+                                    suffix_cache_num_tokens=16, shortlist="dynaspec", max_clusters=4, fixed_clusters=4,
+                                    shortlist_rows=[40, 32, 16])
+    head = target.get_output_embeddings().weight.detach()
+    assistant.shortlists.set_clusters(cluster_vocabulary(head, 8, always_ids=[0, 1], seed=0))
+    return assistant
+
+
 def call_sets() -> dict[str, set]:
     """{round kind: {(file, function)}} for each default round kind (flat costs and no CPU routing: neither the plan
     nor the kernels a forward takes depend on this machine's timings)."""
@@ -66,7 +80,7 @@ def call_sets() -> dict[str, set]:
     from hf_dynaspec.generation.costs import verify_kernel
 
     target = one_layer_target("llama", seed=4)
-    assistant = imitating_assistant(target, noise=0.3, draft_plan="auto", suffix_cache_num_tokens=16)  # the defaults
+    assistant = shipped_configuration(imitating_assistant, target)
     heads = MedusaAssistant.from_target(target, num_heads=3)
     prompt = torch.randint(0, target.config.vocab_size, (1, 12), generator=torch.Generator().manual_seed(2))
     batch = torch.cat([prompt, prompt.flip(1)])

@@ -233,8 +233,9 @@ def test_batched_verify_logits_equal_each_rows_own_forward():
 def test_a_rows_plan_is_priced_as_its_share_of_the_batch():
     """A machine where verifying up to 8 tokens costs one step and each token past 8 costs 30% more: one row
     drafts its whole chain, while in a batch of 8 rows (8 x n tokens per forward) each row drafts less."""
-    from hf_dynaspec.drafting.planner import BatchShare, PlannerMemory, RoundPlan, SpeculationPlanner, share_costs
-    from hf_dynaspec.generation.costs.round_costs import RoundCosts
+    from hf_dynaspec.drafting.planning.core import PlannerMemory, RoundPlan
+    from hf_dynaspec.drafting.planning.costs import RoundCosts
+    from hf_dynaspec.drafting.planning.planner import BatchShare, SpeculationPlanner, share_costs
 
     table = [0.0] + [1.0 if n <= 8 else 1.0 + 0.3 * (n - 8) for n in range(1, 80)]
     costs = RoundCosts(table, consume_seconds=0.01, first_draft_seconds=0.02, draft_step_seconds=0.02)

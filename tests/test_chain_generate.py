@@ -22,7 +22,7 @@ from test_planner import flat_costs
 
 from hf_dynaspec import DynaSpecAssistant, chain_generate, zoo
 from hf_dynaspec.drafting.lookup import SuffixCache
-from hf_dynaspec.drafting.planner import PlannerMemory
+from hf_dynaspec.drafting.planning.core import PlannerMemory
 from hf_dynaspec.generation import rounds as cg
 
 SHIPPED = dict(draft_plan="auto", prompt_lookup_num_tokens=5, suffix_cache_num_tokens=16, auto_max_assistant_tokens=8)

@@ -17,8 +17,9 @@ from test_enumeration import PROMPT, TOLERANCE, VOCAB, processors
 from test_planner import flat_costs, linear_costs
 
 from hf_dynaspec import DynaSpecAssistant, chain_generate, tree_generate
+from hf_dynaspec.drafting.planning.core import DRAFTER
+from hf_dynaspec.drafting.planning.costs import RoundCosts
 from hf_dynaspec.drafting.runtime import planner_memory
-from hf_dynaspec.generation.costs.round_costs import RoundCosts
 
 
 def repetitive_prompt(length: int = 24, seed: int = 0) -> torch.Tensor:
@@ -51,7 +52,7 @@ def test_greedy_output_is_plain_generates_on_every_route(route, fixed_costs):
     assert drafted > 0  # the rounds did draft copies
     # Its planner never considered the drafter: no drafter probe was scheduled, no drafter position learnt.
     memory = planner_memory(assistant, False)
-    assert memory.probes == 0 and not memory.drafter_position.counts
+    assert memory.probe_schedule.count(DRAFTER) == 0 and not memory.position.counts
 
 
 def test_a_batch_decodes_each_row_as_plain_generate(fixed_costs):
@@ -73,7 +74,7 @@ def test_a_batch_decodes_each_row_as_plain_generate(fixed_costs):
 
 def test_rounds_are_plain_steps_where_nothing_pays(fixed_costs):
     """Verifying n tokens costs n steps: even an always-right copy only breaks even, so rounds are plain decoding
-    steps, but for the one probe that teaches the planner a source's acceptance (planning_core.lookup_probe)."""
+    steps, but for the one probe that teaches the planner a source's acceptance (planning.core.lookup_probe)."""
     fixed_costs(RoundCosts([0.0] + [float(n) for n in range(1, 42)], 0.0, 0.0, 0.0, 0.0))
     target = one_layer_target("llama", seed=2)
     assistant = DynaSpecAssistant.for_target(target)

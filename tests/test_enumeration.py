@@ -105,15 +105,17 @@ def test_chain_round_with_three_drafts_is_exact(target):
 
 
 def spy_on_drafts(monkeypatch) -> list:
-    """Every Draft the chain session hands over, in order."""
+    """Every Draft the chain session hands over (drafted, or a lookup draft), in order."""
     drafts = []
-    propose = ChainDraftSession.propose
 
-    def recording(self, *args, **kwargs):
-        drafts.append(propose(self, *args, **kwargs))
-        return drafts[-1]
+    def recording(original):
+        def record(self, *args, **kwargs):
+            drafts.append(original(self, *args, **kwargs))
+            return drafts[-1]
+        return record
 
-    monkeypatch.setattr(ChainDraftSession, "propose", recording)
+    for name in ("propose", "lookup_draft"):
+        monkeypatch.setattr(ChainDraftSession, name, recording(getattr(ChainDraftSession, name)))
     return drafts
 
 

@@ -9,8 +9,8 @@ import torch
 from conftest import imitating_assistant, one_layer_target, plain_generate
 
 from hf_dynaspec.bench.plan_simulation import records_of
+from hf_dynaspec.drafting.planning.costs import RoundCosts
 from hf_dynaspec.drafting.runtime import planner_memory
-from hf_dynaspec.generation.costs.round_costs import RoundCosts
 from hf_dynaspec.generation.expected_acceptance import measure_acceptance
 
 
@@ -63,13 +63,13 @@ def test_a_measurement_without_room_to_draft_is_refused():
 def test_sparsely_reached_positions_lean_on_the_one_before():
     """A position reached a handful of times keeps close to the position before it; one reached often keeps its
     own rate; tree depths likewise; a confidence bin seen rarely stays near its middle."""
-    from hf_dynaspec.drafting.planner import PlannerMemory
+    from hf_dynaspec.drafting.planning.core import PlannerMemory
     from hf_dynaspec.generation.expected_acceptance import SHRINK, prior_from_memory
     from hf_dynaspec.modeling.options import DynaSpecGenerationConfig
 
     memory = PlannerMemory()
-    memory.drafter_position.counts = {1: [600, 1000], 2: [0, 2], 3: [300, 1000]}
-    memory.drafter_confidence.counts = {9: [1, 1]}
+    memory.position.counts = {1: [600, 1000], 2: [0, 2], 3: [300, 1000]}
+    memory.confidence.counts = {9: [1, 1]}
     memory.tree_depth.counts = {(4, 8, 1): [90, 100], (4, 8, 2): [1, 1]}
     prior = prior_from_memory(memory, DynaSpecGenerationConfig())
     first = 601 / 1002
@@ -90,8 +90,7 @@ def test_a_packaged_prior_weighs_the_rounds_the_docs_state_not_the_rounds_measur
     import re
     from pathlib import Path
 
-    from hf_dynaspec.drafting.planner import PlannerMemory
-    from hf_dynaspec.drafting.planning_core import position_table
+    from hf_dynaspec.drafting.planning.core import PlannerMemory, position_table
     from hf_dynaspec.generation.expected_acceptance import prior_from_memory
     from hf_dynaspec.modeling.acceptance_prior import AcceptancePrior
     from hf_dynaspec.modeling.options import DynaSpecGenerationConfig
@@ -99,7 +98,7 @@ def test_a_packaged_prior_weighs_the_rounds_the_docs_state_not_the_rounds_measur
     docs = (Path(__file__).resolve().parents[1] / "docs" / "planning.md").read_text()
     stated = float(re.search(r"with the weight of (\d+) rounds", docs).group(1))
     memory = PlannerMemory()
-    memory.drafter_position.counts = {1: [900, 1000], 2: [700, 900]}
+    memory.position.counts = {1: [900, 1000], 2: [700, 900]}
     memory.tree_depth.counts = {(4, 8, 1): [90, 100]}
     prior = AcceptancePrior.from_dict(prior_from_memory(memory, DynaSpecGenerationConfig()).to_dict())
     assert prior.rounds == 1100 > stated  # the case: far more rounds measured than the weight

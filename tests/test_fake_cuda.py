@@ -18,13 +18,14 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from hf_dynaspec import DynaSpecAssistant
 from hf_dynaspec.drafting.chain import ChainDraftSession
-from hf_dynaspec.drafting.planner import PlannerMemory, SpeculationPlanner
+from hf_dynaspec.drafting.planning.core import PlannerMemory
+from hf_dynaspec.drafting.planning.costs import RoundCosts
+from hf_dynaspec.drafting.planning.planner import SpeculationPlanner
 from hf_dynaspec.drafting.runtime import runtime_head
 from hf_dynaspec.drafting.tree import TreeDraftSession
 from hf_dynaspec.generation.attachment import ensure_attached
 from hf_dynaspec.generation.block_verify import block_verify
 from hf_dynaspec.generation.candidate_generator import EagleCandidateGenerator
-from hf_dynaspec.generation.costs.round_costs import RoundCosts
 
 STRATEGIES = ["full", "frspec", "vocabtrim", "dynaspec", "dynaspec-fixed"]
 COSTS = RoundCosts(verify_seconds=[0.0] + [1.0 + 0.05 * n for n in range(1, 18)], consume_seconds=0.1,
@@ -219,7 +220,7 @@ def test_deferred_host_decisions_read_the_device_once_per_round(stop):
         session = _session(assistant, head, confidence=confidence)
         input_ids, hidden = _verified(target)
         with cuda.counting() as events:
-            session.propose(input_ids, hidden, 6, planner=planner)
+            session.propose(input_ids, hidden, 6, rule=planner)
         assert len(events.reads) == 1 and "_deferred_cut" in events.reads[0], events.reads
 
 
@@ -399,7 +400,7 @@ def test_a_round_names_its_reads(planned, lookups, suffix):
         sites = sorted(site.split(":")[0] + ":" + site.split("(")[-1].rstrip(")") for site in events.reads)
         expected = []
         if lookups:  # the ids committed since the last round, for the host copy the lookups search
-            expected += ["drafting/round.py:read_committed"] * 2
+            expected += ["drafting/lookup.py:read"] * 2
         if planned and generator.round.plan.source == "drafter":
             expected.append("drafting/chain.py:_deferred_cut")  # the planner's cut of the draft
         assert sites == sorted(expected), events.reads

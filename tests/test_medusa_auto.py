@@ -1,4 +1,4 @@
-"""`medusa_draft="auto"`: lattice rounds planned from measured costs (hf_dynaspec.drafting.lattice_planner).
+"""`medusa_draft="auto"`: lattice rounds planned from measured costs (hf_dynaspec.drafting.planning.lattice_planner).
 
 - the planner's decisions: a lattice that does not pay is not even scored, confidences cut the chain, a learnt
   lookup wins, a tree wins where its depth table says so, probes alternate chain and tree, and only reached
@@ -23,9 +23,10 @@ from test_medusa import trained_heads
 
 import hf_dynaspec.generation.medusa as medusa_route
 from hf_dynaspec.bench import build_methods
-from hf_dynaspec.drafting.lattice_planner import LatticeCosts, LatticeMemory, LatticePlanner
 from hf_dynaspec.drafting.medusa import LatticeDrafts, MedusaOptions
-from hf_dynaspec.drafting.planner import PROBE_FIRST, LookupCandidate, RoundPlan, TreeShape
+from hf_dynaspec.drafting.planning.core import PROBE_FIRST, LookupCandidate, RoundPlan, TreeShape
+from hf_dynaspec.drafting.planning.costs import LatticeCosts
+from hf_dynaspec.drafting.planning.lattice_planner import LatticePlanner, lattice_memory
 from hf_dynaspec.generation.costs import lattice_costs, store
 from hf_dynaspec.modeling.medusa import MedusaAssistant
 from hf_dynaspec.runtime_store import forget_learnt_state
@@ -46,7 +47,7 @@ TREE = TreeShape(top_k=2, max_depth=4, total_tokens=8)
 
 
 def planner(costs, memory=None, tree=TREE) -> LatticePlanner:
-    return LatticePlanner(costs, memory or LatticeMemory(), depth=4, tree=tree)
+    return LatticePlanner(costs, memory or lattice_memory(), depth=4, tree=tree)
 
 
 def kind(plan: RoundPlan) -> tuple[str, int]:
@@ -68,7 +69,7 @@ def test_confidences_cut_the_chain_under_steep_costs():
 
 
 def test_learnt_acceptance_picks_the_source():
-    memory = LatticeMemory()
+    memory = lattice_memory()
     lookup = LookupCandidate("prompt-lookup", 3, 6)
     plan = planner(steep_costs(), memory)
     for _ in range(30):
@@ -77,7 +78,7 @@ def test_learnt_acceptance_picks_the_source():
     assert plan.choose([0.5] * 4, lookup, room=10).source == "prompt-lookup"
     assert plan.choose([0.5] * 4, None, room=10).source == "none"
 
-    trees = LatticeMemory()
+    trees = lattice_memory()
     for _ in range(30):
         planner(flat_costs(), trees).record(RoundPlan("tree", 4), num_drafted=8, num_accepted=4)
         planner(flat_costs(), trees).record(RoundPlan("chain", 4, confidences=[0.5] * 4), 4, 0)
@@ -85,7 +86,7 @@ def test_learnt_acceptance_picks_the_source():
 
 
 def test_probes_alternate_and_only_reached_positions_are_learnt():
-    memory = LatticeMemory()
+    memory = lattice_memory()
     plan = planner(flat_costs(lattice=5.0), memory)
     kinds = []
     for _ in range(3 * PROBE_FIRST + 6):
@@ -95,12 +96,12 @@ def test_probes_alternate_and_only_reached_positions_are_learnt():
     assert [kind for kind in kinds if kind[1]] == [("chain", True), ("tree", True)]
     assert kinds[PROBE_FIRST] == ("chain", True)
 
-    memory = LatticeMemory()
+    memory = lattice_memory()
     planner(flat_costs(), memory).record(RoundPlan("chain", 4, confidences=[0.95, 0.9, 0.2, 0.5]), 4, 1)
     assert memory.position.counts == {1: [1, 1], 2: [0, 1]}
     assert memory.confidence.counts == {(1, 9): [1, 1], (2, 9): [0, 1]}
     planner(flat_costs(), memory).record(RoundPlan("tree", 3, confidences=[0.6] * 3), 8, 3, chain_outcome=(1, 2))
-    assert memory.tree_depth.counts == {(8, 1): [1, 1], (8, 2): [1, 1], (8, 3): [1, 1]}
+    assert memory.tree_depth.counts == {(2, 8, 1): [1, 1], (2, 8, 2): [1, 1], (2, 8, 3): [1, 1]}  # (top_k, nodes, depth)
     assert memory.position.counts == {1: [2, 2], 2: [0, 2]}
 
 
@@ -119,7 +120,7 @@ class PeakedLattice:
 
 def test_a_planned_round_drafts_the_chain_its_confidences_pay_for():
     moderate = LatticeCosts([0.0] + [1.0 + 0.3 * n for n in range(24)], lattice_seconds=0.05, tree_seconds=0.01)
-    plan = LatticePlanner(moderate, LatticeMemory(), depth=4, tree=None)
+    plan = LatticePlanner(moderate, lattice_memory(), depth=4, tree=None)
     drafts = LatticeDrafts(PeakedLattice(), MedusaOptions(draft="auto"), DraftStats(), 10, planner=plan)
     tree = drafts.propose_tree(torch.tensor([[1, 2, 3]]), torch.zeros(1, 3, 8), max_depth=10)
     assert kind(drafts.plan) == ("chain", 2)
@@ -259,11 +260,11 @@ def test_heads_measured_acceptance_is_where_the_lattice_tables_start(tmp_path):
     from hf_dynaspec.modeling.acceptance_prior import AcceptancePrior
 
     prior = AcceptancePrior(position=(0.9, 0.8, 0.7))
-    memory = LatticeMemory(prior)
-    assert memory.position.estimate(2) == pytest.approx(0.8) and LatticeMemory().position.estimate(2) == 0.5
+    memory = lattice_memory(prior)
+    assert memory.position.estimate(2) == pytest.approx(0.8) and lattice_memory().position.estimate(2) == 0.5
     # Steep costs: at 0.5 the lattice does not pay its scoring; at the measured 0.9, 0.8, ... it does.
     assert planner(steep_costs()).plan_round(None, 3).source == "none"
-    assert planner(steep_costs(), LatticeMemory(prior)).plan_round(None, 3).source == "lattice"
+    assert planner(steep_costs(), lattice_memory(prior)).plan_round(None, 3).source == "lattice"
     target = tiny_target("llama", seed=3)
     heads = MedusaAssistant.from_target(target, num_heads=3)
     heads.config.expected_acceptance = {"greedy": prior.to_dict()}
@@ -289,9 +290,9 @@ def test_heads_measured_acceptance_is_where_the_lattice_tables_start(tmp_path):
 
 def test_a_lookup_drafted_short_learns_the_position_past_it(medusa_pair, monkeypatch):
     """The lattice planner's lookups drafted 1 token of those offered (forced), accepted: the target's own token
-    after the draft (read with the next round's committed ids) decides position 2's outcome, exactly whether it
+    after the draft (the last of the round's committed ids) decides position 2's outcome, exactly whether it
     equals the next offered token; greedy output identical; both outcomes occur."""
-    from hf_dynaspec.drafting.lattice_planner import LatticePlanner as Planner
+    from hf_dynaspec.drafting.planning.lattice_planner import LatticePlanner as Planner
 
     target, heads = medusa_pair
     monkeypatch.setattr(medusa_route, "lattice_round_costs", lambda *a, **k: flat_costs())
@@ -307,16 +308,15 @@ def test_a_lookup_drafted_short_learns_the_position_past_it(medusa_pair, monkeyp
     record = Planner.record_past_the_draft
     monkeypatch.setattr(Planner, "record_past_the_draft",
                         lambda self, plan, drafted, matched: (learnt.append(matched), record(self, plan, drafted, matched)))
-    propose = LatticeDrafts.propose
+    learn = LatticeDrafts.learn
 
-    def checking(self, input_ids, target_hidden, max_depth):  # the offered token against the committed one, read here
-        pending = self._past_the_draft
-        if pending is not None:
-            plan, _, index = pending
-            checked.append(int(input_ids[0, index]) == plan.next_offered)
-        return propose(self, input_ids, target_hidden, max_depth)
+    def checking(self, committed_ids, num_accepted, accepted_nodes=None):  # the offered token against the committed one
+        plan = self.plan
+        if plan is not None and plan.next_offered is not None and num_accepted == len(self.tree) - 1 == plan.num_tokens:
+            checked.append(int(committed_ids[0, -1]) == plan.next_offered)
+        return learn(self, committed_ids, num_accepted, accepted_nodes)
 
-    monkeypatch.setattr(LatticeDrafts, "propose", checking)
+    monkeypatch.setattr(LatticeDrafts, "learn", checking)
     pattern = torch.randint(0, VOCAB, (6,), generator=torch.Generator().manual_seed(7))
     prompt = torch.cat([pattern, pattern, pattern, pattern[:3]])[None]
     expected = plain_generate(target, prompt, max_new_tokens=50, do_sample=False)

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from hf_dynaspec.bench.plan_simulation import MAX_DRAFT, Replay, auto_rate, fixed_rates, records_of
-from hf_dynaspec.drafting.lattice_planner import LatticeCosts, LatticeMemory, LatticePlanner
-from hf_dynaspec.drafting.planner import PlannerMemory, SpeculationPlanner
-from hf_dynaspec.drafting.planning_core import PROBE_FIRST, TreeShape
-from hf_dynaspec.generation.costs.round_costs import RoundCosts
+from hf_dynaspec.drafting.planning.core import PROBE_FIRST, PlannerMemory, TreeShape
+from hf_dynaspec.drafting.planning.costs import LatticeCosts, RoundCosts
+from hf_dynaspec.drafting.planning.lattice_planner import LatticePlanner, lattice_memory
+from hf_dynaspec.drafting.planning.planner import SpeculationPlanner
 from hf_dynaspec.modeling.acceptance_prior import prior_for
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -148,7 +148,7 @@ def test_the_lattice_planner_learns_lookup_on_summarization(trace_name, table_na
     costs = costs_of(table)
     calls = calls_of(trace, "summarization")
     lattice = LatticeCosts(costs.verify_seconds, costs.first_draft_seconds, 0.0)
-    planner = LatticePlanner(lattice, LatticeMemory(), MAX_DRAFT, SHAPE)
+    planner = LatticePlanner(lattice, lattice_memory(), MAX_DRAFT, SHAPE)
     looked_up = offered = 0
     for call in calls:
         position = call.start

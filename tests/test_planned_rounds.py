@@ -19,16 +19,16 @@ from conftest import assisted_generate, imitating_assistant, one_layer_target, p
 from test_enumeration import TOLERANCE
 from test_planner import AUTO, flat_costs, planned_round_error
 
-from hf_dynaspec.drafting import round as speculation
+from hf_dynaspec.drafting import lookup as lookup_module
 from hf_dynaspec.drafting.chain import ChainDraftSession
 from hf_dynaspec.drafting.device_paths import accelerator_paths_on_cpu
 from hf_dynaspec.drafting.lookup import SuffixCache
-from hf_dynaspec.drafting.planner import SpeculationPlanner
+from hf_dynaspec.drafting.planning.costs import RoundCosts
+from hf_dynaspec.drafting.planning.planner import SpeculationPlanner
 from hf_dynaspec.drafting.runtime import planner_memory, runtime_head
 from hf_dynaspec.generation import candidate_generator as cg
 from hf_dynaspec.generation import rounds
 from hf_dynaspec.generation.costs import round_costs as calibration
-from hf_dynaspec.generation.costs.round_costs import RoundCosts
 
 
 def moderate_costs(max_tokens: int = 20) -> RoundCosts:
@@ -55,7 +55,7 @@ class RoundSpy:
 
     def __init__(self, monkeypatch):
         self.rounds, self._proposals = [], {}
-        plan_round, lookup_match, propose = SpeculationPlanner.plan_round, speculation.lookup_match, SuffixCache.propose
+        plan_round, lookup_match, propose = SpeculationPlanner.plan_round, lookup_module.lookup_match, SuffixCache.propose
         get_candidates = cg.EagleCandidateGenerator.get_candidates
         spy = self
 
@@ -81,7 +81,7 @@ class RoundSpy:
                 spy.rounds.append((copy.copy(spy._plan), dict(spy._proposals), drafted))
             return ids, logits
 
-        monkeypatch.setattr(speculation, "lookup_match", recording_lookup)
+        monkeypatch.setattr(lookup_module, "lookup_match", recording_lookup)
         monkeypatch.setattr(SuffixCache, "propose", recording_propose)
         monkeypatch.setattr(SpeculationPlanner, "plan_round", recording_plan)
         monkeypatch.setattr(cg.EagleCandidateGenerator, "get_candidates", recording_candidates)
@@ -123,7 +123,7 @@ def test_copies_are_drafted_as_long_as_they_pay_not_as_the_options_say(monkeypat
     tokens; where each verified token costs a whole step, no copy but the probes (at most MAX_POSITION_KEY tokens).
     Greedy output stays identical. (The tiny target falls into a loop of 5 tokens, which
     the suffix cache continues as far as asked.)"""
-    from hf_dynaspec.drafting.planning_core import LONGEST_COPY, MAX_POSITION_KEY
+    from hf_dynaspec.drafting.planning.core import LONGEST_COPY, MAX_POSITION_KEY
 
     full_steps = RoundCosts([float(n) for n in range(42)], consume_seconds=0.01, first_draft_seconds=0.02,
                             draft_step_seconds=0.03)
@@ -145,7 +145,7 @@ def test_the_round_drafts_the_planned_source_where_the_sources_disagree(monkeypa
     """A plan forced to pick the suffix cache's shared part where prompt lookup proposes other tokens: the round
     must verify the shared part's tokens (a round that took the first source found would verify lookup's)."""
     from hf_dynaspec import suffix_cache
-    from hf_dynaspec.drafting.planner import RoundPlan
+    from hf_dynaspec.drafting.planning.core import RoundPlan
 
     monkeypatch.setattr(rounds, "round_costs", lambda *a, **k: flat_costs())
     spy = RoundSpy(monkeypatch)
@@ -194,9 +194,9 @@ def test_the_accelerator_form_applies_the_planners_cut(monkeypatch):
         cuts.append((len(confidences), cut(self, confidences)))
         return cuts[-1][1]
 
-    def recording_propose(self, *args, planner=None, **kwargs):
-        draft = propose(self, *args, planner=planner, **kwargs)
-        if isinstance(planner, SpeculationPlanner):  # (probe rounds keep their whole length: no cut)
+    def recording_propose(self, *args, rule=None, **kwargs):
+        draft = propose(self, *args, rule=rule, **kwargs)
+        if isinstance(rule, SpeculationPlanner):  # (probe rounds keep their whole length: no cut)
             drafted.append(draft.token_ids.shape[1])
         return draft
 
@@ -220,12 +220,12 @@ def test_greedy_and_sampled_calls_learn_acceptance_apart(monkeypatch):
     prompt = repeating_prompt(target.config.vocab_size)
     greedy, sampled = planner_memory(assistant, False), planner_memory(assistant, True)
     assisted_generate(target, assistant, prompt, max_new_tokens=30)
-    learnt = copy.deepcopy(greedy.drafter_position.counts)
-    assert learnt and not sampled.drafter_position.counts
+    learnt = copy.deepcopy(greedy.position.counts)
+    assert learnt and not sampled.position.counts
     torch.manual_seed(0)
     assisted_generate(target, assistant, prompt, max_new_tokens=30, do_sample=True, temperature=1.5)
-    assert greedy.drafter_position.counts == learnt, "a sampled call must not teach the greedy tables"
-    assert sampled.drafter_position.counts
+    assert greedy.position.counts == learnt, "a sampled call must not teach the greedy tables"
+    assert sampled.position.counts
 
 
 def measured_costs():

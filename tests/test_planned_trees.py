@@ -1,4 +1,4 @@
-"""`tree_generate` with `draft_plan="auto"`: the planner chooses trees too (hf_dynaspec.drafting.planner).
+"""`tree_generate` with `draft_plan="auto"`: the planner chooses trees too (hf_dynaspec.drafting.planning.planner).
 
 - pricing: a tree is chosen where verifying its nodes costs about one step and the tree has been accepted deeper
   than the chain; never where each verified node costs a step; its depth is the plan's;
@@ -19,11 +19,12 @@ from test_planned_rounds import repeating_prompt
 
 from hf_dynaspec import tree_generate
 from hf_dynaspec.drafting.lookup import SuffixCache
-from hf_dynaspec.drafting.planner import PROBE_FIRST, PlannerMemory, RoundPlan, SpeculationPlanner, TreeShape
+from hf_dynaspec.drafting.planning.core import DRAFTER, PROBE_FIRST, PlannerMemory, RoundPlan, TreeShape
+from hf_dynaspec.drafting.planning.costs import RoundCosts
+from hf_dynaspec.drafting.planning.planner import SpeculationPlanner
 from hf_dynaspec.drafting.tree import TreeDraftSession
 from hf_dynaspec.drafting.tree_structure import DraftTree
 from hf_dynaspec.generation import rounds as cg
-from hf_dynaspec.generation.costs.round_costs import RoundCosts
 
 SHAPE = TreeShape(top_k=3, max_depth=4, total_tokens=10)
 TREE_AUTO = dict(draft_plan="auto", auto_max_assistant_tokens=4, tree_top_k=3, tree_depth=4, tree_total_tokens=10,
@@ -73,7 +74,7 @@ def test_trees_are_planned_where_nodes_are_cheap_and_the_tree_is_accepted_deeper
     same = PlannerMemory()
     for _ in range(60):
         for j in (1, 2, 3, 4):
-            same.drafter_position.record(j, True)
+            same.position.record(j, True)
     assert SpeculationPlanner(flat_tree_costs(), same, 4, tree=SHAPE).plan_round([], room=100) == RoundPlan("drafter", 4)
 
 
@@ -87,7 +88,7 @@ def test_a_tree_round_teaches_its_own_table_at_the_depths_its_path_reached():
     planner = SpeculationPlanner(flat_tree_costs(), memory, 4, tree=SHAPE)
     planner.record(RoundPlan("tree", 3), num_drafted=10, num_accepted=1)
     assert memory.tree_depth.counts == {(3, 10, 1): [1, 1], (3, 10, 2): [0, 1]}
-    assert memory.drafter_position.counts == {} and memory.drafter_confidence.counts == {}
+    assert memory.position.counts == {} and memory.confidence.counts == {}
     # All three depths accepted: the path could not go deeper than the tree.
     planner.record(RoundPlan("tree", 3), num_drafted=10, num_accepted=3)
     assert memory.tree_depth.counts[(3, 10, 3)] == [1, 1] and (3, 10, 4) not in memory.tree_depth.counts
@@ -108,7 +109,7 @@ def test_probes_alternate_between_a_chain_and_a_tree():
         # where not even an optimistic estimate pays: tests/test_planner_probes.py).
         planner.record(plan, num_drafted=plan.num_tokens, num_accepted=plan.num_tokens if plan.probe else 0)
     assert probes == ["drafter", "tree", "drafter", "tree"]
-    assert planner.memory.probe_interval == PROBE_FIRST * 2**4
+    assert planner.memory.probe_schedule.interval(DRAFTER) == PROBE_FIRST * 2**4
 
 
 def test_planning_trees_needs_their_measured_cost():
@@ -221,11 +222,11 @@ def test_tree_rounds_keep_the_chains_table_learning(monkeypatch):
     target = one_layer_target("llama", seed=2)
     assistant = imitating_assistant(target, noise=0.3, seed=4, **TREE_AUTO)
     prompt = repeating_prompt(target.config.vocab_size, seed=0)
-    before = {key: list(counts) for key, counts in trees_learnt(PlannerMemory()).drafter_position.counts.items()}
+    before = {key: list(counts) for key, counts in trees_learnt(PlannerMemory()).position.counts.items()}
     target.generate(prompt, custom_generate=tree_generate, drafter=assistant, max_new_tokens=30, do_sample=False)
     sources = assistant.stats.passes_by_source
     assert sources.get("tree", 0) >= 3 * sources.get("drafter", 0) + 3, sources  # (chain rounds: probes)
-    after = memories[0].drafter_position.counts
+    after = memories[0].position.counts
     assert after[1][1] - before[1][1] == sources["tree"] + sources.get("drafter", 0), \
         "every tree round verifies the chain's first position"
     assert after[1][0] > before[1][0] and after[2][1] > before[2][1]

@@ -15,10 +15,11 @@ from test_enumeration import PROMPT, TOLERANCE, VOCAB, processors
 from hf_dynaspec import chain_generate, tree_generate
 from hf_dynaspec.drafting.chain import ChainDraftSession
 from hf_dynaspec.drafting.device_paths import accelerator_paths_on_cpu
-from hf_dynaspec.drafting.planner import LookupCandidate, PlannerMemory, RoundPlan, SpeculationPlanner
+from hf_dynaspec.drafting.planning.core import LookupCandidate, PlannerMemory, RoundPlan
+from hf_dynaspec.drafting.planning.costs import RoundCosts
+from hf_dynaspec.drafting.planning.planner import SpeculationPlanner
 from hf_dynaspec.generation.costs import round_costs as calibration
 from hf_dynaspec.generation.costs import store, timing
-from hf_dynaspec.generation.costs.round_costs import RoundCosts
 
 AUTO = dict(draft_plan="auto", suffix_cache_num_tokens=0, auto_max_assistant_tokens=4)
 
@@ -48,9 +49,9 @@ def test_learnt_acceptance_moves_the_plan():
     good, bad = PlannerMemory(), PlannerMemory()
     for _ in range(200):
         for j in range(1, 9):
-            good.drafter_position.record(j, True)
-            good.drafter_position.record(j, torch.rand(1).item() < 0.95)
-        bad.drafter_position.record(1, False)
+            good.position.record(j, True)
+            good.position.record(j, torch.rand(1).item() < 0.95)
+        bad.position.record(1, False)
     assert SpeculationPlanner(linear_costs(), good, 8).plan_round([], 100).source == "drafter"
     assert SpeculationPlanner(flat_costs(), bad, 8).plan_round([], 100).source == "none"
     lookup = LookupCandidate("suffix-shared", match_length=4, num_tokens=12)
@@ -84,8 +85,8 @@ def test_record_learns_only_the_positions_that_were_reached():
     memory = PlannerMemory()
     planner = SpeculationPlanner(flat_costs(), memory, 8)
     planner.record(RoundPlan("drafter", 4, confidences=[0.95, 0.95, 0.15, 0.5]), num_drafted=4, num_accepted=1)
-    assert memory.drafter_position.counts == {1: [1, 1], 2: [0, 1]}  # 3 and 4 were never verified
-    assert memory.drafter_confidence.counts == {9: [1, 2]}
+    assert memory.position.counts == {1: [1, 1], 2: [0, 1]}  # 3 and 4 were never verified
+    assert memory.confidence.counts == {9: [1, 2]}
     planner.record(RoundPlan("prompt-lookup", 3, 2), num_drafted=3, num_accepted=3)
     assert memory.lookup.counts == {("prompt-lookup", 2, j): [1, 1] for j in (1, 2, 3)}
 

@@ -16,9 +16,10 @@ from conftest import assisted_generate, imitating_assistant, one_layer_target, p
 from test_enumeration import TOLERANCE
 from test_planner import AUTO, linear_costs, planned_round_error
 
-from hf_dynaspec.drafting import planner as planner_module
-from hf_dynaspec.drafting.planner import PROBE_FIRST, PROBE_LONGEST, PlannerMemory, RoundPlan, SpeculationPlanner
-from hf_dynaspec.generation.costs.round_costs import RoundCosts
+from hf_dynaspec.drafting.planning import core as planning_core
+from hf_dynaspec.drafting.planning.core import DRAFTER, PROBE_FIRST, PROBE_LONGEST, PlannerMemory, RoundPlan
+from hf_dynaspec.drafting.planning.costs import RoundCosts
+from hf_dynaspec.drafting.planning.planner import SpeculationPlanner
 
 
 def hopeless_costs(max_tokens: int = 20) -> RoundCosts:
@@ -54,19 +55,20 @@ def test_probes_follow_a_doubling_schedule_up_to_the_cap():
     # The probe is the round after `interval` rounds that drafted nothing.
     assert gaps == [min(PROBE_FIRST * 2**i, PROBE_LONGEST) + 1 for i in range(9)]
     # The probe is capped by the room left.
-    planner.memory.rounds_since_probe = planner.memory.probe_interval
+    schedule = planner.memory.probe_schedule.state[DRAFTER]
+    schedule[0] = schedule[1]
     assert planner.plan_round([], room=3) == RoundPlan("drafter", 3, probe=True)
     # Every round that is not a probe counts towards the next one, whatever it drafted.
     for plan in (RoundPlan("drafter", 4), RoundPlan("prompt-lookup", 3, 2), RoundPlan("drafter", 3, probe=True)):
         planner.record(plan, num_drafted=2, num_accepted=1)
-    assert planner.memory.rounds_since_probe == 2
+    assert schedule[0] == 2
 
 
 def test_accepted_probes_unlock_drafting_on_their_own():
     memory = PlannerMemory()
     planner = SpeculationPlanner(linear_costs(), memory, 8)
     _, probe = rounds_until_probe(planner)
-    assert memory.probe_interval == 2 * PROBE_FIRST
+    assert memory.probe_schedule.interval(DRAFTER) == 2 * PROBE_FIRST
     for _ in range(40):  # probes all accepted (0.98 per position): the drafter now pays on its own
         planner.record(probe, num_drafted=8, num_accepted=8)
     plan = planner.plan_round([], room=100)
@@ -83,7 +85,7 @@ def test_no_probe_where_even_a_perfect_drafter_cannot_pay():
 
 def test_lookup_rounds_count_towards_a_probe():
     """A lookup source that keeps winning may win only because the drafter's estimate is the prior."""
-    from hf_dynaspec.drafting.planner import LookupCandidate
+    from hf_dynaspec.drafting.planning.core import LookupCandidate
 
     planner = SpeculationPlanner(linear_costs(), PlannerMemory(), 8)
     for _ in range(30):
@@ -114,8 +116,8 @@ def test_a_good_drafter_behind_a_pessimistic_prior_is_found_and_output_is_identi
 def test_a_sampled_probe_round_is_exact(monkeypatch, form):
     """Every round a probe (interval 0): the enumerated outcome distribution of a sampled probe round equals the
     target's, and the round did draft (a probe that drafted nothing would pass the comparison vacuously)."""
-    monkeypatch.setattr(planner_module, "PROBE_FIRST", 0)
-    monkeypatch.setattr(planner_module, "PROBE_LONGEST", 0)
+    monkeypatch.setattr(planning_core, "PROBE_FIRST", 0)
+    monkeypatch.setattr(planning_core, "PROBE_LONGEST", 0)
     error, outcomes = planned_round_error(linear_costs(), "temperature", form, monkeypatch)
     assert error < TOLERANCE, error
     assert max(len(tokens) for tokens in outcomes) >= 3, "the probe round must have drafted"
@@ -125,10 +127,10 @@ def test_a_sampled_probe_round_is_exact(monkeypatch, form):
 def test_a_lookup_source_behind_a_pessimistic_table_is_probed_on_the_doubling_schedule(source):
     """Each lookup source has its own schedule: offered and passed over `interval` times, it is drafted whole once
     (a probe), whatever its table says; its interval then doubles. Drafting it normally resets its count."""
-    from hf_dynaspec.drafting.planner import LookupCandidate
+    from hf_dynaspec.drafting.planning.core import LookupCandidate
 
     memory = PlannerMemory()
-    memory.probe_interval = 10**9  # the drafter's own probes out of the way
+    memory.probe_schedule.state[DRAFTER] = [0, 10**9, 0]  # the drafter's own probes out of the way
     planner = SpeculationPlanner(hopeless_costs(), memory, 8)
     for _ in range(20):  # a bad stretch: every draft of this source rejected
         memory.lookup.record((source, 3, 1), False)
@@ -147,7 +149,7 @@ def test_a_lookup_source_behind_a_pessimistic_table_is_probed_on_the_doubling_sc
         gaps.append(count)
     assert gaps == [PROBE_FIRST * 2**i + 1 for i in range(4)]
     # A probe is capped by the room left; a source not offered does not move its schedule.
-    state = memory.lookup_probes.state[source]
+    state = memory.probe_schedule.state[source]
     state[0] = state[1]
     assert planner.plan_round([LookupCandidate(source, 3, 9)], room=4) == RoundPlan(source, 4, 3, probe=True)
     before = list(state)
@@ -166,13 +168,13 @@ def test_the_artifacts_measured_acceptance_is_where_the_tables_start(tmp_path):
     prior = AcceptancePrior(position=(0.95, 0.9, 0.85, 0.8), confidence=(0.05, 0.15, 0.25, 0.35, 0.45, 0.55, 0.65, 0.75, 0.85, 0.95),
                             tree_depth=(0.97, 0.92), tree_shape=(4, 8), rounds=300, weight=4.0)
     memory = PlannerMemory(prior)
-    assert memory.drafter_position.estimate(2) == pytest.approx(0.9)
-    assert memory.drafter_position.estimate(7) == pytest.approx(0.8)  # past the list: its last value
+    assert memory.position.estimate(2) == pytest.approx(0.9)
+    assert memory.position.estimate(7) == pytest.approx(0.8)  # past the list: its last value
     assert memory.tree_depth.estimate((4, 8, 2)) == pytest.approx(0.92)
     assert memory.tree_depth.estimate((2, 6, 2)) == pytest.approx(0.9)  # another shape: the chain's estimate
     for _ in range(4):  # four rejections weigh as much as the prior
-        memory.drafter_position.record(1, False)
-    assert memory.drafter_position.estimate(1) == pytest.approx(0.95 / 2)
+        memory.position.record(1, False)
+    assert memory.position.estimate(1) == pytest.approx(0.95 / 2)
     # On costs where 0.5 says "no draft", the measured drafter drafts from the first round (not a probe).
     assert SpeculationPlanner(edge_costs(), PlannerMemory(), 8).plan_round([], 100).source == "none"
     first = SpeculationPlanner(edge_costs(), PlannerMemory(prior), 8).plan_round([], 100)
@@ -193,7 +195,7 @@ def test_the_artifacts_measured_acceptance_is_where_the_tables_start(tmp_path):
 def test_a_tree_probe_that_cannot_pay_does_not_stop_the_chains_probes():
     """Where a tree would not pay even if always right (verification priced per token, as on AVX2 CPUs) but a
     chain would, every probe is a chain: the tree's turn passes to the chain instead of ending the probes."""
-    from hf_dynaspec.drafting.planner import TreeShape
+    from hf_dynaspec.drafting.planning.core import TreeShape
 
     costs = RoundCosts([0.0] + [1.0 + 0.35 * (n - 1) for n in range(1, 40)], consume_seconds=0.01,
                        first_draft_seconds=0.02, draft_step_seconds=0.03, tree_step_seconds=2.0)

@@ -153,10 +153,10 @@ def test_forgetting_forgets_what_a_sampled_warm_up_taught(monkeypatch):
     torch.manual_seed(0)
     assisted_generate(target, assistant, prompt, max_new_tokens=30, do_sample=True)
     sampled = runtime.planner_memory(assistant, True)
-    assert sampled.drafter_position.counts  # the case: the sampled warm-up taught its tables
+    assert sampled.position.counts  # the case: the sampled warm-up taught its tables
     runtime.forget_learnt_state(assistant)
     fresh = runtime.planner_memory(assistant, True)
-    assert fresh is not sampled and not fresh.drafter_position.counts
+    assert fresh is not sampled and not fresh.position.counts
 
 
 def test_auto_plan_uses_the_suffix_cache_on_a_repeated_task(monkeypatch):

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 import torch
 
 from hf_dynaspec.drafting.lookup import lookup_match
-from hf_dynaspec.drafting.planner import PlannerMemory, SpeculationPlanner
-from hf_dynaspec.drafting.planning_core import LookupCandidate, RoundPlan, TreeShape
+from hf_dynaspec.drafting.planning.core import LookupCandidate, PlannerMemory, RoundPlan, TreeShape
+from hf_dynaspec.drafting.planning.planner import SpeculationPlanner
 
 MAX_DRAFT = 8
 

@@ -69,83 +69,87 @@ class ChainDraftSession:
         # The fixed-shape K-token draft (drafting/captured.py), for greedy drafting without processors.
         self.captured = captured if not do_sample and self.logits_processor is None else None
         self._router_inputs: tuple[torch.Tensor, torch.Tensor] | None = None  # of the last verified position
+        self._first = None  # (hidden, routing, scores) of a first position `overrules` scored, for `propose`
 
     @torch.no_grad()
-    def propose(self, input_ids: torch.Tensor, new_target_hidden: torch.Tensor, num_draft_tokens: int,
-                lookup: torch.Tensor | None = None, lookup_veto: float = 1.0, planner=None) -> Draft:
-        """Draft up to `num_draft_tokens` tokens continuing `input_ids` `[1, N]` (fewer under `confidence`).
+    def propose(self, input_ids: torch.Tensor, new_target_hidden: torch.Tensor, cap: int, rule=None) -> Draft:
+        """Draft up to `cap` tokens continuing `input_ids` `[1, N]` (fewer under `confidence` or `rule`).
 
         `new_target_hidden` `[1, >=T_new, D or 3D]`: target features from the last verification pass, whose
-        first `T_new = N - 1 - (pairs already cached)` positions are now verified.
-
-        `lookup` `[1, n]`: a prompt-lookup draft (not capped by `num_draft_tokens`: it costs nothing to make). It
-        is the round's draft (`looked_up=True`) unless the drafter vetoes it: its own most likely first token
-        differs from `lookup[0, 0]` and has a probability above `lookup_veto` (1.0: never, and the drafter's pass
-        over the verified positions is deferred to the next round that drafts with it, `defer_verified`). The
-        check reads the drafter's argmax, never a sample, so the choice between the two drafts is a fixed
-        function of the context and sampling stays exact.
-
-        `planner` (a `SpeculationPlanner`, `draft_plan="auto"`): `num_draft_tokens` is then a cap, and the round
-        keeps drafting while the planner expects another position to pay (reading each position's top
-        probability before its token is drawn); deferred (accelerators), it drafts `num_draft_tokens` and cuts
-        the draft once, at the end. The drafted positions' top probabilities come back in `Draft.confidences`.
-        """
-        checked = lookup is not None and lookup_veto < 1.0
-        if lookup is not None and not checked:  # nothing to ask the drafter: its pass waits for a drafter round
-            return self.lookup_draft(input_ids, new_target_hidden, lookup)
-        if self.captured is not None and not checked and num_draft_tokens >= 1:
-            return self._captured_draft(input_ids, new_target_hidden, num_draft_tokens, planner)
-        hidden, routing = self.consume_verified(input_ids, new_target_hidden)
-        drafter = self.drafter
-        device = input_ids.device
-        seq_len = input_ids.shape[1]
-        draft_ids, draft_logits = [], []
-        self._scored_ids = []
+        first `T_new = N - 1 - (pairs already cached)` positions are now verified (absorbed already where
+        `overrules` ran this round). `rule`: the draft's length rule (`keep_position`, `draft_more`, `cut` over the
+        drafted positions' top probabilities: the `SpeculationPlanner`, or a probe's `ProbeDrafting`), read before
+        each position's token is drawn, or once at the end where host decisions are deferred (accelerators). The
+        drafted positions' top probabilities come back in `Draft.confidences`."""
+        first, self._first = self._first, None
+        if first is None and self.captured is not None and cap >= 1:
+            return self._captured_draft(input_ids, new_target_hidden, cap, rule)
+        if first is None:
+            self._scored_ids = []
+            hidden, routing = self.consume_verified(input_ids, new_target_hidden)
+        else:
+            hidden, routing, _ = first
+        host_rule = rule is not None and not self.defer_host_decisions
+        tokens, logits, confident, tops = [], [], [], []  # per drafted position (confident, tops: see _cut)
         context = input_ids
-        first_scores = self._score(hidden, routing) if checked else None
-        if checked and not self._vetoes(first_scores, int(lookup[0, 0]), lookup_veto):
-            self._scored_ids = []  # the veto check's shortlist drafted nothing: keep it out of the stats
-            logits = one_hot_logits(lookup, self.vocab_size) if self.do_sample else None
-            return Draft(token_ids=lookup, logits=logits, looked_up=True)
-        confident = []  # per drafted position: 0-d bool tensors, read once at the end (deferred decisions)
-        tops = []  # with a planner: each position's top probability (floats; 0-d tensors when deferred)
-        for k in range(num_draft_tokens):
-            scores = first_scores if k == 0 and first_scores is not None else self._score(hidden, routing)
-            token_id, logits, is_confident, top = self._choose(scores, context, with_top=planner is not None)
+        for k in range(cap):
+            scores = first[2] if k == 0 and first is not None else self._score(hidden, routing)
+            token_id, drawn, is_confident, top = self._choose(scores, context, with_top=rule is not None)
             if token_id is None:  # the drafter is not confident enough at this position
                 break
-            if planner is not None and not self.defer_host_decisions:
-                top = float(top)
-                if not planner.keep_position(tops + [top]):  # reads the distribution only, never the token
-                    self._scored_ids.pop()
-                    break
-            tops.append(top)
-            draft_ids.append(token_id)
-            confident.append(is_confident)
-            if logits is not None:
-                draft_logits.append(logits)
-            if k + 1 == num_draft_tokens:
+            if host_rule and not rule.keep_position(tops + [float(top)]):  # reads the distribution, not the token
+                self._scored_ids.pop()
                 break
-            if planner is not None and not self.defer_host_decisions and not planner.draft_more(tops, num_draft_tokens):
+            tops.append(float(top) if host_rule else top)
+            tokens.append(token_id)
+            confident.append(is_confident)
+            logits += [] if drawn is None else [drawn]
+            if k + 1 == cap or (host_rule and not rule.draft_more(tops, cap)):
                 break
             if self.logits_processor is not None:  # only processors read the drafted context
                 context = torch.cat([context, token_id], dim=1)
-            position_ids = torch.full((1, 1), seq_len - 1 + k, device=device, dtype=torch.long)
-            token_embed = drafter.embed(token_id)
-            routing = self.shortlist_routing(token_embed[:, -1], hidden[:, -1], k + 1)
-            hidden = drafter.step(token_embed, hidden, position_ids, self.cache, None)
-        if self.defer_host_decisions and draft_ids and (confident[0] is not None or planner is not None):
+            hidden, routing = self._step(token_id, hidden, input_ids.shape[1], k)
+        return self._cut(input_ids, tokens, logits, confident, tops, rule)
+
+    def overrules(self, input_ids: torch.Tensor, new_target_hidden: torch.Tensor, lookup_token: int,
+                  veto: float) -> bool:
+        """Does the drafter overrule a lookup draft starting with `lookup_token` (`prompt_lookup_veto`): its own
+        most likely first token differs and has a probability above `veto`? Runs the drafter over the verified
+        positions; when it overrules, the next `propose` drafts from that first position. The check reads the
+        drafter's argmax, never a sample, so the choice between the two drafts is a fixed function of the context
+        and sampling stays exact."""
+        self._scored_ids = []
+        hidden, routing = self.consume_verified(input_ids, new_target_hidden)
+        scores = self._score(hidden, routing)
+        if not self._vetoes(scores, lookup_token, veto):
+            self._scored_ids = []  # the check's shortlist drafted nothing: keep it out of the stats
+            return False
+        self._first = hidden, routing, scores
+        return True
+
+    def _step(self, token_id: torch.Tensor, hidden: torch.Tensor, seq_len: int, k: int):
+        """The drafter's step on draft `k`, `token_id` `[1, 1]`, continuing a context of `seq_len` tokens: (hidden
+        `[1, 1, H]`, the router's choice for draft position k + 1)."""
+        position_ids = torch.full((1, 1), seq_len - 1 + k, device=token_id.device, dtype=torch.long)
+        token_embed = self.drafter.embed(token_id)
+        routing = self.shortlist_routing(token_embed[:, -1], hidden[:, -1], k + 1)
+        return self.drafter.step(token_embed, hidden, position_ids, self.cache, None), routing
+
+    def _cut(self, input_ids, tokens: list, logits: list, confident: list, tops: list, rule) -> Draft:
+        """The draft of the positions kept: all of them, or where host decisions are deferred, those before the
+        first unconfident position and within `rule`'s cut (one read of the values left on the device)."""
+        if self.defer_host_decisions and tokens and (confident[0] is not None or rule is not None):
             keep, tops = self._deferred_cut(torch.stack(confident) if confident[0] is not None else None,
-                                            torch.stack(tops) if planner is not None else None, len(tops), planner)
-            draft_ids, draft_logits = draft_ids[:keep], draft_logits[:keep]
+                                            torch.stack(tops) if rule is not None else None, len(tops), rule)
+            tokens, logits = tokens[:keep], logits[:keep]
             self._scored_ids = self._scored_ids[:keep]
         return Draft(
-            token_ids=torch.cat(draft_ids, dim=1) if draft_ids else input_ids.new_empty((1, 0)),
-            logits=torch.stack(draft_logits, dim=1) if draft_logits else None,
-            confidences=tops[: len(draft_ids)], shortlists=self._scored_ids,
+            token_ids=torch.cat(tokens, dim=1) if tokens else input_ids.new_empty((1, 0)),
+            logits=torch.stack(logits, dim=1) if logits else None,
+            confidences=tops[: len(tokens)], shortlists=self._scored_ids,
         )
 
-    def _captured_draft(self, input_ids, new_target_hidden, num_draft_tokens: int, planner) -> Draft:
+    def _captured_draft(self, input_ids, new_target_hidden, num_draft_tokens: int, rule) -> Draft:
         """The round's draft through the captured K-token function: K tokens drafted, then cut once, at the end,
         by the confidence stop and the planner, as the deferred path cuts (the same draft)."""
         hidden, _ = self.consume_verified(input_ids, new_target_hidden, route=False)
@@ -153,31 +157,33 @@ class ChainDraftSession:
                                           input_ids.shape[1] - 1)
         confident = tops >= self.confidence if self.confidence > 0.0 else None  # [K], on the device
         keep, host_tops = num_draft_tokens, []
-        if confident is not None or planner is not None:
-            keep, host_tops = self._deferred_cut(confident, tops, num_draft_tokens, planner)
+        if confident is not None or rule is not None:
+            keep, host_tops = self._deferred_cut(confident, tops, num_draft_tokens, rule)
         self._scored_ids = ids[:keep]
         return Draft(token_ids=tokens[:, :keep], logits=None, confidences=host_tops[:keep], shortlists=self._scored_ids)
 
     @staticmethod
     def _deferred_cut(confident: torch.Tensor | None, tops: torch.Tensor | None, drafted: int,
-                      planner) -> tuple[int, list[float]]:
+                      rule) -> tuple[int, list[float]]:
         """How many of the `drafted` positions to keep, from the values left on the device (`confident` `[K]` bool,
-        None with the confidence stop off; `tops` `[K]`, read for the planner): the round's one host sync."""
+        None with the confidence stop off; `tops` `[K]`, read for the length rule): the round's one host sync."""
         rows = []
         if confident is not None:
             rows.append(confident.float().cumprod(0))
-        if planner is not None:
+        if rule is not None:
             rows.append(tops.float())
         values = torch.stack(rows).tolist()  # the one sync
         keep = int(sum(values[0])) if confident is not None else drafted
-        if planner is None:
+        if rule is None:
             return keep, []
         host_tops = values[-1]
-        return min(keep, planner.cut(host_tops)), host_tops
+        return min(keep, rule.cut(host_tops)), host_tops
 
     def lookup_draft(self, input_ids: torch.Tensor, new_target_hidden: torch.Tensor, lookup: torch.Tensor) -> Draft:
-        """`lookup` `[1, n]` as the round's draft; the drafter's pass over the verified positions is deferred."""
-        self.defer_verified(input_ids, new_target_hidden)
+        """`lookup` `[1, n]` as the round's draft; the drafter's pass over the verified positions is deferred (unless
+        `overrules` ran it this round)."""
+        if self.num_verified_pairs < input_ids.shape[1] - 1:
+            self.defer_verified(input_ids, new_target_hidden)
         self._scored_ids = []
         logits = one_hot_logits(lookup, self.vocab_size) if self.do_sample else None
         return Draft(token_ids=lookup, logits=logits, looked_up=True)

@@ -27,7 +27,7 @@ Two indexes map every n-gram (n = 1..`max_ngram`) to the tokens that followed it
 A draft extends the context token by token: at each step the longest n-gram ending the context (and the draft
 so far) that either index holds picks the next token (the request's index when its match is at least as long).
 It generalises prompt lookup (a request index with n in [2, 3] and one continuation) at no training cost, and
-plugs into the planner (hf_dynaspec.drafting.planner) as lookup sources with their own acceptance estimates.
+plugs into the planner (hf_dynaspec.drafting.planning.planner) as lookup sources with their own acceptance estimates.
 """
 
 from __future__ import annotations
@@ -36,6 +36,8 @@ from collections import deque
 from dataclasses import dataclass
 
 import torch
+
+from hf_dynaspec.drafting.planning.core import LookupCandidate, RoundPlan
 
 
 def lookup_continuation(token_ids: torch.Tensor, max_tokens: int, min_ngram: int = 2, max_ngram: int = 3) -> torch.Tensor:
@@ -246,3 +248,95 @@ class RequestView(SuffixCache):
 
     def _store(self, tokens: list[int]) -> None:
         self.parent._store(tokens)
+
+
+# -- one call's sources, held by both rounds ------------------------------------------------------------------
+# Written once for the EAGLE drafter's round (hf_dynaspec.drafting.round) and the lattice sources' rounds
+# (hf_dynaspec.drafting.medusa), none of it depending on a drafter: the host copy of the committed context (a round
+# reads only the few ids committed since the last one, and both lookups search the host copy, with no device read),
+# prompt lookup, the suffix cache, and past-the-draft learning (a copy drafted shorter than offered and accepted
+# whole tells the planner whether the next offered token matched the target's own token after it).
+class LookupSources:
+    """The lookup sources of one generate() call (one batch row): prompt lookup offering up to
+    `prompt_lookup_num_tokens` (0: off) from n-grams of `min_ngram`..`max_ngram` tokens, and `suffix` (None: no
+    suffix cache). `keep_context`: keep the host copy even with both off (a lattice's n-gram scorer reads it)."""
+
+    def __init__(self, prompt_lookup_num_tokens: int, min_ngram: int = 2, max_ngram: int = 3,
+                 suffix: SuffixCache | None = None, keep_context: bool = False):
+        self.prompt_lookup_num_tokens = prompt_lookup_num_tokens
+        self.min_ngram, self.max_ngram = min_ngram, max_ngram
+        self.suffix = suffix
+        self.on = prompt_lookup_num_tokens > 0 or suffix is not None or keep_context
+        self.context: list[int] = []  # host copy of the committed ids, kept while `on`
+
+    def begin(self, input_ids: torch.Tensor) -> None:
+        """A generate() call starts on the prompt `[1, N]` (one read of the prompt while `on`)."""
+        if self.on:
+            self.context = input_ids[0].tolist()
+        if self.suffix is not None:
+            self.suffix.begin_request(self.context)
+
+    def read(self, input_ids: torch.Tensor) -> list[int]:
+        """The ids of `input_ids` `[1, N]` committed since the last read, added to the host copy and the suffix
+        cache (a read of a few ids; none while off). Shapes are host values: nothing is read to compare them."""
+        if not self.on or input_ids.shape[1] <= len(self.context):
+            return []
+        new = input_ids[0, len(self.context) :].tolist()
+        self.context.extend(new)
+        if self.suffix is not None:
+            self.suffix.extend(new)
+        return new
+
+    def finish(self) -> None:
+        """A batch row is done: its output joins the suffix cache's shared index (a single call's joins at the next
+        call's start)."""
+        if isinstance(self.suffix, RequestView):
+            self.suffix.end_request()
+
+    def prompt_lookup(self, longest: int) -> tuple[list[int], int]:
+        """(host ids of the continuation, at most `longest`, of the context's last n-gram's earlier occurrence, n);
+        n = 0 when prompt lookup is off or finds nothing."""
+        if self.prompt_lookup_num_tokens <= 0 or longest < 1:
+            return [], 0
+        tokens, match = lookup_match(torch.tensor(self.context), longest, self.min_ngram, self.max_ngram)
+        return (tokens.tolist(), match) if match and len(tokens) else ([], 0)
+
+    def first_found(self, room: int, suffix_tokens: int) -> tuple[str, list[int]] | None:
+        """A fixed round's copy: the suffix cache's (up to `suffix_tokens`), else prompt lookup's (up to
+        `prompt_lookup_num_tokens`), at most `room` tokens: (source, tokens), or None."""
+        found = self.suffix.propose(min(suffix_tokens, room)) if self.suffix is not None else None
+        if found is not None:
+            return found.source, list(found.tokens)
+        tokens, match = self.prompt_lookup(min(self.prompt_lookup_num_tokens, room))
+        return ("prompt-lookup", tokens) if match else None
+
+    def offers(self, longest: int) -> tuple[list[LookupCandidate], dict[str, list[int]]]:
+        """What each source offers now, up to `longest` tokens: (candidates for a planner, tokens by source)."""
+        candidates, drafts = [], {}
+        tokens, match = self.prompt_lookup(longest)
+        if match:
+            candidates.append(LookupCandidate("prompt-lookup", match, len(tokens)))
+            drafts["prompt-lookup"] = tokens
+        found = self.suffix.propose(longest) if self.suffix is not None and longest >= 1 else None
+        if found is not None:
+            candidates.append(LookupCandidate(found.source, found.match_length, len(found.tokens)))
+            drafts[found.source] = list(found.tokens)
+        return candidates, drafts
+
+    @staticmethod
+    def take(plan: RoundPlan, offered: list[int]) -> list[int]:
+        """The `plan.num_tokens` tokens of `offered` the plan drafts; the next offered token (if any) is kept in the
+        plan for `learn_past_the_draft`."""
+        plan.next_offered = offered[plan.num_tokens] if len(offered) > plan.num_tokens else None
+        return offered[: plan.num_tokens]
+
+    def learn_past_the_draft(self, planner, plan: RoundPlan, num_drafted: int, num_accepted: int) -> None:
+        """After `read` of the verified round: a copy drafted short and accepted whole teaches `planner` whether
+        its next offered token equals the target's own token after it (the host copy's last id: no read)."""
+        if plan.next_offered is not None and num_accepted == num_drafted == plan.num_tokens:
+            planner.record_past_the_draft(plan, num_accepted, self.context[-1] == plan.next_offered)
+
+
+def as_ids(tokens: list[int], like: torch.Tensor) -> torch.Tensor:
+    """Host token ids (a copy) -> `[n]` with the dtype and device of `like` (the context's ids): one upload."""
+    return torch.tensor(tokens, dtype=like.dtype, device=like.device)

@@ -12,7 +12,7 @@ the root); a diffusion LM reads the context and K mask tokens. What the round se
 - `"tree"`: the `tree_total_tokens` best nodes of the lattice's prefix tree (`cps_lambda` mixes the n-gram score
   in here too; 1.0 scores by the lattice alone), verified as one tree;
 - `"choices"`: Medusa's static sparse tree from `medusa_choices`;
-- `"auto"`: planned from measured costs and learnt acceptance (hf_dynaspec.drafting.lattice_planner): each round
+- `"auto"`: planned from measured costs and learnt acceptance (hf_dynaspec.drafting.planning.lattice_planner): each round
   the chain length, lattice-tree depth, prompt-lookup draft (with `prompt_lookup_num_tokens`) or no draft with the
   best expected tokens per second.
 
@@ -38,9 +38,10 @@ from hf_dynaspec.drafting.lattice import (
     lattice_tree,
     tree_from_choices,
 )
-from hf_dynaspec.drafting.lattice_planner import LatticePlanner
-from hf_dynaspec.drafting.lookup import lookup_match
-from hf_dynaspec.drafting.planner import LookupCandidate, RoundPlan, share_costs
+from hf_dynaspec.drafting.lookup import LookupSources, as_ids
+from hf_dynaspec.drafting.planning.core import RoundPlan
+from hf_dynaspec.drafting.planning.lattice_planner import LatticePlanner
+from hf_dynaspec.drafting.planning.planner import share_costs
 from hf_dynaspec.drafting.tree_structure import DraftTree, depths_of
 from hf_dynaspec.modeling.medusa_options import MedusaOptions
 
@@ -60,12 +61,10 @@ class LatticeDrafts:
         self.adl = (AdaptiveDraftLength(k_min=1, k_max=max(self.depth, 1), rho=options.adl_rho,
                                         delta=options.adl_delta) if options.adaptive_length else None)
         self.scorer = NgramScorer(vocab_size, order=options.ngram_order) if options.uses_context else None
-        self._lookup = planner is not None and options.prompt_lookup_num_tokens > 0
-        self._context: list[int] = []  # host copy of the committed ids, kept when the scorer or lookup reads it
+        # Prompt lookup competes in planned rounds; the host copy of the context is kept for it or the n-gram scorer.
+        self.sources = LookupSources(options.prompt_lookup_num_tokens if planner is not None else 0,
+                                     keep_context=self.scorer is not None)
         self.plan: RoundPlan | None = None  # the last planned round's plan
-        # A lookup drafted short and accepted whole: (its plan, tokens drafted, index in the context of the target's
-        # own token after it), resolved when that token reaches the host copy (the next round's read).
-        self._past_the_draft: tuple[RoundPlan, int, int] | None = None
         self.tree: DraftTree | None = None  # the last round's draft
 
     # -- the contract: features, propose, learn, share_costs, finish ------------------------------------------
@@ -113,7 +112,8 @@ class LatticeDrafts:
         one device read) which chain length, tree depth, lookup draft or nothing to send."""
         root = input_ids[0, -1:]
         room = min(self.depth, max_depth)
-        lookup, lookup_tokens = self._lookup_candidate(room)
+        candidates, drafts = self.sources.offers(min(self.options.prompt_lookup_num_tokens, room))
+        lookup = candidates[0] if candidates else None
         plan = self.planner.plan_round(lookup, room)
         lattice = None
         if plan.source in ("lattice", "chain", "tree"):
@@ -126,26 +126,15 @@ class LatticeDrafts:
                 plan = self.planner.choose(confidences, lookup, room)
         self.plan = plan
         if plan.source == "chain":
-            return _chain(root, _as_ids(lattice.argmax_path(plan.num_tokens), root))
+            return _chain(root, as_ids(lattice.argmax_path(plan.num_tokens), root))
         if plan.source == "tree":
             nodes = self.planner.tree.nodes(plan.num_tokens)
             tokens, parents = lattice_tree(lattice, nodes, plan.num_tokens, top_k=self.options.tree_top_k,
                                            scorer=self.scorer, lam=self.options.cps_lambda)
             return _tree(root, tokens, parents)
         if plan.source == "prompt-lookup":
-            offered = lookup_tokens[plan.num_tokens] if len(lookup_tokens) > plan.num_tokens else None
-            plan.next_offered = offered
-            return _chain(root, _as_ids(lookup_tokens[: plan.num_tokens], root))
+            return _chain(root, as_ids(self.sources.take(plan, drafts["prompt-lookup"]), root))
         return _chain(root, root.new_empty(0))
-
-    def _lookup_candidate(self, room: int) -> tuple[LookupCandidate | None, list[int]]:
-        """Prompt lookup over the host copy of the context (no device read): (candidate, its tokens)."""
-        if not self._lookup or room < 1:
-            return None, []
-        tokens, match = lookup_match(torch.tensor(self._context), min(self.options.prompt_lookup_num_tokens, room))
-        if not match or not len(tokens):
-            return None, []
-        return LookupCandidate("prompt-lookup", match, len(tokens)), tokens.tolist()
 
     def share_costs(self, rows: int) -> None:
         """In a batch of `rows` active rows: price rounds as this row's share of the batch's verify forward."""
@@ -156,6 +145,7 @@ class LatticeDrafts:
 
     def learn(self, committed_ids: torch.Tensor, num_accepted: int, accepted_nodes: list[int] | None = None) -> None:
         """The last draft's outcome (the contract's `learn`): statistics, ADL, the planner's tables."""
+        self._read_context(committed_ids)
         plan, tree = self.plan, self.tree
         source = plan.source if plan is not None and plan.source == "prompt-lookup" else self.source.source_name
         self.stats.record(len(tree) - 1, num_accepted, source=source)
@@ -166,27 +156,14 @@ class LatticeDrafts:
             outcome = (tree.greedy_chain_outcome(accepted_nodes)
                        if plan.source == "tree" and accepted_nodes is not None else None)
             self.planner.record(plan, len(tree) - 1, num_accepted, chain_outcome=outcome)
-            if plan.next_offered is not None and num_accepted == len(tree) - 1 == plan.num_tokens:
-                self._past_the_draft = (plan, num_accepted, len(self._context) + num_accepted)
+            self.sources.learn_past_the_draft(self.planner, plan, len(tree) - 1, num_accepted)
 
     def _read_context(self, input_ids: torch.Tensor) -> None:
-        """The n-gram scorer and prompt lookup read the tokens committed since the last round (one read of a few
+        """The n-gram scorer and prompt lookup read the tokens committed since the last read (one read of a few
         ids)."""
-        if (self.scorer is None and not self._lookup) or input_ids.shape[1] <= len(self._context):
-            return
-        new = input_ids[0, len(self._context) :].tolist()
-        self._context.extend(new)
-        if self.scorer is not None:
+        new = self.sources.read(input_ids)
+        if self.scorer is not None and new:
             self.scorer.extend(new)
-        if self._past_the_draft is not None:  # the planner learns the position past the last lookup draft
-            plan, drafted, index = self._past_the_draft
-            self._past_the_draft = None
-            self.planner.record_past_the_draft(plan, drafted, self._context[index] == plan.next_offered)
-
-
-def _as_ids(tokens: list[int], like: torch.Tensor) -> torch.Tensor:
-    return torch.tensor(tokens, dtype=like.dtype, device=like.device)
-
 
 def _chain(root: torch.Tensor, tokens: torch.Tensor) -> DraftTree:
     """The root `[1]` and K tokens `[K]` as a tree of one branch, built on their device from host sizes only."""

@@ -32,9 +32,10 @@ class NoDraftSession:
     def defer_verified(self, input_ids: torch.Tensor, new_target_hidden) -> None:
         """Nothing to keep: no drafter will run over the verified positions."""
 
-    def propose(self, input_ids: torch.Tensor, new_target_hidden, num_draft_tokens: int,
-                lookup: torch.Tensor | None = None, lookup_veto: float = 1.0, planner=None) -> Draft:
-        """A fixed round: the lookup draft, else none (a plain decoding step)."""
-        if lookup is not None:
-            return self.lookup_draft(input_ids, new_target_hidden, lookup)
+    def propose(self, input_ids: torch.Tensor, new_target_hidden, cap: int, rule=None) -> Draft:
+        """A round with no lookup draft: none (a plain decoding step)."""
         return Draft(token_ids=input_ids.new_empty((1, 0)), logits=None)
+
+    def overrules(self, input_ids: torch.Tensor, new_target_hidden, lookup_token: int, veto: float) -> bool:
+        """No drafter to overrule a lookup draft."""
+        return False

@@ -6,15 +6,17 @@ contract (hf_dynaspec.drafting.contract.DraftingRound, which the lattice rounds 
 and the public routes (hf_dynaspec.generation.public_loop, which verifies a chain as a one-branch tree). A round,
 as `propose` runs it:
 
-1. bring the host copy of the committed ids up to date (only while a lookup source is on: one read of the few
-   ids committed since the last round);
+1. bring the lookup sources' host copy of the committed ids up to date (hf_dynaspec.drafting.lookup.LookupSources,
+   shared with the lattice rounds: only while a lookup source is on, one read of the few ids committed since);
 2. pick the source: with `draft_plan="fixed"` (or `"adl"`, whose drafter length adapts), the suffix cache's
-   draft, else prompt lookup's, else the drafter (whose first token may veto a lookup draft); with
+   draft, else prompt lookup's, else the drafter (whose first token may veto a lookup draft,
+   `ChainDraftSession.overrules`); with
    `draft_plan="auto"`, the planner's choice among the drafter (a chain of up to K tokens), a tree of some depth
    (`tree_generate` only: its verifier reads trees), each lookup source's draft and no draft at all;
 3. draft: the chosen source's tokens. A drafter round first runs the drafter over the newly verified positions
    (and any a lookup round left waiting), then its K-step loop, `ChainDraftSession.propose`, which knows
-   nothing of sources; a lookup round, or one with no draft, leaves those positions waiting
+   nothing of sources (it takes a cap and a length rule: the planner, or a probe's `ProbeDrafting`); a lookup
+   round, or one with no draft, leaves those positions waiting
    (`ChainDraftSession.defer_verified`): the drafter is not run at all;
 4. cut once: after the first EOS where transformers does not crop at EOS itself (releases before 5.18).
 
@@ -33,9 +35,9 @@ import torch
 from hf_dynaspec.drafting.chain import ChainDraftSession
 from hf_dynaspec.drafting.contract import Draft
 from hf_dynaspec.drafting.lattice import AdaptiveDraftLength
-from hf_dynaspec.drafting.lookup import RequestView, SuffixCache, lookup_match
-from hf_dynaspec.drafting.planner import LookupCandidate, ProbeDrafting, RoundPlan, SpeculationPlanner, share_costs
-from hf_dynaspec.drafting.planning_core import LONGEST_COPY
+from hf_dynaspec.drafting.lookup import LookupSources, SuffixCache, as_ids
+from hf_dynaspec.drafting.planning.core import LONGEST_COPY, RoundPlan
+from hf_dynaspec.drafting.planning.planner import ProbeDrafting, SpeculationPlanner, share_costs
 from hf_dynaspec.drafting.tree import TreeDraftSession
 
 
@@ -58,7 +60,8 @@ class SpeculationRound:
         self.options = options
         self.stats = stats
         self.planner = planner
-        self.suffix = suffix
+        self.sources = LookupSources(options.prompt_lookup_num_tokens, options.prompt_lookup_min_ngram,
+                                     options.max_matching_ngram_size, suffix)
         self.eos_token_ids = eos_token_ids
         self.collect_draft_tokens = collect_draft_tokens
         # draft_plan="adl": the drafter's K from smoothed accepted lengths (DiffuSpec's ADL), else None.
@@ -68,9 +71,6 @@ class SpeculationRound:
         self.num_drafted: int | None = None  # tokens drafted for the pass being verified; None: the prefill
         self.tree = None  # the last round's tree (a tree round), whose accepted nodes `learn` reads
         self.shortlists: list = []  # the last draft's scored ids per position (Draft.shortlists), for `learn`
-        # Host copy of the committed ids while a lookup source is on: prompt lookup and the suffix cache search
-        # it, so that on a device a round reads only the few ids committed since the last one.
-        self._context: list[int] | None = None
 
     @property
     def max_draft_tokens(self) -> int:
@@ -81,10 +81,7 @@ class SpeculationRound:
 
     def begin(self, input_ids: torch.Tensor) -> None:
         """Start a generate() call on the prompt `[1, N]` (one read of the prompt when a lookup source is on)."""
-        if self.options.prompt_lookup_num_tokens > 0 or self.suffix is not None:
-            self._context = input_ids[0].tolist()
-        if self.suffix is not None:
-            self.suffix.begin_request(self._context)
+        self.sources.begin(input_ids)
 
     def skip(self) -> None:
         """The pass being verified drafted nothing by the caller's choice (the prefill)."""
@@ -102,16 +99,14 @@ class SpeculationRound:
         share_costs(self.planner, rows)
 
     def finish(self) -> None:
-        """A batch row is done: its output joins the suffix cache's shared index (a single call's joins at the
-        next call's start)."""
-        if isinstance(self.suffix, RequestView):
-            self.suffix.end_request()
+        """A batch row is done (LookupSources.finish)."""
+        self.sources.finish()
 
     def propose(self, input_ids: torch.Tensor, target_hidden: torch.Tensor, room: int) -> Draft:
         """The round's draft continuing `input_ids` `[1, N]`: `Draft.token_ids` `[1, k]`, 0 <= k <= `room`
         (k = 0: verify the target's own token only). `target_hidden` `[1, >=T_new, F]`: the drafter's features
         of the last verification pass (ChainDraftSession.propose)."""
-        self.read_committed(input_ids)
+        self.sources.read(input_ids)
         budget = min(self.max_draft_tokens, room)
         if budget < 1:
             return self._drafted(RoundPlan("none", 0), self._empty(input_ids))
@@ -134,7 +129,7 @@ class SpeculationRound:
         tree_outcome = None
         if self.planner is not None and self.tree is not None and accepted_nodes is not None and self.plan.source == "tree":
             tree_outcome = self.tree.greedy_chain_outcome(accepted_nodes)
-        self.read_committed(committed_ids)
+        self.sources.read(committed_ids)
         if self.num_drafted is None:
             return
         source = self.plan.source if self.num_drafted else "none"
@@ -144,43 +139,34 @@ class SpeculationRound:
             self.adaptive_length.record(self.num_drafted, num_accepted)
         if self.planner is not None:
             self.planner.record(self.plan, self.num_drafted, num_accepted)
-            if self.plan.next_offered is not None and num_accepted == self.num_drafted == self.plan.num_tokens:
-                # The target's own token after the accepted lookup, from the host copy (read_committed): no read.
-                self.planner.record_past_the_draft(self.plan, num_accepted, self._context[-1] == self.plan.next_offered)
+            self.sources.learn_past_the_draft(self.planner, self.plan, self.num_drafted, num_accepted)
             if source == "tree" and tree_outcome is not None:
                 self.planner.record_chain_outcome(*tree_outcome)
         committed = committed_ids[0, -(num_accepted + 1) :]  # the target's tokens at draft positions 0..n
         self.stats.record_shortlists(self.shortlists, committed)
 
-    def read_committed(self, input_ids: torch.Tensor) -> None:
-        """Bring the tokens committed since the last round to the host copy and the suffix cache (a read of a few
-        ids; none when no lookup source is on)."""
-        if self._context is None or input_ids.shape[1] <= len(self._context):  # shapes are host values
-            return
-        new = input_ids[0, len(self._context) :].tolist()
-        self._context.extend(new)
-        if self.suffix is not None:
-            self.suffix.extend(new)
-
     # -- the sources ------------------------------------------------------------------------------------------
     def _fixed_draft(self, input_ids, target_hidden, budget: int, room: int) -> Draft:
         """`draft_plan="fixed"`: a suffix-cache or prompt-lookup draft when there is one (the drafter may veto
         it), else `budget` drafter tokens."""
-        found = self.suffix.propose(min(self.options.suffix_cache_num_tokens, room)) if self.suffix else None
-        source = "prompt-lookup" if found is None else found.source
-        looked_up = None if found is None else _as_ids(found.tokens, input_ids)
-        if looked_up is None:
-            looked_up = self._prompt_lookup(input_ids, room)
-        draft = self.session.propose(input_ids, target_hidden, budget, lookup=looked_up,
-                                     lookup_veto=self.options.prompt_lookup_veto)
-        if looked_up is not None and not draft.looked_up:
+        found = self.sources.first_found(room, self.options.suffix_cache_num_tokens)
+        source, looked_up = (None, None) if found is None else (found[0], as_ids(found[1], input_ids)[None])
+        session, veto = self.session, self.options.prompt_lookup_veto
+        if looked_up is not None and veto < 1.0 and session.overrules(input_ids, target_hidden, int(looked_up[0, 0]), veto):
             self.stats.lookup_vetoes += 1
+            looked_up = None
+        if looked_up is not None:
+            draft = session.lookup_draft(input_ids, target_hidden, looked_up)
+        else:
+            draft = session.propose(input_ids, target_hidden, budget)
         self.plan = RoundPlan(source if draft.looked_up else "drafter", draft.token_ids.shape[1])
         return draft
 
     def _planned_draft(self, input_ids, target_hidden, room: int) -> Draft:
         """`draft_plan="auto"`: the planner picks the drafter, a lookup source or nothing."""
-        candidates, drafts = self._lookup_candidates(room)
+        # Each source offers a copy as long as it matches, up to LONGEST_COPY: the planner's measured costs and
+        # learnt acceptance decide how much of it to draft, not the options' fixed lengths (those bound "fixed").
+        candidates, drafts = self.sources.offers(min(room, LONGEST_COPY))
         plan = self.plan = self.planner.plan_round(candidates, room)
         if plan.source == "none":
             self.session.defer_verified(input_ids, target_hidden)  # the drafter absorbs them when next needed
@@ -189,15 +175,13 @@ class SpeculationRound:
             return self._tree_draft(input_ids, target_hidden, plan.num_tokens)
         if plan.source != "drafter":
             # Only the chosen source's ids go to the device: one upload of a few ids.
-            offered = drafts[plan.source]
-            plan.next_offered = offered[plan.num_tokens] if len(offered) > plan.num_tokens else None
-            looked_up = _as_ids(offered[: plan.num_tokens], input_ids)
+            looked_up = as_ids(self.sources.take(plan, drafts[plan.source]), input_ids)[None]
             return self.session.lookup_draft(input_ids, target_hidden, looked_up)
         # A probe drafts exactly its length (the planner would cut it to nothing); others stop when the planner says.
-        planner = ProbeDrafting() if plan.probe else self.planner
+        rule = ProbeDrafting() if plan.probe else self.planner
         capped = plan.probe or self.session.defer_host_decisions
         cap = plan.num_tokens if capped else min(self.planner.max_draft_tokens, room)
-        draft = self.session.propose(input_ids, target_hidden, cap, planner=planner)
+        draft = self.session.propose(input_ids, target_hidden, cap, rule=rule)
         plan.confidences = draft.confidences
         return draft
 
@@ -207,39 +191,6 @@ class SpeculationRound:
         tree = self.trees.propose_tree(input_ids, target_hidden, max_depth=depth)
         return Draft(token_ids=tree.token_ids[None, 1:], logits=None, tree=tree,
                      shortlists=self.trees.shortlists_of_last_draft)
-
-    def _lookup_candidates(self, room: int) -> tuple[list[LookupCandidate], dict[str, list[int]]]:
-        """What prompt lookup and the suffix cache propose now: (candidates for the planner, tokens by source).
-        Each offers a copy as long as it matches, up to LONGEST_COPY: the planner's measured costs and learnt
-        acceptance decide how much of it to draft, not the options' fixed lengths (those bound the fixed plan)."""
-        candidates, drafts = [], {}
-        offer = min(room, LONGEST_COPY)
-        tokens, match = self._prompt_lookup_match(offer)
-        if match:
-            candidates.append(LookupCandidate("prompt-lookup", match, len(tokens)))
-            drafts["prompt-lookup"] = tokens
-        if self.suffix is not None:
-            found = self.suffix.propose(offer)
-            if found is not None:
-                candidates.append(LookupCandidate(found.source, found.match_length, len(found.tokens)))
-                drafts[found.source] = list(found.tokens)
-        return candidates, drafts
-
-    def _prompt_lookup(self, input_ids: torch.Tensor, room: int) -> torch.Tensor | None:
-        """Prompt-lookup draft `[1, n]` (1 <= n <= room), or None (off, or no earlier match). Not capped by
-        num_assistant_tokens: a lookup draft costs nothing to make."""
-        tokens, match = self._prompt_lookup_match(min(self.options.prompt_lookup_num_tokens, room))
-        return _as_ids(tokens, input_ids) if match else None
-
-    def _prompt_lookup_match(self, longest: int) -> tuple[list[int], int]:
-        """(host ids of the continuation, at most `longest`, of the context's last n-gram's earlier occurrence, n);
-        n = 0 when prompt lookup is off or finds nothing. Searches the host copy of the context: no device read."""
-        options = self.options
-        if options.prompt_lookup_num_tokens <= 0 or longest < 1:
-            return [], 0
-        tokens, match = lookup_match(torch.tensor(self._context), longest,
-                                     options.prompt_lookup_min_ngram, options.max_matching_ngram_size)
-        return (tokens.tolist(), match) if match and len(tokens) else ([], 0)
 
     # -- the end of a round -----------------------------------------------------------------------------------
     def _drafted(self, plan: RoundPlan, draft: Draft) -> Draft:
@@ -269,7 +220,3 @@ class SpeculationRound:
         return Draft(token_ids=draft.token_ids[:, :keep], logits=logits, looked_up=draft.looked_up,
                      confidences=draft.confidences[:keep], shortlists=draft.shortlists[:keep])
 
-
-def _as_ids(tokens: list[int], like: torch.Tensor) -> torch.Tensor:
-    """Host token ids (a lookup draft) -> `[1, n]` with the dtype and device of `like` (the context's ids)."""
-    return torch.tensor([tokens], dtype=like.dtype, device=like.device)

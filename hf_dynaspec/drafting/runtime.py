@@ -22,7 +22,7 @@ from torch._subclasses.fake_tensor import is_fake
 from hf_dynaspec.drafting.captured import CapturedChainDraft
 from hf_dynaspec.drafting.device_paths import use_accelerator_paths
 from hf_dynaspec.drafting.lookup import SuffixCache
-from hf_dynaspec.drafting.planner import PlannerMemory
+from hf_dynaspec.drafting.planning.core import PlannerMemory
 from hf_dynaspec.drafting.selector import build_head
 from hf_dynaspec.kernels.verify_rows import loader as verify_rows_loader
 from hf_dynaspec.kernels.verify_rows import patch as verify_rows_patch

@@ -1,7 +1,7 @@
 """Measure a drafter's acceptance with its target, for the artifact to carry (`expected_acceptance` in its
 generation config: hf_dynaspec.modeling.acceptance_prior) and for the planner's simulation traces.
 
-Every round of the measurement is a probe (`PlannerMemory.probe_interval = 0`): the whole chain of
+Every round of the measurement is a probe (`PlannerMemory.measuring`): the whole chain of
 `auto_max_assistant_tokens` tokens, uncut, and on `tree_generate` every other round the whole tree of the
 assistant's shape, so each position and depth is measured whatever this machine's costs (a planner would cut
 drafts where verification is dear, and the measurement would then depend on the host). Prompt lookup and the
@@ -22,7 +22,7 @@ from contextlib import contextmanager
 
 import torch
 
-from hf_dynaspec.drafting.planner import PlannerMemory
+from hf_dynaspec.drafting.planning.core import PlannerMemory
 from hf_dynaspec.drafting.runtime import runtime_of
 from hf_dynaspec.generation.speculative import tree_generate
 from hf_dynaspec.modeling.acceptance_prior import CONFIDENCE_BINS, DEFAULT_WEIGHT, AcceptancePrior
@@ -90,11 +90,11 @@ def prior_from_memory(memory: PlannerMemory, options, weight: float = DEFAULT_WE
             rates.append(previous)
         return rates
 
-    positions = memory.drafter_position.counts
+    positions = memory.position.counts
     if not positions.get(1, [0, 0])[1]:
         raise ValueError("no drafter round was measured: give prompts with room for drafts (max_new_tokens >= 2)")
     position = chained(positions.get(j) for j in range(1, options.auto_max_assistant_tokens + 1))
-    bins = memory.drafter_confidence.counts
+    bins = memory.confidence.counts
     middle = [(b + 0.5) / CONFIDENCE_BINS for b in range(CONFIDENCE_BINS)]
     confidence = [(bins[b][0] + SHRINK * middle[b]) / (bins[b][1] + SHRINK) if b in bins else middle[b]
                   for b in range(CONFIDENCE_BINS)]

@@ -17,9 +17,9 @@ from __future__ import annotations
 import torch
 
 from hf_dynaspec.drafting.diffusion import DiffusionDrafter
-from hf_dynaspec.drafting.lattice_planner import LatticeMemory, LatticePlanner
 from hf_dynaspec.drafting.medusa import LatticeDrafts
-from hf_dynaspec.drafting.planner import TreeShape
+from hf_dynaspec.drafting.planning.core import TreeShape
+from hf_dynaspec.drafting.planning.lattice_planner import LatticePlanner, lattice_memory
 from hf_dynaspec.errors import AssistantMismatchError
 from hf_dynaspec.generation.batched_loop import run_batched_rounds
 from hf_dynaspec.generation.costs.lattice_costs import lattice_round_costs
@@ -82,7 +82,7 @@ def _planner(model, source, options: MedusaOptions, do_sample: bool) -> LatticeP
     memories = runtime_of(source).planner_memories
     if do_sample not in memories:  # the tables start at the acceptance measured with the heads, if any
         stored = getattr(getattr(source, "config", None), "expected_acceptance", None)
-        memories[do_sample] = LatticeMemory(prior_for(stored, do_sample))
+        memories[do_sample] = lattice_memory(prior_for(stored, do_sample))
     memory = memories[do_sample]
     costs = lattice_round_costs(model, source, options, max(depth, options.tree_total_tokens))
     tree = TreeShape(options.tree_top_k, depth, options.tree_total_tokens)

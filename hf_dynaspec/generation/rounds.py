@@ -9,8 +9,8 @@ from __future__ import annotations
 from hf_dynaspec.drafting.chain import ChainDraftSession
 from hf_dynaspec.drafting.lookup import RequestView
 from hf_dynaspec.drafting.no_drafter import NoDraftSession
-from hf_dynaspec.drafting.planner import SpeculationPlanner, TreeShape
-from hf_dynaspec.drafting.planning_core import LONGEST_COPY
+from hf_dynaspec.drafting.planning.core import LONGEST_COPY, TreeShape
+from hf_dynaspec.drafting.planning.planner import SpeculationPlanner
 from hf_dynaspec.drafting.round import SpeculationRound
 from hf_dynaspec.drafting.runtime import captured_draft, planner_memory, runtime_head, suffix_cache
 from hf_dynaspec.drafting.tree import TreeDraftSession

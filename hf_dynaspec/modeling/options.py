@@ -84,7 +84,7 @@ class DynaSpecGenerationConfig(GenerationConfig):
 
     - `draft_plan` ("auto"): "auto" picks each round's draft (drafter chain length, prompt-lookup or suffix-cache
       length, or none) for the most expected tokens per second, from costs measured on this machine once
-      (hf_dynaspec.generation.costs, cached) and acceptance learnt online (hf_dynaspec.drafting.planner);
+      (hf_dynaspec.generation.costs, cached) and acceptance learnt online (hf_dynaspec.drafting.planning.planner);
       it then ignores `num_assistant_tokens` and `assistant_confidence_threshold` is only a hard floor.
       "fixed": K = `num_assistant_tokens` every round, lookup first (the behaviour before planned rounds).
       "adl": as "fixed", but the drafter's K follows DiffuSpec's adaptive draft length (the smoothed accepted

@@ -18,7 +18,7 @@ import torch
 from transformers.cache_utils import DynamicCache
 
 from hf_dynaspec.drafting.lattice import Lattice, NgramScorer, lattice_tree
-from hf_dynaspec.drafting.lattice_planner import LatticeCosts
+from hf_dynaspec.drafting.planning.costs import LatticeCosts
 from hf_dynaspec.generation.costs.store import cached, digest, is_seconds, target_parts
 from hf_dynaspec.generation.costs.timing import CONTEXT, min_seconds, random_ids, verify_table
 from hf_dynaspec.generation.forward_args import cache_kwargs

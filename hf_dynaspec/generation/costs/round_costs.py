@@ -1,6 +1,6 @@
 """What a speculation round costs on this machine, measured once and cached: the planner's (`draft_plan="auto"`) input.
 
-The planner (hf_dynaspec.drafting.planner) weighs draft lengths by seconds, so it needs, for the target and
+The planner (hf_dynaspec.drafting.planning.planner) weighs draft lengths by seconds, so it needs, for the target and
 assistant of a call, on this device, dtype and thread count:
 
 - `verify_seconds[n]`: the target's forward over n new tokens on a cache of `CONTEXT` tokens (n = 1 is a plain
@@ -22,40 +22,18 @@ Legend: N calibration context, n tokens per forward.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 import torch
 from transformers.cache_utils import DynamicCache
 
 from hf_dynaspec.drafting.chain import ChainDraftSession
-from hf_dynaspec.drafting.planner import extrapolated_seconds
+from hf_dynaspec.drafting.planning.costs import RoundCosts
 from hf_dynaspec.drafting.tree import TreeDraftSession
 from hf_dynaspec.generation.costs.store import cached, digest, is_seconds, target_parts
 from hf_dynaspec.generation.costs.timing import CONTEXT, min_seconds, random_ids, verify_table
 from hf_dynaspec.generation.forward_args import cache_kwargs
 from hf_dynaspec.kernels.streams import devices_of
-
-
-@dataclass
-class RoundCosts:
-    """Seconds of the parts of a round (see the module docstring); `verify_seconds[n]` for n = 0..max (index 0
-    unused)."""
-
-    verify_seconds: list[float]
-    consume_seconds: float
-    first_draft_seconds: float
-    draft_step_seconds: float
-    tree_step_seconds: float | None = None  # None: not measured (trees are then not planned)
-
-    def verify(self, num_tokens: int) -> float:
-        """Seconds of a target forward over `num_tokens` new tokens (extrapolated linearly past the table)."""
-        return extrapolated_seconds(self.verify_seconds, num_tokens)
-
-    def drafting(self, num_tokens: int) -> float:
-        """Seconds to draft `num_tokens` tokens with the drafter, beyond the consume pass."""
-        if num_tokens <= 0:
-            return 0.0
-        return self.first_draft_seconds + (num_tokens - 1) * self.draft_step_seconds
 
 
 def calibration_key(target, assistant, options) -> str:

@@ -41,52 +41,19 @@ token), so greedy output is identical and sampling exact (tests/test_planner.py)
 
 from __future__ import annotations
 
-from hf_dynaspec.drafting.planning_core import (  # noqa: F401  (the core's names, as this module exposed them)
-    MAX_POSITION_KEY,
-    PROBE_FIRST,
-    PROBE_LONGEST,
+from hf_dynaspec.drafting.planning.core import (
+    DRAFTER,
     AcceptanceTable,
     LookupCandidate,
-    LookupProbes,
-    LookupTable,
+    PlannerMemory,
     RoundPlan,
     TreeShape,
     best_length,
     confidence_bin,
-    confidence_table,
-    extrapolated_seconds,
     lookup_probe,
     match_key,
     position_key,
-    position_table,
 )
-from hf_dynaspec.modeling.acceptance_prior import AcceptancePrior
-
-
-class PlannerMemory:
-    """The acceptance tables of one assistant (kept across generate() calls; one per greedy / sampled decoding,
-    whose acceptance differs). `prior`: the drafter's measured acceptance (`AcceptancePrior`, stored with the
-    artifact), where the tables start with its weight; None: 0.5 at every position, the confidence bin's middle."""
-
-    def __init__(self, prior: AcceptancePrior | None = None):
-        self.prior = prior
-        self.drafter_position = position_table(prior)
-        self.drafter_confidence = confidence_table(prior)  # keyed by bin
-        self.lookup = LookupTable()  # keyed (source, match length, position)
-        # keyed by (top_k, total_tokens, depth): a tree's acceptance depends on its shape
-        self.tree_depth = AcceptanceTable(self._tree_prior, self.drafter_position.prior_weight)
-        self.rounds_since_probe = 0
-        self.probe_interval = PROBE_FIRST
-        self.probes = 0  # probe rounds so far: with trees, even ones probe a chain and odd ones a tree
-        self.lookup_probes = LookupProbes()
-        self.log: list[dict] | None = None  # a list: every recorded round is appended (acceptance measurement)
-        self.measuring = False  # every round a probe, drafted whole, whatever the costs (acceptance measurement)
-
-    def _tree_prior(self, key: tuple[int, int, int]) -> float:
-        """The measured tree table where it was measured for this shape, else the chain's estimate at that depth
-        (a tree holds about the chain's path and more)."""
-        measured = self.prior.at_tree_depth(*key) if self.prior is not None else None
-        return measured if measured is not None else self.drafter_position.estimate(key[-1])
 
 
 class SpeculationPlanner:
@@ -129,7 +96,7 @@ class SpeculationPlanner:
 
     def drafter_priors(self, start: int, count: int) -> list[float]:
         """a_j for draft positions start+1 .. start+count, by position only."""
-        table = self.memory.drafter_position
+        table = self.memory.position
         return [table.estimate(position_key(j)) for j in range(start + 1, start + count + 1)]
 
     def lookup_probabilities(self, candidate: LookupCandidate) -> list[float]:
@@ -161,20 +128,20 @@ class SpeculationPlanner:
         probe = self._probe_or(best, room)
         if probe.probe:
             return probe
-        return lookup_probe(self.memory.lookup_probes, lookups, best, room) or best
+        return lookup_probe(self.memory.probe_schedule, lookups, best, room) or best
 
     def _probe_or(self, plan: RoundPlan, room: int) -> RoundPlan:
-        """`plan`, or a probe after `probe_interval` rounds without one (see the module docstring): a chain, or
+        """`plan`, or a probe when the drafter's is due (`ProbeSchedule`) (see the module docstring): a chain, or
         with trees every other probe a tree, of the length an optimistic drafter would be given (each position's
         estimate raised by its uncertainty, `_optimistic`: an untried table probes as an always-right drafter,
         one that has seen many rejections probes short or not at all). Where the kind whose turn it is would not
         pay even so (trees on an AVX2 CPU), the other is probed: a refused tree probe must not stop the chain's
         probes. `memory.measuring`: every round probes, whole, whatever the costs."""
         memory = self.memory
-        if memory.rounds_since_probe < memory.probe_interval and not memory.measuring:
+        if not memory.probe_schedule.due(DRAFTER) and not memory.measuring:
             return plan
         kinds = (["drafter", "tree"] if self.tree is not None else ["drafter"]) if self.drafter else []
-        if memory.probes % 2:
+        if memory.probe_schedule.count(DRAFTER) % 2:
             kinds.reverse()
         for source in kinds:
             if source == "tree":
@@ -182,20 +149,18 @@ class SpeculationPlanner:
                 optimistic = [_optimistic(memory.tree_depth, self._tree_key(d)) for d in range(1, longest + 1)]
             else:
                 longest, seconds = min(room, self.max_draft_tokens), self._drafter_seconds
-                optimistic = [_optimistic(memory.drafter_position, position_key(j)) for j in range(1, longest + 1)]
+                optimistic = [_optimistic(memory.position, position_key(j)) for j in range(1, longest + 1)]
             probe_tokens, rate = best_length(optimistic, seconds, smallest=1)
             if memory.measuring:
                 probe_tokens = longest
             elif rate <= 1.0 / self._lookup_seconds(0):  # not even an optimistic drafter would pay here
                 continue
-            memory.rounds_since_probe = 0
-            memory.probe_interval = min(2 * memory.probe_interval, PROBE_LONGEST)
-            memory.probes += 1
+            memory.probe_schedule.probed(DRAFTER)
             return RoundPlan(source, probe_tokens, probe=True)
         return plan
 
     def drafted_probabilities(self, confidences: list[float]) -> list[float]:
-        table = self.memory.drafter_confidence
+        table = self.memory.confidence
         return [table.estimate(confidence_bin(c)) for c in confidences]
 
     def keep_position(self, confidences: list[float]) -> bool:
@@ -242,16 +207,16 @@ class SpeculationPlanner:
                                "accepted": num_accepted, "confidences": [round(float(c), 4) for c in plan.confidences],
                                "probe": plan.probe})
         if not plan.probe:
-            memory.rounds_since_probe += 1
+            memory.probe_schedule.passed(DRAFTER)
         reachable = plan.num_tokens if plan.source == "tree" else num_drafted
         for j in range(1, min(num_accepted + 1, reachable) + 1):
             accepted = j <= num_accepted
             if plan.source == "tree":
                 memory.tree_depth.record(self._tree_key(j), accepted)
             elif plan.source == "drafter":
-                memory.drafter_position.record(position_key(j), accepted)
+                memory.position.record(position_key(j), accepted)
                 if j <= len(plan.confidences):
-                    memory.drafter_confidence.record(confidence_bin(plan.confidences[j - 1]), accepted)
+                    memory.confidence.record(confidence_bin(plan.confidences[j - 1]), accepted)
             elif plan.source != "none":
                 memory.lookup.record((plan.source, match_key(plan.match_length), position_key(j)), accepted)
 
@@ -274,7 +239,7 @@ class SpeculationPlanner:
         accepted. Keeps the chain's estimates current while trees are drafted: otherwise a chain that had a bad
         stretch would stay priced low (and trees drafted where chains pay more) until the next chain probe."""
         for j in range(1, num_reached + 1):
-            self.memory.drafter_position.record(position_key(j), j <= num_accepted)
+            self.memory.position.record(position_key(j), j <= num_accepted)
 
 
 class ProbeDrafting:

@@ -1,5 +1,5 @@
 """Planned lattice rounds (`medusa_draft="auto"`): each round, the draft from a lattice source (Medusa heads, a
-diffusion LM) that maximises expected committed tokens per second, priced as hf_dynaspec.drafting.planner prices
+diffusion LM) that maximises expected committed tokens per second, priced as hf_dynaspec.drafting.planning.planner prices
 the EAGLE drafter's.
 
 A lattice round costs the source's scores for every position at once (`lattice_seconds`: K head blocks and
@@ -26,73 +26,33 @@ this round, so greedy output is identical and sampling exact (tests/test_medusa_
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from hf_dynaspec.drafting.planning_core import (
-    PROBE_FIRST,
-    PROBE_LONGEST,
-    AcceptanceTable,
+from hf_dynaspec.drafting.planning.core import (
+    DRAFTER,
     LookupCandidate,
-    LookupProbes,
-    LookupTable,
+    PlannerMemory,
     RoundPlan,
     TreeShape,
     best_length,
     confidence_bin,
-    confidence_table,
-    extrapolated_seconds,
     lookup_probe,
     match_key,
     position_key,
-    position_table,
 )
+from hf_dynaspec.drafting.planning.costs import LatticeCosts
 from hf_dynaspec.modeling.acceptance_prior import AcceptancePrior
 
 
-@dataclass
-class LatticeCosts:
-    """Seconds of a lattice round's parts on this machine (hf_dynaspec.generation.costs.lattice_costs measures them):
-    `verify_seconds[n]` the target's forward over n new tokens (index 0 unused), `lattice_seconds` the source's
-    scores for every position, `tree_seconds` the host search of a lattice tree."""
-
-    verify_seconds: list[float]
-    lattice_seconds: float
-    tree_seconds: float
-
-    def verify(self, num_tokens: int) -> float:
-        """Seconds of a target forward over `num_tokens` new tokens (extrapolated linearly past the table)."""
-        return extrapolated_seconds(self.verify_seconds, num_tokens)
-
-
-class LatticeMemory:
-    """The acceptance tables of one lattice source (kept across generate() calls; one per greedy / sampled
-    decoding). `prior`: the source's measured acceptance (`AcceptancePrior`, stored with the heads), where the
-    tables start with its weight; None: 0.5 at every position, the confidence bin's middle."""
-
-    def __init__(self, prior: AcceptancePrior | None = None):
-        self.prior = prior
-        self.position = position_table(prior)
-        self.confidence = confidence_table(prior, bin_of=lambda key: key[1])  # keyed (position, bin)
-        self.tree_depth = AcceptanceTable(self._tree_prior, self.position.prior_weight)  # keyed (nodes, depth)
-        self.lookup = LookupTable()  # keyed (match length, position)
-        self.rounds_since_probe = 0
-        self.probe_interval = PROBE_FIRST
-        self.probes = 0
-        self.lookup_probes = LookupProbes()
-
-    def _tree_prior(self, key: tuple[int, int]) -> float:
-        nodes, depth = key
-        measured = None
-        if self.prior is not None and self.prior.tree_shape is not None and self.prior.tree_shape[1] == nodes:
-            measured = self.prior.at_tree_depth(*self.prior.tree_shape, depth)
-        return measured if measured is not None else self.position.estimate(depth)
+def lattice_memory(prior: AcceptancePrior | None = None) -> PlannerMemory:
+    """A lattice source's tables (`prior`: its measured acceptance, stored with the heads): confidence is keyed
+    (position, bin), since a head's top probability means more or less at each position."""
+    return PlannerMemory(prior, confidence_bin_of=lambda key: key[1])
 
 
 class LatticePlanner:
-    """Plans lattice rounds from `costs` (`LatticeCosts`) and `memory` (`LatticeMemory`); chains of up to
+    """Plans lattice rounds from `costs` (`LatticeCosts`) and `memory` (`lattice_memory`); chains of up to
     `depth` tokens and lattice trees of `tree` (a `TreeShape`; None: chains only)."""
 
-    def __init__(self, costs: LatticeCosts, memory: LatticeMemory, depth: int, tree: TreeShape | None):
+    def __init__(self, costs: LatticeCosts, memory: PlannerMemory, depth: int, tree: TreeShape | None):
         self.costs, self.memory, self.depth, self.tree = costs, memory, depth, tree
 
     # -- prices -------------------------------------------------------------------------------------------------
@@ -102,8 +62,11 @@ class LatticePlanner:
     def _tree_seconds(self, sunk: float):
         return lambda depth: sunk + self.costs.tree_seconds + self.costs.verify(self.tree.nodes(depth) + 1)
 
+    def _tree_key(self, depth: int) -> tuple[int, int, int]:
+        return self.tree.top_k, self.tree.total_tokens, position_key(depth)
+
     def _tree_priors(self, count: int) -> list[float]:
-        return [self.memory.tree_depth.estimate((self.tree.total_tokens, position_key(d))) for d in range(1, count + 1)]
+        return [self.memory.tree_depth.estimate(self._tree_key(d)) for d in range(1, count + 1)]
 
     def _lookup_priors(self, candidate: LookupCandidate) -> list[float]:
         match = match_key(candidate.match_length)
@@ -142,7 +105,7 @@ class LatticePlanner:
         best = max(candidates, key=lambda pair: pair[0])[1]
         # A lookup draft the tables have not tried for a while is drafted whole, whatever the lattice promises.
         offered = [lookup] if lookup is not None else []
-        return lookup_probe(self.memory.lookup_probes, offered, best, room) or best
+        return lookup_probe(self.memory.probe_schedule, offered, best, room) or best
 
     def choose(self, confidences: list[float], lookup: LookupCandidate | None, room: int) -> RoundPlan:
         """With the lattice read (`confidences[j-1]`: position j's top probability): the chain length, tree depth
@@ -157,13 +120,11 @@ class LatticePlanner:
         return plan
 
     def _probe(self, depth: int) -> RoundPlan | None:
-        memory = self.memory
-        if memory.rounds_since_probe < memory.probe_interval:
+        schedule = self.memory.probe_schedule
+        if not schedule.due(DRAFTER):
             return None
-        source = "tree" if self.tree is not None and memory.probes % 2 else "chain"
-        memory.rounds_since_probe = 0
-        memory.probe_interval = min(2 * memory.probe_interval, PROBE_LONGEST)
-        memory.probes += 1
+        source = "tree" if self.tree is not None and schedule.count(DRAFTER) % 2 else "chain"
+        schedule.probed(DRAFTER)
         return RoundPlan(source, depth, probe=True)
 
     # -- learning -----------------------------------------------------------------------------------------------
@@ -173,10 +134,10 @@ class LatticePlanner:
         chain inside the tree."""
         memory = self.memory
         if not plan.probe:
-            memory.rounds_since_probe += 1
+            memory.probe_schedule.passed(DRAFTER)
         if plan.source == "tree":
             for d in range(1, min(num_accepted + 1, plan.num_tokens) + 1):
-                memory.tree_depth.record((self.tree.total_tokens, position_key(d)), d <= num_accepted)
+                memory.tree_depth.record(self._tree_key(d), d <= num_accepted)
             if chain_outcome is not None:
                 self._record_chain(plan.confidences, *chain_outcome)
         elif plan.source == "chain":

@@ -1,5 +1,5 @@
-"""The planning core both planners share (the EAGLE drafter's, hf_dynaspec.drafting.planner, and the lattice
-sources', hf_dynaspec.drafting.lattice_planner): Beta-smoothed acceptance tables, the rate-maximising draft length,
+"""The planning core both planners share (the EAGLE drafter's, hf_dynaspec.drafting.planning.planner, and the lattice
+sources', hf_dynaspec.drafting.planning.lattice_planner): Beta-smoothed acceptance tables, the rate-maximising draft length,
 the plan of a round, the tree shape, and the probe schedules that keep every source learning.
 """
 
@@ -136,31 +136,70 @@ class RoundPlan:
     next_offered: int | None = None
 
 
-class LookupProbes:
-    """The probe schedule of each lookup source (prompt lookup, the suffix cache's request and shared parts), the
-    drafter's doubling schedule kept per source: a source that has offered a draft in `interval` rounds without
-    being drafted is drafted whole once (a probe), and its interval doubles up to `PROBE_LONGEST`. So no source
-    stays unlearnt because the prior (or a bad stretch) ruled it out, and a source that truly does not pay costs
-    its extra rows once in 256 of its rounds. Shared by both planners (`SpeculationPlanner`, the lattice one)."""
+DRAFTER = "drafter"  # the probe schedule's key for the drafter's chains and trees (an EAGLE drafter or a lattice source)
+
+
+class ProbeSchedule:
+    """When each source is next probed, keyed by source: `DRAFTER` (the drafter's chains and trees, drafted whole
+    past the confidence cut) and each lookup source ("prompt-lookup", "suffix-request", "suffix-shared"), drafted
+    whole once when it has gone `interval` rounds without it. The interval starts at `PROBE_FIRST` and doubles at
+    each probe up to `PROBE_LONGEST`. So no source stays unlearnt because the prior (or a bad stretch) ruled it
+    out, and a source that truly does not pay costs its extra rows once in 256 of its rounds."""
 
     def __init__(self):
-        self.state: dict[str, list[int]] = {}  # source -> [rounds offered and not drafted, interval]
+        self.state: dict[str, list[int]] = {}  # source -> [rounds since probed or drafted whole, interval, probes]
+
+    def _entry(self, source: str) -> list[int]:
+        return self.state.setdefault(source, [0, PROBE_FIRST, 0])
 
     def due(self, source: str) -> bool:
-        rounds, interval = self.state.setdefault(source, [0, PROBE_FIRST])
+        rounds, interval, _ = self._entry(source)
         return rounds >= interval
 
-    def offered(self, source: str, drafted: bool) -> None:
-        """The source offered a draft this round; `drafted`: the planner drafts all of it (its table learns)."""
-        entry = self.state.setdefault(source, [0, PROBE_FIRST])
-        entry[0] = 0 if drafted else entry[0] + 1
+    def passed(self, source: str, drafted_whole: bool = False) -> None:
+        """A round went by without probing `source`; `drafted_whole`: the plan drafted all it offered (its table
+        learns as from a probe)."""
+        entry = self._entry(source)
+        entry[0] = 0 if drafted_whole else entry[0] + 1
 
     def probed(self, source: str) -> None:
-        entry = self.state.setdefault(source, [0, PROBE_FIRST])
-        entry[0], entry[1] = 0, min(2 * entry[1], PROBE_LONGEST)
+        entry = self._entry(source)
+        entry[0], entry[1], entry[2] = 0, min(2 * entry[1], PROBE_LONGEST), entry[2] + 1
+
+    def interval(self, source: str) -> int:
+        return self._entry(source)[1]
+
+    def count(self, source: str) -> int:
+        """Probes of `source` so far (the drafter's alternate chains and trees: even ones one kind, odd the other)."""
+        return self._entry(source)[2]
 
 
-def lookup_probe(probes: LookupProbes, lookups: list[LookupCandidate], chosen: RoundPlan,
+class PlannerMemory:
+    """The acceptance tables of one drafter, and the lookup sources beside it, kept across generate() calls (one
+    per greedy / sampled decoding, whose acceptance differs), and their probe schedule. `prior`: the drafter's
+    measured acceptance (`AcceptancePrior`, stored with the artifact), where the tables start with its weight;
+    None: 0.5 at every position, the confidence bin's middle. `confidence_bin_of(key)`: the bin of a confidence
+    key (the EAGLE planner keys by bin, the lattice planner by (position, bin))."""
+
+    def __init__(self, prior: AcceptancePrior | None = None, confidence_bin_of=lambda key: key):
+        self.prior = prior
+        self.position = position_table(prior)
+        self.confidence = confidence_table(prior, bin_of=confidence_bin_of)
+        # keyed by (top_k, total_tokens, depth): a tree's acceptance depends on its shape
+        self.tree_depth = AcceptanceTable(self._tree_prior, self.position.prior_weight)
+        self.lookup = LookupTable()  # keyed (..., match length, position): see each planner
+        self.probe_schedule = ProbeSchedule()
+        self.log: list[dict] | None = None  # a list: every recorded round is appended (acceptance measurement)
+        self.measuring = False  # every round a probe, drafted whole, whatever the costs (acceptance measurement)
+
+    def _tree_prior(self, key: tuple[int, int, int]) -> float:
+        """The measured tree table where it was measured for this shape, else the chain's estimate at that depth
+        (a tree holds about the chain's path and more)."""
+        measured = self.prior.at_tree_depth(*key) if self.prior is not None else None
+        return measured if measured is not None else self.position.estimate(key[-1])
+
+
+def lookup_probe(probes: ProbeSchedule, lookups: list[LookupCandidate], chosen: RoundPlan,
                  room: int) -> RoundPlan | None:
     """The round's lookup probe, if one is due: the first offered source whose schedule says so (not the one the
     plan drafts whole), drafted whole up to MAX_POSITION_KEY tokens; every offered source's schedule moves on. A
@@ -175,7 +214,7 @@ def lookup_probe(probes: LookupProbes, lookups: list[LookupCandidate], chosen: R
             probe = RoundPlan(candidate.source, whole, candidate.match_length, probe=True)
             probes.probed(candidate.source)
         else:
-            probes.offered(candidate.source, drafted)
+            probes.passed(candidate.source, drafted)
     return probe
 
 
