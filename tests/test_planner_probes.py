@@ -284,3 +284,36 @@ def repeating_tail(tokens: list[int]) -> list[int]:
         if tokens[-period:] == tokens[-2 * period : -period] == tokens[-3 * period : -2 * period]:
             return tokens[-period:]
     raise AssertionError("the output does not cycle")
+
+
+def test_a_copy_passed_over_learns_its_first_position_from_the_committed_token():
+    """LookupSources.learn: a copy offered and not drafted learns whether its first token is the token committed at
+    that position (matched and not, both seen); the copy the round drafted learns only from its own outcome; the
+    planner records it as the source's position 1 under the candidate's match length."""
+    from hf_dynaspec.drafting.lookup import LookupSources
+
+    memory = PlannerMemory()
+    planner = SpeculationPlanner(linear_costs(), memory, 8)
+    sources = LookupSources(prompt_lookup_num_tokens=5)
+    context = [4, 7, 3, 9, 1, 4, 7]  # ends with "4 7", which occurred before: prompt lookup offers "3 9 1 4 7"
+    sources.begin(torch.tensor([context]))
+    outcomes = []
+    for committed, plan in ((3, RoundPlan("drafter", 2)), (5, RoundPlan("none", 0))):
+        candidates, drafts = sources.offers(8)
+        assert [c.source for c in candidates] == ["prompt-lookup"] and drafts["prompt-lookup"][0] == 3
+        context.append(committed)  # the round's first committed token: 3 (the copy's first token), then 5
+        sources.read(torch.tensor([context]))
+        sources.learn(planner, plan, plan.num_tokens, 0)
+        outcomes.append({key: list(counts) for key, counts in memory.lookup.counts.items()})
+        context += [4, 7]  # later rounds commit the matched n-gram again, for the next offer
+        sources.read(torch.tensor([context]))
+    key = ("prompt-lookup", candidates[0].match_length, 1)
+    assert outcomes[0] == {key: [1, 1]} and outcomes[1] == {key: [1, 2]}
+    # The drafted copy is not passed over: only the planner's own record of the round learns from it.
+    candidates, drafts = sources.offers(8)
+    plan = RoundPlan("prompt-lookup", 2, candidates[0].match_length)
+    sources.take(plan, drafts["prompt-lookup"])
+    context.append(6)
+    sources.read(torch.tensor([context]))
+    sources.learn(planner, plan, 2, 0)
+    assert memory.lookup.counts == outcomes[1]

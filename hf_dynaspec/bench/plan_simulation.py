@@ -161,6 +161,8 @@ class Replay:
             if plan.source == "prompt-lookup" and accepted == drafted < r.lookup.num_tokens:
                 plan.next_offered = -1  # offered (its value is not needed: the trace knows how far it matches)
                 planner.record_past_the_draft(plan, drafted, r.lookup_accepted > drafted)
+            if r.lookup is not None and lookups and plan.source != "prompt-lookup":
+                planner.record_passed_over(r.lookup, r.lookup_accepted >= 1)
             if plan.source == "tree":
                 planner.record_chain_outcome(min(r.chain_accepted, plan.num_tokens),
                                              min(r.chain_accepted + 1, plan.num_tokens))

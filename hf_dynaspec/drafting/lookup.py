@@ -268,6 +268,8 @@ class LookupSources:
         self.suffix = suffix
         self.on = prompt_lookup_num_tokens > 0 or suffix is not None or keep_context
         self.context: list[int] = []  # host copy of the committed ids, kept while `on`
+        # The last `offers`: (the context's length then, [(candidate, its first token)]), for `learn`.
+        self._offered: tuple[int, list[tuple[LookupCandidate, int]]] = (0, [])
 
     def begin(self, input_ids: torch.Tensor) -> None:
         """A generate() call starts on the prompt `[1, N]` (one read of the prompt while `on`)."""
@@ -312,15 +314,18 @@ class LookupSources:
 
     def offers(self, longest: int) -> tuple[list[LookupCandidate], dict[str, list[int]]]:
         """What each source offers now, up to `longest` tokens: (candidates for a planner, tokens by source)."""
-        candidates, drafts = [], {}
+        candidates, drafts, firsts = [], {}, []
         tokens, match = self.prompt_lookup(longest)
         if match:
             candidates.append(LookupCandidate("prompt-lookup", match, len(tokens)))
             drafts["prompt-lookup"] = tokens
+            firsts.append((candidates[-1], tokens[0]))
         found = self.suffix.propose(longest) if self.suffix is not None and longest >= 1 else None
         if found is not None:
             candidates.append(LookupCandidate(found.source, found.match_length, len(found.tokens)))
             drafts[found.source] = list(found.tokens)
+            firsts.append((candidates[-1], found.tokens[0]))
+        self._offered = len(self.context), firsts
         return candidates, drafts
 
     @staticmethod
@@ -330,11 +335,18 @@ class LookupSources:
         plan.next_offered = offered[plan.num_tokens] if len(offered) > plan.num_tokens else None
         return offered[: plan.num_tokens]
 
-    def learn_past_the_draft(self, planner, plan: RoundPlan, num_drafted: int, num_accepted: int) -> None:
-        """After `read` of the verified round: a copy drafted short and accepted whole teaches `planner` whether
-        its next offered token equals the target's own token after it (the host copy's last id: no read)."""
+    def learn(self, planner, plan: RoundPlan, num_drafted: int, num_accepted: int) -> None:
+        """After `read` of the verified round, what the copies show beyond the plan's own outcome (host ids only, no
+        read): a copy drafted short and accepted whole, whether its next offered token equals the target's own token
+        after it (`record_past_the_draft`); each copy offered and not drafted, whether its first token equals the
+        token committed there (`record_passed_over`)."""
         if plan.next_offered is not None and num_accepted == num_drafted == plan.num_tokens:
             planner.record_past_the_draft(plan, num_accepted, self.context[-1] == plan.next_offered)
+        start, offered = self._offered
+        self._offered = (0, [])
+        for candidate, first in offered:
+            if (candidate.source != plan.source or not num_drafted) and len(self.context) > start:
+                planner.record_passed_over(candidate, self.context[start] == first)
 
 
 def as_ids(tokens: list[int], like: torch.Tensor) -> torch.Tensor:

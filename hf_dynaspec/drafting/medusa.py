@@ -156,7 +156,7 @@ class LatticeDrafts:
             outcome = (tree.greedy_chain_outcome(accepted_nodes)
                        if plan.source == "tree" and accepted_nodes is not None else None)
             self.planner.record(plan, len(tree) - 1, num_accepted, chain_outcome=outcome)
-            self.sources.learn_past_the_draft(self.planner, plan, len(tree) - 1, num_accepted)
+            self.sources.learn(self.planner, plan, len(tree) - 1, num_accepted)
 
     def _read_context(self, input_ids: torch.Tensor) -> None:
         """The n-gram scorer and prompt lookup read the tokens committed since the last read (one read of a few

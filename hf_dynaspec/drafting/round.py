@@ -139,7 +139,7 @@ class SpeculationRound:
             self.adaptive_length.record(self.num_drafted, num_accepted)
         if self.planner is not None:
             self.planner.record(self.plan, self.num_drafted, num_accepted)
-            self.sources.learn_past_the_draft(self.planner, self.plan, self.num_drafted, num_accepted)
+            self.sources.learn(self.planner, self.plan, self.num_drafted, num_accepted)
             if source == "tree" and tree_outcome is not None:
                 self.planner.record_chain_outcome(*tree_outcome)
         committed = committed_ids[0, -(num_accepted + 1) :]  # the target's tokens at draft positions 0..n

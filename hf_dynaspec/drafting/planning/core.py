@@ -149,29 +149,26 @@ class ProbeSchedule:
     def __init__(self):
         self.state: dict[str, list[int]] = {}  # source -> [rounds since probed or drafted whole, interval, probes]
 
-    def _entry(self, source: str) -> list[int]:
-        return self.state.setdefault(source, [0, PROBE_FIRST, 0])
-
     def due(self, source: str) -> bool:
-        rounds, interval, _ = self._entry(source)
+        rounds, interval, _ = self.state.setdefault(source, [0, PROBE_FIRST, 0])
         return rounds >= interval
 
     def passed(self, source: str, drafted_whole: bool = False) -> None:
         """A round went by without probing `source`; `drafted_whole`: the plan drafted all it offered (its table
         learns as from a probe)."""
-        entry = self._entry(source)
+        entry = self.state.setdefault(source, [0, PROBE_FIRST, 0])
         entry[0] = 0 if drafted_whole else entry[0] + 1
 
     def probed(self, source: str) -> None:
-        entry = self._entry(source)
+        entry = self.state.setdefault(source, [0, PROBE_FIRST, 0])
         entry[0], entry[1], entry[2] = 0, min(2 * entry[1], PROBE_LONGEST), entry[2] + 1
 
     def interval(self, source: str) -> int:
-        return self._entry(source)[1]
+        return self.state.get(source, [0, PROBE_FIRST, 0])[1]
 
     def count(self, source: str) -> int:
         """Probes of `source` so far (the drafter's alternate chains and trees: even ones one kind, odd the other)."""
-        return self._entry(source)[2]
+        return self.state.get(source, [0, PROBE_FIRST, 0])[2]
 
 
 class PlannerMemory:

@@ -153,6 +153,10 @@ class LatticePlanner:
         if plan.source == "prompt-lookup" and plan.next_offered is not None:
             self.memory.lookup.record((match_key(plan.match_length), position_key(num_drafted + 1)), matched)
 
+    def record_passed_over(self, candidate: LookupCandidate, matched: bool) -> None:
+        """A prompt-lookup draft offered and not drafted: its first token's outcome (`SpeculationPlanner`'s rule)."""
+        self.memory.lookup.record((match_key(candidate.match_length), position_key(1)), matched)
+
     def _record_chain(self, confidences: list[float], num_accepted: int, num_reached: int) -> None:
         for j in range(1, min(num_reached, len(confidences)) + 1):
             accepted = j <= num_accepted

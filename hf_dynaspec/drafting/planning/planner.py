@@ -233,6 +233,15 @@ class SpeculationPlanner:
         key = (plan.source, match_key(plan.match_length), position_key(num_drafted + 1))
         self.memory.lookup.record(key, matched)
 
+    def record_passed_over(self, candidate: LookupCandidate, matched: bool) -> None:
+        """A lookup source offered `candidate` and the round drafted none of it: `matched` (its first token equals
+        the token the round committed at that position) is learnt as its position 1. Exact in greedy decoding and
+        unbiased in sampling (the committed token is drawn from the target's distribution p whatever was drafted,
+        so it equals a point-mass draft x with probability p(x), the chance x is accepted), as for
+        `record_past_the_draft`. A source the plan passes over keeps learning at no cost: otherwise only probes
+        teach it, and a request that copies (or stops copying) is noticed late."""
+        self.memory.lookup.record((candidate.source, match_key(candidate.match_length), position_key(1)), matched)
+
     def record_chain_outcome(self, num_accepted: int, num_reached: int) -> None:
         """Learn the chain's position table from what a chain would have done in a tree round (the tree's first
         children: DraftTree.greedy_chain_outcome): positions 1..num_reached verified, the first num_accepted
