@@ -41,9 +41,9 @@ def draft_case(assistant, prefix, k):
         session = ChainDraftSession(assistant.drafter, assistant.config.vocab_size, do_sample=False,
                                     head=runtime_head(assistant, assistant.generation_config))
         hidden = torch.randn(1, prefix.shape[1] - 1, assistant.config.target_hidden_size, dtype=assistant.dtype)
-        session.propose(prefix, hidden, 1)
+        session.draft(prefix, hidden, 1)
         extended = torch.cat([prefix, prefix[:, -1:]], dim=1)
-        return lambda: session.propose(extended, hidden[:, :1], k)
+        return lambda: session.draft(extended, hidden[:, :1], k)
     return factory
 
 

@@ -5,7 +5,7 @@
     python benchmarks/drafting_costs.py --what one-row --assistant assistants/qwen2.5-coder-0.5b-instruct
     python benchmarks/drafting_costs.py --what prompt-pass --rows 16,147,741
 
-- `step`: `ChainDraftSession.propose` of --draft-tokens tokens after a 200-token context, per drafted token, for
+- `step`: `ChainDraftSession.draft` of --draft-tokens tokens after a 200-token context, per drafted token, for
   each shortlist strategy; the strategy's head and router alone; the decoder step alone.
 - `one-row`: the same propose with the drafter's one-token steps on PyTorch's bf16 product (`min_rows=2`) or the
   CPU rows kernel (`min_rows=1`).
@@ -46,8 +46,8 @@ def drafting_case(assistant, head, draft_tokens: int):
 
     def factory():
         session = ChainDraftSession(assistant.drafter, assistant.config.vocab_size, do_sample=False, head=head)
-        session.propose(context, features, 1)
-        return lambda: session.propose(extended, features[:, :1], draft_tokens)
+        session.draft(context, features, 1)
+        return lambda: session.draft(extended, features[:, :1], draft_tokens)
     return factory
 
 

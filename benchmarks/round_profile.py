@@ -77,7 +77,7 @@ def main(argv=None):
 
     timers = Timers()
     timers.wrap(ChainDraftSession, "consume_verified", "drafter: verified positions")
-    timers.wrap(ChainDraftSession, "propose", "drafter: draft steps")
+    timers.wrap(ChainDraftSession, "draft", "drafter: draft steps")
     timers.wrap(EagleCandidateGenerator, "_look_up", "prompt lookup")
     forward = model.forward
     target_seconds = defaultdict(list)  # new tokens per forward -> seconds

@@ -7,7 +7,7 @@ The target with the CPU verification kernel (bf16), the shipped assistant (or `-
 first `--limit-per-category` prompts of each Spec-Bench category. Per prompt, plain greedy decoding, the
 assistant's chain (as configured: K, prompt lookup) and every tree shape run one after the other (interleaved,
 so machine noise hits them alike). Wall-clock timers wrap the target's forward (prefill kept apart),
-`propose_tree` and its parts (the drafter's pass over newly verified positions, its frontier steps, the
+`draft_tree` and its parts (the drafter's pass over newly verified positions, its frontier steps, the
 shortlisted head), the tree walk and the cache compaction. The implied decode speedup is
 plain ms per token / (ms per pass / tokens per pass).
 
@@ -88,7 +88,7 @@ def print_table(report: dict) -> None:
         parts = row["ms_per_pass"]
         print(f"| {run} | {row['tokens_per_pass']:.2f} | {row['decode_ms_per_pass']:.1f} | "
               f"{row['decode_ms_per_token']:.1f} | {row['decode_speedup']:.2f} | {ms(parts, 'target: decode')} | "
-              f"{ms(parts, 'drafter: propose_tree (all)')} | {ms(parts, 'drafter: shortlisted head')} |")
+              f"{ms(parts, 'drafter: draft_tree (all)')} | {ms(parts, 'drafter: shortlisted head')} |")
 
 
 def main(argv=None):
@@ -109,7 +109,7 @@ def main(argv=None):
 
     timers = Timers()
     session = drafting.TreeDraftSession
-    timers.wrap(session, "propose_tree", "drafter: propose_tree (all)")
+    timers.wrap(session, "draft_tree", "drafter: draft_tree (all)")
     timers.wrap(session, "consume_verified", "drafter: verified positions")
     timers.wrap(session, "_log_probs", "drafter: shortlisted head")
     timers.wrap(assistant.drafter, "step", "drafter: layer steps (all)")

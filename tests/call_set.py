@@ -24,8 +24,8 @@ KINDS = ("chain (assistant_model=)", "chain (chain_generate)", "tree (tree_gener
 @contextmanager
 def profiled_rounds(found: set):
     """Record (file, function) of every package function called from the second `propose` of any round on."""
-    from hf_dynaspec.drafting.medusa import LatticeDrafts
-    from hf_dynaspec.drafting.round import SpeculationRound
+    from hf_dynaspec.drafting.medusa import LatticeRound
+    from hf_dynaspec.drafting.round import EagleRound
 
     package = str(PACKAGE)
     state = {"proposals": 0}
@@ -34,7 +34,7 @@ def profiled_rounds(found: set):
         if event == "call" and frame.f_code.co_filename.startswith(package):
             found.add((str(Path(frame.f_code.co_filename).relative_to(ROOT)), frame.f_code.co_qualname))
 
-    originals = {cls: cls.propose for cls in (SpeculationRound, LatticeDrafts)}
+    originals = {cls: cls.propose for cls in (EagleRound, LatticeRound)}
 
     def counting(original):
         def propose(self, *args, **kwargs):

@@ -253,7 +253,7 @@ def tree_round(target, assistant, prompt: list[int], logits_processor, top_k: in
     prefill = target(input_ids[:, :-1], **cache_kwargs(target, cache), use_cache=True, output_hidden_states=selection)
     session = TreeDraftSession(assistant.drafter, assistant.config.vocab_size, top_k=top_k, depth=depth,
                                total_tokens=total, head=runtime_head(assistant, assistant.generation_config))
-    tree = session.propose_tree(input_ids, assistant.drafter.select_target_hidden(prefill.hidden_states))
+    tree = session.draft_tree(input_ids, assistant.drafter.select_target_hidden(prefill.hidden_states))
     past_length = input_ids.shape[1] - 1
     out = target(input_ids=tree.token_ids[None], position_ids=tree_position_ids(tree, past_length),
                  attention_mask=tree_attention_mask(tree, past_length, target.dtype), **cache_kwargs(target, cache),

@@ -177,11 +177,11 @@ def contract_problems(implementation, protocol) -> list[str]:
 def test_every_drafter_kinds_rounds_implement_the_one_contract():
     """The EAGLE round and the lattice round are both `DraftingRound`s: the same methods, the same parameters."""
     from hf_dynaspec.drafting.contract import DraftingRound
-    from hf_dynaspec.drafting.medusa import LatticeDrafts
-    from hf_dynaspec.drafting.round import SpeculationRound
+    from hf_dynaspec.drafting.medusa import LatticeRound
+    from hf_dynaspec.drafting.round import EagleRound
 
-    assert contract_problems(SpeculationRound, DraftingRound) == []
-    assert contract_problems(LatticeDrafts, DraftingRound) == []
+    assert contract_problems(EagleRound, DraftingRound) == []
+    assert contract_problems(LatticeRound, DraftingRound) == []
 
     class Departing:  # mutation check: a renamed method and a renamed parameter are both reported
         def draft(self, input_ids, target_hidden, room): ...

@@ -287,11 +287,11 @@ def test_each_row_searches_its_own_request_and_the_shared_index():
     second.begin_request([7, 8, 9])
     first.extend([1, 2])  # the first row's text repeats its prompt: "1 2" was followed by 3
     second.extend([1, 2])  # the second row never saw "1 2 3"
-    assert first.propose(2).tokens == [3, 4] and first.propose(2).source == "suffix-request"
-    assert second.propose(2) is None
+    assert first.draft(2).tokens == [3, 4] and first.draft(2).source == "suffix-request"
+    assert second.draft(2) is None
     first.extend([3, 5])
     first.end_request()  # its output (1 2 3 5) joins the shared index
-    assert second.propose(2).tokens[0] == 3 and second.propose(2).source == "suffix-shared"
+    assert second.draft(2).tokens[0] == 3 and second.draft(2).source == "suffix-shared"
 
 
 def test_the_batched_bench_counts_rows_and_compares_them(eagle_pair):

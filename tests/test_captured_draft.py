@@ -42,14 +42,14 @@ class CountingBackend:
 
 def _recorded_drafts(monkeypatch) -> list:
     drafts = []
-    propose = ChainDraftSession.propose
+    propose = ChainDraftSession.draft
 
     def recording(self, *args, **kwargs):
         draft = propose(self, *args, **kwargs)
         drafts.append(draft.token_ids.tolist())
         return draft
 
-    monkeypatch.setattr(ChainDraftSession, "propose", recording)
+    monkeypatch.setattr(ChainDraftSession, "draft", recording)
     return drafts
 
 
@@ -75,8 +75,8 @@ def test_the_k_step_draft_compiles_whole_once_for_every_round(monkeypatch, tmp_p
         eager = ChainDraftSession(assistant.drafter, VOCAB, do_sample=False, head=head)
         for round_index, accepted in enumerate((2, 0, 3)):
             with torch.compiler.set_stance("fail_on_recompile" if round_index else "default"):
-                draft = session.propose(context, features, 4)
-            assert torch.equal(draft.token_ids, eager.propose(context, features, 4).token_ids)
+                draft = session.draft(context, features, 4)
+            assert torch.equal(draft.token_ids, eager.draft(context, features, 4).token_ids)
             assert draft.token_ids.shape == (1, 4) and backend.graphs == 1
             # The target accepts `accepted` tokens and adds its own: the next round starts that much further on.
             context = torch.cat([context, draft.token_ids[:, :accepted], torch.tensor([[round_index + 5]])], dim=1)
@@ -111,8 +111,8 @@ def test_the_one_launch_kernel_traces_as_one_call_in_the_compiled_draft(monkeypa
                                     captured=captured_draft(assistant, assistant.generation_config, head))
         for round_index in range(3):
             with torch.compiler.set_stance("fail_on_recompile" if round_index else "default"):
-                draft = session.propose(context, features, 4)
-            assert torch.equal(draft.token_ids, eager.propose(context, features, 4).token_ids)
+                draft = session.draft(context, features, 4)
+            assert torch.equal(draft.token_ids, eager.draft(context, features, 4).token_ids)
             assert backend.graphs == 1
             context = torch.cat([context, draft.token_ids[:, :round_index + 1]], dim=1)
 
@@ -204,7 +204,7 @@ def test_a_captured_step_attends_to_its_own_slot_as_the_eager_step_does(monkeypa
 
     def propose(captured_draft):
         session = ChainDraftSession(assistant.drafter, VOCAB, do_sample=False, head=head, captured=captured_draft)
-        draft = session.propose(context, features, 4)
+        draft = session.draft(context, features, 4)
         keys, values = session.cache.buffers()
         return draft.token_ids, torch.cat([keys, values])[..., : session.cache.length, :].clone()
 

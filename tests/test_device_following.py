@@ -70,7 +70,7 @@ def test_moving_an_attached_assistant_moves_everything_a_draft_step_reads(tmp_pa
         if isinstance(getattr(head, name, None), torch.Tensor):
             known.setdefault(getattr(head, name).untyped_storage().data_ptr(), "head copy")
     with ReadTensors(known) as reads:
-        draft = session.propose(input_ids, features, 3)
+        draft = session.draft(input_ids, features, 3)
     assert draft.token_ids.shape == (1, 3)
     stale = {name: dtype for name, dtype in reads.read.items() if dtype.is_floating_point and dtype != torch.float64}
     assert not stale, stale

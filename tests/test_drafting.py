@@ -40,11 +40,11 @@ def test_incremental_drafts_equal_drafts_from_scratch(family, kind):
     verified = 0
     for length in (8, 9, 13, 20):
         torch.manual_seed(length)
-        draft = incremental.propose(sequence[:, :length], features[:, verified : length - 1], 4)
+        draft = incremental.draft(sequence[:, :length], features[:, verified : length - 1], 4)
         verified = length - 1
     fresh = session()
     torch.manual_seed(20)
-    expected = fresh.propose(sequence[:, :20], features[:, :19], 4)
+    expected = fresh.draft(sequence[:, :20], features[:, :19], 4)
     assert torch.equal(draft.token_ids, expected.token_ids)
     torch.testing.assert_close(draft.logits, expected.logits, rtol=1e-5, atol=1e-5)
     # Sampling mode hands the verifier full-vocabulary logits: -inf exactly outside the draft vocabulary.
@@ -80,7 +80,7 @@ def test_a_confident_draft_is_the_full_draft_cut_before_the_first_unlikely_token
         session = ChainDraftSession(assistant.drafter, vocab_size=VOCAB, do_sample=True,
                                     head=runtime_head(assistant, assistant.generation_config), confidence=confidence)
         torch.manual_seed(0)  # the same samples, so a thresholded draft is a prefix of the full one
-        return session.propose(sequence, features[:, :11], 6)
+        return session.draft(sequence, features[:, :11], 6)
 
     full = draft(0.0)
     # The drafter's largest probability at each position, from the distributions it hands the verifier: the stop

@@ -114,7 +114,7 @@ def spy_on_drafts(monkeypatch) -> list:
             return drafts[-1]
         return record
 
-    for name in ("propose", "lookup_draft"):
+    for name in ("draft", "lookup_draft"):
         monkeypatch.setattr(ChainDraftSession, name, recording(getattr(ChainDraftSession, name)))
     return drafts
 

@@ -140,7 +140,7 @@ def test_a_half_precision_pair_moved_together_drafts_on_the_device(dtype):
         assert head.head_weight.dtype == dtype and assistant.drafter.fc.weight.dtype == dtype
         input_ids, hidden = _verified(target)
         with cuda.counting() as events:
-            draft = _session(assistant, head, do_sample=True).propose(input_ids, hidden, 3)
+            draft = _session(assistant, head, do_sample=True).draft(input_ids, hidden, 3)
         assert events.reads == [] and on_fake_cuda(draft.token_ids) and draft.logits.dtype == torch.float32
 
 
@@ -155,7 +155,7 @@ def test_a_chain_draft_of_k_tokens_never_reads_the_device(strategy, do_sample):
         session = _session(assistant, head, do_sample=do_sample)
         input_ids, hidden = _verified(target)
         with cuda.counting() as events:
-            draft = session.propose(input_ids, hidden, 4)
+            draft = session.draft(input_ids, hidden, 4)
         assert events.reads == [] and events.uploads == []
         assert draft.token_ids.shape == (1, 4) and on_fake_cuda(draft.token_ids)
         if do_sample:
@@ -164,7 +164,7 @@ def test_a_chain_draft_of_k_tokens_never_reads_the_device(strategy, do_sample):
         accepted = torch.cat([input_ids, draft.token_ids[:, :2]], dim=1)
         hidden = target(accepted, output_hidden_states=True).hidden_states[-1][:, input_ids.shape[1] - 1:]
         with cuda.counting() as events:
-            session.propose(accepted, hidden, 4)
+            session.draft(accepted, hidden, 4)
         assert events.reads == [] and events.uploads == []
         assert session.num_verified_pairs == accepted.shape[1] - 1
 
@@ -185,7 +185,7 @@ def test_the_captured_draft_never_reads_the_device_and_grows_its_cache_first(str
         session = _session(assistant, head, captured=captured)
         input_ids, hidden = _verified(target, length=256)
         with cuda.counting() as events:
-            draft = session.propose(input_ids, hidden, 4)
+            draft = session.draft(input_ids, hidden, 4)
         assert events.reads == [] and events.uploads == []
         assert draft.token_ids.shape == (1, 4) and on_fake_cuda(draft.token_ids)
         assert session.cache.length == 255 + 3 and session.cache.buffers()[0].shape[-2] >= 258
@@ -203,7 +203,7 @@ def test_a_chain_draft_under_a_logits_processor_never_reads_the_device():
                            logits_processor=processors)
         input_ids, hidden = _verified(target)
         with cuda.counting() as events:
-            draft = session.propose(input_ids, hidden, 4)
+            draft = session.draft(input_ids, hidden, 4)
         assert events.reads == [] and draft.token_ids.shape == (1, 4)
 
 
@@ -220,7 +220,7 @@ def test_deferred_host_decisions_read_the_device_once_per_round(stop):
         session = _session(assistant, head, confidence=confidence)
         input_ids, hidden = _verified(target)
         with cuda.counting() as events:
-            session.propose(input_ids, hidden, 6, rule=planner)
+            session.draft(input_ids, hidden, 6, rule=planner)
         assert len(events.reads) == 1 and "_deferred_cut" in events.reads[0], events.reads
 
 
@@ -237,7 +237,7 @@ def test_eagle3_drafts_through_its_own_head_on_the_device(tmp_path):
         states = target(input_ids, output_hidden_states=True).hidden_states
         hidden = assistant.drafter.select_target_hidden(states)
         with cuda.counting() as events:
-            draft = session.propose(input_ids, hidden, 3)
+            draft = session.draft(input_ids, hidden, 3)
         assert events.reads == [] and on_fake_cuda(draft.token_ids) and on_fake_cuda(draft.logits)
 
 
@@ -251,7 +251,7 @@ def test_tree_drafting_and_its_masks_stay_on_the_device(strategy):
         session = TreeDraftSession(assistant.drafter, VOCAB, top_k=3, depth=4, total_tokens=10, head=head)
         input_ids, hidden = _verified(target)
         with cuda.counting() as events:
-            tree = session.propose_tree(input_ids, hidden)
+            tree = session.draft_tree(input_ids, hidden)
             visible = tree.ancestor_matrix()  # what the loop's mask is built from (batched_loop._verify)
         assert events.reads == [] and events.uploads == []
         assert tree.token_ids.shape == (11,) and visible.shape == (11, 11)
@@ -264,7 +264,7 @@ def test_a_planned_tree_round_never_reads_the_device(strategy):
     session's cache on the device."""
     from test_planned_trees import SHAPE, flat_tree_costs, trees_learnt
 
-    from hf_dynaspec.drafting.round import SpeculationRound
+    from hf_dynaspec.drafting.round import EagleRound
     from hf_dynaspec.stats import start_stats
 
     target, assistant = _pair(strategy)
@@ -275,7 +275,7 @@ def test_a_planned_tree_round_never_reads_the_device(strategy):
         trees = TreeDraftSession(assistant.drafter, VOCAB, top_k=SHAPE.top_k, depth=SHAPE.max_depth,
                                  total_tokens=SHAPE.total_tokens, head=head, chain=chain)
         planner = SpeculationPlanner(flat_tree_costs(), trees_learnt(PlannerMemory()), 4, tree=SHAPE)
-        speculation = SpeculationRound(chain, assistant.generation_config, start_stats(assistant), planner=planner,
+        speculation = EagleRound(chain, assistant.generation_config, start_stats(assistant), planner=planner,
                                        trees=trees)
         input_ids, hidden = _verified(target)
         with cuda.counting() as events:
@@ -290,7 +290,7 @@ def test_a_planned_tree_round_never_reads_the_device(strategy):
 def test_a_medusa_round_stays_on_the_device(draft, shortlist):
     """A Medusa chain reads nothing from the device and uploads nothing; a lattice round (tree, CPS) reads its
     lattice once and uploads the tree it chose once."""
-    from hf_dynaspec.drafting.medusa import LatticeDrafts, MedusaOptions
+    from hf_dynaspec.drafting.medusa import LatticeRound, MedusaOptions
     from hf_dynaspec.modeling.medusa import MedusaAssistant
     from hf_dynaspec.stats import DraftStats
 
@@ -303,11 +303,11 @@ def test_a_medusa_round_stays_on_the_device(draft, shortlist):
         heads.attach(target)
         assert all(on_fake_cuda(t) for t in heads.state_dict().values())
         options = MedusaOptions(draft=draft, shortlist=shortlist, tree_total_tokens=6, cps_lambda=0.5)
-        drafts = LatticeDrafts(heads, options, DraftStats(), VOCAB)
+        drafts = LatticeRound(heads, options, DraftStats(), VOCAB)
         input_ids, hidden = _verified(target)
-        drafts.propose_tree(input_ids, hidden, max_depth=10)  # the n-gram scorer's first read of the prompt
+        drafts.draft_tree(input_ids, hidden, max_depth=10)  # the n-gram scorer's first read of the prompt
         with cuda.counting() as events:
-            tree = drafts.propose_tree(input_ids, hidden, max_depth=10)
+            tree = drafts.draft_tree(input_ids, hidden, max_depth=10)
         assert len(events.reads) == (0 if draft == "chain" else 1), events.reads
         # An upload is a stream sync on CUDA too: a lattice tree (chosen on the host) goes up in one copy.
         assert len(events.uploads) == (0 if draft == "chain" else 1), events.uploads
@@ -333,7 +333,7 @@ def test_tree_verification_reads_the_device_once_per_round(do_sample, processed,
         session = TreeDraftSession(assistant.drafter, VOCAB, top_k=3, depth=4, total_tokens=10,
                                    head=runtime_head(assistant, assistant.generation_config))
         input_ids, hidden = _verified(target)
-        tree = session.propose_tree(input_ids, hidden)
+        tree = session.draft_tree(input_ids, hidden)
         logits = torch.randn(len(tree), VOCAB, device="cuda")
         warpers = [TopKLogitsWarper(8), TopPLogitsWarper(0.9)] if do_sample else []
         processors = LogitsProcessorList([RepetitionPenaltyLogitsProcessor(1.3), *warpers]) if processed else None
@@ -359,12 +359,12 @@ def test_block_verification_reads_the_device_once():
 def _generator(assistant, target, input_ids, planned: bool):
     options = assistant.generation_config
     session = _session(assistant, runtime_head(assistant, options))
-    from hf_dynaspec.drafting.round import SpeculationRound
+    from hf_dynaspec.drafting.round import EagleRound
     from hf_dynaspec.drafting.runtime import suffix_cache
     from hf_dynaspec.stats import start_stats
 
     planner = SpeculationPlanner(COSTS, PlannerMemory(), 6) if planned else None
-    speculation = SpeculationRound(session, options, start_stats(assistant), planner=planner,
+    speculation = EagleRound(session, options, start_stats(assistant), planner=planner,
                                    suffix=suffix_cache(assistant, options))
     speculation.begin(input_ids)  # reads the prompt, once per generate() call
     return EagleCandidateGenerator(assistant, speculation, max_length=64)

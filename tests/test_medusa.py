@@ -125,13 +125,13 @@ def test_trained_heads_are_accepted_more_than_untrained_ones(medusa_pair):
 
 def test_each_head_drafts_its_own_position(medusa_pair):
     """The chain is head k's argmax at draft position k, computed here from the published forward."""
-    from hf_dynaspec.drafting.medusa import LatticeDrafts, MedusaOptions
+    from hf_dynaspec.drafting.medusa import LatticeRound, MedusaOptions
     from hf_dynaspec.stats import DraftStats
 
     target, heads = medusa_pair
     hidden = torch.randn(1, 3, target.config.hidden_size, generator=torch.Generator().manual_seed(0))
-    drafts = LatticeDrafts(heads, MedusaOptions(draft="chain"), DraftStats(), VOCAB)
-    tree = drafts.propose_tree(torch.tensor([[1, 2, 3]]), hidden, max_depth=10)
+    drafts = LatticeRound(heads, MedusaOptions(draft="chain"), DraftStats(), VOCAB)
+    tree = drafts.draft_tree(torch.tensor([[1, 2, 3]]), hidden, max_depth=10)
     head = target.get_output_embeddings()
     expected = []
     for block in heads.blocks:
@@ -282,7 +282,7 @@ def test_saved_heads_load_with_every_value(tmp_path, medusa_pair):
 def test_saved_heads_draft_as_their_saved_options_say(tmp_path, medusa_pair, monkeypatch):
     """The drafting options are saved with the heads (generation_config.json), load back, reach the round, can be
     overridden at load and per call, and a bad saved value is refused naming the option."""
-    from hf_dynaspec.drafting.medusa import LatticeDrafts
+    from hf_dynaspec.drafting.medusa import LatticeRound
     from hf_dynaspec.generation import medusa as medusa_route
 
     target, heads = medusa_pair
@@ -297,8 +297,8 @@ def test_saved_heads_draft_as_their_saved_options_say(tmp_path, medusa_pair, mon
     assert loaded.generation_config.drafting_options() == {**defaults.drafting_options(), **options}
     assert MedusaAssistant.from_pretrained(tmp_path, draft_plan="auto").generation_config.draft_plan == "auto"
     seen = []
-    monkeypatch.setattr(medusa_route, "LatticeDrafts", lambda source, kind, *rest: seen.append(kind)
-                        or LatticeDrafts(source, kind, *rest))
+    monkeypatch.setattr(medusa_route, "LatticeRound", lambda source, kind, *rest: seen.append(kind)
+                        or LatticeRound(source, kind, *rest))
     prompt = torch.randint(0, VOCAB, (1, 8), generator=torch.Generator().manual_seed(4))
     expected = plain_generate(target, prompt, max_new_tokens=16)
     got = target.generate(prompt, custom_generate=medusa_generate, drafter=loaded, max_new_tokens=16, do_sample=False)

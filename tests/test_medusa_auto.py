@@ -23,7 +23,7 @@ from test_medusa import trained_heads
 
 import hf_dynaspec.generation.medusa as medusa_route
 from hf_dynaspec.bench import build_methods
-from hf_dynaspec.drafting.medusa import LatticeDrafts, MedusaOptions
+from hf_dynaspec.drafting.medusa import LatticeRound, MedusaOptions
 from hf_dynaspec.drafting.planning.core import PROBE_FIRST, LookupCandidate, RoundPlan, TreeShape
 from hf_dynaspec.drafting.planning.costs import LatticeCosts
 from hf_dynaspec.drafting.planning.lattice_planner import LatticePlanner, lattice_memory
@@ -121,8 +121,8 @@ class PeakedLattice:
 def test_a_planned_round_drafts_the_chain_its_confidences_pay_for():
     moderate = LatticeCosts([0.0] + [1.0 + 0.3 * n for n in range(24)], lattice_seconds=0.05, tree_seconds=0.01)
     plan = LatticePlanner(moderate, lattice_memory(), depth=4, tree=None)
-    drafts = LatticeDrafts(PeakedLattice(), MedusaOptions(draft="auto"), DraftStats(), 10, planner=plan)
-    tree = drafts.propose_tree(torch.tensor([[1, 2, 3]]), torch.zeros(1, 3, 8), max_depth=10)
+    drafts = LatticeRound(PeakedLattice(), MedusaOptions(draft="auto"), DraftStats(), 10, planner=plan)
+    tree = drafts.draft_tree(torch.tensor([[1, 2, 3]]), torch.zeros(1, 3, 8), max_depth=10)
     assert kind(drafts.plan) == ("chain", 2)
     assert tree.token_ids.tolist() == [3, 7, 3]
 
@@ -134,14 +134,14 @@ def medusa_pair():
     return target, trained_heads(target, frequency=VOCAB - 20)
 
 
-class RecordingDrafts(LatticeDrafts):
+class RecordingDrafts(LatticeRound):
     """Checks every round against its plan: a chain of exactly the planned length, a tree within the planned
     depth and the priced node count."""
 
     kinds: list
 
-    def propose_tree(self, input_ids, target_hidden, max_depth):
-        tree = super().propose_tree(input_ids, target_hidden, max_depth)
+    def draft_tree(self, input_ids, target_hidden, max_depth):
+        tree = super().draft_tree(input_ids, target_hidden, max_depth)
         plan = self.plan
         drafted = len(tree) - 1
         if plan.source == "tree":
@@ -162,7 +162,7 @@ def test_greedy_auto_is_identical_and_drafts_what_was_planned(medusa_pair, costs
     target, heads = medusa_pair
     if COSTS[costs] is not None:
         monkeypatch.setattr(medusa_route, "lattice_round_costs", lambda *a, **k: COSTS[costs]())
-    monkeypatch.setattr(medusa_route, "LatticeDrafts", RecordingDrafts)
+    monkeypatch.setattr(medusa_route, "LatticeRound", RecordingDrafts)
     forget_learnt_state(heads)
     RecordingDrafts.kinds = []
     for seed, extra in enumerate([{}, dict(medusa_prompt_lookup_num_tokens=6), dict(medusa_shortlist=True)]):
@@ -193,7 +193,7 @@ def test_sampled_auto_is_exact(costs, monkeypatch):
         for parameter in heads.blocks.parameters():
             parameter.normal_(0, 0.5, generator=torch.Generator().manual_seed(parameter.numel()))
     monkeypatch.setattr(medusa_route, "lattice_round_costs", lambda *a, **k: COSTS[costs]())
-    monkeypatch.setattr(medusa_route, "LatticeDrafts", RecordingDrafts)
+    monkeypatch.setattr(medusa_route, "LatticeRound", RecordingDrafts)
     RecordingDrafts.kinds = []
     prompt = torch.tensor([PROMPT])
 
@@ -217,7 +217,7 @@ def test_auto_refuses_adl_and_bench_methods_parse(medusa_pair):
         target.generate(prompt, custom_generate=medusa_route.medusa_generate, drafter=heads, max_new_tokens=4,
                         medusa_draft="auto", medusa_adaptive_length=True)
     with pytest.raises(ValueError, match="only it does"):
-        LatticeDrafts(heads, MedusaOptions(draft="auto"), DraftStats(), VOCAB)
+        LatticeRound(heads, MedusaOptions(draft="auto"), DraftStats(), VOCAB)
     methods = build_methods(["medusa-auto:12+lookup:5+shortlist"], medusa_heads=heads)
     assert methods[0].generate_kwargs == {
         "custom_generate": medusa_route.medusa_generate, "drafter": heads, "medusa_draft": "auto",
@@ -308,7 +308,7 @@ def test_a_lookup_drafted_short_learns_the_position_past_it(medusa_pair, monkeyp
     record = Planner.record_past_the_draft
     monkeypatch.setattr(Planner, "record_past_the_draft",
                         lambda self, plan, drafted, matched: (learnt.append(matched), record(self, plan, drafted, matched)))
-    learn = LatticeDrafts.learn
+    learn = LatticeRound.learn
 
     def checking(self, committed_ids, num_accepted, accepted_nodes=None):  # the offered token against the committed one
         plan = self.plan
@@ -316,7 +316,7 @@ def test_a_lookup_drafted_short_learns_the_position_past_it(medusa_pair, monkeyp
             checked.append(int(committed_ids[0, -1]) == plan.next_offered)
         return learn(self, committed_ids, num_accepted, accepted_nodes)
 
-    monkeypatch.setattr(LatticeDrafts, "learn", checking)
+    monkeypatch.setattr(LatticeRound, "learn", checking)
     pattern = torch.randint(0, VOCAB, (6,), generator=torch.Generator().manual_seed(7))
     prompt = torch.cat([pattern, pattern, pattern, pattern[:3]])[None]
     expected = plain_generate(target, prompt, max_new_tokens=50, do_sample=False)

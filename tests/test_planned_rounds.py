@@ -55,7 +55,7 @@ class RoundSpy:
 
     def __init__(self, monkeypatch):
         self.rounds, self._proposals = [], {}
-        plan_round, lookup_match, propose = SpeculationPlanner.plan_round, lookup_module.lookup_match, SuffixCache.propose
+        plan_round, lookup_match, propose = SpeculationPlanner.plan_round, lookup_module.lookup_match, SuffixCache.draft
         get_candidates = cg.EagleCandidateGenerator.get_candidates
         spy = self
 
@@ -82,7 +82,7 @@ class RoundSpy:
             return ids, logits
 
         monkeypatch.setattr(lookup_module, "lookup_match", recording_lookup)
-        monkeypatch.setattr(SuffixCache, "propose", recording_propose)
+        monkeypatch.setattr(SuffixCache, "draft", recording_propose)
         monkeypatch.setattr(SpeculationPlanner, "plan_round", recording_plan)
         monkeypatch.setattr(cg.EagleCandidateGenerator, "get_candidates", recording_candidates)
 
@@ -188,7 +188,7 @@ def test_the_accelerator_form_applies_the_planners_cut(monkeypatch):
     cut of what was drafted, never the whole cap."""
     monkeypatch.setattr(rounds, "round_costs", lambda *a, **k: steep_costs())
     cuts, drafted = [], []
-    cut, propose = SpeculationPlanner.cut, ChainDraftSession.propose
+    cut, propose = SpeculationPlanner.cut, ChainDraftSession.draft
 
     def recording_cut(self, confidences):
         cuts.append((len(confidences), cut(self, confidences)))
@@ -201,7 +201,7 @@ def test_the_accelerator_form_applies_the_planners_cut(monkeypatch):
         return draft
 
     monkeypatch.setattr(SpeculationPlanner, "cut", recording_cut)
-    monkeypatch.setattr(ChainDraftSession, "propose", recording_propose)
+    monkeypatch.setattr(ChainDraftSession, "draft", recording_propose)
     target = one_layer_target("qwen2", seed=2)
     assistant = imitating_assistant(target, noise=1.2, seed=4, **{**AUTO, "auto_max_assistant_tokens": 6})
     prompt = repeating_prompt(target.config.vocab_size, seed=1)

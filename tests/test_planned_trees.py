@@ -132,14 +132,14 @@ def test_the_round_drafts_exactly_the_planned_tree(monkeypatch):
     and trees), with the node count the planner priced."""
     fresh_tree_state(monkeypatch)
     grown = []
-    original = TreeDraftSession.propose_tree
+    original = TreeDraftSession.draft_tree
 
     def spy(session, input_ids, hidden, max_depth=None):
         tree = original(session, input_ids, hidden, max_depth=max_depth)
         grown.append((max_depth, int(tree.depths.max()), len(tree), session.chain))
         return tree
 
-    monkeypatch.setattr(TreeDraftSession, "propose_tree", spy)
+    monkeypatch.setattr(TreeDraftSession, "draft_tree", spy)
     planned = []
     original_plan = SpeculationPlanner.plan_round
     monkeypatch.setattr(SpeculationPlanner, "plan_round",

@@ -234,7 +234,7 @@ def test_a_lookup_drafted_short_learns_the_position_past_it_from_the_targets_own
     costs). Both outcomes must occur."""
     from test_planner import flat_costs
 
-    from hf_dynaspec.drafting.round import SpeculationRound
+    from hf_dynaspec.drafting.round import EagleRound
     from hf_dynaspec.drafting.runtime import planner_memory
 
     fixed_costs(flat_costs())
@@ -252,7 +252,7 @@ def test_a_lookup_drafted_short_learns_the_position_past_it_from_the_targets_own
     monkeypatch.setattr(SpeculationPlanner, "record_past_the_draft",
                         lambda self, plan, drafted, matched: (learnt.append(matched), record(self, plan, drafted, matched)))
     expected_outcomes = []
-    learn = SpeculationRound.learn
+    learn = EagleRound.learn
 
     def checked_learn(self, committed_ids, num_accepted, accepted_nodes=None):
         plan = self.plan
@@ -261,7 +261,7 @@ def test_a_lookup_drafted_short_learns_the_position_past_it_from_the_targets_own
             expected_outcomes.append(int(committed_ids[0, -1]) == plan.next_offered)
         return learn(self, committed_ids, num_accepted, accepted_nodes)
 
-    monkeypatch.setattr(SpeculationRound, "learn", checked_learn)
+    monkeypatch.setattr(EagleRound, "learn", checked_learn)
     # The tiny target falls into a cycle; each prompt ends with the cycle's first j tokens and a wrong one, so a
     # lookup there offers right tokens then a wrong one (a False), while lookups in the output's cycle match (Trues).
     base = torch.randint(0, target.config.vocab_size, (8,), generator=torch.Generator().manual_seed(3))

@@ -15,22 +15,22 @@ from hf_dynaspec.drafting.lookup import NgramIndex, SuffixCache
 def test_request_drafts_continue_the_most_recent_longest_match():
     cache = SuffixCache(max_ngram=3, min_ngram=2)
     cache.begin_request([1, 2, 3, 4, 9, 1, 2, 3, 5, 7, 2, 3])
-    draft = cache.propose(2)
+    draft = cache.draft(2)
     assert draft.tokens == [5, 7] and draft.source == "suffix-request" and draft.match_length == 2
     cache.extend([5])  # ... 2 3 5: the 3-gram "2 3 5" matches once, followed by 7
-    assert cache.propose(3).tokens == [7, 2, 3] and cache.propose(3).match_length == 3
+    assert cache.draft(3).tokens == [7, 2, 3] and cache.draft(3).match_length == 3
     cache.begin_request([8, 6])
-    assert cache.propose(4) is None  # nothing seen ends in "8 6"
+    assert cache.draft(4) is None  # nothing seen ends in "8 6"
 
 
 def test_shared_drafts_take_the_most_frequent_continuation_and_yield_to_the_request():
     cache = SuffixCache(max_ngram=2, min_ngram=2)
     cache.add_corpus([[4, 5, 6], [4, 5, 6], [4, 5, 7]])
     cache.begin_request([0, 4, 5])
-    draft = cache.propose(1)
+    draft = cache.draft(1)
     assert draft.tokens == [6] and draft.source == "suffix-shared"
     cache.begin_request([4, 5, 7, 1, 4, 5])  # the request's own "4 5 -> 7" is as long a match: it wins
-    assert cache.propose(1).tokens == [7] and cache.propose(1).source == "suffix-request"
+    assert cache.draft(1).tokens == [7] and cache.draft(1).source == "suffix-request"
 
 
 def test_outputs_join_the_shared_index_when_the_next_request_begins():
@@ -39,7 +39,7 @@ def test_outputs_join_the_shared_index_when_the_next_request_begins():
     cache.extend([3, 4, 5])
     cache.begin_request([9, 3, 4])
     assert cache.documents == deque_of([[3, 4, 5]])  # the output only, not the prompt
-    assert cache.propose(2).tokens == [5] and cache.propose(2).source == "suffix-shared"
+    assert cache.draft(2).tokens == [5] and cache.draft(2).source == "suffix-shared"
 
 
 def deque_of(items):

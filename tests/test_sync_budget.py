@@ -93,7 +93,7 @@ def test_tree_drafting_never_reads_the_device_and_a_round_at_most_twice(monkeypa
     target = one_layer_target("llama")
     assistant = _assistant(tmp_path, target, strategy)
     drafting, whole = HostSyncCounter(), HostSyncCounter()
-    _count_inside(monkeypatch, drafting, TreeDraftSession, "propose_tree")
+    _count_inside(monkeypatch, drafting, TreeDraftSession, "draft_tree")
     input_ids = torch.randint(0, 97, (1, 9), generator=torch.Generator().manual_seed(1))
 
     def generate():
@@ -138,14 +138,14 @@ def test_deferred_confidence_stop_drafts_what_the_eager_stop_drafts(tmp_path):
     drafts = {}
     for deferred in (False, True):
         seen = []
-        original = ChainDraftSession.propose
+        original = ChainDraftSession.draft
 
         def recording(self, *args, original=original, seen=seen, **kwargs):
             draft = original(self, *args, **kwargs)
             seen.append(draft.token_ids.tolist())
             return draft
 
-        ChainDraftSession.propose = recording
+        ChainDraftSession.draft = recording
         try:
             for seed in (2, 3, 4):
                 input_ids = torch.randint(0, 97, (1, 9), generator=torch.Generator().manual_seed(seed))
@@ -153,7 +153,7 @@ def test_deferred_confidence_stop_drafts_what_the_eager_stop_drafts(tmp_path):
                     assisted_generate(target, assistant, input_ids, max_new_tokens=30)
                 seen.append(None)  # the end of a call: its last round may stop at max_new_tokens instead
         finally:
-            ChainDraftSession.propose = original
+            ChainDraftSession.draft = original
         drafts[deferred] = seen
     assert drafts[True] == drafts[False]
     lengths = [len(d[0]) for d, after in zip(drafts[True], drafts[True][1:]) if d is not None and after is not None]

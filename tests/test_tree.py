@@ -118,7 +118,7 @@ def test_drafted_tree_shape_and_ranking(family):
     ids = prompt(0, 8)
     with torch.no_grad():
         hidden = target(ids, output_hidden_states=True).hidden_states[-1]
-    tree = session.propose_tree(torch.cat([ids, torch.tensor([[5]])], dim=1), torch.cat([hidden, hidden[:, -1:]], 1))
+    tree = session.draft_tree(torch.cat([ids, torch.tensor([[5]])], dim=1), torch.cat([hidden, hidden[:, -1:]], 1))
     assert len(tree) == 11 and tree.token_ids[0] == 5
     assert int(tree.depths.max()) <= 4
     children = tree.children()
@@ -156,7 +156,7 @@ def test_every_expanded_node_scores_what_a_chain_along_its_path_scores(family, f
         # 3 + 9 + 9 + 9 candidates: the tree keeps them all, so each expanded node's children are its whole top-k,
         # and a frontier is its depth's first top_k nodes (nodes of a depth are in score order)
         session = TreeDraftSession(assistant.drafter, VOCAB, head=head, top_k=top_k, depth=4, total_tokens=30)
-        tree = session.propose_tree(ids, hidden)
+        tree = session.draft_tree(ids, hidden)
         children = tree.children()
         depths = tree.depths.tolist()
         checked = 0

@@ -184,7 +184,7 @@ class Replay:
         elif deferred:
             steps = plan.num_tokens
             kept = planner.cut(r.confidences[:steps])
-        else:  # ChainDraftSession.propose's step-by-step form
+        else:  # ChainDraftSession.draft's step-by-step form
             steps = kept = 0
             while steps < cap:
                 steps += 1

@@ -72,7 +72,7 @@ class ChainDraftSession:
         self._first = None  # (hidden, routing, scores) of a first position `overrules` scored, for `propose`
 
     @torch.no_grad()
-    def propose(self, input_ids: torch.Tensor, new_target_hidden: torch.Tensor, cap: int, rule=None) -> Draft:
+    def draft(self, input_ids: torch.Tensor, new_target_hidden: torch.Tensor, cap: int, rule=None) -> Draft:
         """Draft up to `cap` tokens continuing `input_ids` `[1, N]` (fewer under `confidence` or `rule`).
 
         `new_target_hidden` `[1, >=T_new, D or 3D]`: target features from the last verification pass, whose

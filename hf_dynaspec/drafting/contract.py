@@ -5,9 +5,9 @@ batched loop) knows nothing else of what drafts: it asks the rounds which of the
 return and which features to hand back (`TargetFeatures`), asks for a `Draft` (a chain, or a tree), verifies it,
 and tells the rounds the outcome. Two implementations:
 
-- `hf_dynaspec.drafting.round.SpeculationRound`: an EAGLE drafter's rounds (chains and EAGLE-2 trees, prompt
+- `hf_dynaspec.drafting.round.EagleRound`: an EAGLE drafter's rounds (chains and EAGLE-2 trees, prompt
   lookup, the suffix cache, the planner);
-- `hf_dynaspec.drafting.medusa.LatticeDrafts`: a lattice source's rounds (Medusa heads, a diffusion LM: chains,
+- `hf_dynaspec.drafting.medusa.LatticeRound`: a lattice source's rounds (Medusa heads, a diffusion LM: chains,
   CPS paths, lattice trees, prompt lookup, the lattice planner).
 
 tests/test_architecture.py holds both to this protocol (names and parameters) and checks that no loop reaches

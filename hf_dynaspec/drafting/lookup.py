@@ -206,7 +206,7 @@ class SuffixCache:
         self.request_tokens.extend(committed)
 
     # -- drafting -------------------------------------------------------------------------------------------
-    def propose(self, max_tokens: int) -> SuffixDraft | None:
+    def draft(self, max_tokens: int) -> SuffixDraft | None:
         """Up to `max_tokens` tokens continuing the request, or None when no n-gram of at least min_ngram ids
         ending it was seen before."""
         context = self.request_tokens[-self.max_ngram :]
@@ -306,7 +306,7 @@ class LookupSources:
     def first_found(self, room: int, suffix_tokens: int) -> tuple[str, list[int]] | None:
         """A fixed round's copy: the suffix cache's (up to `suffix_tokens`), else prompt lookup's (up to
         `prompt_lookup_num_tokens`), at most `room` tokens: (source, tokens), or None."""
-        found = self.suffix.propose(min(suffix_tokens, room)) if self.suffix is not None else None
+        found = self.suffix.draft(min(suffix_tokens, room)) if self.suffix is not None else None
         if found is not None:
             return found.source, list(found.tokens)
         tokens, match = self.prompt_lookup(min(self.prompt_lookup_num_tokens, room))
@@ -320,7 +320,7 @@ class LookupSources:
             candidates.append(LookupCandidate("prompt-lookup", match, len(tokens)))
             drafts["prompt-lookup"] = tokens
             firsts.append((candidates[-1], tokens[0]))
-        found = self.suffix.propose(longest) if self.suffix is not None and longest >= 1 else None
+        found = self.suffix.draft(longest) if self.suffix is not None and longest >= 1 else None
         if found is not None:
             candidates.append(LookupCandidate(found.source, found.match_length, len(found.tokens)))
             drafts[found.source] = list(found.tokens)

@@ -46,8 +46,9 @@ from hf_dynaspec.drafting.tree_structure import DraftTree, depths_of
 from hf_dynaspec.modeling.medusa_options import MedusaOptions
 
 
-class LatticeDrafts:
-    """A lattice source's rounds (a `DraftingRound`, hf_dynaspec.drafting.contract): Medusa heads
+class LatticeRound:
+    """A lattice source's rounds (a `DraftingRound`, hf_dynaspec.drafting.contract, as `EagleRound` is an EAGLE
+    drafter's): Medusa heads
     (`MedusaAssistant`) or a diffusion LM (hf_dynaspec.drafting.diffusion.DiffusionDrafter). A source has
     `num_positions` (K), `lattice_logits(input_ids, target_hidden, depth, shortlist)` -> (logits
     `[depth, R]`, target ids of the R columns `[R]` or None) and the `TargetFeatures` methods."""
@@ -76,10 +77,10 @@ class LatticeDrafts:
 
     def propose(self, input_ids: torch.Tensor, target_hidden: torch.Tensor, room: int) -> Draft:
         """The round's draft (always a tree: a chain is one branch) continuing `input_ids` `[1, L]`."""
-        tree = self.tree = self.propose_tree(input_ids, target_hidden, room)
+        tree = self.tree = self.draft_tree(input_ids, target_hidden, room)
         return Draft(token_ids=tree.token_ids[None, 1:], logits=None, tree=tree)
 
-    def propose_tree(self, input_ids: torch.Tensor, target_hidden: torch.Tensor, max_depth: int) -> DraftTree:
+    def draft_tree(self, input_ids: torch.Tensor, target_hidden: torch.Tensor, max_depth: int) -> DraftTree:
         """The round's draft continuing `input_ids` `[1, L]` (its last token is the root), from the target's last
         hidden states `[1, T, D]` (row -1: the position that predicted the root); at most `max_depth` deep."""
         self._read_context(input_ids)

@@ -1,6 +1,6 @@
 """The session of a drafter-free assistant (`DynaSpecAssistant.for_target`): a round drafts a lookup copy or nothing.
 
-`SpeculationRound` holds it where it would hold a `ChainDraftSession`; it answers the calls a round makes of a
+`EagleRound` holds it where it would hold a `ChainDraftSession`; it answers the calls a round makes of a
 session without a drafter behind them. A planned round never asks it for drafter tokens (the planner of a
 drafter-free assistant has no drafter among its candidates, `SpeculationPlanner(drafter=False)`); a fixed round's
 draft is the lookup draft, or nothing.
@@ -32,7 +32,7 @@ class NoDraftSession:
     def defer_verified(self, input_ids: torch.Tensor, new_target_hidden) -> None:
         """Nothing to keep: no drafter will run over the verified positions."""
 
-    def propose(self, input_ids: torch.Tensor, new_target_hidden, cap: int, rule=None) -> Draft:
+    def draft(self, input_ids: torch.Tensor, new_target_hidden, cap: int, rule=None) -> Draft:
         """A round with no lookup draft: none (a plain decoding step)."""
         return Draft(token_ids=input_ids.new_empty((1, 0)), logits=None)
 

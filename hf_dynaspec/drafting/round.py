@@ -1,6 +1,6 @@
 """One speculation round, one owner: pick the source, absorb the verified positions, draft, cut once.
 
-Both routes into generate() run their rounds through `SpeculationRound`, an implementation of the one round
+Both routes into generate() run their rounds through `EagleRound`, an implementation of the one round
 contract (hf_dynaspec.drafting.contract.DraftingRound, which the lattice rounds implement too): the
 `assistant_model=` route (its candidate generator is a thin adapter, hf_dynaspec.generation.candidate_generator)
 and the public routes (hf_dynaspec.generation.public_loop, which verifies a chain as a one-branch tree). A round,
@@ -14,7 +14,7 @@ as `propose` runs it:
    `draft_plan="auto"`, the planner's choice among the drafter (a chain of up to K tokens), a tree of some depth
    (`tree_generate` only: its verifier reads trees), each lookup source's draft and no draft at all;
 3. draft: the chosen source's tokens. A drafter round first runs the drafter over the newly verified positions
-   (and any a lookup round left waiting), then its K-step loop, `ChainDraftSession.propose`, which knows
+   (and any a lookup round left waiting), then its K-step loop, `ChainDraftSession.draft`, which knows
    nothing of sources (it takes a cap and a length rule: the planner, or a probe's `ProbeDrafting`); a lookup
    round, or one with no draft, leaves those positions waiting
    (`ChainDraftSession.defer_verified`): the drafter is not run at all;
@@ -41,9 +41,11 @@ from hf_dynaspec.drafting.planning.planner import ProbeDrafting, SpeculationPlan
 from hf_dynaspec.drafting.tree import TreeDraftSession
 
 
-class SpeculationRound:
-    """The rounds of one generate() call (a `DraftingRound`). `planner` None: `draft_plan="fixed"`; `suffix` None:
-    no suffix cache; `eos_token_ids` `[E]`: cut drafts after an EOS (None: the caller's loop crops at EOS itself)."""
+class EagleRound:
+    """An EAGLE drafter's rounds of one generate() call (a `DraftingRound`, as `LatticeRound` is a lattice
+    source's); a drafter-free assistant's too, whose session drafts nothing (`NoDraftSession`). `planner` None:
+    `draft_plan="fixed"`; `suffix` None: no suffix cache; `eos_token_ids` `[E]`: cut drafts after an EOS (None: the
+    caller's loop crops at EOS itself)."""
 
     def __init__(self, session: ChainDraftSession, options, stats, planner: SpeculationPlanner | None = None,
                  suffix: SuffixCache | None = None, eos_token_ids: torch.Tensor | None = None,
@@ -105,7 +107,7 @@ class SpeculationRound:
     def propose(self, input_ids: torch.Tensor, target_hidden: torch.Tensor, room: int) -> Draft:
         """The round's draft continuing `input_ids` `[1, N]`: `Draft.token_ids` `[1, k]`, 0 <= k <= `room`
         (k = 0: verify the target's own token only). `target_hidden` `[1, >=T_new, F]`: the drafter's features
-        of the last verification pass (ChainDraftSession.propose)."""
+        of the last verification pass (ChainDraftSession.draft)."""
         self.sources.read(input_ids)
         budget = min(self.max_draft_tokens, room)
         if budget < 1:
@@ -158,7 +160,7 @@ class SpeculationRound:
         if looked_up is not None:
             draft = session.lookup_draft(input_ids, target_hidden, looked_up)
         else:
-            draft = session.propose(input_ids, target_hidden, budget)
+            draft = session.draft(input_ids, target_hidden, budget)
         self.plan = RoundPlan(source if draft.looked_up else "drafter", draft.token_ids.shape[1])
         return draft
 
@@ -181,14 +183,14 @@ class SpeculationRound:
         rule = ProbeDrafting() if plan.probe else self.planner
         capped = plan.probe or self.session.defer_host_decisions
         cap = plan.num_tokens if capped else min(self.planner.max_draft_tokens, room)
-        draft = self.session.propose(input_ids, target_hidden, cap, rule=rule)
+        draft = self.session.draft(input_ids, target_hidden, cap, rule=rule)
         plan.confidences = draft.confidences
         return draft
 
     def _tree_draft(self, input_ids, target_hidden, depth: int) -> Draft:
         """An EAGLE-2 tree grown to the plan's `depth` (a cap: EAGLE-2 keeps the best-scored nodes, which may stop
         short of it) with the node count the planner priced (tests/test_planned_trees.py)."""
-        tree = self.trees.propose_tree(input_ids, target_hidden, max_depth=depth)
+        tree = self.trees.draft_tree(input_ids, target_hidden, max_depth=depth)
         return Draft(token_ids=tree.token_ids[None, 1:], logits=None, tree=tree,
                      shortlists=self.trees.shortlists_of_last_draft)
 

@@ -58,9 +58,9 @@ class TreeDraftSession:
         return self.chain.num_verified_pairs
 
     @torch.no_grad()
-    def propose_tree(self, input_ids: torch.Tensor, new_target_hidden: torch.Tensor,
+    def draft_tree(self, input_ids: torch.Tensor, new_target_hidden: torch.Tensor,
                      max_depth: int | None = None) -> DraftTree:
-        """A draft tree rooted at the last token of `input_ids` `[1, L]` (see ChainDraftSession.propose for
+        """A draft tree rooted at the last token of `input_ids` `[1, L]` (see ChainDraftSession.draft for
         `new_target_hidden`). `max_depth` caps the depth (e.g. near max_length).
 
         Every value stays on the drafter's device: the candidates' parents, scores and the frontier's attention

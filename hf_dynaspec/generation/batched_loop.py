@@ -8,7 +8,7 @@ length per step, so it cannot carry rows that accept different numbers of tokens
 
 One target KV cache holds every active row. Each round:
 
-1. each row's rounds (its own `SpeculationRound` / `LatticeDrafts`: its own source, length and plan,
+1. each row's rounds (its own `EagleRound` / `LatticeRound`: its own source, length and plan,
    the planner's tables shared) propose a tree from that row's context and target hidden states; a planner
    prices the row's draft as its share of the batch's verify forward (`planner.BatchShare`: A rows of n tokens
    cost what the measured table says for A x n tokens), its drafting as its own;

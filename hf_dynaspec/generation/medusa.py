@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 
 from hf_dynaspec.drafting.diffusion import DiffusionDrafter
-from hf_dynaspec.drafting.medusa import LatticeDrafts
+from hf_dynaspec.drafting.medusa import LatticeRound
 from hf_dynaspec.drafting.planning.core import TreeShape
 from hf_dynaspec.drafting.planning.lattice_planner import LatticePlanner, lattice_memory
 from hf_dynaspec.errors import AssistantMismatchError
@@ -58,7 +58,7 @@ def medusa_generate(model, input_ids, logits_processor, stopping_criteria, gener
     stats, vocab_size = start_stats(heads), model.get_output_embeddings().weight.shape[0]
 
     def rounds_for(prompt_ids, processors):  # one per prompt of a batch: its own context, ADL and n-gram scorer
-        return LatticeDrafts(heads, options, stats, vocab_size, planner)
+        return LatticeRound(heads, options, stats, vocab_size, planner)
 
     return run_batched_rounds(model, input_ids, batch, logits_processor, stopping_criteria, generation_config,
                               rounds_for, model_kwargs)

@@ -11,7 +11,7 @@ from hf_dynaspec.drafting.lookup import RequestView
 from hf_dynaspec.drafting.no_drafter import NoDraftSession
 from hf_dynaspec.drafting.planning.core import LONGEST_COPY, TreeShape
 from hf_dynaspec.drafting.planning.planner import SpeculationPlanner
-from hf_dynaspec.drafting.round import SpeculationRound
+from hf_dynaspec.drafting.round import EagleRound
 from hf_dynaspec.drafting.runtime import captured_draft, planner_memory, runtime_head, suffix_cache
 from hf_dynaspec.drafting.tree import TreeDraftSession
 from hf_dynaspec.generation.costs.round_costs import round_costs
@@ -19,8 +19,8 @@ from hf_dynaspec.stats import start_stats
 
 
 def build_round(target, assistant, options, input_ids, logits_processor, do_sample: bool, draws_drafts: bool,
-                eos_token_ids=None, with_trees: bool = False, stats=None, batch_row: bool = False) -> SpeculationRound:
-    """The `SpeculationRound` of one generate() call on either route, begun on the prompt `input_ids` `[1, N]`.
+                eos_token_ids=None, with_trees: bool = False, stats=None, batch_row: bool = False) -> EagleRound:
+    """The `EagleRound` of one generate() call on either route, begun on the prompt `input_ids` `[1, N]`.
     `draws_drafts`: the drafter samples its tokens from its distribution (the `assistant_model=` route when
     sampling, verified by speculative sampling); False drafts its most likely tokens (greedy calls, and the
     public route, whose tree verifier takes point-mass proposals). `do_sample` keys the planner's tables.
@@ -49,7 +49,7 @@ def build_round(target, assistant, options, input_ids, logits_processor, do_samp
     suffix = suffix_cache(assistant, options)
     if suffix is not None and batch_row:
         suffix = RequestView(suffix)
-    speculation = SpeculationRound(session, options, stats, planner=planner, suffix=suffix,
+    speculation = EagleRound(session, options, stats, planner=planner, suffix=suffix,
                                    eos_token_ids=eos_token_ids, collect_draft_tokens=assistant.collect_draft_tokens,
                                    trees=trees)
     speculation.begin(input_ids)

@@ -8,7 +8,7 @@
 `chain_generate` (`trees=False`) and `tree_generate` (`trees=True`) are the same entry under their own names;
 `medusa_generate` takes a lattice source's per-call `medusa_*` options.
 
-Each round of an EAGLE drafter is the `assistant_model=` route's round (hf_dynaspec.drafting.round.SpeculationRound:
+Each round of an EAGLE drafter is the `assistant_model=` route's round (hf_dynaspec.drafting.round.EagleRound:
 the drafter, prompt lookup, the suffix cache, the confidence stop and `draft_plan="auto"`, as the assistant's options
 say). With `trees=True` the drafter grows EAGLE-2 trees: every round the configured tree under `draft_plan="fixed"`,
 under "auto" the planner's choice (a tree cut to the depth that pays, a chain, a lookup draft or nothing). The one

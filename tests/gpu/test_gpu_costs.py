@@ -88,12 +88,12 @@ def _draft_round(assistant, head, captured, input_ids, features):
     """A timed call: one round's draft of 4 tokens after one newly verified position."""
     session = ChainDraftSession(assistant.drafter, assistant.config.vocab_size, do_sample=False, head=head,
                                 captured=captured)
-    session.propose(input_ids[:, :-1], features[:, :-1], 4)  # the context's pass, once, untimed
+    session.draft(input_ids[:, :-1], features[:, :-1], 4)  # the context's pass, once, untimed
 
     def call():
         session.cache.crop(input_ids.shape[1] - 2)
         session.num_verified_pairs = input_ids.shape[1] - 2
-        return session.propose(input_ids, features[:, -1:], 4)
+        return session.draft(input_ids, features[:, -1:], 4)
     for _ in range(3):  # compiles, records the CUDA graphs
         call()
     return call

@@ -192,13 +192,13 @@ def test_drafting_never_waits_on_the_gpu(tmp_path, strategy):
     features = torch.randn(1, 39, 896, device="cuda", dtype=target.dtype)
     chain = ChainDraftSession(assistant.drafter, 151_936, do_sample=False, head=head)
     tree = TreeDraftSession(assistant.drafter, 151_936, top_k=4, depth=4, total_tokens=24, head=head)
-    chain.propose(input_ids, features, 4)  # warm-up: kernels compiled, caches allocated
+    chain.draft(input_ids, features, 4)  # warm-up: kernels compiled, caches allocated
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
         chain = ChainDraftSession(assistant.drafter, 151_936, do_sample=False, head=head)
-        draft = chain.propose(input_ids, features, 4)
-        tree.propose_tree(input_ids, features)
+        draft = chain.draft(input_ids, features, 4)
+        tree.draft_tree(input_ids, features)
     finally:
         torch.cuda.set_sync_debug_mode(0)
     assert draft.token_ids.shape == (1, 4)
@@ -267,7 +267,7 @@ def test_per_step_head_and_draft_times(tmp_path, dtype):
 
     def draft_call(strategy):
         assistant, head = assistants[strategy], heads[strategy]
-        return lambda: ChainDraftSession(assistant.drafter, 151_936, do_sample=False, head=head).propose(
+        return lambda: ChainDraftSession(assistant.drafter, 151_936, do_sample=False, head=head).draft(
             input_ids, features, 4)
 
     cases = {f"head {s}": (lambda s=s: head_call(s)) for s in heads}
@@ -299,11 +299,11 @@ def test_chain_drafting_never_waits_on_the_gpu_greedy_or_sampled(tmp_path, do_sa
     head = runtime_head(assistant, assistant.generation_config)
     input_ids = torch.randint(0, 151_936, (1, 40), device="cuda")
     features = torch.randn(1, 39, 896, device="cuda", dtype=target.dtype)
-    ChainDraftSession(assistant.drafter, 151_936, do_sample=do_sample, head=head).propose(input_ids, features, 4)
+    ChainDraftSession(assistant.drafter, 151_936, do_sample=do_sample, head=head).draft(input_ids, features, 4)
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
-        draft = ChainDraftSession(assistant.drafter, 151_936, do_sample=do_sample, head=head).propose(
+        draft = ChainDraftSession(assistant.drafter, 151_936, do_sample=do_sample, head=head).draft(
             input_ids, features, 4)
     finally:
         torch.cuda.set_sync_debug_mode(0)

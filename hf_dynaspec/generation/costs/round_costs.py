@@ -127,11 +127,11 @@ def measure_drafter(assistant, head, ids, target_hidden, tree_shape: tuple[int, 
 
     def draft(tokens):
         rewind()
-        session.propose(verified, new_hidden, tokens)
+        session.draft(verified, new_hidden, tokens)
 
     def tree(depth):
         rewind()
-        trees.propose_tree(verified, new_hidden, max_depth=depth)
+        trees.draft_tree(verified, new_hidden, max_depth=depth)
 
     devices = devices_of(assistant)
     consume()
