@@ -303,7 +303,7 @@ def test_saved_heads_draft_as_their_saved_options_say(tmp_path, medusa_pair, mon
     expected = plain_generate(target, prompt, max_new_tokens=16)
     got = target.generate(prompt, custom_generate=medusa_generate, drafter=loaded, max_new_tokens=16, do_sample=False)
     assert torch.equal(got, expected)
-    assert (seen[-1].draft, seen[-1].num_tokens, seen[-1].adaptive_length, seen[-1].shortlist,
+    assert (seen[-1].draft, seen[-1].num_assistant_tokens, seen[-1].adaptive_length, seen[-1].shortlist,
             seen[-1].tree_total_tokens, seen[-1].cps_lambda) == ("chain", 2, True, True, 6, 0.7)
     got = target.generate(prompt, custom_generate=medusa_generate, drafter=loaded, max_new_tokens=16,
                           do_sample=False, medusa_draft="tree", medusa_adaptive_length=False)
@@ -425,3 +425,21 @@ def test_the_recipes_pairs_give_head_k_the_token_k_plus_two_ahead():
     ids = frequency_list([Sequence(torch.tensor([5, 5, 7, 2, 7, 5, 9]), torch.zeros(7, 2), torch.zeros(7, 1),
                                    torch.zeros(7, 1), torch.tensor([False] + [True] * 6))], 2)
     assert ids.tolist() == [5, 7]
+
+
+def test_a_calls_plan_overrides_the_configured_adl_and_auto_with_adl_is_refused_once():
+    """The plan a call resolves to, from the heads' config and the call's arguments in every spelling: a configured
+    ADL stays unless the call picks another plan (or turns ADL off); `auto` with ADL is refused by the one check
+    (MedusaOptions.validate), whichever spellings ask for them."""
+    adl = MedusaGenerationConfig(draft_plan="adl", lattice_draft="chain")
+    assert adl.lattice_options().adaptive_length
+    assert not adl.lattice_options(draft_plan="fixed").adaptive_length
+    assert not adl.lattice_options(medusa_adaptive_length=False).adaptive_length
+    planned = adl.lattice_options(medusa_draft="auto")
+    assert planned.draft == "auto" and not planned.adaptive_length
+    for spelling in ({"draft_plan": "auto", "medusa_adaptive_length": True},
+                     {"medusa_draft": "auto", "medusa_adaptive_length": True}):
+        with pytest.raises(ValueError, match="drop adaptive_length"):
+            MedusaGenerationConfig().lattice_options(**spelling)
+    with pytest.raises(ValueError, match="pass one"):
+        MedusaGenerationConfig().lattice_options(draft_plan="fixed", medusa_adaptive_length=True)

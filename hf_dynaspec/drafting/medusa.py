@@ -58,7 +58,7 @@ class LatticeRound:
             raise ValueError("draft='auto' drafts through a LatticePlanner, and only it does")
         self.source, self.options, self.stats, self.planner = source, options, stats, planner
         positions = source.num_positions
-        self.depth = positions if options.num_tokens is None else min(options.num_tokens, positions)
+        self.depth = positions if options.num_assistant_tokens is None else min(options.num_assistant_tokens, positions)
         self.adl = (AdaptiveDraftLength(k_min=1, k_max=max(self.depth, 1), rho=options.adl_rho,
                                         delta=options.adl_delta) if options.adaptive_length else None)
         self.scorer = NgramScorer(vocab_size, order=options.ngram_order) if options.uses_context else None

@@ -78,7 +78,8 @@ def _planner(model, source, options: MedusaOptions, do_sample: bool) -> LatticeP
     across calls in the source's run-time state: a planner learns the workload)."""
     if options.draft != "auto":
         return None
-    depth = source.num_positions if options.num_tokens is None else min(options.num_tokens, source.num_positions)
+    depth = (source.num_positions if options.num_assistant_tokens is None
+             else min(options.num_assistant_tokens, source.num_positions))
     memories = runtime_of(source).planner_memories
     if do_sample not in memories:  # the tables start at the acceptance measured with the heads, if any
         stored = getattr(getattr(source, "config", None), "expected_acceptance", None)

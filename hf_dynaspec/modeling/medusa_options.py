@@ -41,7 +41,7 @@ class MedusaOptions:
     arguments): `draft` is the round kind ("auto": planned), `adaptive_length` ADL."""
 
     draft: str = "tree"
-    num_tokens: int | None = None  # chain length / tree depth cap; None: every head
+    num_assistant_tokens: int | None = None  # chain length / tree depth cap; None: every head
     tree_top_k: int = 4  # children per node of a lattice tree
     tree_total_tokens: int = 16  # draft nodes of a lattice tree
     max_candidates: int = 15  # CPS's M_max
@@ -79,8 +79,8 @@ class MedusaOptions:
                              "fixed draft kind ('chain', 'cps', 'tree') to adapt its length with ADL")
         if int(self.prompt_lookup_num_tokens) < 0:
             raise ValueError(f"prompt_lookup_num_tokens must be >= 0; got {self.prompt_lookup_num_tokens!r}.")
-        if self.num_tokens is not None and self.num_tokens < 0:
-            raise ValueError(f"Medusa option num_tokens must be >= 0; got {self.num_tokens!r}.")
+        if self.num_assistant_tokens is not None and self.num_assistant_tokens < 0:
+            raise ValueError(f"Medusa option num_assistant_tokens must be >= 0; got {self.num_assistant_tokens!r}.")
         if not 0.0 < self.coverage <= 1.0 or not 0.0 <= self.cps_lambda <= 1.0:
             raise ValueError(f"coverage must be in (0, 1] and cps_lambda in [0, 1]; got {self.coverage!r}, "
                              f"{self.cps_lambda!r}.")
@@ -156,21 +156,20 @@ class MedusaGenerationConfig(GenerationConfig):
             else:
                 raise TypeError(f"unknown Medusa drafting option {name!r}; the options are "
                                 f"{sorted([*KEYWORD_OPTIONS, 'draft_plan', 'medusa_adaptive_length'])}")
-        if plans == {"auto", "adl"}:
-            raise ValueError("draft='auto' plans each round's length itself; drop adaptive_length (ADL), or pick a "
-                             "fixed draft kind ('chain', 'cps', 'tree') to adapt its length with ADL")
-        if len(plans) > 1:
+        if len(plans) > 1 and plans != {"auto", "adl"}:  # auto with ADL: MedusaOptions.validate says why not
             raise ValueError(f"this call asks for the draft plans {sorted(plans)} at once (draft_plan, "
                              "medusa_draft='auto', medusa_adaptive_length): pass one")
+        both = plans == {"auto", "adl"}
         if plans:
-            values["draft_plan"] = plans.pop()
+            values["draft_plan"] = "auto" if both else plans.pop()
         elif no_adl and values["draft_plan"] == "adl":
             values["draft_plan"] = "fixed"
-        return _resolved(values)
+        return _resolved(values, adaptive_length=both or values["draft_plan"] == "adl")
 
 
-def _resolved(values: dict[str, Any]) -> MedusaOptions:
-    """generation_config.json's options -> checked `MedusaOptions` (raises naming the bad option)."""
+def _resolved(values: dict[str, Any], adaptive_length: bool) -> MedusaOptions:
+    """generation_config.json's options -> checked `MedusaOptions` (raises naming the bad option); `adaptive_length`:
+    ADL asked for (with `draft_plan="auto"` too, which `MedusaOptions.validate` refuses)."""
     plan, kind, shortlist = values["draft_plan"], values["lattice_draft"], values["shortlist"]
     if plan not in DRAFT_PLANS:
         raise ValueError(f"draft_plan (MedusaGenerationConfig.draft_plan) must be one of {DRAFT_PLANS}; got {plan!r}.")
@@ -180,8 +179,8 @@ def _resolved(values: dict[str, Any]) -> MedusaOptions:
     if shortlist not in (*LATTICE_SHORTLISTS, True, False):
         raise ValueError(f"MedusaGenerationConfig.shortlist must be one of {LATTICE_SHORTLISTS}; got {shortlist!r}.")
     return MedusaOptions.from_kwargs(
-        draft="auto" if plan == "auto" else kind, adaptive_length=plan == "adl",
-        num_tokens=values["num_assistant_tokens"], shortlist=shortlist in ("frspec", True),
+        draft="auto" if plan == "auto" else kind, adaptive_length=adaptive_length,
+        num_assistant_tokens=values["num_assistant_tokens"], shortlist=shortlist in ("frspec", True),
         choices=values["medusa_choices"],
         **{name: values[name] for name in ("prompt_lookup_num_tokens", "tree_top_k", "tree_total_tokens",
                                            "max_candidates", "coverage", "cps_lambda", "cps_beam", "ngram_order",
