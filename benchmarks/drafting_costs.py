@@ -60,9 +60,9 @@ def step_costs(assistant, strategies: list[str], draft_tokens: int, repeats: int
     for spec in strategies:
         head = runtime_head(assistant, assistant.generation_config.with_options(**shortlist_overrides(*parse_method(spec), spec)))
         cases[f"{spec} propose"] = drafting_case(assistant, head, draft_tokens)
-        routing = head.route(embed[:, -1], hidden, 0)
-        cases[f"{spec} head"] = lambda head=head, routing=routing: lambda: head.scores(hidden, routing).argmax
-        if routing is not None:
+        clusters = head.choose_clusters(embed[:, -1], hidden, 0)
+        cases[f"{spec} head"] = lambda head=head, clusters=clusters: lambda: head.scores(hidden, clusters).argmax
+        if clusters is not None:
             cases[f"{spec} router"] = lambda: lambda: assistant.shortlists.router(embed[:, -1], hidden)
 
     def decoder_step():

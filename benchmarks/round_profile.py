@@ -65,7 +65,7 @@ def main(argv=None):
     parser.add_argument("--limit-per-category", type=int, default=1)
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--drafter-row-cap", type=int, default=None,
-                        help="also run the assistant with its drafter's kernel routing capped at this many rows "
+                        help="also run the assistant with its drafter's kernel clusters capped at this many rows "
                              "(longer inputs, i.e. the prompt pass, take PyTorch's own bf16 product), interleaved")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)

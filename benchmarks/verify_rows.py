@@ -51,7 +51,7 @@ def route(model, variant: str) -> None:
     elif variant == "packed":
         rows_patch.enable(model, min_rows=0, max_rows=0, packed_rows=(1, 64))
     elif variant in ("routed", "fp32-routed"):
-        verify_kernel.enable_routes(model, verify_kernel.measured_routes(model))
+        verify_kernel.enable_kernels(model, verify_kernel.measured_kernels(model))
 
 
 @torch.no_grad()

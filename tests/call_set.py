@@ -93,9 +93,9 @@ def call_sets() -> dict[str, set]:
         KINDS[4]: lambda: target.generate(batch, attention_mask=torch.ones_like(batch), custom_generate=chain_generate,
                                           drafter=assistant, max_new_tokens=24, pad_token_id=0),
     }
-    measured, routes = rounds.round_costs, verify_kernel.measured_routes
+    measured, kernels = rounds.round_costs, verify_kernel.measured_kernels
     rounds.round_costs = lambda *a, **k: flat_tree_costs()
-    verify_kernel.measured_routes = lambda target: verify_kernel.NO_ROUTES
+    verify_kernel.measured_kernels = lambda target: verify_kernel.NO_KERNELS
     try:
         sets = {}
         for kind, call in calls.items():
@@ -105,7 +105,7 @@ def call_sets() -> dict[str, set]:
             sets[kind] = found
         return sets
     finally:
-        rounds.round_costs, verify_kernel.measured_routes = measured, routes
+        rounds.round_costs, verify_kernel.measured_kernels = measured, kernels
 
 
 def table(sets: dict[str, set]) -> str:

@@ -118,9 +118,9 @@ def test_a_dynaspec_step_is_the_router_one_sort_and_one_launch():
         head = runtime_head(assistant, assistant.generation_config)
         token_embed, hidden_in, hidden = (torch.randn(1, 32, device="cuda") for _ in range(3))
         with DeviceOps() as router:
-            head.route(token_embed, hidden_in, 0, inline=True)
+            head.choose_clusters(token_embed, hidden_in, 0, inline=True)
         with DeviceOps() as step:
-            out = head.scores(hidden, head.route(token_embed, hidden_in, 0, inline=True))
+            out = head.scores(hidden, head.choose_clusters(token_embed, hidden_in, 0, inline=True))
             token, top = out.argmax_token_ids, out.top_probability
         assert step.ops == router.ops + ["aten.sort.stable", "hf_dynaspec.ranked_head.default"], step.ops
         assert on_fake_cuda(token) and on_fake_cuda(top) and token.shape == top.shape == (1,)
@@ -449,7 +449,7 @@ def test_the_side_stream_protects_its_inputs_and_has_a_switch(monkeypatch, enabl
         head = runtime_head(assistant, assistant.generation_config)
         assert (head.side_stream.stream is not None) == (enabled == "1")
         before = cuda.events.recorded_streams
-        head.route(torch.randn(1, 32, device="cuda"), torch.randn(1, 32, device="cuda"), 0)
+        head.choose_clusters(torch.randn(1, 32, device="cuda"), torch.randn(1, 32, device="cuda"), 0)
         # Both inputs recorded on the side stream, the output on the main one; nothing when the switch is off.
         assert cuda.events.recorded_streams - before == (3 if enabled == "1" else 0)
 

@@ -1,5 +1,5 @@
 """`hf_dynaspec.fast_cpu`: plain generate() on the kernels measured fastest per row count, undone on exit, the same
-greedy output; prepacked oneDNN weights where they are faster; and the rule that picks the routes from costs."""
+greedy output; prepacked oneDNN weights where they are faster; and the rule that picks the kernels from costs."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from conftest import imitating_assistant, plain_generate, tiny_target
 
 import hf_dynaspec
 from hf_dynaspec.generation.costs import verify_kernel
-from hf_dynaspec.generation.costs.verify_kernel import NO_ROUTES, CpuRoutes, routes_from_costs
+from hf_dynaspec.generation.costs.verify_kernel import NO_KERNELS, CpuKernels, kernels_from_costs
 from hf_dynaspec.kernels.verify_rows import loader
 from hf_dynaspec.kernels.verify_rows import packed as packed_weights
 from hf_dynaspec.kernels.verify_rows import patch as verify_rows_patch
@@ -44,13 +44,13 @@ def counting(monkeypatch, model) -> list[tuple[str, int]]:
 def test_one_token_steps_take_the_kernel_inside_and_nothing_outside(dtype, monkeypatch):
     """Measured faster at 1..9 rows: every decode step of plain generate() goes through the kernel (and the prefill
     of more rows does not); leaving the block restores PyTorch's kernels. float32 greedy output is identical."""
-    monkeypatch.setattr(verify_kernel, "measured_routes", lambda model: CpuRoutes(kernel=(1, 9)))
+    monkeypatch.setattr(verify_kernel, "measured_kernels", lambda model: CpuKernels(kernel=(1, 9)))
     model = tiny_target("llama", seed=3).to(dtype)
     prompt = torch.randint(0, model.config.vocab_size, (1, 12), generator=torch.Generator().manual_seed(0))
     expected = plain_generate(model, prompt, max_new_tokens=20, do_sample=False)
     calls = counting(monkeypatch, model)
     with hf_dynaspec.fast_cpu(model) as handle:
-        assert handle.routes == CpuRoutes((1, 9)) and verify_rows_patch.is_enabled(model)
+        assert handle.kernels == CpuKernels((1, 9)) and verify_rows_patch.is_enabled(model)
         out = plain_generate(model, prompt, max_new_tokens=20, do_sample=False)
     assert not verify_rows_patch.is_enabled(model)
     expected_kernel = "f32_rows_matmul" if dtype == torch.float32 else "bf16_rows_matmul"
@@ -69,10 +69,10 @@ def test_one_token_steps_take_the_kernel_inside_and_nothing_outside(dtype, monke
 @needs_kernel
 @needs_packed
 def test_packed_weights_take_their_rows_and_match_pytorch(monkeypatch):
-    """Kernel at one row, packed oneDNN weights at 2..9, PyTorch beyond: each forward goes where the routes say,
+    """Kernel at one row, packed oneDNN weights at 2..9, PyTorch beyond: each forward goes where the kernels say,
     the packed product equals PyTorch's up to bf16 rounding, and the packed copies are made once and kept across
     calls until released."""
-    monkeypatch.setattr(verify_kernel, "measured_routes", lambda model: CpuRoutes((1, 1), (2, 9)))
+    monkeypatch.setattr(verify_kernel, "measured_kernels", lambda model: CpuKernels((1, 1), (2, 9)))
     model = tiny_target("qwen2", seed=2).to(torch.bfloat16)
     ids = torch.randint(0, model.config.vocab_size, (1, 12), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
@@ -94,7 +94,7 @@ def test_packed_weights_take_their_rows_and_match_pytorch(monkeypatch):
 
 @needs_kernel
 def test_undo_and_the_refusals(monkeypatch):
-    monkeypatch.setattr(verify_kernel, "measured_routes", lambda model: CpuRoutes((2, 5)))
+    monkeypatch.setattr(verify_kernel, "measured_kernels", lambda model: CpuKernels((2, 5)))
     model = tiny_target("qwen2", seed=1).to(torch.bfloat16)
     handle = hf_dynaspec.fast_cpu(model)
     assert verify_rows_patch.describe(model) == "kernel:2-5"
@@ -104,16 +104,16 @@ def test_undo_and_the_refusals(monkeypatch):
     assert verify_rows_patch.describe(model) is None
     with pytest.raises(TypeError, match="must be a transformers model"):
         hf_dynaspec.fast_cpu(torch.nn.Linear(4, 4))
-    monkeypatch.setattr(verify_kernel, "measured_routes", lambda model: NO_ROUTES)
+    monkeypatch.setattr(verify_kernel, "measured_kernels", lambda model: NO_KERNELS)
     with hf_dynaspec.fast_cpu(model) as nothing:  # nothing measured faster: the model is left as it is
-        assert nothing.routes == NO_ROUTES and not verify_rows_patch.is_enabled(model)
+        assert nothing.kernels == NO_KERNELS and not verify_rows_patch.is_enabled(model)
 
 
 def test_an_fp16_model_is_left_alone(monkeypatch):
     model = tiny_target("llama").to(torch.float16)
-    monkeypatch.setattr(verify_kernel, "measured_routes", lambda m: pytest.fail("nothing to measure for fp16"))
+    monkeypatch.setattr(verify_kernel, "measured_kernels", lambda m: pytest.fail("nothing to measure for fp16"))
     with hf_dynaspec.fast_cpu(model) as handle:
-        assert handle.routes == NO_ROUTES and not verify_rows_patch.is_enabled(model)
+        assert handle.kernels == NO_KERNELS and not verify_rows_patch.is_enabled(model)
 
 
 SIZES = [1, 2, 3, 5, 9, 17]
@@ -121,47 +121,47 @@ SIZES = [1, 2, 3, 5, 9, 17]
 
 @pytest.mark.parametrize("native,kernel,packed,expected", [
     # AVX-512 BF16 / AMX: the kernel at one row, prepacked oneDNN after (the rows between 1 and 2: none)
-    ([5, 5, 5, 5, 5, 6], [3, 4, 4.5, 5.5, 6, 8], [4, 3.5, 3.6, 3.7, 4, 5], CpuRoutes((1, 1), (2, 17))),
+    ([5, 5, 5, 5, 5, 6], [3, 4, 4.5, 5.5, 6, 8], [4, 3.5, 3.6, 3.7, 4, 5], CpuKernels((1, 1), (2, 17))),
     # the kernel up to 3, packed from 5: rows 4 go with the later run
-    ([5, 5, 5, 5, 5, 6], [3, 3, 3, 5.5, 6, 8], [4, 4, 4, 3.7, 4, 5], CpuRoutes((1, 3), (4, 17))),
+    ([5, 5, 5, 5, 5, 6], [3, 3, 3, 5.5, 6, 8], [4, 4, 4, 3.7, 4, 5], CpuKernels((1, 3), (4, 17))),
     # AVX2 (no packed path measured): PyTorch's one row wins, the kernel after
-    ([5, 9, 13, 20, 36, 70], [6, 6, 6.5, 7, 8, 12], None, CpuRoutes((2, 17))),
+    ([5, 9, 13, 20, 36, 70], [6, 6, 6.5, 7, 8, 12], None, CpuKernels((2, 17))),
     # never faster: nothing routed
-    ([5, 5, 5, 5, 5, 5], [6, 6, 6, 6, 6, 6], [7, 7, 7, 7, 7, 7], NO_ROUTES),
+    ([5, 5, 5, 5, 5, 5], [6, 6, 6, 6, 6, 6], [7, 7, 7, 7, 7, 7], NO_KERNELS),
     # a slower size ends a run; PyTorch between runs keeps its rows
-    ([5, 5, 5, 5, 5, 5], [4, 6, 4, 4, 4, 4], [6, 6, 6, 6, 6, 6], CpuRoutes((1, 1))),
-    ([5, 5, 5, 5, 5, 5], [4, 6, 6, 6, 6, 6], [6, 6, 4, 4, 6, 6], CpuRoutes((1, 1), (3, 5))),
+    ([5, 5, 5, 5, 5, 5], [4, 6, 4, 4, 4, 4], [6, 6, 6, 6, 6, 6], CpuKernels((1, 1))),
+    ([5, 5, 5, 5, 5, 5], [4, 6, 6, 6, 6, 6], [6, 6, 4, 4, 6, 6], CpuKernels((1, 1), (3, 5))),
 ])
-def test_routes_are_the_first_unbroken_run_where_each_path_is_fastest(native, kernel, packed, expected):
+def test_kernels_are_the_first_unbroken_run_where_each_path_is_fastest(native, kernel, packed, expected):
     seconds = {"native": dict(zip(SIZES, native)), "kernel": dict(zip(SIZES, kernel))}
     if packed is not None:
         seconds["packed"] = dict(zip(SIZES, packed))
-    assert routes_from_costs(SIZES, seconds) == expected
+    assert kernels_from_costs(SIZES, seconds) == expected
 
 
 @needs_kernel
 def test_costs_measured_on_one_routing_never_plan_another():
-    """The planner's cost key names the routes: costs measured with one-token steps on the kernel are not read back
-    for a call that routes only 2+ rows, or packs its weights (or routes nothing)."""
+    """The planner's cost key names the kernels: costs measured with one-token steps on the kernel are not read back
+    for a call that kernels only 2+ rows, or packs its weights (or kernels nothing)."""
     from hf_dynaspec.generation.costs.round_costs import calibration_key
 
     target = tiny_target("llama").to(torch.bfloat16)
     assistant = imitating_assistant(target)
     options = assistant.generation_config
     keys = [calibration_key(target, assistant, options)]
-    routes = [CpuRoutes((1, 9)), CpuRoutes((2, 9)), CpuRoutes((1, 17))]
+    kernels = [CpuKernels((1, 9)), CpuKernels((2, 9)), CpuKernels((1, 17))]
     if packed_weights.available():
-        routes.append(CpuRoutes((1, 1), (2, 17)))
-    for route in routes:
-        verify_kernel.enable_routes(target, route)
+        kernels.append(CpuKernels((1, 1), (2, 17)))
+    for kernel in kernels:
+        verify_kernel.enable_kernels(target, kernel)
         keys.append(calibration_key(target, assistant, options))
         verify_rows_patch.disable(target)
     packed_weights.release(target)
-    assert len(set(keys)) == len(routes) + 1
+    assert len(set(keys)) == len(kernels) + 1
 
 
 def test_an_emulated_instruction_set_is_another_machine(monkeypatch):
-    """Costs and routes measured with oneDNN capped at AVX2 (how an AVX2 host is emulated) are never read back on
+    """Costs and kernels measured with oneDNN capped at AVX2 (how an AVX2 host is emulated) are never read back on
     the full instruction set, or the other way round: the key names what PyTorch and oneDNN use."""
     from hf_dynaspec.generation.costs import store
 

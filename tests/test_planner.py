@@ -213,7 +213,7 @@ def test_auto_routes_the_targets_verification_through_the_rows_kernel_only_durin
 
     if not loader.available():
         pytest.skip("the CPU kernel needs x86-64 with AVX2/FMA and a C compiler")
-    monkeypatch.setattr(cal, "measured_routes", lambda target: cal.CpuRoutes(kernel=(2, 4)))
+    monkeypatch.setattr(cal, "measured_kernels", lambda target: cal.CpuKernels(kernel=(2, 4)))
     costs = flat_costs()
     costs.tree_step_seconds = 0.05
     monkeypatch.setattr("hf_dynaspec.generation.rounds.round_costs", lambda *a, **k: costs)

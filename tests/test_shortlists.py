@@ -119,7 +119,7 @@ def test_cluster_head_with_every_row_equals_the_full_head(indexed):
     head = target.get_output_embeddings().weight.detach()
     cluster_head = ClusterHead(head, assistant.shortlists, RowBudget([VOCAB - len(ALWAYS)]), indexed=indexed)
     hidden = torch.randn(1, 32)
-    scores = cluster_head.scores(hidden, cluster_head.route(torch.randn(1, 32), torch.randn(1, 32), 0))
+    scores = cluster_head.scores(hidden, cluster_head.choose_clusters(torch.randn(1, 32), torch.randn(1, 32), 0))
     assert sorted(scores.token_ids.tolist()) == list(range(VOCAB))
     full = (hidden @ head.T).float()
     torch.testing.assert_close(scores.scores[0], full[0, scores.token_ids])
@@ -195,7 +195,7 @@ def test_indexed_and_permuted_cluster_heads_score_the_same_rows_at_every_positio
         heads = [ClusterHead(head, assistant.shortlists, budget, indexed=i) for i in (False, True)]
         for position in range(5):
             e, h, hidden = (torch.randn(2, 32, generator=generator) for _ in range(3))
-            blocks, indexed = (x.scores(hidden, x.route(e, h, position)) for x in heads)
+            blocks, indexed = (x.scores(hidden, x.choose_clusters(e, h, position)) for x in heads)
             assert torch.equal(indexed.token_ids, blocks.token_ids)
             assert len(indexed.token_ids) == budget.at(position) + len(ALWAYS)
             torch.testing.assert_close(indexed.scores, blocks.scores)
@@ -307,7 +307,7 @@ def test_position_aware_budget_shrinks_the_shortlist_with_depth():
     assistant.generation_config.shortlist = "dynaspec"
     session_head = runtime_head(assistant, assistant.generation_config)
     e, h = torch.randn(1, 32), torch.randn(1, 32)
-    sizes = [len(session_head.scores(torch.randn(1, 32), session_head.route(e, h, t)).token_ids) for t in range(4)]
+    sizes = [len(session_head.scores(torch.randn(1, 32), session_head.choose_clusters(e, h, t)).token_ids) for t in range(4)]
     assert sizes[0] == sizes[1] > sizes[2] >= sizes[3] > len(ALWAYS)
 
 
@@ -401,7 +401,7 @@ def test_planned_scores_equal_sequential_choice():
     head = runtime_head(assistant, assistant.generation_config)
     e, h, hidden = torch.randn(1, 32), torch.randn(1, 32), torch.randn(1, 32)
     for position in range(4):
-        planned = head.scores(hidden, head.route(e, h, position))
+        planned = head.scores(hidden, head.choose_clusters(e, h, position))
         assert torch.equal(planned.token_ids, head.shortlist_ids(e, h, position))
         ranking = head.router(e, h)[0].argsort(descending=True).tolist()
         frequency = assistant.shortlists.host_buffers()["frequency_ids"]
@@ -428,7 +428,7 @@ def test_side_stream_router_equals_sequential_on_cuda():
 
     for position in range(4):
         head.router = delayed_router
-        overlapped = head.scores(hidden, head.route(e, h, position))
+        overlapped = head.scores(hidden, head.choose_clusters(e, h, position))
         head.router = router
         sequential = head.shortlist_ids(e, h, position)
         chosen = overlapped.token_ids[overlapped.token_ids >= 0]

@@ -164,13 +164,13 @@ def test_every_expanded_node_scores_what_a_chain_along_its_path_scores(family, f
             if not kids:
                 continue
             chain = ChainDraftSession(assistant.drafter, VOCAB, do_sample=False, head=head)
-            state, routing = chain.consume_verified(ids, hidden)
+            state, clusters = chain.consume_verified(ids, hidden)
             for depth, step in enumerate(tree.path_to(node)[1:]):
                 embed = assistant.drafter.embed(tree.token_ids[step].view(1, 1))
-                routing = chain.shortlist_routing(embed[:, -1], state[:, -1], depth + 1)
+                clusters = chain.chosen_clusters(embed[:, -1], state[:, -1], depth + 1)
                 position = torch.full((1, 1), ids.shape[1] - 1 + depth, dtype=torch.long)
                 state = assistant.drafter.step(embed, state, position, chain.cache, None)
-            scores = head.scores(state[:, -1], routing)
+            scores = head.scores(state[:, -1], clusters)
             row = depths[:node].count(depths[node])  # the node's place among its depth's nodes = its frontier row
             drafted, drafted_ids = rows_by_depth[depths[node]]
             torch.testing.assert_close(drafted[row], scores.scores[0].log_softmax(-1), atol=1e-5, rtol=1e-5)

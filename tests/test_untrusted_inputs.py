@@ -192,8 +192,8 @@ def test_a_bf16_target_does_not_reuse_the_fp32_costs(tmp_path, monkeypatch):
 def test_a_bad_cpu_routes_entry_is_measured_again(tmp_path, monkeypatch, caplog):
     monkeypatch.setenv("HF_DYNASPEC_HOME", str(tmp_path))
     monkeypatch.setattr(store, "MEMORY", {})
-    measured = verify_kernel.CpuRoutes((1, 1), (2, 9))
-    monkeypatch.setattr(verify_kernel, "fastest_routes", lambda target: measured)
+    measured = verify_kernel.CpuKernels((1, 1), (2, 9))
+    monkeypatch.setattr(verify_kernel, "fastest_kernels", lambda target: measured)
     target = one_layer_target("llama")
     key = "cpu_routes:" + store.digest(store.target_parts(target))
     good = {"kernel": [1, 1], "packed": [2, 9]}
@@ -205,16 +205,16 @@ def test_a_bad_cpu_routes_entry_is_measured_again(tmp_path, monkeypatch, caplog)
         monkeypatch.setattr(store, "MEMORY", {})
         with caplog.at_level(logging.WARNING, logger="hf_dynaspec.generation.costs"):
             try:  # a bad entry trusted may fail anywhere: that must fail the assertion, not crash the test
-                got = verify_kernel.measured_routes(target)
+                got = verify_kernel.measured_kernels(target)
             except Exception as error:  # noqa: BLE001
                 got = error
-        assert got == measured and "CPU routes cached" in caplog.text, (bad, got)
+        assert got == measured and "CPU kernels cached" in caplog.text, (bad, got)
         caplog.clear()
     for stored in ({"kernel": [0, 0], "packed": [0, 0]}, {"kernel": [2, 17], "packed": [0, 0]}):
         (tmp_path / "calibration.json").write_text(json.dumps({key: stored}))  # read back as stored, not measured
         monkeypatch.setattr(store, "MEMORY", {})
-        routes = verify_kernel.measured_routes(target)
-        assert routes == (tuple(stored["kernel"]), tuple(stored["packed"])) and not caplog.records
+        kernels = verify_kernel.measured_kernels(target)
+        assert kernels == (tuple(stored["kernel"]), tuple(stored["packed"])) and not caplog.records
 
 
 # -- token ids from another tokenizer -------------------------------------------------------------------------

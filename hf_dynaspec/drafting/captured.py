@@ -104,7 +104,7 @@ class CapturedChainDraft:
         slots = torch.arange(keys.shape[2], device=keys.device)
         tokens, tops, ids = [], [], []
         for k in range(num_tokens):  # unrolled: K is a constant of the graph
-            scores = head.scores(hidden[:, -1], head.route(token_embed, hidden_in, k, inline=True))
+            scores = head.scores(hidden[:, -1], head.choose_clusters(token_embed, hidden_in, k, inline=True))
             token = scores.argmax_token_ids  # [1]
             tokens.append(token)
             tops.append(scores.top_probability[0])

@@ -69,7 +69,7 @@ class ChainDraftSession:
         # The fixed-shape K-token draft (drafting/captured.py), for greedy drafting without processors.
         self.captured = captured if not do_sample and self.logits_processor is None else None
         self._router_inputs: tuple[torch.Tensor, torch.Tensor] | None = None  # of the last verified position
-        self._first = None  # (hidden, routing, scores) of a first position `overrules` scored, for `propose`
+        self._first = None  # (hidden, clusters, scores) of a first position `overrules` scored, for `propose`
 
     @torch.no_grad()
     def draft(self, input_ids: torch.Tensor, new_target_hidden: torch.Tensor, cap: int, rule=None) -> Draft:
@@ -86,14 +86,14 @@ class ChainDraftSession:
             return self._captured_draft(input_ids, new_target_hidden, cap, rule)
         if first is None:
             self._scored_ids = []
-            hidden, routing = self.consume_verified(input_ids, new_target_hidden)
+            hidden, clusters = self.consume_verified(input_ids, new_target_hidden)
         else:
-            hidden, routing, _ = first
+            hidden, clusters, _ = first
         host_rule = rule is not None and not self.defer_host_decisions
         tokens, logits, confident, tops = [], [], [], []  # per drafted position (confident, tops: see _cut)
         context = input_ids
         for k in range(cap):
-            scores = first[2] if k == 0 and first is not None else self._score(hidden, routing)
+            scores = first[2] if k == 0 and first is not None else self._score(hidden, clusters)
             token_id, drawn, is_confident, top = self._choose(scores, context, with_top=rule is not None)
             if token_id is None:  # the drafter is not confident enough at this position
                 break
@@ -108,7 +108,7 @@ class ChainDraftSession:
                 break
             if self.logits_processor is not None:  # only processors read the drafted context
                 context = torch.cat([context, token_id], dim=1)
-            hidden, routing = self._step(token_id, hidden, input_ids.shape[1], k)
+            hidden, clusters = self._step(token_id, hidden, input_ids.shape[1], k)
         return self._cut(input_ids, tokens, logits, confident, tops, rule)
 
     def overrules(self, input_ids: torch.Tensor, new_target_hidden: torch.Tensor, lookup_token: int,
@@ -119,12 +119,12 @@ class ChainDraftSession:
         drafter's argmax, never a sample, so the choice between the two drafts is a fixed function of the context
         and sampling stays exact."""
         self._scored_ids = []
-        hidden, routing = self.consume_verified(input_ids, new_target_hidden)
-        scores = self._score(hidden, routing)
+        hidden, clusters = self.consume_verified(input_ids, new_target_hidden)
+        scores = self._score(hidden, clusters)
         if not self._vetoes(scores, lookup_token, veto):
             self._scored_ids = []  # the check's shortlist drafted nothing: keep it out of the stats
             return False
-        self._first = hidden, routing, scores
+        self._first = hidden, clusters, scores
         return True
 
     def _step(self, token_id: torch.Tensor, hidden: torch.Tensor, seq_len: int, k: int):
@@ -132,8 +132,8 @@ class ChainDraftSession:
         `[1, 1, H]`, the router's choice for draft position k + 1)."""
         position_ids = torch.full((1, 1), seq_len - 1 + k, device=token_id.device, dtype=torch.long)
         token_embed = self.drafter.embed(token_id)
-        routing = self.shortlist_routing(token_embed[:, -1], hidden[:, -1], k + 1)
-        return self.drafter.step(token_embed, hidden, position_ids, self.cache, None), routing
+        clusters = self.chosen_clusters(token_embed[:, -1], hidden[:, -1], k + 1)
+        return self.drafter.step(token_embed, hidden, position_ids, self.cache, None), clusters
 
     def _cut(self, input_ids, tokens: list, logits: list, confident: list, tops: list, rule) -> Draft:
         """The draft of the positions kept: all of them, or where host decisions are deferred, those before the
@@ -230,22 +230,22 @@ class ChainDraftSession:
         # The router reads the inputs of the step whose output it shortlists (E(x_t), h_{t-1}): it is started
         # before the drafter's layer so that on CUDA the two overlap.
         self._router_inputs = (token_embeds[:, -1], hidden_in[:, -1])
-        routing = self.shortlist_routing(token_embeds[:, -1], hidden_in[:, -1], 0) if route else None
+        clusters = self.chosen_clusters(token_embeds[:, -1], hidden_in[:, -1], 0) if route else None
         # The mask reads the cache's own length, so a cache out of step with `start` shows up as wrong drafts
         # (tests/test_drafting.py compares the cache with a recomputation), not as a shape error deep in attention.
         mask = causal_mask(num_new, self.cache.length, device)
         hidden = drafter.step(token_embeds, hidden_in, position_ids, self.cache, mask)
         self.num_verified_pairs = seq_len - 1
-        return hidden[:, -1:], routing
+        return hidden[:, -1:], clusters
 
-    def shortlist_routing(self, token_embed: torch.Tensor, hidden_in: torch.Tensor, position: int):
-        return self.head.route(token_embed, hidden_in, position) if self.head is not None else None
+    def chosen_clusters(self, token_embed: torch.Tensor, hidden_in: torch.Tensor, position: int):
+        return self.head.choose_clusters(token_embed, hidden_in, position) if self.head is not None else None
 
-    def _score(self, hidden, routing) -> ShortlistHeadOutput:
+    def _score(self, hidden, clusters) -> ShortlistHeadOutput:
         """Hidden `[1, 1, H]` -> the scores `[1, S]` of the rows scored and their target ids `[S]` (None when the
         rows are the whole vocabulary; -1 in padding columns). Records the ids for the shortlist statistics."""
         if self.head is not None:
-            scores = self.head.scores(hidden[:, -1], routing)
+            scores = self.head.scores(hidden[:, -1], clusters)
         else:
             scores = ShortlistHeadOutput(self.drafter.draft_vocab_logits(hidden)[:, -1].float(), self.shortlist_ids)
         self._scored_ids.append(scores.token_ids)

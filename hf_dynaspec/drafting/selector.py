@@ -33,10 +33,10 @@ class FullHead:
         self.weight = head_weight
         self.min_rows = head_weight.shape[0]
 
-    def route(self, token_embed=None, prev_hidden=None, position: int = 0, inline: bool = False):
+    def choose_clusters(self, token_embed=None, prev_hidden=None, position: int = 0, inline: bool = False):
         return None
 
-    def scores(self, hidden: torch.Tensor, routing=None) -> ShortlistHeadOutput:
+    def scores(self, hidden: torch.Tensor, clusters=None) -> ShortlistHeadOutput:
         """Hidden `[R, H]` -> scores `[R, V]`."""
         return ShortlistHeadOutput((hidden @ self.weight.T).float(), None)
 
@@ -49,10 +49,10 @@ class StaticHead:
         self.weight = head_weight[token_ids].contiguous()  # gathered once, when the head is built
         self.min_rows = len(token_ids)
 
-    def route(self, token_embed=None, prev_hidden=None, position: int = 0, inline: bool = False):
+    def choose_clusters(self, token_embed=None, prev_hidden=None, position: int = 0, inline: bool = False):
         return None
 
-    def scores(self, hidden: torch.Tensor, routing=None) -> ShortlistHeadOutput:
+    def scores(self, hidden: torch.Tensor, clusters=None) -> ShortlistHeadOutput:
         """Hidden `[R, H]` -> scores `[R, S]`."""
         return ShortlistHeadOutput((hidden @ self.weight.T).float(), self.token_ids)
 
@@ -85,8 +85,8 @@ class ClusterHead:
             self.num_clustered = len(clusters.token_order)
             self.permuted_weight = head_weight[self.token_order].contiguous()
 
-    def route(self, token_embed: torch.Tensor, prev_hidden: torch.Tensor, position: int,
-              inline: bool = False) -> tuple[Pending, int]:
+    def choose_clusters(self, token_embed: torch.Tensor, prev_hidden: torch.Tensor, position: int,
+                        inline: bool = False) -> tuple[Pending, int]:
         """Start the router on this step's inputs `[R, D]`, `[R, H]` (before the drafter's layer runs): on the
         side stream where there is one, unless `inline` (a captured draft: drafting/captured.py)."""
         if inline:
@@ -116,9 +116,10 @@ class ClusterHead:
         return torch.cat([self.token_order[a:b] for a, b in zip(starts, ends)])
 
     @torch.no_grad()
-    def scores(self, hidden: torch.Tensor, routing: tuple[Pending, int]) -> ShortlistHeadOutput:
-        """Hidden `[R, H]` and the router routing of this step -> scores `[R, R(t) + A]` of the budget's rows."""
-        pending, position = routing
+    def scores(self, hidden: torch.Tensor, clusters: tuple[Pending, int]) -> ShortlistHeadOutput:
+        """Hidden `[R, H]` and the clusters the router chose for this step (`choose_clusters`: its scores pending,
+        the draft position) -> scores `[R, R(t) + A]` of the budget's rows."""
+        pending, position = clusters
         if self.indexed:
             return self.rows.scores(hidden, self.head_weight, self.ranking(pending.result()), self.budget.at(position))
         starts, ends = self._blocks(pending.result(), position)

@@ -67,10 +67,10 @@ class TreeDraftSession:
         rows are tensors whose shapes depend only on the tree sizes, so drafting a tree never waits on an
         accelerator (tests/test_sync_budget.py)."""
         depth = self.depth if max_depth is None else max(1, min(self.depth, max_depth))
-        hidden, routing = self.chain.consume_verified(input_ids, new_target_hidden)
+        hidden, clusters = self.chain.consume_verified(input_ids, new_target_hidden)
         self.shortlists_of_last_draft = []
         device = input_ids.device
-        log_probs, ids = self._log_probs(hidden[0], routing)  # [1, S]
+        log_probs, ids = self._log_probs(hidden[0], clusters)  # [1, S]
         k = self._children_per_node(log_probs)
         scores, rows = log_probs[0].topk(k)
         # Candidates, in creation order (blocks per depth): token ids, parent candidate (-1 = root), cumulative
@@ -89,14 +89,14 @@ class TreeDraftSession:
         for d in range(1, depth):
             num_frontier = frontier.shape[0]
             embeds = self.drafter.embed(frontier_tokens[None])  # [1, R, D]
-            routing = self.chain.shortlist_routing(embeds[0], parent_hidden, d)
+            clusters = self.chain.chosen_clusters(embeds[0], parent_hidden, d)
             # Its ancestors' slots (its parent's row) and its own new slot.
             tree_rows = torch.cat([tree_rows, torch.eye(num_frontier, dtype=torch.bool, device=device)], dim=1)
             mask = torch.cat([torch.ones(num_frontier, self.num_verified_pairs, dtype=torch.bool, device=device),
                               tree_rows], dim=1)[None, None]
             position_ids = torch.full((1, num_frontier), seq_len - 2 + d, device=device, dtype=torch.long)
             new_hidden = self.drafter.step(embeds, parent_hidden[None], position_ids, self.cache, mask)[0]  # [R, H]
-            log_probs, ids = self._log_probs(new_hidden, routing)  # [R, S]
+            log_probs, ids = self._log_probs(new_hidden, clusters)  # [R, S]
             k = self._children_per_node(log_probs)
             child_lp, child_rows = log_probs.topk(k, dim=-1)  # [R, k]
             child_scores = (frontier_scores[:, None] + child_lp).reshape(-1)  # [R * k]
@@ -117,10 +117,10 @@ class TreeDraftSession:
                             torch.cat(cand_scores), torch.cat(cand_depths), depth)
 
     # -- pieces ------------------------------------------------------------------------------------------
-    def _log_probs(self, hidden: torch.Tensor, routing) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def _log_probs(self, hidden: torch.Tensor, clusters) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Drafter hidden `[R, H]` -> log-probabilities over its shortlist `[R, S]` and the shortlist ids."""
         if self.head is not None:
-            scores = self.head.scores(hidden, routing)
+            scores = self.head.scores(hidden, clusters)
             logits, ids = scores.scores, scores.token_ids
         else:
             logits, ids = self.drafter.draft_vocab_logits(hidden).float(), self.chain.shortlist_ids

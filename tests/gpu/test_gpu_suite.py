@@ -220,7 +220,7 @@ def test_side_stream_router_gives_the_sequential_shortlist(tmp_path):
 
     for position in range(4):
         head.router = delayed_router
-        overlapped = head.scores(hidden, head.route(e, h, position))
+        overlapped = head.scores(hidden, head.choose_clusters(e, h, position))
         head.router = router
         sequential = head.scores(hidden, (Pending(router(e, h)), position))  # computed inline, no side stream
         assert torch.equal(overlapped.token_ids, sequential.token_ids)
@@ -263,7 +263,7 @@ def test_per_step_head_and_draft_times(tmp_path, dtype):
 
     def head_call(strategy):
         head = heads[strategy]
-        return lambda: head.scores(hidden, head.route(e, h, 0))
+        return lambda: head.scores(hidden, head.choose_clusters(e, h, 0))
 
     def draft_call(strategy):
         assistant, head = assistants[strategy], heads[strategy]
@@ -273,7 +273,7 @@ def test_per_step_head_and_draft_times(tmp_path, dtype):
     cases = {f"head {s}": (lambda s=s: head_call(s)) for s in heads}
     cases |= {f"draft4 {s}": (lambda s=s: draft_call(s)) for s in heads}
     medians = interleaved_medians(cases, 20)
-    columns = {s: int(head.scores(hidden, head.route(e, h, 0)).scores.shape[-1]) if head is not None else None
+    columns = {s: int(head.scores(hidden, head.choose_clusters(e, h, 0)).scores.shape[-1]) if head is not None else None
                for s, head in heads.items()}
     record = {"card": torch.cuda.get_device_name(), "capability": list(torch.cuda.get_device_capability()),
               "torch": torch.__version__, "triton": _triton_version(), "dtype": str(dtype),

@@ -36,7 +36,7 @@ with FakeCuda() as cuda:
     head = runtime_head(assistant, assistant.generation_config)
     token_embed, hidden_in, hidden = (torch.randn(1, 32, device="cuda") for _ in range(3))
     with DeviceOps() as step:
-        out = head.scores(hidden, head.route(token_embed, hidden_in, 0, inline=True))
+        out = head.scores(hidden, head.choose_clusters(token_embed, hidden_in, 0, inline=True))
         token = out.argmax_token_ids
         # Before the one-launch kernel the output had no top_probability: the chain computed it like this.
         top = out.top_probability if hasattr(out, "top_probability") else (out.max - out.logsumexp)[0].exp()

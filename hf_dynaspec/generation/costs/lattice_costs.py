@@ -27,7 +27,7 @@ from hf_dynaspec.kernels.streams import devices_of
 
 def lattice_costs_key(target, source, options, max_tokens: int) -> str:
     """Everything the costs depend on: the target's parts (shapes, dtype, device, threads, versions), the source's
-    config, the options that change the lattice's or the tree's work, the rows kernel's routing."""
+    config, the options that change the lattice's or the tree's work, which rows the rows kernel takes."""
     from hf_dynaspec.kernels.verify_rows import patch as verify_rows_patch
 
     parts = {

@@ -1,6 +1,6 @@
 """Which CPU kernel runs each few-row forward fastest here: PyTorch's default, the rows kernel
 (hf_dynaspec.kernels.verify_rows) or prepacked oneDNN weights, measured once per target, device, dtype and thread
-count (cached with the other costs); the context that routes an assisted call's forwards that way, and `fast_cpu`,
+count (cached with the other costs); the context that kernels an assisted call's forwards that way, and `fast_cpu`,
 the same for plain `generate()`.
 """
 
@@ -18,10 +18,10 @@ from hf_dynaspec.generation.costs.timing import CONTEXT, MEASURED_SIZES, random_
 from hf_dynaspec.generation.forward_args import cache_kwargs
 from hf_dynaspec.kernels.verify_rows.patch import NO_ROWS
 
-LARGEST_ROUTED_ROWS = 64  # a stored answer above this was not written by fastest_routes
+LARGEST_KERNEL_ROWS = 64  # a stored answer above this was not written by fastest_kernels
 
 
-class CpuRoutes(NamedTuple):
+class CpuKernels(NamedTuple):
     """The row counts (lo, hi) routed through the rows kernel and through prepacked oneDNN weights; `NO_ROWS`
     for none. Everything else stays on PyTorch's default kernels."""
 
@@ -29,10 +29,10 @@ class CpuRoutes(NamedTuple):
     packed: tuple[int, int] = NO_ROWS
 
     def __bool__(self) -> bool:
-        return self != NO_ROUTES
+        return self != NO_KERNELS
 
 
-NO_ROUTES = CpuRoutes()
+NO_KERNELS = CpuKernels()
 
 
 def kernel_applies(target) -> bool:
@@ -44,8 +44,8 @@ def kernel_applies(target) -> bool:
             and verify_rows_patch.resolve_method() == "kernel")
 
 
-def routes_from_costs(sizes: list[int], seconds: dict[str, dict[int, float]]) -> CpuRoutes:
-    """{"native"|"kernel"|"packed": {size: seconds}} at the measured `sizes` -> the routes: each of "kernel" and
+def kernels_from_costs(sizes: list[int], seconds: dict[str, dict[int, float]]) -> CpuKernels:
+    """{"native"|"kernel"|"packed": {size: seconds}} at the measured `sizes` -> the kernels: each of "kernel" and
     "packed" takes the first unbroken run of sizes where it is the fastest of the three; sizes between two measured
     ones go with the run on both sides, or, between two runs, with the later one."""
     fastest = [min(seconds, key=lambda path: seconds[path][size]) for size in sizes]
@@ -60,57 +60,57 @@ def routes_from_costs(sizes: list[int], seconds: dict[str, dict[int, float]]) ->
         # the first routed size: right after the previous measured size where that one went another non-native way
         lo = sizes[first - 1] + 1 if first > 0 and fastest[first - 1] not in ("native", path) else sizes[first]
         runs[path] = (lo, sizes[last])
-    return CpuRoutes(runs.get("kernel", NO_ROWS), runs.get("packed", NO_ROWS))
+    return CpuKernels(runs.get("kernel", NO_ROWS), runs.get("packed", NO_ROWS))
 
 
 @torch.no_grad()
-def fastest_routes(target, largest: int = max(MEASURED_SIZES)) -> CpuRoutes:
+def fastest_kernels(target, largest: int = max(MEASURED_SIZES)) -> CpuKernels:
     """Measure the target's forwards over n tokens (the sizes of MEASURED_SIZES up to `largest`) on PyTorch's
     default kernels, through the rows kernel and (bf16, where oneDNN has native bf16) through prepacked weights, and
-    choose per size (`routes_from_costs`). On AVX2 CPUs the kernel wins from 2 rows; on AVX-512 BF16 / AMX CPUs it
+    choose per size (`kernels_from_costs`). On AVX2 CPUs the kernel wins from 2 rows; on AVX-512 BF16 / AMX CPUs it
     wins at one row and prepacked oneDNN from ~2-5 rows (the kernel is compute-bound there); in float32 the kernel
     wins where MKL's small-M path is slow."""
     from hf_dynaspec.kernels.verify_rows import packed as packed_weights
     from hf_dynaspec.kernels.verify_rows import patch as verify_rows_patch
 
     if not kernel_applies(target):
-        return NO_ROUTES
+        return NO_KERNELS
     device = target.get_input_embeddings().weight.device
     ids = random_ids(target, target.config.vocab_size, device)
     cache = DynamicCache()
     target(input_ids=ids[:, :CONTEXT], **cache_kwargs(target, cache), use_cache=True)
     sizes = sorted({s for s in MEASURED_SIZES if s <= largest} | {largest})
     everything = (min(sizes), max(sizes))
-    routings = {"kernel": dict(min_rows=everything[0], max_rows=everything[1])}
+    settings = {"kernel": dict(min_rows=everything[0], max_rows=everything[1])}
     if target.dtype == torch.bfloat16 and packed_weights.available():
-        routings["packed"] = dict(min_rows=0, max_rows=0, packed_rows=everything)
+        settings["packed"] = dict(min_rows=0, max_rows=0, packed_rows=everything)
     verify_rows_patch.disable(target)
     seconds = {"native": verify_seconds(target, ids, cache, sizes, device)}
     try:
-        for path, routing in routings.items():
-            verify_rows_patch.enable(target, method="kernel", float32=True, **routing)
+        for path, setting in settings.items():
+            verify_rows_patch.enable(target, method="kernel", float32=True, **setting)
             if not verify_rows_patch.is_enabled(target):
                 break  # the packed copies did not fit: nothing to measure
             seconds[path] = verify_seconds(target, ids, cache, sizes, device)
             verify_rows_patch.disable(target)
     finally:
         verify_rows_patch.disable(target)
-    return routes_from_costs(sizes, seconds)
+    return kernels_from_costs(sizes, seconds)
 
 
-def enable_routes(model, routes: CpuRoutes) -> bool:
-    """Route `model`'s forwards as `routes` says; False (nothing done) for `NO_ROUTES`."""
+def enable_kernels(model, kernels: CpuKernels) -> bool:
+    """Route `model`'s forwards as `kernels` says; False (nothing done) for `NO_KERNELS`."""
     from hf_dynaspec.kernels.verify_rows import patch as verify_rows_patch
 
-    if not routes:
+    if not kernels:
         return False
-    verify_rows_patch.enable(model, min_rows=routes.kernel[0], max_rows=routes.kernel[1], method="kernel",
-                             float32=True, packed_rows=routes.packed)
+    verify_rows_patch.enable(model, min_rows=kernels.kernel[0], max_rows=kernels.kernel[1], method="kernel",
+                             float32=True, packed_rows=kernels.packed)
     return verify_rows_patch.is_enabled(model)
 
 
 def apply_cpu_verify(model, choice: str | None) -> str | None:
-    """Route `model`'s CPU Linear layers as `choice` says ("auto": the routes `fastest_routes` measured fastest;
+    """Route `model`'s CPU Linear layers as `choice` says ("auto": the kernels `fastest_kernels` measured fastest;
     "kernel" / "shadow": the rows kernel or float32 shadows for every multi-row input of a bf16 model; None or
     "off": not at all). Returns what is in use (`verify_rows.patch.describe`), or None."""
     from hf_dynaspec.kernels.verify_rows import patch as verify_rows_patch
@@ -118,7 +118,7 @@ def apply_cpu_verify(model, choice: str | None) -> str | None:
     if choice in (None, "off"):
         return None
     if choice == "auto":
-        enable_routes(model, fastest_routes(model))
+        enable_kernels(model, fastest_kernels(model))
     else:
         verify_rows_patch.enable(model, max_rows=verify_rows_patch.ANY_ROWS, method=choice)
     return verify_rows_patch.describe(model)
@@ -128,13 +128,13 @@ def _usable(stored) -> bool:
     def pair(rows):
         return (isinstance(rows, list) and len(rows) == 2
                 and all(isinstance(n, int) and not isinstance(n, bool) for n in rows)
-                and (rows == list(NO_ROWS) or 1 <= rows[0] <= rows[1] <= LARGEST_ROUTED_ROWS))
+                and (rows == list(NO_ROWS) or 1 <= rows[0] <= rows[1] <= LARGEST_KERNEL_ROWS))
     return (isinstance(stored, dict) and set(stored) == {"kernel", "packed"}
             and pair(stored["kernel"]) and pair(stored["packed"]))
 
 
-def measured_routes(target) -> CpuRoutes:
-    """`fastest_routes(target)`, measured once per target, device, dtype and thread count (cached)."""
+def measured_kernels(target) -> CpuKernels:
+    """`fastest_kernels(target)`, measured once per target, device, dtype and thread count (cached)."""
     key = "cpu_routes:" + store.digest(store.target_parts(target))
     if key in store.MEMORY:
         return store.MEMORY[key]
@@ -143,27 +143,27 @@ def measured_routes(target) -> CpuRoutes:
     entry = stored.get(key)
     usable = _usable(entry)
     if key in stored and not usable:
-        store.logger.warning(f"hf-dynaspec: the CPU routes cached in {path} are unusable ({entry!r}, expected "
+        store.logger.warning(f"hf-dynaspec: the CPU kernels cached in {path} are unusable ({entry!r}, expected "
                              '{"kernel": [lo, hi], "packed": [lo, hi]} with 1 <= lo <= hi <= '
-                             f"{LARGEST_ROUTED_ROWS}, or [0, 0]); measuring them again.")
+                             f"{LARGEST_KERNEL_ROWS}, or [0, 0]); measuring them again.")
     if usable:
-        routes = CpuRoutes(tuple(entry["kernel"]), tuple(entry["packed"]))
+        kernels = CpuKernels(tuple(entry["kernel"]), tuple(entry["packed"]))
     else:
-        routes = fastest_routes(target)
-        stored[key] = {"kernel": list(routes.kernel), "packed": list(routes.packed)}
+        kernels = fastest_kernels(target)
+        stored[key] = {"kernel": list(kernels.kernel), "packed": list(kernels.packed)}
         store.write_store(path, stored)
-    store.MEMORY[key] = routes
-    return routes
+    store.MEMORY[key] = kernels
+    return kernels
 
 
 class FastCPU(contextlib.ContextDecorator):
     """What `fast_cpu(model)` returns: the model routed while it lives; `undo()` or leaving a `with` block puts
     PyTorch's kernels back (prepacked weights stay cached on the model for the next call: `release_packed`).
-    `routes` is what was measured fastest, `NO_ROUTES` where nothing beat PyTorch's default kernels."""
+    `kernels` is what was measured fastest, `NO_KERNELS` where nothing beat PyTorch's default kernels."""
 
-    def __init__(self, model, routes: CpuRoutes):
-        self.model, self.routes = model, routes
-        enable_routes(model, routes)
+    def __init__(self, model, kernels: CpuKernels):
+        self.model, self.kernels = model, kernels
+        enable_kernels(model, kernels)
 
     def release_packed(self) -> int:
         """Undo, and free the prepacked weight copies (they double the memory of the layers they cover)."""
@@ -189,7 +189,7 @@ def fast_cpu(model) -> FastCPU:
     few-token forwards through the rows kernel or prepacked oneDNN weights where those were measured faster than
     PyTorch's default kernels on this machine (measured once, a few seconds, cached), prefills on PyTorch's. For
     bf16 and float32 models on x86-64 CPUs with AVX2/FMA and a C compiler; anything else is left as it is
-    (`routes == NO_ROUTES`). Prepacked weights (AMX / AVX-512 BF16 hosts) are a second copy of the layers they
+    (`kernels == NO_KERNELS`). Prepacked weights (AMX / AVX-512 BF16 hosts) are a second copy of the layers they
     cover, made only while that fits in half the free memory; `handle.release_packed()` frees them.
 
         with hf_dynaspec.fast_cpu(model):
@@ -203,24 +203,24 @@ def fast_cpu(model) -> FastCPU:
     if verify_rows_patch.is_enabled(model):
         raise RuntimeError("this model's Linear layers are already rerouted (fast_cpu or verify_rows.patch.enable): "
                            "undo that first")
-    return FastCPU(model, measured_routes(model) if kernel_applies(model) else NO_ROUTES)
+    return FastCPU(model, measured_kernels(model) if kernel_applies(model) else NO_KERNELS)
 
 
 @contextlib.contextmanager
 def target_verify_kernel(target):
     """For the duration of one assisted generate() call: the target's few-row forwards (verification; one-token
-    steps) on the kernels measured fastest here (`measured_routes`). Nothing happens off bf16/float32 CPU targets,
+    steps) on the kernels measured fastest here (`measured_kernels`). Nothing happens off bf16/float32 CPU targets,
     where the kernel cannot be built, or when the target is already routed (the user's own `fast_cpu` or
     `verify_rows.patch.enable`). Long prefills keep PyTorch's kernels, and the model is restored when the call
-    ends. Yields the routes."""
+    ends. Yields the kernels."""
     from hf_dynaspec.kernels.verify_rows import patch as verify_rows_patch
 
     applies = kernel_applies(target) and not verify_rows_patch.is_enabled(target)
-    routes = measured_routes(target) if applies else NO_ROUTES
-    if not enable_routes(target, routes):
-        yield NO_ROUTES
+    kernels = measured_kernels(target) if applies else NO_KERNELS
+    if not enable_kernels(target, kernels):
+        yield NO_KERNELS
         return
     try:
-        yield routes
+        yield kernels
     finally:
         verify_rows_patch.disable(target)
