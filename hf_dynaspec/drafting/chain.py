@@ -97,10 +97,11 @@ class ChainDraftSession:
             token_id, drawn, is_confident, top = self._choose(scores, context, with_top=rule is not None)
             if token_id is None:  # the drafter is not confident enough at this position
                 break
-            if host_rule and not rule.keep_position(tops + [float(top)]):  # reads the distribution, not the token
+            top = float(top) if host_rule else top  # one read per position, on the CPU form only
+            if host_rule and not rule.keep_position(tops + [top]):  # reads the distribution, not the token
                 self._scored_ids.pop()
                 break
-            tops.append(float(top) if host_rule else top)
+            tops.append(top)
             tokens.append(token_id)
             confident.append(is_confident)
             logits += [] if drawn is None else [drawn]
@@ -115,7 +116,7 @@ class ChainDraftSession:
                   veto: float) -> bool:
         """Does the drafter overrule a lookup draft starting with `lookup_token` (`prompt_lookup_veto`): its own
         most likely first token differs and has a probability above `veto`? Runs the drafter over the verified
-        positions; when it overrules, the next `propose` drafts from that first position. The check reads the
+        positions; when it overrules, the next `draft` continues from that first position. The check reads the
         drafter's argmax, never a sample, so the choice between the two drafts is a fixed function of the context
         and sampling stays exact."""
         self._scored_ids = []

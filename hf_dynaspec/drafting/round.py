@@ -152,16 +152,16 @@ class EagleRound:
         """`draft_plan="fixed"`: a suffix-cache or prompt-lookup draft when there is one (the drafter may veto
         it), else `budget` drafter tokens."""
         found = self.sources.first_found(room, self.options.suffix_cache_num_tokens)
-        source, looked_up = (None, None) if found is None else (found[0], as_ids(found[1], input_ids)[None])
         session, veto = self.session, self.options.prompt_lookup_veto
-        if looked_up is not None and veto < 1.0 and session.overrules(input_ids, target_hidden, int(looked_up[0, 0]), veto):
+        # The veto compares the copy's first token on the host (the copy is host ids): no read of the device.
+        if found is not None and veto < 1.0 and session.overrules(input_ids, target_hidden, found[1][0], veto):
             self.stats.lookup_vetoes += 1
-            looked_up = None
-        if looked_up is not None:
-            draft = session.lookup_draft(input_ids, target_hidden, looked_up)
+            found = None
+        if found is not None:
+            draft = session.lookup_draft(input_ids, target_hidden, as_ids(found[1], input_ids)[None])
         else:
             draft = session.draft(input_ids, target_hidden, budget)
-        self.plan = RoundPlan(source if draft.looked_up else "drafter", draft.token_ids.shape[1])
+        self.plan = RoundPlan(found[0] if draft.looked_up else "drafter", draft.token_ids.shape[1])
         return draft
 
     def _planned_draft(self, input_ids, target_hidden, room: int) -> Draft:
