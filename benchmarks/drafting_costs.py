@@ -29,8 +29,7 @@ from hf_dynaspec.bench.methods import parse_method, shortlist_overrides
 from hf_dynaspec.bench.results_table import append_records, make_record
 from hf_dynaspec.bench.runner import load_assistant, load_target
 from hf_dynaspec.bench.timer import interleaved_medians
-from hf_dynaspec.drafting.chain import ChainDraftSession
-from hf_dynaspec.drafting.kv_cache import DraftKVCache
+from hf_dynaspec.drafting.chain import ChainDraftSession, DraftKVCache
 from hf_dynaspec.drafting.runtime import runtime_head
 from hf_dynaspec.kernels.verify_rows import patch as cpu_verify
 from hf_dynaspec.modeling.drafter import causal_mask

@@ -15,8 +15,7 @@ import json
 from pathlib import Path
 
 from hf_dynaspec.bench.plan_simulation import MAX_DRAFT, Replay, auto_rate, fixed_rates, records_of
-from hf_dynaspec.drafting.planning.core import PlannerMemory, RoundPlan, TreeShape, best_length
-from hf_dynaspec.drafting.planning.costs import RoundCosts
+from hf_dynaspec.drafting.planning.core import PlannerMemory, RoundCosts, RoundPlan, TreeShape, best_length
 from hf_dynaspec.drafting.planning.planner import SpeculationPlanner
 from hf_dynaspec.modeling.acceptance_prior import prior_for
 

@@ -23,8 +23,8 @@ import torch
 from hf_dynaspec.bench.prompts import encode_prompts, load_prompts
 from hf_dynaspec.bench.results_table import host_description
 from hf_dynaspec.bench.runner import load_assistant, load_target
-from hf_dynaspec.drafting.cluster_rows import ClusterRowTable
 from hf_dynaspec.drafting.device_paths import accelerator_paths_on_cpu
+from hf_dynaspec.drafting.selector import ClusterRowTable
 from recipes.data_paths import shared_data_dir
 
 

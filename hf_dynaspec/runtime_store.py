@@ -1,7 +1,7 @@
 """The one place where every drafter kind keeps what it needs at run time that its artifact does not hold.
 
 A `DynaSpecAssistant` keeps its built shortlist head, the planner's acceptance tables and the suffix cache;
-`MedusaAssistant` heads (and any lattice source) the `medusa_draft="auto"` planner's tables and the shortlist rows
+`MedusaAssistant` heads (and any lattice source) the `draft_plan="auto"` planner's tables and the shortlist rows
 gathered from their projection. All of it lives in one `RuntimeState` per drafter, in a weak mapping from the
 drafter (`runtime_of`): nothing is written onto the `PreTrainedModel`, so copying, saving or pickling a drafter
 never carries run-time state, and the state goes away with the drafter (tests/test_options.py checks that a

@@ -32,7 +32,7 @@ import torch
 from tqdm.auto import tqdm
 
 from hf_dynaspec import DynaSpecAssistant
-from hf_dynaspec.drafting.cluster_rows import row_places
+from hf_dynaspec.drafting.selector import row_places
 from hf_dynaspec.loading import load_target
 from hf_dynaspec.modeling.shortlist import ClusterRouter, balanced_cluster_size, cluster_vocabulary, ranking_from_counts
 from hf_dynaspec.modeling.shortlist.frequency import count_tokens

@@ -9,7 +9,7 @@ teacher is the target's own next-token distribution at position t + k + 1 (the s
 scored through the target's LM head over the sampled rows (the teacher's top-k plus random rows), the
 Medusa-1 loss with weight `decay^k` per head. Only positions whose teacher token is a response token count.
 `--frequency-list-size S` stores the S most frequent response tokens of the features with the heads (their
-FR-Spec shortlist, `medusa_shortlist=True`). Checkpoints (`checkpoint/`: accelerate state and the step) are
+FR-Spec shortlist, `shortlist="frspec"`). Checkpoints (`checkpoint/`: accelerate state and the step) are
 written every `--checkpoint-every` steps; a run started again with the same --out resumes from the last one.
 
 Legend: K heads, N positions, D target hidden, V vocabulary.

@@ -32,11 +32,11 @@ from transformers.cache_utils import DynamicCache
 
 import hf_dynaspec.generation.tree_verify as tree_verify
 import hf_dynaspec.sampling as sampling
+from hf_dynaspec.drafting.contract import DraftTree
 from hf_dynaspec.drafting.runtime import runtime_head
 from hf_dynaspec.drafting.tree import TreeDraftSession
-from hf_dynaspec.drafting.tree_structure import DraftTree
 from hf_dynaspec.generation.candidate_generator import make_candidate_generator
-from hf_dynaspec.generation.forward_args import cache_kwargs
+from hf_dynaspec.generation.tree_verify import cache_kwargs
 
 
 class _Chooser:

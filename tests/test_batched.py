@@ -109,8 +109,9 @@ def test_medusa_rows_equal_their_own_plain_greedy_output(medusa_pair, draft):
     prompts = mixed_prompts(8, seed=11)
     ids, mask = left_padded(prompts)
     out = target.generate(input_ids=ids, attention_mask=mask, custom_generate=medusa_route.medusa_generate,
-                          drafter=heads, max_new_tokens=24, do_sample=False, pad_token_id=0, medusa_draft=draft,
-                          medusa_tree_total_tokens=6, medusa_prompt_lookup_num_tokens=4 if draft == "auto" else None)
+                          drafter=heads, max_new_tokens=24, do_sample=False, pad_token_id=0, tree_total_tokens=6,
+                          **(dict(draft_plan="auto", prompt_lookup_num_tokens=4) if draft == "auto"
+                             else dict(lattice_draft=draft)))
     assert_rows_exact(target, prompts, out, ids.shape[1], 24)
 
 
@@ -171,8 +172,8 @@ def test_sampled_batches_are_exact_per_row(monkeypatch):
     first_joint, second_joint = target_joint(oracle, PROMPT, 2), target_joint(oracle, second, 2)
     expected = {(a, b): p * q for a, p in first_joint.items() for b, q in second_joint.items()}
     for drafts in (dict(custom_generate=chain_generate, drafter=assistant),
-                   dict(custom_generate=medusa_route.medusa_generate, drafter=heads, medusa_draft="tree",
-                        medusa_tree_total_tokens=3)):
+                   dict(custom_generate=medusa_route.medusa_generate, drafter=heads, lattice_draft="tree",
+                        tree_total_tokens=3)):
         def call(drafts=drafts):
             out = target.generate(input_ids=ids, attention_mask=mask, max_new_tokens=2, do_sample=True,
                                   temperature=0.7, top_k=0, pad_token_id=0, **drafts)
@@ -233,8 +234,7 @@ def test_batched_verify_logits_equal_each_rows_own_forward():
 def test_a_rows_plan_is_priced_as_its_share_of_the_batch():
     """A machine where verifying up to 8 tokens costs one step and each token past 8 costs 30% more: one row
     drafts its whole chain, while in a batch of 8 rows (8 x n tokens per forward) each row drafts less."""
-    from hf_dynaspec.drafting.planning.core import PlannerMemory, RoundPlan
-    from hf_dynaspec.drafting.planning.costs import RoundCosts
+    from hf_dynaspec.drafting.planning.core import PlannerMemory, RoundCosts, RoundPlan
     from hf_dynaspec.drafting.planning.planner import BatchShare, SpeculationPlanner, share_costs
 
     table = [0.0] + [1.0 if n <= 8 else 1.0 + 0.3 * (n - 8) for n in range(1, 80)]
@@ -337,7 +337,7 @@ def test_processors_see_rows_as_plain_batched_generate_does(eagle_pair, monkeypa
 def test_each_rows_tree_is_read_through_its_own_ancestors():
     """Trees that branch below the root (depth >= 2): each row's nodes see the cache slots of their row and their
     own ancestors, never a sibling or a cousin (a causal mask over the flattened tree would let them)."""
-    from hf_dynaspec.drafting.tree_structure import DraftTree
+    from hf_dynaspec.drafting.contract import DraftTree
     from hf_dynaspec.generation.batched_loop import _Row, _verify
     from hf_dynaspec.generation.static_round import TargetSlots
 

@@ -87,7 +87,7 @@ def test_the_one_launch_kernel_traces_as_one_call_in_the_compiled_draft(monkeypa
     interpreter) inside the compiled draft: fullgraph, one compilation over three rounds, and the tokens of the
     step-by-step draft through the torch reference head."""
     pytest.importorskip("triton")
-    import hf_dynaspec.drafting.cluster_rows as cluster_rows
+    import hf_dynaspec.drafting.selector as cluster_rows
     from hf_dynaspec.kernels.shortlist_head import dispatch
 
     torch._dynamo.reset()

@@ -42,7 +42,7 @@ def test_greedy_diffusion_drafting_is_identical(draft):
         prompt = torch.randint(0, VOCAB, (1, 6), generator=torch.Generator().manual_seed(seed))
         expected = plain_generate(target, prompt, max_new_tokens=30, do_sample=False)
         got = target.generate(prompt, custom_generate=lattice_generate, drafter=drafter, max_new_tokens=30,
-                              do_sample=False, medusa_draft=draft)
+                              do_sample=False, lattice_draft=draft)
         assert torch.equal(got, expected)
     assert drafter.stats.passes_by_source.get("diffusion", 0) > 0
 
@@ -54,8 +54,8 @@ def test_sampled_diffusion_drafting_is_exact():
 
     def call():
         out = target.generate(prompt, custom_generate=lattice_generate, drafter=drafter, max_new_tokens=4,
-                              do_sample=True, temperature=0.7, top_k=0, medusa_draft="tree",
-                              medusa_tree_total_tokens=5)
+                              do_sample=True, temperature=0.7, top_k=0, lattice_draft="tree",
+                              tree_total_tokens=5)
         return tuple(out[0, len(PROMPT):].tolist())
 
     paths = enumerate_paths(call, max_paths=4 * SMALL_VOCAB**4)

@@ -17,8 +17,7 @@ from test_enumeration import PROMPT, TOLERANCE, VOCAB, processors
 from test_planner import flat_costs, linear_costs
 
 from hf_dynaspec import DynaSpecAssistant, chain_generate, tree_generate
-from hf_dynaspec.drafting.planning.core import DRAFTER
-from hf_dynaspec.drafting.planning.costs import RoundCosts
+from hf_dynaspec.drafting.planning.core import DRAFTER, RoundCosts
 from hf_dynaspec.drafting.runtime import planner_memory
 
 

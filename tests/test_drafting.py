@@ -14,8 +14,7 @@ from conftest import (
     tiny_target,
 )
 
-from hf_dynaspec.drafting.chain import ChainDraftSession
-from hf_dynaspec.drafting.kv_cache import DraftKVCache
+from hf_dynaspec.drafting.chain import ChainDraftSession, DraftKVCache
 from hf_dynaspec.drafting.runtime import runtime_head
 from hf_dynaspec.modeling.drafter import causal_mask
 

@@ -18,8 +18,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from hf_dynaspec import DynaSpecAssistant
 from hf_dynaspec.drafting.chain import ChainDraftSession
-from hf_dynaspec.drafting.planning.core import PlannerMemory
-from hf_dynaspec.drafting.planning.costs import RoundCosts
+from hf_dynaspec.drafting.planning.core import PlannerMemory, RoundCosts
 from hf_dynaspec.drafting.planning.planner import SpeculationPlanner
 from hf_dynaspec.drafting.runtime import runtime_head
 from hf_dynaspec.drafting.tree import TreeDraftSession
@@ -495,8 +494,7 @@ def test_a_batched_round_reads_the_device_twice_whatever_its_rows():
     (not a read per row, as a loop over `accept_path` and the single-row commit would make)."""
     from transformers.generation.stopping_criteria import MaxLengthCriteria, StoppingCriteriaList
 
-    from hf_dynaspec.drafting.contract import chain_tree
-    from hf_dynaspec.drafting.tree_structure import DraftTree
+    from hf_dynaspec.drafting.contract import DraftTree, chain_tree
     from hf_dynaspec.generation.batched_loop import _accepted_paths, _Row, _stop_flags
 
     with FakeCuda() as cuda:

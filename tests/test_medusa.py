@@ -12,6 +12,7 @@ every draft kind, published layouts loaded as published, heads trained by the re
 from __future__ import annotations
 
 import json
+import warnings
 
 import pytest
 import torch
@@ -25,18 +26,18 @@ from test_enumeration import VOCAB as SMALL_VOCAB
 from hf_dynaspec import ArtifactError
 from hf_dynaspec.generation.medusa import medusa_generate
 from hf_dynaspec.modeling.medusa import MedusaAssistant
-from hf_dynaspec.modeling.medusa_options import MedusaGenerationConfig
+from hf_dynaspec.modeling.medusa_options import MedusaGenerationConfig, MedusaOptions
 from recipes.train_medusa import medusa_loss
 from recipes.training_data import Sequence
 
 DRAFTS = [
-    dict(medusa_draft="chain"),
-    dict(medusa_draft="cps", medusa_cps_lambda=0.5),
-    dict(medusa_draft="tree", medusa_tree_total_tokens=8, medusa_cps_lambda=1.0),
-    dict(medusa_draft="tree", medusa_tree_total_tokens=8, medusa_cps_lambda=0.6),
-    dict(medusa_draft="choices", medusa_choices=[(0,), (1,), (0, 0), (0, 1), (1, 0), (0, 0, 0), (0, 0, 0, 0)]),
-    dict(medusa_draft="chain", medusa_adaptive_length=True),
-    dict(medusa_draft="tree", medusa_tree_total_tokens=6, medusa_shortlist=True),
+    dict(lattice_draft="chain"),
+    dict(lattice_draft="cps", cps_lambda=0.5),
+    dict(lattice_draft="tree", tree_total_tokens=8, cps_lambda=1.0),
+    dict(lattice_draft="tree", tree_total_tokens=8, cps_lambda=0.6),
+    dict(lattice_draft="choices", medusa_choices=[(0,), (1,), (0, 0), (0, 1), (1, 0), (0, 0, 0), (0, 0, 0, 0)]),
+    dict(lattice_draft="chain", draft_plan="adl"),
+    dict(lattice_draft="tree", tree_total_tokens=6, shortlist="frspec"),
 ]
 DRAFT_IDS = ["chain", "cps", "tree", "tree-cps", "choices", "chain-adl", "tree-shortlist"]
 
@@ -118,7 +119,7 @@ def test_trained_heads_are_accepted_more_than_untrained_ones(medusa_pair):
         prompt = torch.randint(0, VOCAB, (1, 6), generator=generator)
         for name, candidate in (("untrained", untrained), ("trained", heads)):
             target.generate(prompt, custom_generate=medusa_generate, drafter=candidate, max_new_tokens=40,
-                            do_sample=False, medusa_draft="chain")
+                            do_sample=False, lattice_draft="chain")
             taus[name].append(candidate.stats.tau)
     assert sum(taus["trained"]) / 3 > sum(taus["untrained"]) / 3 + 0.2, taus
 
@@ -262,7 +263,7 @@ def test_vllm_layout_loads_as_published_and_decodes_exactly(tmp_path, variant):
     expected = plain_generate(target, prompt, max_new_tokens=30, do_sample=False)
     for draft in ("chain", "tree"):
         got = target.generate(prompt, custom_generate=medusa_generate, drafter=heads, max_new_tokens=30,
-                              do_sample=False, medusa_draft=draft)
+                              do_sample=False, lattice_draft=draft)
         assert torch.equal(got, expected), draft
 
 
@@ -306,7 +307,7 @@ def test_saved_heads_draft_as_their_saved_options_say(tmp_path, medusa_pair, mon
     assert (seen[-1].draft, seen[-1].num_assistant_tokens, seen[-1].adaptive_length, seen[-1].shortlist,
             seen[-1].tree_total_tokens, seen[-1].cps_lambda) == ("chain", 2, True, True, 6, 0.7)
     got = target.generate(prompt, custom_generate=medusa_generate, drafter=loaded, max_new_tokens=16,
-                          do_sample=False, medusa_draft="tree", medusa_adaptive_length=False)
+                          do_sample=False, lattice_draft="tree", draft_plan="fixed")
     assert torch.equal(got, expected)
     assert (seen[-1].draft, seen[-1].adaptive_length) == ("tree", False)
     assert loaded.generation_config.lattice_draft == "chain"  # a per-call value changes that call only
@@ -329,7 +330,7 @@ def test_a_call_leaves_the_heads_as_it_found_them(medusa_pair):
     before = {name: id(value) for name, value in heads.__dict__.items()}
     prompt = torch.randint(0, VOCAB, (1, 8), generator=torch.Generator().manual_seed(5))
     got = target.generate(prompt, custom_generate=medusa_generate, drafter=heads, max_new_tokens=16, do_sample=False,
-                          draft_plan="auto", medusa_shortlist=True, medusa_prompt_lookup_num_tokens=4)
+                          draft_plan="auto", shortlist="frspec", prompt_lookup_num_tokens=4)
     assert torch.equal(got, plain_generate(target, prompt, max_new_tokens=16))
     after = {name: id(value) for name, value in heads.__dict__.items()}
     assert after == before, {name for name in before.keys() | after.keys() if before.get(name) != after.get(name)}
@@ -365,15 +366,15 @@ def test_heads_for_another_target_and_bad_options_are_refused(medusa_pair):
     with pytest.raises(AssistantMismatchError, match="vocabulary"):
         MedusaAssistant.from_target(target, num_heads=2).attach(other)
     prompt = torch.tensor([[1, 2, 3]])
-    with pytest.raises(ValueError, match="medusa_draft .*must be one of"):
-        target.generate(prompt, custom_generate=medusa_generate, drafter=heads, medusa_draft="beam")
+    with pytest.raises(ValueError, match="lattice_draft .*must be one of"):
+        target.generate(prompt, custom_generate=medusa_generate, drafter=heads, lattice_draft="beam")
     with pytest.raises(ValueError, match="draft_plan .*must be one of"):
         target.generate(prompt, custom_generate=medusa_generate, drafter=heads, draft_plan="planned")
-    with pytest.raises(ValueError, match="medusa_beam_width"):
-        target.generate(prompt, custom_generate=medusa_generate, drafter=heads, medusa_beam_width=3)
+    with pytest.raises(ValueError, match="beam_width"):
+        target.generate(prompt, custom_generate=medusa_generate, drafter=heads, beam_width=3)
     plain = MedusaAssistant.from_target(target, num_heads=2)
     with pytest.raises(ValueError, match="store no shortlist"):
-        target.generate(prompt, custom_generate=medusa_generate, drafter=plain, medusa_shortlist=True)
+        target.generate(prompt, custom_generate=medusa_generate, drafter=plain, shortlist="frspec")
 
 
 def test_medusa_bench_methods_parse_and_are_measured_exact(medusa_pair):
@@ -385,11 +386,11 @@ def test_medusa_bench_methods_parse_and_are_measured_exact(medusa_pair):
     kwargs = {m.key: {k: v for k, v in m.generate_kwargs.items() if k not in ("custom_generate", "drafter")}
               for m in methods[1:]}
     assert kwargs == {
-        "medusa": {"medusa_draft": "chain"},
-        "medusa:2+adl": {"medusa_draft": "chain", "medusa_tokens": 2, "medusa_adaptive_length": True},
-        "medusa+cps:0.3": {"medusa_draft": "cps", "medusa_cps_lambda": 0.3},
-        "medusa-tree:6+cps+shortlist": {"medusa_draft": "tree", "medusa_cps_lambda": 0.5,
-                                        "medusa_tree_total_tokens": 6, "medusa_shortlist": True},
+        "medusa": {"lattice_draft": "chain"},
+        "medusa:2+adl": {"lattice_draft": "chain", "num_assistant_tokens": 2, "draft_plan": "adl"},
+        "medusa+cps:0.3": {"lattice_draft": "cps", "cps_lambda": 0.3},
+        "medusa-tree:6+cps+shortlist": {"lattice_draft": "tree", "cps_lambda": 0.5,
+                                        "tree_total_tokens": 6, "shortlist": "frspec"},
     }
     for bad in ("medusa+lookup", "medusa+cps:1.5", "medusa:0"):
         with pytest.raises(ValueError, match="medusa|positive"):
@@ -427,19 +428,36 @@ def test_the_recipes_pairs_give_head_k_the_token_k_plus_two_ahead():
     assert ids.tolist() == [5, 7]
 
 
-def test_a_calls_plan_overrides_the_configured_adl_and_auto_with_adl_is_refused_once():
-    """The plan a call resolves to, from the heads' config and the call's arguments in every spelling: a configured
-    ADL stays unless the call picks another plan (or turns ADL off); `auto` with ADL is refused by the one check
-    (MedusaOptions.validate), whichever spellings ask for them."""
+def test_a_calls_plan_overrides_the_configured_adl_and_old_spellings_warn_once(monkeypatch):
+    """The plan a call resolves to, from the heads' config and the call's arguments: a configured ADL stays unless
+    the call picks another plan. The early spellings still resolve (through the one deprecation table) with one
+    FutureWarning per spelling and process, and two spellings asking one option for different values are refused."""
+    from hf_dynaspec.modeling import medusa_options
+
     adl = MedusaGenerationConfig(draft_plan="adl", lattice_draft="chain")
     assert adl.lattice_options().adaptive_length
+    assert adl.lattice_options(tree_top_k=2).adaptive_length
     assert not adl.lattice_options(draft_plan="fixed").adaptive_length
-    assert not adl.lattice_options(medusa_adaptive_length=False).adaptive_length
-    planned = adl.lattice_options(medusa_draft="auto")
+    planned = adl.lattice_options(draft_plan="auto")
     assert planned.draft == "auto" and not planned.adaptive_length
+    monkeypatch.setattr(medusa_options, "_warned", set())
+    with pytest.warns(FutureWarning, match="'medusa_adaptive_length' is now the option 'draft_plan'"):
+        assert not adl.lattice_options(medusa_adaptive_length=False).adaptive_length
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the second use of a spelling says nothing
+        assert adl.lattice_options(medusa_adaptive_length=True).adaptive_length
+    with pytest.warns(FutureWarning, match="medusa_draft"):
+        assert adl.lattice_options(medusa_draft="auto").draft == "auto"
+    with pytest.warns(FutureWarning):
+        old = MedusaGenerationConfig().lattice_options(medusa_draft="cps", medusa_tokens=2, medusa_shortlist=True,
+                                                       medusa_cps_lambda=0.3)
+    new = MedusaGenerationConfig().lattice_options(lattice_draft="cps", num_assistant_tokens=2, shortlist="frspec",
+                                                   cps_lambda=0.3)
+    assert old == new and new.shortlist and new.draft == "cps" and new.num_assistant_tokens == 2
     for spelling in ({"draft_plan": "auto", "medusa_adaptive_length": True},
-                     {"medusa_draft": "auto", "medusa_adaptive_length": True}):
-        with pytest.raises(ValueError, match="drop adaptive_length"):
+                     {"medusa_draft": "auto", "medusa_adaptive_length": True},
+                     {"draft_plan": "fixed", "medusa_adaptive_length": True}):
+        with pytest.raises(ValueError, match="sets draft_plan twice.*pass one"):
             MedusaGenerationConfig().lattice_options(**spelling)
-    with pytest.raises(ValueError, match="pass one"):
-        MedusaGenerationConfig().lattice_options(draft_plan="fixed", medusa_adaptive_length=True)
+    with pytest.raises(ValueError, match="drop adaptive_length"):
+        MedusaOptions(draft="auto", adaptive_length=True).validate()

@@ -1,4 +1,4 @@
-"""`medusa_draft="auto"`: lattice rounds planned from measured costs (hf_dynaspec.drafting.planning.lattice_planner).
+"""`draft_plan="auto"`: lattice rounds planned from measured costs (hf_dynaspec.drafting.planning.lattice_planner).
 
 - the planner's decisions: a lattice that does not pay is not even scored, confidences cut the chain, a learnt
   lookup wins, a tree wins where its depth table says so, probes alternate chain and tree, and only reached
@@ -24,8 +24,7 @@ from test_medusa import trained_heads
 import hf_dynaspec.generation.medusa as medusa_route
 from hf_dynaspec.bench import build_methods
 from hf_dynaspec.drafting.medusa import LatticeRound, MedusaOptions
-from hf_dynaspec.drafting.planning.core import PROBE_FIRST, LookupCandidate, RoundPlan, TreeShape
-from hf_dynaspec.drafting.planning.costs import LatticeCosts
+from hf_dynaspec.drafting.planning.core import PROBE_FIRST, LatticeCosts, LookupCandidate, RoundPlan, TreeShape
 from hf_dynaspec.drafting.planning.lattice_planner import LatticePlanner, lattice_memory
 from hf_dynaspec.generation.costs import lattice_costs, store
 from hf_dynaspec.modeling.medusa import MedusaAssistant
@@ -165,12 +164,12 @@ def test_greedy_auto_is_identical_and_drafts_what_was_planned(medusa_pair, costs
     monkeypatch.setattr(medusa_route, "LatticeRound", RecordingDrafts)
     forget_learnt_state(heads)
     RecordingDrafts.kinds = []
-    for seed, extra in enumerate([{}, dict(medusa_prompt_lookup_num_tokens=6), dict(medusa_shortlist=True)]):
+    for seed, extra in enumerate([{}, dict(prompt_lookup_num_tokens=6), dict(shortlist="frspec")]):
         prompt = torch.randint(0, VOCAB, (1, 6), generator=torch.Generator().manual_seed(100 + seed))
         prompt = torch.cat([prompt, prompt], dim=1)  # a repeat: prompt lookup finds matches
         expected = plain_generate(target, prompt, max_new_tokens=40, do_sample=False)
         got = target.generate(prompt, custom_generate=medusa_generate_auto(), drafter=heads, max_new_tokens=40,
-                              do_sample=False, medusa_draft="auto", medusa_tree_total_tokens=8, **extra)
+                              do_sample=False, draft_plan="auto", tree_total_tokens=8, **extra)
         assert torch.equal(got, expected), extra
     kinds = set(RecordingDrafts.kinds)
     if costs == "flat":
@@ -200,8 +199,8 @@ def test_sampled_auto_is_exact(costs, monkeypatch):
     def call():
         forget_learnt_state(heads)
         out = target.generate(prompt, custom_generate=medusa_route.medusa_generate, drafter=heads, max_new_tokens=4,
-                              do_sample=True, temperature=0.7, top_k=0, medusa_draft="auto",
-                              medusa_tree_total_tokens=4, medusa_prompt_lookup_num_tokens=3)
+                              do_sample=True, temperature=0.7, top_k=0, draft_plan="auto",
+                              tree_total_tokens=4, prompt_lookup_num_tokens=3)
         return tuple(out[0, len(PROMPT):].tolist())
 
     paths = enumerate_paths(call, max_paths=4 * SMALL_VOCAB**4)
@@ -213,16 +212,16 @@ def test_sampled_auto_is_exact(costs, monkeypatch):
 def test_auto_refuses_adl_and_bench_methods_parse(medusa_pair):
     target, heads = medusa_pair
     prompt = torch.tensor([[1, 2, 3]])
-    with pytest.raises(ValueError, match="drop adaptive_length"):
+    with pytest.raises(ValueError, match="sets draft_plan twice"), pytest.warns(FutureWarning):
         target.generate(prompt, custom_generate=medusa_route.medusa_generate, drafter=heads, max_new_tokens=4,
-                        medusa_draft="auto", medusa_adaptive_length=True)
+                        draft_plan="auto", medusa_adaptive_length=True)
     with pytest.raises(ValueError, match="only it does"):
         LatticeRound(heads, MedusaOptions(draft="auto"), DraftStats(), VOCAB)
     methods = build_methods(["medusa-auto:12+lookup:5+shortlist"], medusa_heads=heads)
     assert methods[0].generate_kwargs == {
-        "custom_generate": medusa_route.medusa_generate, "drafter": heads, "medusa_draft": "auto",
-        "medusa_cps_lambda": 1.0, "medusa_tree_total_tokens": 12, "medusa_prompt_lookup_num_tokens": 5,
-        "medusa_shortlist": True}
+        "custom_generate": medusa_route.medusa_generate, "drafter": heads, "draft_plan": "auto",
+        "cps_lambda": 1.0, "tree_total_tokens": 12, "prompt_lookup_num_tokens": 5,
+        "shortlist": "frspec"}
     with pytest.raises(ValueError, match="medusa-auto"):
         build_methods(["medusa-auto+adl"], medusa_heads=heads)
     with pytest.raises(ValueError, match="medusa-auto"):
@@ -321,6 +320,6 @@ def test_a_lookup_drafted_short_learns_the_position_past_it(medusa_pair, monkeyp
     prompt = torch.cat([pattern, pattern, pattern, pattern[:3]])[None]
     expected = plain_generate(target, prompt, max_new_tokens=50, do_sample=False)
     got = target.generate(prompt, custom_generate=medusa_route.medusa_generate, drafter=heads, max_new_tokens=50,
-                          do_sample=False, medusa_draft="auto", medusa_prompt_lookup_num_tokens=5)
+                          do_sample=False, draft_plan="auto", prompt_lookup_num_tokens=5)
     assert torch.equal(got, expected)
     assert learnt == checked and True in learnt and False in learnt, (learnt, checked)

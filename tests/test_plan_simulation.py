@@ -16,8 +16,7 @@ from pathlib import Path
 import pytest
 
 from hf_dynaspec.bench.plan_simulation import MAX_DRAFT, Replay, auto_rate, fixed_rates, records_of
-from hf_dynaspec.drafting.planning.core import PROBE_FIRST, PlannerMemory, TreeShape
-from hf_dynaspec.drafting.planning.costs import LatticeCosts, RoundCosts
+from hf_dynaspec.drafting.planning.core import PROBE_FIRST, LatticeCosts, PlannerMemory, RoundCosts, TreeShape
 from hf_dynaspec.drafting.planning.lattice_planner import LatticePlanner, lattice_memory
 from hf_dynaspec.drafting.planning.planner import SpeculationPlanner
 from hf_dynaspec.modeling.acceptance_prior import prior_for

@@ -23,7 +23,7 @@ from hf_dynaspec.drafting import lookup as lookup_module
 from hf_dynaspec.drafting.chain import ChainDraftSession
 from hf_dynaspec.drafting.device_paths import accelerator_paths_on_cpu
 from hf_dynaspec.drafting.lookup import SuffixCache
-from hf_dynaspec.drafting.planning.costs import RoundCosts
+from hf_dynaspec.drafting.planning.core import RoundCosts
 from hf_dynaspec.drafting.planning.planner import SpeculationPlanner
 from hf_dynaspec.drafting.runtime import planner_memory, runtime_head
 from hf_dynaspec.generation import candidate_generator as cg

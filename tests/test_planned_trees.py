@@ -18,12 +18,11 @@ from test_enumeration import PROMPT, TOLERANCE, VOCAB, processors
 from test_planned_rounds import repeating_prompt
 
 from hf_dynaspec import tree_generate
+from hf_dynaspec.drafting.contract import DraftTree
 from hf_dynaspec.drafting.lookup import SuffixCache
-from hf_dynaspec.drafting.planning.core import DRAFTER, PROBE_FIRST, PlannerMemory, RoundPlan, TreeShape
-from hf_dynaspec.drafting.planning.costs import RoundCosts
+from hf_dynaspec.drafting.planning.core import DRAFTER, PROBE_FIRST, PlannerMemory, RoundCosts, RoundPlan, TreeShape
 from hf_dynaspec.drafting.planning.planner import SpeculationPlanner
 from hf_dynaspec.drafting.tree import TreeDraftSession
-from hf_dynaspec.drafting.tree_structure import DraftTree
 from hf_dynaspec.generation import rounds as cg
 
 SHAPE = TreeShape(top_k=3, max_depth=4, total_tokens=10)

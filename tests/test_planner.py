@@ -15,8 +15,7 @@ from test_enumeration import PROMPT, TOLERANCE, VOCAB, processors
 from hf_dynaspec import chain_generate, tree_generate
 from hf_dynaspec.drafting.chain import ChainDraftSession
 from hf_dynaspec.drafting.device_paths import accelerator_paths_on_cpu
-from hf_dynaspec.drafting.planning.core import LookupCandidate, PlannerMemory, RoundPlan
-from hf_dynaspec.drafting.planning.costs import RoundCosts
+from hf_dynaspec.drafting.planning.core import LookupCandidate, PlannerMemory, RoundCosts, RoundPlan
 from hf_dynaspec.drafting.planning.planner import SpeculationPlanner
 from hf_dynaspec.generation.costs import round_costs as calibration
 from hf_dynaspec.generation.costs import store, timing

@@ -17,8 +17,7 @@ from test_enumeration import TOLERANCE
 from test_planner import AUTO, linear_costs, planned_round_error
 
 from hf_dynaspec.drafting.planning import core as planning_core
-from hf_dynaspec.drafting.planning.core import DRAFTER, PROBE_FIRST, PROBE_LONGEST, PlannerMemory, RoundPlan
-from hf_dynaspec.drafting.planning.costs import RoundCosts
+from hf_dynaspec.drafting.planning.core import DRAFTER, PROBE_FIRST, PROBE_LONGEST, PlannerMemory, RoundCosts, RoundPlan
 from hf_dynaspec.drafting.planning.planner import SpeculationPlanner
 
 

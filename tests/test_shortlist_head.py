@@ -7,8 +7,7 @@ import pathlib
 import pytest
 import torch
 
-from hf_dynaspec.kernels.shortlist_head.cpu import shortlist_head_blocks
-from hf_dynaspec.kernels.shortlist_head.reference import shortlist_head_reference
+from hf_dynaspec.kernels.shortlist_head.torch_paths import shortlist_head_blocks, shortlist_head_reference
 
 TOLERANCE = {torch.float32: dict(rtol=1e-5, atol=1e-5), torch.bfloat16: dict(rtol=2e-2, atol=2e-2)}
 
@@ -87,7 +86,7 @@ def test_every_backend_returns_one_type_with_the_reductions():
 def test_bf16_head_kernel_and_blas_blocks_agree_with_a_float32_product(batch, monkeypatch):
     """The C kernel (bf16, <= 8 rows) accumulates in float32 without rounding: it must match a float32 product of
     the same bf16 values closely; 9 rows and a machine without the kernel take the BLAS blocks (bf16 rounding)."""
-    from hf_dynaspec.kernels.shortlist_head import cpu
+    from hf_dynaspec.kernels.shortlist_head import torch_paths
     from hf_dynaspec.kernels.verify_rows import loader
 
     vocab, hidden_size = 3001, 136  # hidden not a multiple of 8: the kernel's scalar tail runs
@@ -99,7 +98,7 @@ def test_bf16_head_kernel_and_blas_blocks_agree_with_a_float32_product(batch, mo
     expected = torch.cat([hidden.float() @ weight[a:b].float().T for a, b in zip(starts, ends)], dim=1)
     scores, ids = shortlist_head_blocks(hidden, weight, starts, ends, token_order)
     assert torch.equal(ids, torch.cat([token_order[a:b] for a, b in zip(starts, ends)]))
-    tight = loader.available() and batch <= cpu.KERNEL_MAX_ROWS
+    tight = loader.available() and batch <= torch_paths.KERNEL_MAX_ROWS
     torch.testing.assert_close(scores, expected, **(dict(rtol=1e-5, atol=1e-4) if tight else TOLERANCE[torch.bfloat16]))
     monkeypatch.setattr(loader, "available", lambda: False)
     blas, _ = shortlist_head_blocks(hidden, weight, starts, ends, token_order)
@@ -121,7 +120,7 @@ def test_blocks_kernel_refuses_blocks_outside_the_weight():
 def test_the_reference_scores_padding_columns_minus_infinity():
     """Row id -1 is a padding column (the kernel's and the operator's contract, for shapes padded to a bucket):
     it must score -inf, so it is never the argmax nor counted in the log-sum-exp."""
-    from hf_dynaspec.kernels.shortlist_head.reference import indexed_head_reference
+    from hf_dynaspec.kernels.shortlist_head.torch_paths import indexed_head_reference
 
     generator = torch.Generator().manual_seed(3)
     weight = torch.randn(50, 8, generator=generator)

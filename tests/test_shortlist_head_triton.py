@@ -17,7 +17,7 @@ import torch
 pytest.importorskip("triton", reason="install the 'triton' extra to test the kernel")
 
 from hf_dynaspec.kernels.shortlist_head import triton_kernel  # noqa: E402
-from hf_dynaspec.kernels.shortlist_head.reference import indexed_head_reference, ranked_row_ids  # noqa: E402
+from hf_dynaspec.kernels.shortlist_head.torch_paths import indexed_head_reference, ranked_row_ids  # noqa: E402
 from hf_dynaspec.kernels.shortlist_head.triton_kernel import (  # noqa: E402
     indexed_head_triton,
     launch_constants,
@@ -207,7 +207,7 @@ def test_the_ranked_operator_matches_the_reference_and_its_fake():
     """`torch.ops.hf_dynaspec.ranked_head` (what a DynaSpec step calls on CUDA): the reference's ids, scores and
     reductions; its fake implementation's shapes agree (how torch.compile and the fake-CUDA tests see it)."""
     from hf_dynaspec.kernels.shortlist_head.op import ranked_head_op
-    from hf_dynaspec.kernels.shortlist_head.reference import ranked_head_reference
+    from hf_dynaspec.kernels.shortlist_head.torch_paths import ranked_head_reference
 
     generator = torch.Generator().manual_seed(3)
     sizes, starts, token_order, always_ids = _cluster_tables(9, 4, generator)

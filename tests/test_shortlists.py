@@ -7,10 +7,16 @@ import torch
 from conftest import VOCAB, assisted_generate, imitating_assistant, one_layer_target, plain_generate, tiny_target
 
 from hf_dynaspec import ArtifactError, DynaSpecAssistant
-from hf_dynaspec.drafting.budget import RowBudget, clusters_at_position, row_budget
-from hf_dynaspec.drafting.cluster_rows import ClusterRowTable, block_ranges, row_places
 from hf_dynaspec.drafting.runtime import runtime_head
-from hf_dynaspec.drafting.selector import ClusterHead
+from hf_dynaspec.drafting.selector import (
+    ClusterHead,
+    ClusterRowTable,
+    RowBudget,
+    block_ranges,
+    clusters_at_position,
+    row_budget,
+    row_places,
+)
 from hf_dynaspec.modeling.shortlist import balanced_cluster_size, cluster_vocabulary, load_token_list
 from hf_dynaspec.modeling.shortlist.clustering import capped_assignment
 from hf_dynaspec.modeling.shortlist.frequency import export_d2t_t2d, export_token_map, ranking_from_counts

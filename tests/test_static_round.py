@@ -147,7 +147,7 @@ def test_static_verify_logits_equal_a_plain_forward(monkeypatch, family):
     place are right whatever the greedy argmax (a one-layer target's argmax hides most attention errors)."""
     from transformers.generation.logits_process import LogitsProcessorList
 
-    from hf_dynaspec.drafting.tree_structure import DraftTree
+    from hf_dynaspec.drafting.contract import DraftTree
     from hf_dynaspec.generation.batched_loop import _compact, _prefill, _Row, _verify
     from hf_dynaspec.generation.static_round import TargetSlots
     from hf_dynaspec.modeling.medusa import MedusaAssistant

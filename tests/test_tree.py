@@ -11,14 +11,13 @@ from enumeration import tree_attention_mask, tree_position_ids
 from transformers import StoppingCriteria
 
 from hf_dynaspec import tree_generate
+from hf_dynaspec.drafting.contract import DraftTree
 from hf_dynaspec.drafting.runtime import runtime_head
 from hf_dynaspec.drafting.tree import TreeDraftSession
-from hf_dynaspec.drafting.tree_structure import DraftTree
 from hf_dynaspec.generation import tree_verify
 from hf_dynaspec.generation.batched_loop import _compact
-from hf_dynaspec.generation.forward_args import cache_kwargs
 from hf_dynaspec.generation.static_round import TargetSlots
-from hf_dynaspec.generation.tree_verify import accept_path
+from hf_dynaspec.generation.tree_verify import accept_path, cache_kwargs
 
 TREE = dict(custom_generate=tree_generate)  # generate()'s hook into tree decoding
 
@@ -326,7 +325,7 @@ def test_one_sampling_step_leaves_the_distribution_unchanged():
     would show here too."""
     from scipy.stats import chisquare
 
-    from hf_dynaspec.drafting.tree_structure import DraftTree
+    from hf_dynaspec.drafting.contract import DraftTree
 
     probs = torch.tensor([0.05, 0.3, 0.02, 0.13, 0.2, 0.1, 0.15, 0.05])
     for tokens in ([0, 4, 1, 6], [0, 4, 4, 1]):  # root + three children (the second repeating the first)

@@ -18,7 +18,7 @@ from conftest import assisted_generate, imitating_assistant, one_layer_target, p
 from safetensors.torch import load_file, save_file
 
 from hf_dynaspec import DynaSpecAssistant, chain_generate, suffix_cache, tree_generate
-from hf_dynaspec.drafting.planning.costs import RoundCosts
+from hf_dynaspec.drafting.planning.core import RoundCosts
 from hf_dynaspec.drafting.runtime import runtime_head
 from hf_dynaspec.errors import ArtifactError, AssistantMismatchError
 from hf_dynaspec.generation.costs import round_costs as calibration

@@ -161,16 +161,25 @@ def run(args) -> dict:
     report.update(assistant=assistants[None] if None in assistants else (assistants or None),
                   draft_model=args.draft_model, medusa=args.medusa, cpu_verify=cpu_verify_method,
                   categories=args.categories.split(",") if args.categories else None,
-                  command="hf-dynaspec " + " ".join(sys.argv[1:]) if sys.argv[0].endswith("hf-dynaspec") else None)
+                  command=_command_line())
     print(markdown_table(report))
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+    _write_json(args.json, report)
     if args.results:
         append_records(args.results, report_records(report, args.json))
     if args.plots:
         write_plots(report, Path(args.plots), vocab_size=target.get_output_embeddings().weight.shape[0])
     return report
+
+
+def _command_line() -> str | None:
+    """The command as the user typed it (None when run other than as `hf-dynaspec`)."""
+    return "hf-dynaspec " + " ".join(sys.argv[1:]) if sys.argv[0].endswith("hf-dynaspec") else None
+
+
+def _write_json(path: str | None, report: dict) -> None:
+    if path:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps(report, indent=2) + "\n")
 
 
 def _run_batched(args, target, tokenizer, methods, encoded, assistants, cpu_verify_method) -> dict:
@@ -191,11 +200,9 @@ def _run_batched(args, target, tokenizer, methods, encoded, assistants, cpu_veri
                                    pad_token_id=pad, eos_ids=eos_ids)
     report.update(target=args.target, dtype=args.dtype, cpu_verify=cpu_verify_method,
                   assistant=assistants[None] if None in assistants else (assistants or None), medusa=args.medusa,
-                  command="hf-dynaspec " + " ".join(sys.argv[1:]) if sys.argv[0].endswith("hf-dynaspec") else None)
+                  command=_command_line())
     print(batched_markdown(report))
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+    _write_json(args.json, report)
     if args.results:
         records = [make_record("generate-batched", method, {**metrics, "batch_size": size, "dtype": args.dtype,
                                                             "max_new_tokens": args.max_new_tokens, "file": args.json},

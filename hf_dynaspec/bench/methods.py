@@ -61,7 +61,7 @@ METHOD_HELP = {
                             "to KMAX and, with +lookup / +suffix, lookup drafts, e.g. dynaspec-tree+lookup:5+suffix+auto",
     "medusa[:K]": "Medusa heads (--medusa PATH): each head's argmax, a chain of K tokens (default: every head)",
     "medusa-tree[:TOTAL]": "Medusa heads: the TOTAL best nodes of the lattice's prefix tree (default 16)",
-    "medusa-auto[:TOTAL]": "Medusa heads, medusa_draft='auto': each round planned from measured costs among chain "
+    "medusa-auto[:TOTAL]": "Medusa heads, draft_plan='auto': each round planned from measured costs among chain "
                            "lengths, lattice trees of up to TOTAL nodes (default 16) and no draft",
     "medusa-auto...+lookup[:N]": "medusa-auto: a prompt-lookup draft of up to N tokens (default 10) competes",
     "medusa...+cps[:LAMBDA]": "Medusa methods: DiffuSpec's causal path search, lattice weight LAMBDA (default 0.5) "
@@ -337,27 +337,29 @@ def _assistant_method(key: str, name: str, arg: str | None, factory) -> Method:
 def medusa_kwargs(key: str, name: str, arg: str | None, heads) -> dict:
     """generate() arguments of a medusa method: `medusa[:K]` / `medusa-tree[:TOTAL]` / `medusa-auto[:TOTAL]` with
     `+cps[:LAMBDA]`, `+adl` (not auto), `+shortlist`, `+lookup[:N]` (auto)."""
-    kwargs = {"custom_generate": medusa_generate, "drafter": heads, "medusa_draft": "chain"}
-    if name in ("medusa-tree", "medusa-auto"):
-        kwargs.update(medusa_draft=name.removeprefix("medusa-"), medusa_cps_lambda=1.0,
-                      medusa_tree_total_tokens=_positive_int(key, arg, 16))
-    elif arg is not None:
-        kwargs["medusa_tokens"] = _positive_int(key, arg)
+    kwargs = {"custom_generate": medusa_generate, "drafter": heads}
+    if name == "medusa":
+        kwargs["lattice_draft"] = "chain"
+        if arg is not None:
+            kwargs["num_assistant_tokens"] = _positive_int(key, arg)
+    else:
+        plan = {"draft_plan": "auto"} if name == "medusa-auto" else {"lattice_draft": "tree"}
+        kwargs.update(plan, cps_lambda=1.0, tree_total_tokens=_positive_int(key, arg, 16))
     for suffix in split_label(key)[1].split("+")[1:]:
         option, _, value = suffix.partition(":")
         if option == "cps":
             lam = 0.5 if not value else float(value)
             if not 0.0 <= lam < 1.0:
                 raise ValueError(f"method {key!r}: +cps:LAMBDA takes a weight in [0, 1), e.g. +cps:0.5")
-            kwargs["medusa_cps_lambda"] = lam
+            kwargs["cps_lambda"] = lam
             if name == "medusa":
-                kwargs["medusa_draft"] = "cps"
+                kwargs["lattice_draft"] = "cps"
         elif option == "adl" and not value and name != "medusa-auto":
-            kwargs["medusa_adaptive_length"] = True
+            kwargs["draft_plan"] = "adl"
         elif option == "shortlist" and not value:
-            kwargs["medusa_shortlist"] = True
+            kwargs["shortlist"] = "frspec"
         elif option == "lookup" and name == "medusa-auto":
-            kwargs["medusa_prompt_lookup_num_tokens"] = _positive_int(key, value or None, 10)
+            kwargs["prompt_lookup_num_tokens"] = _positive_int(key, value or None, 10)
         else:
             raise ValueError(f"method {key!r}: medusa methods take +cps[:LAMBDA], +adl (chain and tree), +shortlist "
                              "and, for medusa-auto, +lookup[:N]")

@@ -15,8 +15,7 @@ from hf_dynaspec.bench.results_table import append_records, make_record
 from hf_dynaspec.bench.runner import DTYPES
 from hf_dynaspec.bench.timer import interleaved_medians
 from hf_dynaspec.kernels.shortlist_head import triton_available
-from hf_dynaspec.kernels.shortlist_head.cpu import shortlist_head_blocks
-from hf_dynaspec.kernels.shortlist_head.reference import shortlist_head_reference
+from hf_dynaspec.kernels.shortlist_head.torch_paths import shortlist_head_blocks, shortlist_head_reference
 
 
 def cluster_blocks(vocab: int, num_clusters: int, shortlist: int, seed: int = 0) -> tuple[list[int], list[int]]:

@@ -1,6 +1,6 @@
 """Drafting at run time: turn the target's verified hidden states into draft tokens.
 
-Chain sessions (`chain.py`) and EAGLE-2 tree sessions (`tree.py`, `tree_structure.py`), the drafter's KV cache,
-prompt lookup, and the runtime LM head a drafter scores through (`selector.py`: full / FR-Spec / VocabTrim /
-DynaSpec with the position-aware budget of `budget.py`). Imports modeling (the artifact) and kernels.
+Chain sessions and the drafter's KV cache (`chain.py`), EAGLE-2 tree sessions (`tree.py`), the round contract and
+draft trees (`contract.py`), prompt lookup, and the runtime LM head a drafter scores through (`selector.py`: full /
+FR-Spec / VocabTrim / DynaSpec with its position-aware row budget). Imports modeling (the artifact) and kernels.
 """

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import torch
 
-from hf_dynaspec.drafting.kv_cache import DraftKVCache
+from hf_dynaspec.drafting.chain import DraftKVCache
 
 
 class PositionedCache:

@@ -1,6 +1,6 @@
 """Which form drafting takes on a device.
 
-Off the CPU, drafting takes its accelerator form: the device-side cluster shortlist (drafting/cluster_rows.py)
+Off the CPU, drafting takes its accelerator form: the device-side cluster shortlist (drafting/selector.py)
 and host decisions deferred to the end of a round (drafting/chain.py), so that a draft step never waits on the
 device. On the CPU, where reading a value costs nothing, it takes the host-friendly form (contiguous blocks of
 a permuted head, an early confidence stop). `accelerator_paths_on_cpu()` runs the accelerator form on the CPU:

@@ -29,7 +29,7 @@ import math
 
 import torch
 
-from hf_dynaspec.drafting.contract import Draft
+from hf_dynaspec.drafting.contract import Draft, DraftTree, depths_of
 from hf_dynaspec.drafting.lattice import (
     AdaptiveDraftLength,
     Lattice,
@@ -42,7 +42,6 @@ from hf_dynaspec.drafting.lookup import LookupSources, as_ids
 from hf_dynaspec.drafting.planning.core import RoundPlan
 from hf_dynaspec.drafting.planning.lattice_planner import LatticePlanner
 from hf_dynaspec.drafting.planning.planner import share_costs
-from hf_dynaspec.drafting.tree_structure import DraftTree, depths_of
 from hf_dynaspec.modeling.medusa_options import MedusaOptions
 
 

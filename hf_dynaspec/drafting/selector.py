@@ -7,23 +7,156 @@ a draft step never waits on an accelerator.
 
 - `FullHead`: every row (the EAGLE baseline);
 - `StaticHead`: a fixed list (FR-Spec, VocabTrim), its rows gathered once into a contiguous copy;
-- `ClusterHead`: DynaSpec with a row budget R(t). On CPU it reads contiguous blocks of a cluster-permuted copy of
-  the head (the measured fast path; host-side lists cost nothing there); on accelerators it turns the router's
-  ranking into exactly R(t) + A row ids on the device and scores the target's head through them (no copy, no
-  host sync, no padding; on CUDA with Triton one kernel launch from the ranking to the top token).
+- `ClusterHead`: DynaSpec with a row budget R(t) (`RowBudget`, issue 63): the router ranks every cluster; a step
+  scores the first R(t) rows of that ranking, clusters whole in the router's order, each cluster's tokens most
+  frequent first and the last one cut, then the always-included ids (ties in the argmax go to the better-ranked
+  cluster). Early draft tokens are the likeliest accepted, so they get the widest shortlist; a fixed row count
+  means a step's shape never depends on the router's choice. R(t) is `shortlist_rows` (per position, the last for
+  every later one), or for "clusters" (artifacts saved before the row budget) the paper's cluster budget k(t)
+  times the rows the next token's cluster holds on average.
+  On CPU the rows are `[start, end)` blocks of a cluster-permuted copy of the head (`block_ranges`: the measured
+  fast path; host-side lists cost nothing there). On accelerators `ClusterRowTable` turns the ranking `[C]` into
+  exactly R(t) + A row ids on the device, a shape set by R alone: no host read, one compiled graph per R, no
+  padding (on CUDA with Triton one kernel launch from the ranking to the top token).
 
-Legend: H hidden, V target vocab, S shortlist size, C clusters.
+Legend: H hidden, V target vocab, S shortlist size, C clusters, A always-included ids, R a step's row budget.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
-from hf_dynaspec.drafting.budget import RowBudget, row_budget
-from hf_dynaspec.drafting.cluster_rows import ClusterRowTable, block_ranges
 from hf_dynaspec.drafting.device_paths import use_accelerator_paths
-from hf_dynaspec.kernels.shortlist_head import ShortlistHeadOutput, shortlist_head
+from hf_dynaspec.kernels.shortlist_head import ShortlistHeadOutput, ranked_head_for, shortlist_head
+from hf_dynaspec.kernels.shortlist_head.torch_paths import ranked_row_ids
 from hf_dynaspec.kernels.streams import Pending, SideStream
+from hf_dynaspec.modeling.shortlist.clustering import VocabClusters
+
+
+def clusters_at_position(position: int, max_clusters: int) -> int:
+    """k(t): `max_clusters` for draft positions 0 and 1, then floor(k_max / ((t + 1) * 2)), at least 1."""
+    if position < 0 or max_clusters < 1:
+        raise ValueError(f"need position >= 0 and max_clusters >= 1, got {position}, {max_clusters}")
+    if position <= 1:
+        return max_clusters
+    return max(1, max_clusters // ((position + 1) * 2))
+
+
+class RowBudget:
+    """R(t) per draft position: `rows[t]`, the last entry for later positions (host ints, fixed for a head)."""
+
+    def __init__(self, rows: Sequence[int]):
+        if not rows or any(not isinstance(r, int) or r < 1 for r in rows):
+            raise ValueError(f"a row budget is a non-empty list of positive ints, got {list(rows)!r}")
+        self.rows = tuple(rows)
+
+    def at(self, position: int) -> int:
+        return self.rows[min(position, len(self.rows) - 1)]
+
+    def __repr__(self) -> str:
+        return f"RowBudget({list(self.rows)})"
+
+
+def row_budget(strategy: str, options, clustered_rows: int, num_always: int, rows_per_cluster: float) -> RowBudget:
+    """The R(t) of `strategy` ("dynaspec": per position; "dynaspec-fixed": R(0) at every position) under the
+    drafting `options` (`shortlist_rows`, or with "clusters" `max_clusters` / `fixed_clusters` times `rows_per_cluster`), each
+    at most the `clustered_rows` there are and, with `max_shortlist_size`, what the cap leaves after the
+    `num_always` always-included rows (at least one row)."""
+    stored = options.shortlist_rows
+    if stored != "clusters":
+        rows = [stored] if isinstance(stored, int) else list(stored)
+    elif strategy == "dynaspec":
+        rows, position = [], 0
+        while not rows or clusters_at_position(position - 1, options.max_clusters) > 1:
+            rows.append(round(clusters_at_position(position, options.max_clusters) * rows_per_cluster))
+            position += 1
+    else:
+        rows = [round(options.fixed_clusters * rows_per_cluster)]
+    if strategy == "dynaspec-fixed":
+        rows = rows[:1]
+    limit = clustered_rows
+    if options.max_shortlist_size is not None:
+        limit = min(limit, max(1, options.max_shortlist_size - num_always))
+    return RowBudget([max(1, min(int(r), limit)) for r in rows])
+
+
+
+def _check_host(clusters: VocabClusters) -> None:
+    if any(t.device.type != "cpu" for t in (clusters.token_order, clusters.offsets, clusters.always_ids)):
+        raise ValueError("the row tables are built from the clusters' CPU copies (shortlists.host_clusters())")
+
+
+class ClusterRowTable:
+    """Built once per runtime head from the frequency-ordered clusters' host copies, then moved to `device` as
+    finished tensors: building it never reads a device value, and never mixes a device tensor with a CPU one.
+    The backend (`ranked_head_for`) is chosen here too, once: a step never asks."""
+
+    def __init__(self, clusters: VocabClusters, device: torch.device, head_weight: torch.Tensor | None = None):
+        _check_host(clusters)
+        self.num_clusters = clusters.num_clusters
+        self.num_always = len(clusters.always_ids)
+        self.num_clustered = len(clusters.token_order)
+        self.sizes = clusters.offsets.diff().to(device)  # [C]
+        self.starts = clusters.offsets[:-1].to(device)  # [C]: cluster c's first row in token_order
+        self.token_order = clusters.token_order.to(device)  # [V - A]
+        self.always_ids = clusters.always_ids.to(device)  # [A]
+        self._columns = torch.arange(self.num_clustered, device=device)  # sliced to R per step
+        self._head = ranked_head_for(head_weight) if head_weight is not None else None
+
+    def _tables(self) -> tuple[torch.Tensor, ...]:
+        return self.sizes, self.starts, self.token_order, self.always_ids
+
+    def row_ids(self, ranking: torch.Tensor, rows: int) -> torch.Tensor:
+        """Clusters ranked best first `[C]` (a device tensor) and the budget R (host int, at most the clustered
+        rows) -> head row ids `[R + A]`, the columns' order. No host read: every shape is set by R."""
+        return ranked_row_ids(ranking, *self._tables(), self._columns[:rows])
+
+    def scores(self, hidden: torch.Tensor, head_weight: torch.Tensor, ranking: torch.Tensor,
+               rows: int) -> ShortlistHeadOutput:
+        """Hidden `[B, H]`, the head `[V, H]` the table was built for, the ranking `[C]` and R -> the output of
+        the R + A columns `row_ids` names (scores `[B, R + A]`, ids, fused reductions on the Triton path)."""
+        if self._head is None:
+            raise ValueError("this ClusterRowTable was built without the head: pass head_weight= to score with it")
+        return self._head(hidden, head_weight, ranking, *self._tables(), self._columns[:rows])
+
+
+def block_ranges(ranking: list[int], rows: int, offsets: list[int]) -> tuple[list[int], list[int]]:
+    """The CPU form of `ClusterRowTable.row_ids`: ranking (host list of every cluster, best first), R and the
+    clusters' `offsets` -> (starts, ends) of the taken prefixes in the permuted head, in ranking order."""
+    taken: dict[int, int] = {}
+    left = rows
+    for cluster in ranking:
+        size = offsets[cluster + 1] - offsets[cluster]
+        taken[cluster] = min(size, left)
+        left -= taken[cluster]
+        if left == 0:
+            break
+    chosen = [c for c in taken if taken[c]]  # ranking order (dicts keep insertion order)
+    return [offsets[c] for c in chosen], [offsets[c] + taken[c] for c in chosen]
+
+
+def row_places(cluster_scores: torch.Tensor, tokens: torch.Tensor, clusters: VocabClusters) -> torch.Tensor:
+    """Where each example's token lies in its step's row order, for coverage at any row budget at once.
+
+    `cluster_scores` [N, C] (router scores; a row budget ranks clusters as `ClusterHead.ranking` does), `tokens`
+    [N] (e.g. the target's next tokens), `clusters` frequency-ordered as at load -> `[N]` int64: the number of
+    rows the rule takes before the token's own, so a budget R scores the token iff place < R; -1 for an
+    always-included token (scored at every budget). The same rule as `ClusterRowTable.row_ids`, batched."""
+    _check_host(clusters)
+    vocab_size = len(clusters.token_order) + len(clusters.always_ids)
+    cluster_of = clusters.cluster_of_token(vocab_size)  # [V]
+    token_cluster = cluster_of[tokens]  # [N]
+    within = torch.empty(vocab_size, dtype=torch.long)  # a token's place inside its (frequency-ordered) cluster
+    order = clusters.token_order
+    within[order] = torch.arange(len(order)) - clusters.offsets[cluster_of[order]]
+    ranking = cluster_scores.float().argsort(dim=-1, descending=True, stable=True)  # [N, C]
+    ranked_sizes = clusters.offsets.diff()[ranking]
+    ahead = torch.empty_like(ranking).scatter_(1, ranking, ranked_sizes.cumsum(-1) - ranked_sizes)  # cluster order
+    always = token_cluster < 0
+    place = ahead.gather(1, token_cluster.clamp(min=0)[:, None]).squeeze(1) + within[tokens]
+    return torch.where(always, torch.full_like(place, -1), place)
 
 
 class FullHead:
@@ -59,7 +192,7 @@ class StaticHead:
 
 class ClusterHead:
     """DynaSpec: the router ranks the clusters; the first `budget.at(t)` rows of its ranking are scored
-    (drafting/budget.py, drafting/cluster_rows.py), plus the always-included rows.
+    (`RowBudget`, `ClusterRowTable`), plus the always-included rows.
 
     `indexed` (default: drafting/device_paths.py) picks the device-side form (see the module docstring). Both
     forms score the same rows in the same column order (tests/test_shortlists.py).

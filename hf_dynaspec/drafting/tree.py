@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 
 from hf_dynaspec.drafting.chain import ChainDraftSession
-from hf_dynaspec.drafting.tree_structure import DraftTree
+from hf_dynaspec.drafting.contract import DraftTree
 from hf_dynaspec.modeling.drafter import Drafter
 
 

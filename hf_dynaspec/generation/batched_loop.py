@@ -40,9 +40,8 @@ from transformers.generation.logits_process import LogitsProcessorList, PrefixCo
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
 import hf_dynaspec.sampling as sampling
-from hf_dynaspec.generation.forward_args import cache_kwargs
 from hf_dynaspec.generation.static_round import TargetSlots, check_static_batch
-from hf_dynaspec.generation.tree_verify import GreedyWalk, accept_path, empty_tree_cache
+from hf_dynaspec.generation.tree_verify import GreedyWalk, accept_path, cache_kwargs, empty_tree_cache
 
 
 @dataclass(eq=False)

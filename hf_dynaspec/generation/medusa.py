@@ -14,6 +14,8 @@ Medusa's "typical acceptance" is lossy and not offered: acceptance is the tree v
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 
 from hf_dynaspec.drafting.diffusion import DiffusionDrafter
@@ -26,33 +28,23 @@ from hf_dynaspec.generation.costs.lattice_costs import lattice_round_costs
 from hf_dynaspec.generation.public_loop import check_public_inputs
 from hf_dynaspec.modeling.acceptance_prior import prior_for
 from hf_dynaspec.modeling.medusa import MedusaAssistant
-from hf_dynaspec.modeling.medusa_options import MedusaGenerationConfig, MedusaOptions
+from hf_dynaspec.modeling.medusa_options import CALL_OPTIONS, MedusaGenerationConfig, MedusaOptions
 from hf_dynaspec.runtime_store import runtime_of
 from hf_dynaspec.stats import start_stats
 
 
 @torch.no_grad()
 def medusa_generate(model, input_ids, logits_processor, stopping_criteria, generation_config, drafter=None,
-                    draft_plan: str | None = None, medusa_draft: str | None = None, medusa_tokens: int | None = None,
-                    medusa_tree_top_k: int | None = None, medusa_tree_total_tokens: int | None = None,
-                    medusa_max_candidates: int | None = None, medusa_coverage: float | None = None,
-                    medusa_cps_lambda: float | None = None, medusa_cps_beam: int | None = None,
-                    medusa_ngram_order: int | None = None, medusa_adaptive_length: bool | None = None,
-                    medusa_adl_rho: float | None = None, medusa_adl_delta: int | None = None,
-                    medusa_shortlist: bool | str | None = None, medusa_choices: list | None = None,
-                    medusa_prompt_lookup_num_tokens: int | None = None, **model_kwargs):
+                    **model_kwargs):
     """`custom_generate` callable. `drafter`: a `MedusaAssistant` for `model`, or a `DiffusionDrafter`. It drafts as
-    the heads' `generation_config` (`MedusaGenerationConfig`, saved with them) says; the keyword arguments override
-    it for this call: `draft_plan` ("fixed", "auto", "adl"), `medusa_draft` ("chain", "cps", "tree", "choices";
-    "auto" is `draft_plan="auto"`), `medusa_tokens` (chain length / tree depth), and the other `medusa_*` options
-    (hf_dynaspec.modeling.medusa_options lists each with its config name). Returns the sequences `[1, L]`, or a
-    `GenerateDecoderOnlyOutput` with `return_dict_in_generate`. (Each option is a named argument: generate()
-    hands a `custom_generate` only the keyword arguments its signature names.)"""
+    the heads' `generation_config` (`MedusaGenerationConfig`, saved with them) says; keyword arguments of the same
+    names override it for this call (`draft_plan="auto"`, `lattice_draft="cps"`, `num_assistant_tokens=3`, ...;
+    hf_dynaspec.modeling.medusa_options lists them). Returns the sequences `[1, L]`, or a
+    `GenerateDecoderOnlyOutput` with `return_dict_in_generate`."""
     heads = _attached(drafter, model)
-    named = dict(locals())
     config = getattr(heads, "generation_config", None)
     config = config if isinstance(config, MedusaGenerationConfig) else MedusaGenerationConfig()
-    options = config.lattice_options(**{name: named[name] for name in OPTION_ARGUMENTS})
+    options = config.lattice_options(**{name: model_kwargs.pop(name) for name in CALL_OPTIONS if name in model_kwargs})
     batch = check_public_inputs(model, heads, input_ids, generation_config, model_kwargs)
     planner = _planner(model, heads, options, bool(generation_config.do_sample))
     stats, vocab_size = start_stats(heads), model.get_output_embeddings().weight.shape[0]
@@ -64,12 +56,12 @@ def medusa_generate(model, input_ids, logits_processor, stopping_criteria, gener
                               rounds_for, model_kwargs)
 
 
-OPTION_ARGUMENTS = ("draft_plan", "medusa_draft", "medusa_tokens", "medusa_tree_top_k", "medusa_tree_total_tokens",
-                    "medusa_max_candidates", "medusa_coverage", "medusa_cps_lambda", "medusa_cps_beam",
-                    "medusa_ngram_order", "medusa_adaptive_length", "medusa_adl_rho", "medusa_adl_delta",
-                    "medusa_shortlist", "medusa_choices", "medusa_prompt_lookup_num_tokens")
-
-
+# generate() hands a `custom_generate` only the keyword arguments its signature names: the signature names every
+# drafting option (current and deprecated spellings) as keyword-only.
+medusa_generate.__signature__ = inspect.signature(medusa_generate).replace(parameters=[
+    *list(inspect.signature(medusa_generate).parameters.values())[:-1],
+    *(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None) for name in CALL_OPTIONS),
+    inspect.Parameter("model_kwargs", inspect.Parameter.VAR_KEYWORD)])
 lattice_generate = medusa_generate  # the same route, named for any lattice source
 
 

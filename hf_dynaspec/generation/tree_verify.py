@@ -1,4 +1,5 @@
-"""Choosing the accepted path of a verified tree, and keeping only that path in the target's KV cache.
+"""Choosing the accepted path of a verified tree, keeping only that path in the target's KV cache, and the
+name under which a target's forward takes that cache (`cache_kwargs`).
 
 Greedy: walk from the root, following the child whose token is the target's (processed) argmax; the first
 argmax with no matching child is the target's own next token. Every committed token is the argmax of the
@@ -19,13 +20,15 @@ Legend: N tree nodes, V vocabulary, P cached prefix length.
 
 from __future__ import annotations
 
+import functools
+import inspect
 from dataclasses import dataclass
 
 import torch
 from transformers.cache_utils import DynamicCache, DynamicLayer, DynamicSlidingWindowLayer
 
 import hf_dynaspec.sampling as sampling
-from hf_dynaspec.drafting.tree_structure import DraftTree
+from hf_dynaspec.drafting.contract import DraftTree
 
 
 @dataclass
@@ -236,3 +239,17 @@ def _window_never_slides(cache, max_length: int) -> bool:
     windowed = [layer for layer in cache.layers if type(layer) is not DynamicLayer]
     return bool(windowed) and all(
         type(layer) is DynamicSlidingWindowLayer and layer.sliding_window >= max_length for layer in windowed)
+
+
+@functools.cache
+def _cache_argument(model_class: type) -> str:
+    """The name under which a target's forward takes its KV cache: `cache` where the release documents it
+    (transformers 5.24 renamed the argument and warns that `past_key_values` goes in 5.40), `past_key_values`
+    before. Read from the signature, not the version, so a model class that kept the old name still gets it."""
+    parameters = inspect.signature(model_class.forward).parameters
+    return "cache" if "cache" in parameters else "past_key_values"
+
+
+def cache_kwargs(model, cache) -> dict:
+    """`{name: cache}` for `model(**cache_kwargs(model, cache), ...)`."""
+    return {_cache_argument(type(model)): cache}

@@ -1,6 +1,6 @@
 """What a planner believes of a drafter before it has seen it draft: its measured acceptance.
 
-A planner (`draft_plan="auto"`, `medusa_draft="auto"`) learns acceptance per draft position, per confidence bin and
+A planner (`draft_plan="auto"`, Medusa's) learns acceptance per draft position, per confidence bin and
 per tree depth from the rounds it drafts. With 16-128 new tokens a call is over before its tables say much, so the
 starting point decides the first calls. A flat 0.5 at every position knows nothing of the drafter: a good
 drafter on a host where verification is dear (AVX2 CPUs) would never draft. So an artifact carries the

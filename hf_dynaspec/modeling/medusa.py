@@ -52,7 +52,7 @@ class MedusaConfig(PretrainedConfig):
         head_vocab_size: rows of an own head truncated to a token map (vLLM's `truncated_vocab_size`), else V.
         frequency_list_size: S, the FR-Spec shortlist stored with the heads (0: none).
         expected_acceptance: the heads' acceptance measured with their target, by decoding mode, where the
-            `medusa_draft="auto"` planner's tables start (hf_dynaspec.modeling.acceptance_prior); None: 0.5.
+            `draft_plan="auto"` planner's tables start (hf_dynaspec.modeling.acceptance_prior); None: 0.5.
     """
 
     model_type = OWN_MODEL_TYPE
@@ -63,16 +63,10 @@ class MedusaConfig(PretrainedConfig):
                  target_name_or_path: str | None = None, library_version: str | None = None,
                  expected_acceptance: dict | None = None, **kwargs):
         self.drafter_kind = "medusa"
-        self.num_heads = num_heads
-        self.num_layers = num_layers
-        self.hidden_size = hidden_size
-        self.vocab_size = vocab_size
-        self.own_heads = own_heads
-        self.block_bias = block_bias
+        self.num_heads, self.num_layers, self.hidden_size, self.vocab_size = num_heads, num_layers, hidden_size, vocab_size
+        self.own_heads, self.block_bias, self.frequency_list_size = own_heads, block_bias, frequency_list_size
         self.head_vocab_size = head_vocab_size if head_vocab_size is not None else vocab_size
-        self.frequency_list_size = frequency_list_size
-        self.target_model_type = target_model_type
-        self.target_name_or_path = target_name_or_path
+        self.target_model_type, self.target_name_or_path = target_model_type, target_name_or_path
         self.library_version = library_version or __version__
         priors_from_config(expected_acceptance)  # raises naming the fault
         self.expected_acceptance = expected_acceptance

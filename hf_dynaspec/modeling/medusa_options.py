@@ -1,35 +1,31 @@
 """How Medusa heads (or any lattice source) draft: `MedusaGenerationConfig`, saved with the heads as
 generation_config.json, as a `DynaSpecAssistant` saves its `DynaSpecGenerationConfig`; `medusa_generate`'s
-keyword arguments override it per call.
+keyword arguments, by the same names, override it per call.
 
-Each option, its keyword argument, what it does:
-
-- `draft_plan` (`draft_plan`): "fixed" (default): `lattice_draft` every round; "auto": planned from measured
-  costs and learnt acceptance; "adl": `lattice_draft` with DiffuSpec's adaptive draft length. The names of
+- `draft_plan`: "fixed" (default): `lattice_draft` every round; "auto": planned from measured costs and learnt
+  acceptance; "adl": `lattice_draft` with DiffuSpec's adaptive draft length. The names of
   `DynaSpecGenerationConfig.draft_plan`.
-- `lattice_draft` (`medusa_draft`): what a fixed or ADL round drafts: "chain", "cps", "tree" (default) or
-  "choices" (`medusa_draft="auto"` is accepted as `draft_plan="auto"`).
-- `num_assistant_tokens` (`medusa_tokens`): chain length / tree depth cap (transformers' name); None: every head.
-- `prompt_lookup_num_tokens` (`medusa_prompt_lookup_num_tokens`): under "auto", a prompt-lookup draft of up to
-  this many tokens competes (transformers' name).
-- `tree_top_k`, `tree_total_tokens` (`medusa_tree_top_k`, ...): children per node and draft nodes of a lattice
-  tree (the EAGLE tree's names).
-- `shortlist` (`medusa_shortlist`): "full" or "frspec" (the heads' stored frequency list; `True` per call).
-- `max_candidates`, `coverage`, `cps_lambda`, `cps_beam`, `ngram_order` (`medusa_<name>`): DiffuSpec's causal
-  path search; `adl_rho`, `adl_delta` (`medusa_<name>`): its adaptive draft length.
-- `medusa_choices` (`medusa_choices`): Medusa's static sparse tree (with `lattice_draft="choices"`).
+- `lattice_draft`: what a fixed or ADL round drafts: "chain", "cps", "tree" (default) or "choices".
+- `num_assistant_tokens`: chain length / tree depth cap (transformers' name); None: every head.
+- `prompt_lookup_num_tokens`: under "auto", a prompt-lookup draft of up to this many tokens competes.
+- `tree_top_k`, `tree_total_tokens`: children per node and draft nodes of a lattice tree (the EAGLE tree's names).
+- `shortlist`: "full" or "frspec" (score the heads' stored frequency list only).
+- `max_candidates`, `coverage`, `cps_lambda`, `cps_beam`, `ngram_order`: DiffuSpec's causal path search;
+  `adl_rho`, `adl_delta`: its adaptive draft length.
+- `medusa_choices`: Medusa's static sparse tree (with `lattice_draft="choices"`).
 
+The early per-call spellings (`medusa_draft`, `medusa_tokens`, `medusa_<option>`, `medusa_adaptive_length`) are
+read through `DEPRECATED_SPELLINGS`, with one FutureWarning per spelling and process.
 `MedusaOptions` is what a round reads: the config and the call's overrides resolved and checked once.
 """
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, fields
 from typing import Any
 
-from transformers import GenerationConfig
-
-from hf_dynaspec.modeling.options import DRAFT_PLANS
+from hf_dynaspec.modeling.options import DRAFT_PLANS, DraftingConfig
 
 MEDUSA_DRAFTS = ("chain", "cps", "tree", "choices", "auto")
 LATTICE_SHORTLISTS = ("full", "frspec")
@@ -109,78 +105,78 @@ OPTION_DEFAULTS: dict[str, Any] = {
     "adl_delta": 1,
     "medusa_choices": None,
 }
-# medusa_generate's keyword argument -> the option it overrides (draft_plan keeps its name).
-KEYWORD_OPTIONS = {
-    "medusa_draft": "lattice_draft", "medusa_tokens": "num_assistant_tokens",
+# medusa_generate's early keyword arguments -> the option each sets now. medusa_draft="auto" sets draft_plan="auto";
+# medusa_adaptive_length sets draft_plan ("adl", or False: not "adl"); medusa_shortlist=True is shortlist="frspec".
+DEPRECATED_SPELLINGS = {
+    "medusa_draft": "lattice_draft", "medusa_tokens": "num_assistant_tokens", "medusa_adaptive_length": "draft_plan",
     "medusa_prompt_lookup_num_tokens": "prompt_lookup_num_tokens", "medusa_shortlist": "shortlist",
-    "medusa_choices": "medusa_choices",
     **{f"medusa_{name}": name for name in ("tree_top_k", "tree_total_tokens", "max_candidates", "coverage",
                                            "cps_lambda", "cps_beam", "ngram_order", "adl_rho", "adl_delta")},
 }
+CALL_OPTIONS = (*OPTION_DEFAULTS, *DEPRECATED_SPELLINGS)  # every keyword argument medusa_generate reads
+_warned: set[str] = set()  # the deprecated spellings already warned about in this process
 
 
-class MedusaGenerationConfig(GenerationConfig):
+def current_spelling(name: str, value, configured_plan: str) -> tuple[str, Any]:
+    """A call's `name=value` under the option's name now (warning once per deprecated spelling)."""
+    if name not in DEPRECATED_SPELLINGS:
+        if name not in OPTION_DEFAULTS:
+            raise TypeError(f"unknown Medusa drafting option {name!r}; the options are {sorted(OPTION_DEFAULTS)}")
+        return name, value
+    option = DEPRECATED_SPELLINGS[name]
+    if name not in _warned:
+        _warned.add(name)
+        warnings.warn(f"medusa_generate's {name!r} is now the option {option!r} (MedusaGenerationConfig; "
+                      "hf_dynaspec.modeling.medusa_options lists them); the old spelling goes in hf-dynaspec 0.2.",
+                      FutureWarning, stacklevel=4)
+    if name == "medusa_draft" and value == "auto":
+        return "draft_plan", "auto"
+    if name == "medusa_adaptive_length":
+        return option, "adl" if value else ("fixed" if configured_plan == "adl" else configured_plan)
+    if name == "medusa_shortlist" and isinstance(value, bool):
+        return option, "frspec" if value else "full"
+    return option, value
+
+
+class MedusaGenerationConfig(DraftingConfig):
     """Drafting options of `MedusaAssistant` heads (`heads.generation_config`, generation_config.json); the table
     in this module's docstring says what each does. Checked on construction and again when a call starts."""
 
-    def __init__(self, **kwargs):
-        values = {name: kwargs.pop(name, default) for name, default in OPTION_DEFAULTS.items()}
-        super().__init__(**kwargs)
-        for name, value in values.items():
-            setattr(self, name, value)
-        self.lattice_options()
+    option_defaults = OPTION_DEFAULTS
 
-    def drafting_options(self) -> dict[str, Any]:
-        """Only the drafting options, `{name: value}`."""
-        return {name: getattr(self, name) for name in OPTION_DEFAULTS}
+    def validate_options(self) -> None:
+        self.lattice_options()
 
     def lattice_options(self, **overrides) -> MedusaOptions:
         """The checked `MedusaOptions` of a call: these options with `overrides` (medusa_generate's keyword
-        arguments, by their names; None values are ignored) applied."""
-        values = self.drafting_options()
-        plans = set()  # the plans this call asks for, in any spelling: more than one is a contradiction
-        no_adl = False
+        arguments, current or deprecated spellings; None values are ignored) applied."""
+        given: dict[str, tuple[str, Any]] = {}  # option -> (the spelling that set it, its value)
         for name, value in overrides.items():
             if value is None:
                 continue
-            if name == "medusa_adaptive_length":  # the early spelling of draft_plan="adl" (False: not "adl")
-                no_adl = not value
-                if value:
-                    plans.add("adl")
-            elif name == "medusa_draft" and value == "auto":  # the early spelling of draft_plan="auto"
-                plans.add("auto")
-            elif name == "draft_plan":
-                plans.add(value)
-            elif name in KEYWORD_OPTIONS:
-                values[KEYWORD_OPTIONS[name]] = value
-            else:
-                raise TypeError(f"unknown Medusa drafting option {name!r}; the options are "
-                                f"{sorted([*KEYWORD_OPTIONS, 'draft_plan', 'medusa_adaptive_length'])}")
-        if len(plans) > 1 and plans != {"auto", "adl"}:  # auto with ADL: MedusaOptions.validate says why not
-            raise ValueError(f"this call asks for the draft plans {sorted(plans)} at once (draft_plan, "
-                             "medusa_draft='auto', medusa_adaptive_length): pass one")
-        both = plans == {"auto", "adl"}
-        if plans:
-            values["draft_plan"] = "auto" if both else plans.pop()
-        elif no_adl and values["draft_plan"] == "adl":
-            values["draft_plan"] = "fixed"
-        return _resolved(values, adaptive_length=both or values["draft_plan"] == "adl")
+            option, value = current_spelling(name, value, self.draft_plan)
+            if option in given and given[option][1] != value:
+                raise ValueError(f"this call sets {option} twice ({given[option][0]} and {name} ask for "
+                                 f"{given[option][1]!r} and {value!r}): pass one")
+            given[option] = (name, value)
+        values = self.drafting_options()
+        values.update({option: value for option, (_, value) in given.items()})
+        return _resolved(values, adaptive_length=values["draft_plan"] == "adl")
 
 
 def _resolved(values: dict[str, Any], adaptive_length: bool) -> MedusaOptions:
-    """generation_config.json's options -> checked `MedusaOptions` (raises naming the bad option); `adaptive_length`:
-    ADL asked for (with `draft_plan="auto"` too, which `MedusaOptions.validate` refuses)."""
+    """generation_config.json's options -> checked `MedusaOptions` (raises naming the bad option)."""
     plan, kind, shortlist = values["draft_plan"], values["lattice_draft"], values["shortlist"]
     if plan not in DRAFT_PLANS:
         raise ValueError(f"draft_plan (MedusaGenerationConfig.draft_plan) must be one of {DRAFT_PLANS}; got {plan!r}.")
     if kind not in MEDUSA_DRAFTS[:-1]:
-        raise ValueError(f"medusa_draft (MedusaGenerationConfig.lattice_draft) must be one of {MEDUSA_DRAFTS} "
-                         f"('auto' is draft_plan='auto'); got {kind!r}.")
-    if shortlist not in (*LATTICE_SHORTLISTS, True, False):
+        raise ValueError(f"lattice_draft (MedusaGenerationConfig.lattice_draft) must be one of {MEDUSA_DRAFTS[:-1]} "
+                         f"(for planned rounds: draft_plan='auto'); got {kind!r}.")
+    if shortlist not in LATTICE_SHORTLISTS:
         raise ValueError(f"MedusaGenerationConfig.shortlist must be one of {LATTICE_SHORTLISTS}; got {shortlist!r}.")
     return MedusaOptions.from_kwargs(
         draft="auto" if plan == "auto" else kind, adaptive_length=adaptive_length,
-        num_assistant_tokens=values["num_assistant_tokens"], shortlist=shortlist in ("frspec", True),
+        num_assistant_tokens=values["num_assistant_tokens"], shortlist=shortlist == "frspec",
         choices=values["medusa_choices"],
         **{name: values[name] for name in ("prompt_lookup_num_tokens", "tree_top_k", "tree_total_tokens",
                                            "max_candidates", "coverage", "cps_lambda", "cps_beam", "ngram_order",

@@ -165,7 +165,7 @@ from hf_dynaspec import MedusaAssistant, medusa_generate
 
 model = AutoModelForCausalLM.from_pretrained("{target}")
 heads = MedusaAssistant.from_pretrained("<this repo or directory>", target=model)
-out = model.generate(**inputs, custom_generate=medusa_generate, drafter=heads, medusa_draft="tree")
+out = model.generate(**inputs, custom_generate=medusa_generate, drafter=heads, lattice_draft="tree")
 ```
 
 ## Components

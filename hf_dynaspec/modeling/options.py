@@ -79,7 +79,28 @@ LEGACY_NAMES = {
 LEGACY_CONFIG_KEYS = set(LEGACY_NAMES) | (set(OPTION_DEFAULTS) - set(TRANSFORMERS_FIELDS))
 
 
-class DynaSpecGenerationConfig(GenerationConfig):
+class DraftingConfig(GenerationConfig):
+    """A `GenerationConfig` that also holds a drafter's options: `option_defaults` (set by each subclass) names them
+    and their defaults; `validate_options` checks them on construction and again when a call starts."""
+
+    option_defaults: dict[str, Any] = {}
+
+    def __init__(self, **kwargs):
+        values = {name: kwargs.pop(name, default) for name, default in self.option_defaults.items()}
+        super().__init__(**kwargs)
+        for name, value in values.items():
+            setattr(self, name, value)
+        self.validate_options()
+
+    def drafting_options(self) -> dict[str, Any]:
+        """Only the drafting options, `{name: value}`."""
+        return {name: getattr(self, name) for name in self.option_defaults}
+
+    def validate_options(self) -> None:
+        """Raise `ValueError` naming the bad option and the fix."""
+
+
+class DynaSpecGenerationConfig(DraftingConfig):
     """Drafting options of a `DynaSpecAssistant` (`assistant.generation_config`), with these defaults:
 
     - `draft_plan` ("auto"): "auto" picks each round's draft (drafter chain length, prompt-lookup or suffix-cache
@@ -126,7 +147,7 @@ class DynaSpecGenerationConfig(GenerationConfig):
       for every later position); the shipped artifacts store the mean rows the cluster-count rule scored on
       their dev prompts. "clusters" (artifacts saved before the row budget): `max_clusters` clusters' worth of
       rows at positions 0 and 1, then the paper's k(t) schedule (`fixed_clusters` for "dynaspec-fixed"), each
-      cluster counted at the rows the next token's cluster holds on average (hf_dynaspec.drafting.budget).
+      cluster counted at the rows the next token's cluster holds on average (hf_dynaspec.drafting.selector).
     - `draft_capture` ("off"): greedy chain drafts as one fixed-shape function of K tokens
       (hf_dynaspec.drafting.captured): "compile" compiles it with torch.compile(fullgraph=True) (CUDA graphs on
       a GPU, mode "reduce-overhead": one per K, rows and cache capacity; the first call of each compiles),
@@ -143,19 +164,9 @@ class DynaSpecGenerationConfig(GenerationConfig):
       tree_total_tokens + 1 tokens per pass). Sized for CPU verification (docs/trees.md).
     """
 
-    def __init__(self, **kwargs):
-        values = {name: kwargs.pop(name, default) for name, default in OPTION_DEFAULTS.items()}
-        super().__init__(**kwargs)
-        for name, value in values.items():
-            setattr(self, name, value)
-        self.validate_options()
-
-    def drafting_options(self) -> dict[str, Any]:
-        """Only the drafting options, `{name: value}`."""
-        return {name: getattr(self, name) for name in OPTION_DEFAULTS}
+    option_defaults = OPTION_DEFAULTS
 
     def validate_options(self) -> None:
-        """Raise `ValueError` naming the bad option and the fix."""
         for name in ("num_assistant_tokens", "tree_top_k", "tree_depth", "tree_total_tokens", "max_clusters",
                      "fixed_clusters", "auto_max_assistant_tokens", "suffix_cache_max_tokens"):
             self._require(_is_int(getattr(self, name)) and getattr(self, name) >= 1, name, "a positive integer")

@@ -80,8 +80,8 @@ def medusa_pair():
 @pytest.mark.parametrize("draft", ["chain", "tree", "auto"])
 def test_medusa_greedy_is_identical_one_row_and_batched(medusa_pair, draft):
     target, heads = medusa_pair
-    options = dict(medusa_draft=draft, medusa_tree_total_tokens=6,
-                   medusa_prompt_lookup_num_tokens=4 if draft == "auto" else None)
+    options = dict(tree_total_tokens=6, **(dict(draft_plan="auto", prompt_lookup_num_tokens=4) if draft == "auto"
+                                           else dict(lattice_draft=draft)))
     prompts = mixed_prompts(4, seed=11)
     ids, mask = left_padded(prompts)
     out = target.generate(input_ids=ids.cuda(), attention_mask=mask.cuda(), custom_generate=medusa_generate,
@@ -113,7 +113,7 @@ def test_sampled_routes_are_exact_on_the_device(route):
             for parameter in drafter.blocks.parameters():
                 generator = torch.Generator().manual_seed(parameter.numel())
                 parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.5)
-        kwargs = dict(custom_generate=medusa_generate, drafter=drafter, medusa_draft="tree")
+        kwargs = dict(custom_generate=medusa_generate, drafter=drafter, lattice_draft="tree")
     else:
         options = dict(num_assistant_tokens=3, verification="block") if route == "chain-block" else dict(
             num_assistant_tokens=2, tree_top_k=2, tree_depth=2, tree_total_tokens=4)
@@ -160,7 +160,7 @@ def test_medusa_and_batched_rounds_sync_only_where_named(eagle_pair, medusa_pair
 
     def medusa():
         medusa_target.generate(single, attention_mask=torch.ones_like(single), custom_generate=medusa_generate,
-                               drafter=heads, max_new_tokens=24, do_sample=False, medusa_draft="tree")
+                               drafter=heads, max_new_tokens=24, do_sample=False, lattice_draft="tree")
 
     batched(), medusa()  # warm-up
     record = {"card": torch.cuda.get_device_name(), "batched_chain_4_rows": syncs_per_pass(target, batched),

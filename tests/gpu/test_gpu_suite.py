@@ -27,7 +27,7 @@ from hf_dynaspec import DynaSpecAssistant, check_exactness, tree_generate  # noq
 from hf_dynaspec.drafting.chain import ChainDraftSession  # noqa: E402
 from hf_dynaspec.drafting.runtime import runtime_head  # noqa: E402
 from hf_dynaspec.drafting.tree import TreeDraftSession  # noqa: E402
-from hf_dynaspec.kernels.shortlist_head.reference import indexed_head_reference  # noqa: E402
+from hf_dynaspec.kernels.shortlist_head.torch_paths import indexed_head_reference  # noqa: E402
 from hf_dynaspec.kernels.streams import Pending  # noqa: E402
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
@@ -85,7 +85,7 @@ def _ranked_tables(vocab: int, num_clusters: int, generator):
 def test_the_one_launch_ranked_head_matches_the_reference_on_a_real_shape(dtype, batch):
     """The kernel's own row ids equal the torch rule's exactly, its scores and reductions the reference's, at
     Qwen2.5's shape (151,936 x 896) with 1,024 clusters (eight chunks of the in-kernel scan), R = 1 .. 16,384."""
-    from hf_dynaspec.kernels.shortlist_head.reference import ranked_head_reference
+    from hf_dynaspec.kernels.shortlist_head.torch_paths import ranked_head_reference
     from hf_dynaspec.kernels.shortlist_head.triton_kernel import ranked_head_triton
 
     _supported(dtype)

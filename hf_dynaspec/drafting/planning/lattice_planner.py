@@ -1,4 +1,4 @@
-"""Planned lattice rounds (`medusa_draft="auto"`): each round, the draft from a lattice source (Medusa heads, a
+"""Planned lattice rounds (Medusa `draft_plan="auto"`): each round, the draft from a lattice source (Medusa heads, a
 diffusion LM) that maximises expected committed tokens per second, priced as hf_dynaspec.drafting.planning.planner prices
 the EAGLE drafter's.
 
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from hf_dynaspec.drafting.planning.core import (
     DRAFTER,
+    LatticeCosts,
     LookupCandidate,
     PlannerMemory,
     RoundPlan,
@@ -38,7 +39,6 @@ from hf_dynaspec.drafting.planning.core import (
     match_key,
     position_key,
 )
-from hf_dynaspec.drafting.planning.costs import LatticeCosts
 from hf_dynaspec.modeling.acceptance_prior import AcceptancePrior
 
 

@@ -67,11 +67,7 @@ class SpeculationPlanner:
             raise ValueError("planning trees needs the measured cost of a tree depth (RoundCosts.tree_step_seconds)")
         if tree is not None and not drafter:
             raise ValueError("trees are grown by the drafter: a drafter-free planner plans none")
-        self.drafter = drafter
-        self.costs = costs
-        self.memory = memory
-        self.max_draft_tokens = max_draft_tokens
-        self.tree = tree
+        self.costs, self.memory, self.max_draft_tokens, self.tree, self.drafter = costs, memory, max_draft_tokens, tree, drafter
 
     # -- expected tokens and rates ---------------------------------------------------------------------------
     def _drafter_seconds(self, k: int) -> float:

@@ -1,4 +1,4 @@
-"""What a lattice round costs on this machine (`medusa_draft="auto"`'s input), measured once and cached beside the
+"""What a lattice round costs on this machine (Medusa `draft_plan="auto"`'s input), measured once and cached beside the
 EAGLE planner's costs (hf_dynaspec.generation.costs.store: same file, same checks, same keys plus the source's).
 
 - `verify_seconds[n]`: the target's forward over n new tokens on a cache of `CONTEXT` tokens, as for EAGLE;
@@ -18,10 +18,10 @@ import torch
 from transformers.cache_utils import DynamicCache
 
 from hf_dynaspec.drafting.lattice import Lattice, NgramScorer, lattice_tree
-from hf_dynaspec.drafting.planning.costs import LatticeCosts
+from hf_dynaspec.drafting.planning.core import LatticeCosts
 from hf_dynaspec.generation.costs.store import cached, digest, is_seconds, target_parts
 from hf_dynaspec.generation.costs.timing import CONTEXT, min_seconds, random_ids, verify_table
-from hf_dynaspec.generation.forward_args import cache_kwargs
+from hf_dynaspec.generation.tree_verify import cache_kwargs
 from hf_dynaspec.kernels.streams import devices_of
 
 
@@ -46,7 +46,7 @@ def lattice_round_costs(target, source, options, max_tokens: int) -> LatticeCost
     return cached(lattice_costs_key(target, source, options, max_tokens),
                   parse=lambda entry: stored_lattice_costs(entry, max_tokens),
                   measure=lambda: measure_lattice_costs(target, source, options, max_tokens),
-                  to_json=asdict, what="lattice round costs for medusa_draft='auto'")
+                  to_json=asdict, what="lattice round costs for Medusa draft_plan='auto'")
 
 
 def stored_lattice_costs(entry, max_tokens: int) -> tuple[LatticeCosts | None, str | None]:

@@ -28,11 +28,11 @@ import torch
 from transformers.cache_utils import DynamicCache
 
 from hf_dynaspec.drafting.chain import ChainDraftSession
-from hf_dynaspec.drafting.planning.costs import RoundCosts
+from hf_dynaspec.drafting.planning.core import RoundCosts
 from hf_dynaspec.drafting.tree import TreeDraftSession
 from hf_dynaspec.generation.costs.store import cached, digest, is_seconds, target_parts
 from hf_dynaspec.generation.costs.timing import CONTEXT, min_seconds, random_ids, verify_table
-from hf_dynaspec.generation.forward_args import cache_kwargs
+from hf_dynaspec.generation.tree_verify import cache_kwargs
 from hf_dynaspec.kernels.streams import devices_of
 
 

@@ -11,7 +11,7 @@ import time
 
 import torch
 
-from hf_dynaspec.generation.forward_args import cache_kwargs
+from hf_dynaspec.generation.tree_verify import cache_kwargs
 from hf_dynaspec.kernels.streams import devices_of, synchronize
 
 CONTEXT = 256  # cache length the costs are measured at: a typical prompt

@@ -15,7 +15,7 @@ from transformers.cache_utils import DynamicCache
 from hf_dynaspec.errors import require_model
 from hf_dynaspec.generation.costs import store
 from hf_dynaspec.generation.costs.timing import CONTEXT, MEASURED_SIZES, random_ids, verify_seconds
-from hf_dynaspec.generation.forward_args import cache_kwargs
+from hf_dynaspec.generation.tree_verify import cache_kwargs
 from hf_dynaspec.kernels.verify_rows.patch import NO_ROWS
 
 LARGEST_KERNEL_ROWS = 64  # a stored answer above this was not written by fastest_kernels

@@ -12,7 +12,7 @@ from hf_dynaspec.kernels.shortlist_head.dispatch import (
     shortlist_head,
     triton_available,
 )
-from hf_dynaspec.kernels.shortlist_head.output import ShortlistHeadOutput
+from hf_dynaspec.kernels.shortlist_head.torch_paths import ShortlistHeadOutput
 
 __all__ = [
     "ShortlistHeadOutput", "indexed_head", "indexed_head_for", "ranked_head_for", "shortlist_head", "triton_available",

@@ -23,10 +23,13 @@ import os
 import torch
 from transformers.utils import logging
 
-from hf_dynaspec.kernels.shortlist_head.cpu import shortlist_head_blocks
 from hf_dynaspec.kernels.shortlist_head.op import indexed_head_op, ranked_head_op
-from hf_dynaspec.kernels.shortlist_head.output import ShortlistHeadOutput
-from hf_dynaspec.kernels.shortlist_head.reference import indexed_head_reference, ranked_head_reference
+from hf_dynaspec.kernels.shortlist_head.torch_paths import (
+    ShortlistHeadOutput,
+    indexed_head_reference,
+    ranked_head_reference,
+    shortlist_head_blocks,
+)
 
 logger = logging.get_logger(__name__)
 

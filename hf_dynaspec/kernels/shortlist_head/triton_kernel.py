@@ -1,6 +1,6 @@
 """Triton kernel of the shortlisted LM head: one launch from the router's ranking to the draft's top token.
 
-A DynaSpec step scores the first R rows of the router's ranking (drafting/cluster_rows.py) plus the
+A DynaSpec step scores the first R rows of the router's ranking (drafting/selector.py) plus the
 always-included ids. The kernel takes that ranking `[C]` and the cluster tables built at load, and each program
 works out the head rows of its `BLOCK_N` columns itself (a scan of the ranked cluster sizes, chunk by chunk,
 then three gathers): the step issues no separate row-id ops. It gathers those rows straight from the target's head
@@ -35,7 +35,7 @@ import torch
 import triton
 import triton.language as tl
 
-from hf_dynaspec.kernels.shortlist_head.output import ShortlistHeadOutput
+from hf_dynaspec.kernels.shortlist_head.torch_paths import ShortlistHeadOutput
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 

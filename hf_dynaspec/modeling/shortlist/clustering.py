@@ -59,7 +59,7 @@ class VocabClusters:
         """How many rows the cluster of the next token holds, on average: each cluster's size weighted by its
         share of token frequency, Zipf weights (1 / rank) over `ranking` (unranked tokens weigh nothing); with
         no ranking, every token weighs the same (sum of size^2 / sum of size). What a row budget equal to an
-        old artifact's k clusters costs when it stored no row budget (hf_dynaspec.drafting.budget).
+        old artifact's k clusters costs when it stored no row budget (hf_dynaspec.drafting.selector).
         Measured against the shipped artifacts' real mean rows per chosen cluster: 2,774 vs 1,893 (0.5B),
         6,058 vs 3,881 (1.5B), 916 vs 937 (Gemma-3-270M): never far below, so an estimate loses no coverage."""
         sizes = self.offsets.diff().double()
