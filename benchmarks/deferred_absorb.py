@@ -40,7 +40,7 @@ PROMPTS = [
     f"Rename the function to rolling_mean and change nothing else. Reply with the code only.\n\n{CODE}",
     f"Add a docstring to this function and reply with the whole function.\n\n{CODE}",
 ]
-IMMEDIATE = lambda self, input_ids, hidden: self.consume_verified(input_ids, hidden, route=False)  # noqa: E731
+IMMEDIATE = lambda self, input_ids, hidden: self.consume_verified(input_ids, hidden, choose=False)  # noqa: E731
 
 
 def case(model, assistant, ids, max_new_tokens, immediate: bool, outputs: dict, name: str):

@@ -12,12 +12,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
-from hf_dynaspec.bench.plan_simulation import MAX_DRAFT, Replay, auto_rate, fixed_rates, records_of
-from hf_dynaspec.drafting.planning.core import PlannerMemory, RoundCosts, RoundPlan, TreeShape, best_length
-from hf_dynaspec.drafting.planning.planner import SpeculationPlanner
-from hf_dynaspec.modeling.acceptance_prior import prior_for
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the replay harness the tests use
+
+from plan_simulation import MAX_DRAFT, Replay, auto_rate, fixed_rates, records_of  # noqa: E402
+
+from hf_dynaspec.drafting.planning.core import PlannerMemory, RoundCosts, RoundPlan, TreeShape, best_length  # noqa: E402
+from hf_dynaspec.drafting.planning.planner import SpeculationPlanner  # noqa: E402
+from hf_dynaspec.modeling.acceptance_prior import prior_for  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "planner"

@@ -9,7 +9,7 @@ The prompts are held aside from every evaluation set: by default the package's s
 rows). Every round drafts the whole chain or tree (hf_dynaspec.generation.expected_acceptance), so the result does
 not depend on this machine's costs. Greedy by default; `--sample` measures the sampled prior instead, with the
 target's published sampling settings (`hf-dynaspec bench --sample`'s), stored beside the greedy one.
-`--traces FILE` also writes each call's rounds (the planner simulation's input: hf_dynaspec.bench.plan_simulation).
+`--traces FILE` also writes each call's rounds (the planner simulation's input: tests/plan_simulation.py).
 """
 
 from __future__ import annotations

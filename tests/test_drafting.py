@@ -182,9 +182,9 @@ def test_deferred_positions_are_absorbed_in_step(family, monkeypatch):
         events.append("defer")
         return defer(self, input_ids, hidden)
 
-    def consuming(self, input_ids, hidden, route=True):
+    def consuming(self, input_ids, hidden, choose=True):
         events.append("consume")
-        return consume(self, input_ids, hidden, route)
+        return consume(self, input_ids, hidden, choose)
 
     monkeypatch.setattr(ChainDraftSession, "defer_verified", deferring)
     monkeypatch.setattr(ChainDraftSession, "consume_verified", consuming)

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import imitating_assistant, one_layer_target, plain_generate
+from plan_simulation import records_of
 
-from hf_dynaspec.bench.plan_simulation import records_of
 from hf_dynaspec.drafting.planning.core import RoundCosts
 from hf_dynaspec.drafting.runtime import planner_memory
 from hf_dynaspec.generation.expected_acceptance import measure_acceptance

@@ -1,5 +1,5 @@
 """`auto` decides well on every host kind, not only this one: recorded rounds of the shipped assistants replayed
-through the planner under cost tables measured on each host kind (hf_dynaspec.bench.plan_simulation).
+through the planner under cost tables measured on each host kind (tests/plan_simulation.py).
 
 Fixtures (tests/fixtures/planner/): `traces_*.json`, real greedy runs of a shipped assistant with its target on
 dev prompts where every round drafted the whole chain or tree (recipes/measure_acceptance.py --traces); `costs/*.json`,
@@ -14,8 +14,8 @@ import json
 from pathlib import Path
 
 import pytest
+from plan_simulation import MAX_DRAFT, Replay, auto_rate, fixed_rates, records_of
 
-from hf_dynaspec.bench.plan_simulation import MAX_DRAFT, Replay, auto_rate, fixed_rates, records_of
 from hf_dynaspec.drafting.planning.core import PROBE_FIRST, LatticeCosts, PlannerMemory, RoundCosts, TreeShape
 from hf_dynaspec.drafting.planning.lattice_planner import LatticePlanner, lattice_memory
 from hf_dynaspec.drafting.planning.planner import SpeculationPlanner

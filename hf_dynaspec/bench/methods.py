@@ -343,8 +343,8 @@ def medusa_kwargs(key: str, name: str, arg: str | None, heads) -> dict:
         if arg is not None:
             kwargs["num_assistant_tokens"] = _positive_int(key, arg)
     else:
-        plan = {"draft_plan": "auto"} if name == "medusa-auto" else {"lattice_draft": "tree"}
-        kwargs.update(plan, cps_lambda=1.0, tree_total_tokens=_positive_int(key, arg, 16))
+        drafting = {"draft_plan": "auto"} if name == "medusa-auto" else {"lattice_draft": "tree"}
+        kwargs.update(drafting, cps_lambda=1.0, tree_total_tokens=_positive_int(key, arg, 16))
     for suffix in split_label(key)[1].split("+")[1:]:
         option, _, value = suffix.partition(":")
         if option == "cps":

@@ -136,7 +136,7 @@ class ChainDraftSession:
         # The fixed-shape K-token draft (drafting/captured.py), for greedy drafting without processors.
         self.captured = captured if not do_sample and self.logits_processor is None else None
         self._router_inputs: tuple[torch.Tensor, torch.Tensor] | None = None  # of the last verified position
-        self._first = None  # (hidden, clusters, scores) of a first position `overrules` scored, for `propose`
+        self._first = None  # (hidden, clusters, scores) of a first position `overrules` scored, for `draft`
 
     @torch.no_grad()
     def draft(self, input_ids: torch.Tensor, new_target_hidden: torch.Tensor, cap: int, rule=None) -> Draft:
@@ -220,7 +220,7 @@ class ChainDraftSession:
     def _captured_draft(self, input_ids, new_target_hidden, num_draft_tokens: int, rule) -> Draft:
         """The round's draft through the captured K-token function: K tokens drafted, then cut once, at the end,
         by the confidence stop and the planner, as the deferred path cuts (the same draft)."""
-        hidden, _ = self.consume_verified(input_ids, new_target_hidden, route=False)
+        hidden, _ = self.consume_verified(input_ids, new_target_hidden, choose=False)
         tokens, tops, ids = self.captured(num_draft_tokens, hidden, self._router_inputs, self.cache,
                                           input_ids.shape[1] - 1)
         confident = tops >= self.confidence if self.confidence > 0.0 else None  # [K], on the device
@@ -270,9 +270,9 @@ class ChainDraftSession:
         self.pending_hidden = piece if self.pending_hidden is None else torch.cat([self.pending_hidden, piece], 1)
 
     @torch.no_grad()
-    def consume_verified(self, input_ids: torch.Tensor, new_target_hidden: torch.Tensor, route: bool = True):
+    def consume_verified(self, input_ids: torch.Tensor, new_target_hidden: torch.Tensor, choose: bool = True):
         """Run the drafter over the newly verified positions; return its last hidden `[1, 1, H]` (which predicts
-        the token after `input_ids`) and the router's choice for draft position 0 (None with `route=False`: a pass
+        the token after `input_ids`) and the router's choice for draft position 0 (None with `choose=False`: a pass
         that only brings the drafter's cache up to date, as calibration times it).
 
         Drops the speculative entries of the previous draft from the drafter cache first, and absorbs the
@@ -298,7 +298,7 @@ class ChainDraftSession:
         # The router reads the inputs of the step whose output it shortlists (E(x_t), h_{t-1}): it is started
         # before the drafter's layer so that on CUDA the two overlap.
         self._router_inputs = (token_embeds[:, -1], hidden_in[:, -1])
-        clusters = self.chosen_clusters(token_embeds[:, -1], hidden_in[:, -1], 0) if route else None
+        clusters = self.chosen_clusters(token_embeds[:, -1], hidden_in[:, -1], 0) if choose else None
         # The mask reads the cache's own length, so a cache out of step with `start` shows up as wrong drafts
         # (tests/test_drafting.py compares the cache with a recomputation), not as a shape error deep in attention.
         mask = causal_mask(num_new, self.cache.length, device)

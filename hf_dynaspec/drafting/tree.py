@@ -29,7 +29,7 @@ from hf_dynaspec.modeling.drafter import Drafter
 class TreeDraftSession:
     """Drafting state of one tree-decoding call: trees grown on a chain session (`chain`), which owns the drafter's
     cache of the verified prefix, absorbs the verified positions and plans each depth's shortlist. Composition,
-    not inheritance: a tree session has no chain `propose`."""
+    not inheritance: a tree session has no chain `draft`."""
 
     def __init__(self, drafter: Drafter, vocab_size: int, *, top_k: int, depth: int, total_tokens: int,
                  head=None, chain: ChainDraftSession | None = None):

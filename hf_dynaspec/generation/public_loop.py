@@ -23,7 +23,7 @@ from hf_dynaspec.generation.costs.verify_kernel import target_verify_kernel
 
 def verify_kernel_for(model, options):
     """The context a public route runs its call in: as on the `assistant_model=` route (hf_dynaspec.generation.hook),
-    a planned call (`draft_plan="auto"`, `target_verify_kernel="auto"`) routes the target's few-row verification
+    a planned call (`draft_plan="auto"`, `target_verify_kernel="auto"`) sends the target's few-row verification
     forwards through the CPU rows kernel where it was measured faster (calibration.target_verify_kernel), and the
     call's costs are measured with it; otherwise nothing changes. The static round compiles its forward, which
     the kernel's calls would break: inductor chooses its kernels there."""

@@ -166,16 +166,17 @@ class MedusaGenerationConfig(DraftingConfig):
 
 def _resolved(values: dict[str, Any], adaptive_length: bool) -> MedusaOptions:
     """generation_config.json's options -> checked `MedusaOptions` (raises naming the bad option)."""
-    plan, kind, shortlist = values["draft_plan"], values["lattice_draft"], values["shortlist"]
-    if plan not in DRAFT_PLANS:
-        raise ValueError(f"draft_plan (MedusaGenerationConfig.draft_plan) must be one of {DRAFT_PLANS}; got {plan!r}.")
+    draft_plan, kind, shortlist = values["draft_plan"], values["lattice_draft"], values["shortlist"]
+    if draft_plan not in DRAFT_PLANS:
+        raise ValueError(f"draft_plan (MedusaGenerationConfig.draft_plan) must be one of {DRAFT_PLANS}; "
+                         f"got {draft_plan!r}.")
     if kind not in MEDUSA_DRAFTS[:-1]:
         raise ValueError(f"lattice_draft (MedusaGenerationConfig.lattice_draft) must be one of {MEDUSA_DRAFTS[:-1]} "
                          f"(for planned rounds: draft_plan='auto'); got {kind!r}.")
     if shortlist not in LATTICE_SHORTLISTS:
         raise ValueError(f"MedusaGenerationConfig.shortlist must be one of {LATTICE_SHORTLISTS}; got {shortlist!r}.")
     return MedusaOptions.from_kwargs(
-        draft="auto" if plan == "auto" else kind, adaptive_length=adaptive_length,
+        draft="auto" if draft_plan == "auto" else kind, adaptive_length=adaptive_length,
         num_assistant_tokens=values["num_assistant_tokens"], shortlist=shortlist == "frspec",
         choices=values["medusa_choices"],
         **{name: values[name] for name in ("prompt_lookup_num_tokens", "tree_top_k", "tree_total_tokens",

@@ -112,7 +112,7 @@ def measure_drafter(assistant, head, ids, target_hidden, tree_shape: tuple[int, 
     trees = TreeDraftSession(assistant.drafter, assistant.config.vocab_size, top_k=top_k, depth=3,
                              total_tokens=total_tokens, head=head, chain=session)
     context = ids[:, : CONTEXT - 2]
-    session.consume_verified(context, target_hidden, route=False)  # the prompt pass, untimed
+    session.consume_verified(context, target_hidden, choose=False)  # the prompt pass, untimed
     start = session.num_verified_pairs
     verified = ids[:, : CONTEXT]  # two newly verified positions, as after a round that accepted one draft
     new_hidden = target_hidden[:, start:]
@@ -123,7 +123,7 @@ def measure_drafter(assistant, head, ids, target_hidden, tree_shape: tuple[int, 
 
     def consume():
         rewind()
-        session.consume_verified(verified, new_hidden, route=False)
+        session.consume_verified(verified, new_hidden, choose=False)
 
     def draft(tokens):
         rewind()

@@ -22,7 +22,7 @@ LARGEST_KERNEL_ROWS = 64  # a stored answer above this was not written by fastes
 
 
 class CpuKernels(NamedTuple):
-    """The row counts (lo, hi) routed through the rows kernel and through prepacked oneDNN weights; `NO_ROWS`
+    """The row counts (lo, hi) sent through the rows kernel and through prepacked oneDNN weights; `NO_ROWS`
     for none. Everything else stays on PyTorch's default kernels."""
 
     kernel: tuple[int, int] = NO_ROWS
@@ -57,7 +57,7 @@ def kernels_from_costs(sizes: list[int], seconds: dict[str, dict[int, float]]) -
         last = first
         while last + 1 < len(sizes) and fastest[last + 1] == path:
             last += 1
-        # the first routed size: right after the previous measured size where that one went another non-native way
+        # the first size sent its way: right after the previous measured size where that one went another non-native way
         lo = sizes[first - 1] + 1 if first > 0 and fastest[first - 1] not in ("native", path) else sizes[first]
         runs[path] = (lo, sizes[last])
     return CpuKernels(runs.get("kernel", NO_ROWS), runs.get("packed", NO_ROWS))
@@ -99,7 +99,7 @@ def fastest_kernels(target, largest: int = max(MEASURED_SIZES)) -> CpuKernels:
 
 
 def enable_kernels(model, kernels: CpuKernels) -> bool:
-    """Route `model`'s forwards as `kernels` says; False (nothing done) for `NO_KERNELS`."""
+    """Send `model`'s forwards through `kernels`; False (nothing done) for `NO_KERNELS`."""
     from hf_dynaspec.kernels.verify_rows import patch as verify_rows_patch
 
     if not kernels:
@@ -110,7 +110,7 @@ def enable_kernels(model, kernels: CpuKernels) -> bool:
 
 
 def apply_cpu_verify(model, choice: str | None) -> str | None:
-    """Route `model`'s CPU Linear layers as `choice` says ("auto": the kernels `fastest_kernels` measured fastest;
+    """Send `model`'s CPU Linear layers through the kernels `choice` names ("auto": the kernels `fastest_kernels` measured fastest;
     "kernel" / "shadow": the rows kernel or float32 shadows for every multi-row input of a bf16 model; None or
     "off": not at all). Returns what is in use (`verify_rows.patch.describe`), or None."""
     from hf_dynaspec.kernels.verify_rows import patch as verify_rows_patch
@@ -157,7 +157,7 @@ def measured_kernels(target) -> CpuKernels:
 
 
 class FastCPU(contextlib.ContextDecorator):
-    """What `fast_cpu(model)` returns: the model routed while it lives; `undo()` or leaving a `with` block puts
+    """What `fast_cpu(model)` returns: the model on those kernels while it lives; `undo()` or leaving a `with` block puts
     PyTorch's kernels back (prepacked weights stay cached on the model for the next call: `release_packed`).
     `kernels` is what was measured fastest, `NO_KERNELS` where nothing beat PyTorch's default kernels."""
 
@@ -210,7 +210,7 @@ def fast_cpu(model) -> FastCPU:
 def target_verify_kernel(target):
     """For the duration of one assisted generate() call: the target's few-row forwards (verification; one-token
     steps) on the kernels measured fastest here (`measured_kernels`). Nothing happens off bf16/float32 CPU targets,
-    where the kernel cannot be built, or when the target is already routed (the user's own `fast_cpu` or
+    where the kernel cannot be built, or when the target is already patched (the user's own `fast_cpu` or
     `verify_rows.patch.enable`). Long prefills keep PyTorch's kernels, and the model is restored when the call
     ends. Yields the kernels."""
     from hf_dynaspec.kernels.verify_rows import patch as verify_rows_patch

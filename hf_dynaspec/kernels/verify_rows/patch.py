@@ -118,7 +118,7 @@ def enable(model: nn.Module, max_rows: int = 16, method: str = "auto", min_rows:
                             "free memory; those forwards stay on PyTorch's kernels")
         packs = {}
     if min_rows == max_rows == 0 and not packs:
-        return 0  # nothing left to route
+        return 0  # nothing left to patch
     patched = 0
     for module in candidates:
         module_method = "shadow" if module.weight.dtype == torch.float16 else method
@@ -153,11 +153,11 @@ def enabled_method(model: nn.Module) -> str | None:
 def describe(model: nn.Module) -> str | None:
     """What is rerouted, for cache keys and logs: e.g. "kernel:1-1+packed:2-17" (method and row counts), None when
     nothing."""
-    routes = {(m.__dict__[_PATCHED], *m.__dict__[_ROWS]) for m in model.modules() if _PATCHED in m.__dict__}
-    if not routes:
+    patched = {(m.__dict__[_PATCHED], *m.__dict__[_ROWS]) for m in model.modules() if _PATCHED in m.__dict__}
+    if not patched:
         return None
 
-    def route(method, lo, hi, packed_lo, packed_hi):
+    def rows(method, lo, hi, packed_lo, packed_hi):
         text = f"{method}:{lo}-{'any' if hi == ANY_ROWS else hi}"
         return text + (f"+packed:{packed_lo}-{packed_hi}" if packed_hi else "")
-    return ",".join(route(*entry) for entry in sorted(routes))
+    return ",".join(rows(*entry) for entry in sorted(patched))
