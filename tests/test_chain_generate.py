@@ -213,3 +213,22 @@ def test_speculative_generate_is_each_route_by_its_drafter_and_trees():
     got = medusa_target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=16, do_sample=False,
                                  custom_generate=speculative_generate, drafter=heads)
     assert torch.equal(got, expected) and heads.stats.verify_passes > 0
+    # Medusa options by their config names per call, transformers-named ones included: generate() hands them to
+    # the custom_generate (its signature names them) instead of keeping them in its own generation config.
+    from hf_dynaspec import medusa_generate
+
+    drafted = {}
+    for cap in (None, 1):
+        got = medusa_target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=16, do_sample=False,
+                                     custom_generate=medusa_generate, drafter=heads, lattice_draft="chain",
+                                     num_assistant_tokens=cap)
+        assert torch.equal(got, expected)
+        drafted[cap] = max(heads.stats.drafted_per_pass)
+    assert drafted == {None: heads.num_positions, 1: 1}
+    # speculative_generate hands a lattice source its tree shape by the lattice options' names.
+    for total in (None, 3):
+        got = medusa_target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=16, do_sample=False,
+                                     custom_generate=speculative_generate, drafter=heads, tree_total_tokens=total)
+        assert torch.equal(got, expected)
+        drafted[total] = max(heads.stats.drafted_per_pass)
+    assert drafted[3] == 3 < drafted[None]

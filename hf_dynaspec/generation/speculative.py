@@ -40,16 +40,18 @@ def speculative_generate(model, input_ids, logits_processor, stopping_criteria, 
     """`custom_generate` callable. `drafter`: a DynaSpecAssistant for `model` (named `drafter` because generate()
     keeps `assistant_model` for its own assisted mode), drafting as `drafter.generation_config` says; `trees`:
     EAGLE-2 trees instead of chains, `tree_top_k`, `tree_depth`, `tree_total_tokens` overriding its tree shape. A
-    MedusaAssistant or a DiffusionDrafter goes to `medusa_generate` with its own options. A batch of left-padded
+    MedusaAssistant or a DiffusionDrafter goes to `medusa_generate`, the tree shape with it (`tree_depth` as its
+    `num_assistant_tokens`); its other options go through `medusa_generate` itself. A batch of left-padded
     prompts decodes each row at its own pace. Returns the sequences `[B, L]`, or a `GenerateDecoderOnlyOutput` with
     `return_dict_in_generate`."""
     route = "tree_generate" if trees else "chain_generate"
     if drafter is None:
         raise ValueError(f"{route} needs the assistant: model.generate(..., custom_generate={route}, "
                          "drafter=assistant)")
-    if isinstance(drafter, (MedusaAssistant, DiffusionDrafter)):
+    if isinstance(drafter, (MedusaAssistant, DiffusionDrafter)):  # the tree shape by the lattice options' names
+        shape = dict(tree_top_k=tree_top_k, num_assistant_tokens=tree_depth, tree_total_tokens=tree_total_tokens)
         return medusa_generate(model, input_ids, logits_processor, stopping_criteria, generation_config,
-                               drafter=drafter, **model_kwargs)
+                               drafter=drafter, **{k: v for k, v in shape.items() if v is not None}, **model_kwargs)
     assistant = ensure_attached(drafter, model, argument="drafter")
     batch = check_public_inputs(model, assistant, input_ids, generation_config, model_kwargs)
     options = assistant.generation_config
