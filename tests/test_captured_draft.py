@@ -87,7 +87,7 @@ def test_the_one_launch_kernel_traces_as_one_call_in_the_compiled_draft(monkeypa
     interpreter) inside the compiled draft: fullgraph, one compilation over three rounds, and the tokens of the
     step-by-step draft through the torch reference head."""
     pytest.importorskip("triton")
-    import hf_dynaspec.drafting.selector as cluster_rows
+    import hf_dynaspec.drafting.selector as selector
     from hf_dynaspec.kernels.shortlist_head import dispatch
 
     torch._dynamo.reset()
@@ -103,7 +103,7 @@ def test_the_one_launch_kernel_traces_as_one_call_in_the_compiled_draft(monkeypa
         reference = _assistant(tmp_path / "reference", target, "dynaspec")  # the same weights (one seed)
         eager = ChainDraftSession(reference.drafter, VOCAB, do_sample=False,
                                   head=runtime_head(reference, reference.generation_config))
-        monkeypatch.setattr(cluster_rows, "ranked_head_for", lambda weight: dispatch._triton_ranked_head)
+        monkeypatch.setattr(selector, "ranked_head_for", lambda weight: dispatch._triton_ranked_head)
         assistant = _assistant(tmp_path / "kernel", target, "dynaspec", draft_capture="compile")
         head = runtime_head(assistant, assistant.generation_config)
         assert head.rows._head is dispatch._triton_ranked_head
