@@ -407,8 +407,9 @@ MUTATIONS = [
              "if found is not None and veto < 0.0 and session.overrules(", ["tests/test_enumeration.py"],
              select="prompt_lookup"),
     Mutation("a call's plan does not override the heads' configured ADL", "hf_dynaspec/modeling/medusa_options.py",
-             'return _resolved(values, adaptive_length=values["draft_plan"] == "adl")',
-             'return _resolved(values, adaptive_length="adl" in (values["draft_plan"], self.draft_plan))',
+             "        values.update({option: value for option, (_, value) in given.items()})\n",
+             "        values.update({option: value for option, (_, value) in given.items()\n"
+             "                       if option != \"draft_plan\" or self.draft_plan != \"adl\"})\n",
              [MEDUSA], select="overrides_the_configured"),
     Mutation("probe rounds cut by the planner", "hf_dynaspec/drafting/round.py",
              "rule = ProbeDrafting() if plan.probe else self.planner", "rule = self.planner", [PROBES],
@@ -532,9 +533,9 @@ MUTATIONS = [
              select="saved_options"),
     Mutation("medusa: a per-call option by a transformers name is left to generate()'s own config",
              "hf_dynaspec/generation/medusa.py",
-             "    *(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None) for name in CALL_OPTIONS),",
-             "    *(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None) for name in CALL_OPTIONS\n"
-             "      if name not in (\"num_assistant_tokens\", \"prompt_lookup_num_tokens\")),",
+             "*_named, *(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None) for name in CALL_OPTIONS),",
+             "*_named, *(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None) for name in CALL_OPTIONS\n"
+             "           if name not in (\"num_assistant_tokens\", \"prompt_lookup_num_tokens\")),",
              [CHAIN_GENERATE], select="speculative_generate_is_each_route"),
     Mutation("speculative_generate drops a lattice source's tree shape", "hf_dynaspec/generation/speculative.py",
              "drafter=drafter, **{k: v for k, v in shape.items() if v is not None}, **model_kwargs)",

@@ -58,10 +58,10 @@ def medusa_generate(model, input_ids, logits_processor, stopping_criteria, gener
 
 # generate() hands a `custom_generate` only the keyword arguments its signature names: the signature names every
 # drafting option (current and deprecated spellings) as keyword-only.
-medusa_generate.__signature__ = inspect.signature(medusa_generate).replace(parameters=[
-    *list(inspect.signature(medusa_generate).parameters.values())[:-1],
-    *(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None) for name in CALL_OPTIONS),
-    inspect.Parameter("model_kwargs", inspect.Parameter.VAR_KEYWORD)])
+*_named, _model_kwargs = inspect.signature(medusa_generate).parameters.values()
+medusa_generate.__signature__ = inspect.Signature([
+    *_named, *(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None) for name in CALL_OPTIONS),
+    _model_kwargs])
 lattice_generate = medusa_generate  # the same route, named for any lattice source
 
 

@@ -161,10 +161,10 @@ class MedusaGenerationConfig(DraftingConfig):
             given[option] = (name, value)
         values = self.drafting_options()
         values.update({option: value for option, (_, value) in given.items()})
-        return _resolved(values, adaptive_length=values["draft_plan"] == "adl")
+        return _resolved(values)
 
 
-def _resolved(values: dict[str, Any], adaptive_length: bool) -> MedusaOptions:
+def _resolved(values: dict[str, Any]) -> MedusaOptions:
     """generation_config.json's options -> checked `MedusaOptions` (raises naming the bad option)."""
     draft_plan, kind, shortlist = values["draft_plan"], values["lattice_draft"], values["shortlist"]
     if draft_plan not in DRAFT_PLANS:
@@ -176,7 +176,7 @@ def _resolved(values: dict[str, Any], adaptive_length: bool) -> MedusaOptions:
     if shortlist not in LATTICE_SHORTLISTS:
         raise ValueError(f"MedusaGenerationConfig.shortlist must be one of {LATTICE_SHORTLISTS}; got {shortlist!r}.")
     return MedusaOptions.from_kwargs(
-        draft="auto" if draft_plan == "auto" else kind, adaptive_length=adaptive_length,
+        draft="auto" if draft_plan == "auto" else kind, adaptive_length=draft_plan == "adl",
         num_assistant_tokens=values["num_assistant_tokens"], shortlist=shortlist == "frspec",
         choices=values["medusa_choices"],
         **{name: values[name] for name in ("prompt_lookup_num_tokens", "tree_top_k", "tree_total_tokens",

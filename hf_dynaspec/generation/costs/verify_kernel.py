@@ -1,6 +1,6 @@
 """Which CPU kernel runs each few-row forward fastest here: PyTorch's default, the rows kernel
 (hf_dynaspec.kernels.verify_rows) or prepacked oneDNN weights, measured once per target, device, dtype and thread
-count (cached with the other costs); the context that kernels an assisted call's forwards that way, and `fast_cpu`,
+count (cached with the other costs); the context that sends an assisted call's forwards through them, and `fast_cpu`,
 the same for plain `generate()`.
 """
 
