@@ -577,6 +577,20 @@ MUTATIONS = [
     Mutation("lookup probes draft whole copies past the positions they learn", "hf_dynaspec/drafting/planning/core.py",
              "        whole = min(candidate.num_tokens, room, MAX_POSITION_KEY)",
              "        whole = min(candidate.num_tokens, room)", [PLANNED], select="as_long_as"),
+    # #75: the target's sampling at the cost of its few tokens.
+    Mutation("sparse top-p: a cut through equal logits decided by value order", "hf_dynaspec/drafting/row_processing.py",
+             "        if 0 < cut < n and values[cut - 1] == values[cut]:", "        if False:",
+             ["tests/test_row_processing.py"], select="sparse or cut_through"),
+    Mutation("sparse top-p: min_tokens_to_keep ignored", "hf_dynaspec/drafting/row_processing.py",
+             "        removed[max(n - self.min_tokens_to_keep, 0):] = False",
+             "        removed[n - 1:] = False", ["tests/test_row_processing.py"], select="sparse"),
+    Mutation("sparse race: the largest probability wins (no noise)", "hf_dynaspec/sampling.py",
+             "            race[rows, columns] = flat[rows, columns] / noise.clamp_(min=_SMALLEST)",
+             "            race[rows, columns] = flat[rows, columns]", ["tests/test_sampler.py"], select="sparse"),
+    Mutation("a round that drafted nothing: the target's most likely token", "hf_dynaspec/generation/block_verify.py",
+             "        token = sampling.sample(new_logits[0, :1].float().softmax(-1))",
+             "        token = new_logits[0, :1].argmax(-1, keepdim=True)", ["tests/test_block_verify.py"],
+             select="drafted_nothing"),
 ]
 
 

@@ -227,7 +227,7 @@ def chain_round(target, assistant, prompt: list[int], logits_processor, num_draf
 
 
 def _verify(candidate_ids, candidate_logits, num_drafted, new_logits) -> tuple[int, ...]:
-    if num_drafted > 0 and candidate_logits is not None:
+    if candidate_logits is not None:  # transformers' condition (under sampling): even for an empty draft
         # Releases before 5.24 take a fifth argument, whether the candidate sequence already meets a stopping
         # criterion (never here: no EOS in these rounds).
         extra = [False] * ("is_done_candidate" in inspect.signature(generation_utils._speculative_sampling).parameters)

@@ -161,3 +161,28 @@ def test_unmarked_drafts_keep_transformers_rule(monkeypatch):
     assistant = imitating_assistant(target, noise=1.0, seed=3, num_assistant_tokens=2, verification="token")
     outcomes = chain_round(target, assistant, PROMPT, processors("plain"), 2)
     assert sum(outcomes.values()) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("kind", ["plain", "top-k"])
+def test_a_round_that_drafted_nothing_draws_the_targets_token_exactly(kind, monkeypatch):
+    """Under block verification a round without drafts hands transformers empty marked logits, so that its one token
+    is drawn by block_verify (by the package's sampler, on a top-k's few tokens) instead of transformers'
+    multinomial: that token's law is exactly the target's."""
+    lengths = []
+    original = block_verify.block_verify
+
+    def recording(candidate_input_ids, candidate_logits, candidate_length, new_logits):
+        lengths.append(candidate_length)
+        return original(candidate_input_ids, candidate_logits, candidate_length, new_logits)
+
+    monkeypatch.setattr(block_verify, "block_verify", recording)
+    target = one_layer_target("llama", seed=5, vocab_size=VOCAB)
+    # A confidence no draft reaches: every round drafts nothing.
+    assistant = imitating_assistant(target, noise=1.0, seed=3, num_assistant_tokens=2, verification="block",
+                                    assistant_confidence_threshold=0.999)
+    lp = processors(kind)
+    outcomes = chain_round(target, assistant, PROMPT, lp, 2)
+    oracle = TargetOracle(target, lp)
+    assert lengths and set(lengths) == {0}, lengths
+    assert all(len(tokens) == 1 for tokens in outcomes)
+    assert max_error(extended_joint(oracle, PROMPT, outcomes, 2), target_joint(oracle, PROMPT, 2)) < TOLERANCE

@@ -15,7 +15,7 @@ from transformers import (
     TopPLogitsWarper,
 )
 
-from hf_dynaspec.drafting.row_processing import on_rows, process_rows, widen
+from hf_dynaspec.drafting.row_processing import SparseTopP, on_rows, process_rows, widen, with_sparse_top_p
 
 VOCAB = 50
 KINDS = {
@@ -55,3 +55,95 @@ def test_processing_the_rows_equals_processing_the_widened_vocabulary(kind):
 def test_an_unknown_processor_keeps_the_whole_vocabulary_path():
     assert not on_rows(LogitsProcessorList([TemperatureLogitsWarper(0.7), NoRepeatNGramLogitsProcessor(2)]))
     assert on_rows(None) and on_rows(LogitsProcessorList())
+
+
+# -- SparseTopP: transformers' top-p from the entries a top-k left ----------------------------------------------------
+ROW = 4096  # with top-k <= 64, under 1 / SPARSE_SHARE of the row is finite: the sparse path runs
+
+
+def _after_top_k(rows: int, top_k: int, seed: int, scale: float = 3.0) -> torch.Tensor:
+    """Logits as a sampled verification position has them: bf16 values (many equal), tempered, top-k'd."""
+    logits = (torch.randn(rows, ROW, generator=torch.Generator().manual_seed(seed)) * scale).bfloat16().float()
+    ids = torch.zeros(rows, 1, dtype=torch.long)
+    return TopKLogitsWarper(top_k)(ids, TemperatureLogitsWarper(0.7)(ids, logits))
+
+
+def _sparse_calls(monkeypatch) -> list:
+    """Each row the sparse path processed: its result (None where it left the row to transformers)."""
+    results = []
+    sparse_row = SparseTopP._sparse_row
+
+    def recorded(self, row):
+        results.append(sparse_row(self, row))
+        return results[-1]
+
+    monkeypatch.setattr(SparseTopP, "_sparse_row", recorded)
+    return results
+
+
+@pytest.mark.parametrize("top_p, min_tokens_to_keep", [(0.8, 1), (0.95, 1), (0.5, 1), (0.3, 6)])
+def test_sparse_top_p_equals_transformers_top_p_bit_for_bit(top_p, min_tokens_to_keep, monkeypatch):
+    """Random rows with many equal logits (bf16 values), three top-k sizes, batches of rows: the result equals
+    transformers' own, and the sparse path (not the fallback) produced most of them."""
+    calls = _sparse_calls(monkeypatch)
+    original = TopPLogitsWarper(top_p, min_tokens_to_keep=min_tokens_to_keep)
+    sparse = SparseTopP.like(original)
+    for seed, top_k in enumerate((5, 20, 64) * 20):
+        scores = _after_top_k(3, top_k, seed)
+        expected = original(torch.zeros(3, 1, dtype=torch.long), scores.clone())
+        assert torch.equal(sparse(torch.zeros(3, 1, dtype=torch.long), scores.clone()), expected), (seed, top_k)
+    assert len(calls) == 180 and sum(result is not None for result in calls) > 0.5 * len(calls)
+
+
+def test_the_cumulative_probabilities_are_transformers_own_floats():
+    """At a real vocabulary size (152k), the cumulative probabilities the sparse path compares with 1 - top_p are
+    the floats transformers computes over its sorted row, bit for bit (the masks compared above could miss a
+    difference in the last bits)."""
+    vocab = 151_936
+    for seed in range(5):
+        logits = (torch.randn(1, vocab, generator=torch.Generator().manual_seed(seed)) * 3).bfloat16().float()
+        scores = TopKLogitsWarper(20)(torch.zeros(1, 1, dtype=torch.long), logits)[0]
+        values = scores[scores > float("-inf")].sort().values
+        reference = torch.sort(scores[None]).values.softmax(-1).cumsum(-1)[0, vocab - values.shape[0]:]
+        assert torch.equal(SparseTopP.cumulative(values, vocab), reference)
+
+
+def test_a_cut_through_equal_logits_is_left_to_transformers(monkeypatch):
+    """Five equal logits where top-p's cut falls between them: which are removed is torch.sort's own (unstable)
+    order, so the sparse path must hand the row to transformers' call, whose result is then returned."""
+    calls = _sparse_calls(monkeypatch)
+    scores = torch.full((1, ROW), float("-inf"))
+    scores[0, [3, 900, 1700, 2500, 4000]] = 1.0  # five equal tokens, 0.2 each
+    scores[0, 50] = 2.0
+    original = TopPLogitsWarper(0.5)
+    expected = original(torch.zeros(1, 1, dtype=torch.long), scores.clone())
+    kept = int((expected > float("-inf")).sum())
+    assert 1 < kept < 6, "the cut must fall among the equal tokens for this test to test anything"
+    assert torch.equal(SparseTopP.like(original)(torch.zeros(1, 1, dtype=torch.long), scores.clone()), expected)
+    assert calls == [None]
+
+
+@pytest.mark.parametrize("case", ["nan", "+inf", "dense", "filter value"])
+def test_rows_the_sparse_path_cannot_prove_go_to_transformers(case, monkeypatch):
+    calls = _sparse_calls(monkeypatch)
+    scores = _after_top_k(1, 20, seed=3)
+    original = TopPLogitsWarper(0.8, filter_value=-1e4 if case == "filter value" else float("-inf"))
+    if case == "nan":
+        scores[0, 0] = float("nan")
+    elif case == "+inf":
+        scores[0, scores[0].argmax()] = float("inf")
+    elif case == "dense":
+        scores = torch.randn(1, ROW)
+    expected = original(torch.zeros(1, 1, dtype=torch.long), scores.clone())
+    got = SparseTopP.like(original)(torch.zeros(1, 1, dtype=torch.long), scores.clone())
+    assert torch.equal(got.isnan(), expected.isnan()) and torch.equal(got.nan_to_num(), expected.nan_to_num())
+    assert calls == ([] if case == "filter value" else [None])
+
+
+def test_every_top_p_of_a_call_becomes_sparse_and_nothing_else_changes():
+    processors = LogitsProcessorList([RepetitionPenaltyLogitsProcessor(1.1), TopKLogitsWarper(20),
+                                      TopPLogitsWarper(0.8, min_tokens_to_keep=2)])
+    swapped = with_sparse_top_p(processors)
+    assert [type(p) for p in swapped] == [RepetitionPenaltyLogitsProcessor, TopKLogitsWarper, SparseTopP]
+    assert swapped[0] is processors[0] and vars(swapped[2]) == vars(processors[2])
+    assert with_sparse_top_p(swapped[:2]) is not None and on_rows(swapped)

@@ -89,3 +89,18 @@ def test_the_device_check_fits_cudas_assert_message():
     finally:
         torch._assert_async = real
     assert messages and all(0 < len(message) < 255 for message in messages)
+
+
+def test_the_race_over_a_sparse_row_draws_the_given_distribution():
+    """A row with few tokens of positive probability (a top-k's) races only those on the CPU: the same law."""
+    vocab = 400
+    p = torch.zeros(vocab)
+    p[[7, 100, 250, 399]] = torch.tensor([0.5, 0.25, 0.15, 0.1])
+    draws = sampling.sample(p.expand(DRAWS // 4, -1), torch.Generator().manual_seed(2))
+    assert draws.shape == (DRAWS // 4, 1)
+    counts = torch.bincount(draws[:, 0], minlength=vocab).double()
+    assert counts[p == 0].sum() == 0, "a token of probability 0 was drawn"
+    live = p > 0
+    assert chisquare(counts[live].numpy(), (p[live].double() * DRAWS / 4).numpy()).pvalue > 1e-4
+    one = sampling.sample(p[None, None], torch.Generator().manual_seed(3))  # [1, 1, V] -> [1, 1, 1]
+    assert one.shape == (1, 1, 1) and p[one.item()] > 0

@@ -103,8 +103,9 @@ def test_sampling_matches_the_target_distribution(setup):
 
 
 def _resample_from_target_on_rejection(candidate_input_ids, candidate_logits, candidate_length, new_logits, **kw):
-    """A broken accept rule: on rejection, sample from p instead of norm(max(0, p - q))."""
-    drafts = candidate_input_ids[:, -candidate_length:]
+    """A broken accept rule: on rejection, sample from p instead of norm(max(0, p - q)). (A round that drafted
+    nothing comes here too, with empty draft logits.)"""
+    drafts = candidate_input_ids[:, candidate_input_ids.shape[1] - candidate_length:]
     q = candidate_logits.softmax(-1)
     p = new_logits.softmax(-1)
     positions = torch.arange(candidate_length)

@@ -66,7 +66,7 @@ def make_candidate_generator(assistant, target, input_ids, generation_config, lo
                               draws_drafts=do_sample, eos_token_ids=_eos_token_ids_to_cut(generation_config,
                                                                                           input_ids.device))
     generator = EagleCandidateGenerator(assistant, speculation, max_length=generation_config.max_length)
-    generator.block_verification = do_sample and options.verification in ("block", "auto")
+    generator.block_verification = do_sample and options.verification in ("block", "auto") and block_verify.WRAPPED
     return generator
 
 
@@ -116,10 +116,19 @@ class EagleCandidateGenerator(CandidateGenerator):
         target_hidden = self.round.select_target_hidden(model_outputs.hidden_states)
         draft = self.round.propose(input_ids, target_hidden, room)
         if not draft.token_ids.shape[1]:  # nothing drafted: a plain one-token pass
-            return input_ids, None
+            return input_ids, self._nothing_drafted(input_ids)
         if self.block_verification:
             block_verify.mark_for_block_verification(draft.logits)
         return torch.cat([input_ids, draft.token_ids], dim=1), draft.logits
+
+    def _nothing_drafted(self, input_ids: torch.Tensor) -> torch.Tensor | None:
+        """A round without drafts: None (transformers samples its token), or under block verification empty marked
+        logits `[1, 0, V]`, whose token hf_dynaspec.generation.block_verify draws on the few tokens a top-k left."""
+        if not self.block_verification:
+            return None
+        empty = torch.empty((1, 0, self.assistant.config.vocab_size), device=input_ids.device)
+        block_verify.mark_for_block_verification(empty)
+        return empty
 
     def update_candidate_strategy(self, input_ids, scores, num_matches):
         self.round.learn(input_ids, int(num_matches))

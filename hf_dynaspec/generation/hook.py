@@ -29,6 +29,7 @@ from transformers.generation.utils import GenerationMixin
 from transformers.utils import logging
 
 import hf_dynaspec.generation.block_verify as block_verify
+from hf_dynaspec.drafting.row_processing import with_sparse_top_p
 from hf_dynaspec.generation.candidate_generator import PUBLIC_ROUTE, make_candidate_generator
 from hf_dynaspec.generation.costs.verify_kernel import target_verify_kernel
 from hf_dynaspec.modeling.assistant import DynaSpecAssistant
@@ -178,11 +179,12 @@ def _wrap_speculative_sampling() -> str | None:
     @functools.wraps(original)
     def _speculative_sampling(candidate_input_ids, candidate_logits, candidate_length, new_logits, *args, **kwargs):
         relaxed = kwargs.get("assistant_ensemble_weight") is not None  # a lossy rule the user chose: theirs
-        if not relaxed and block_verify.is_marked(candidate_logits):
+        if block_verify.is_marked(candidate_logits) and (not relaxed or not candidate_length):  # (empty: no draft to relax)
             return block_verify.block_verify(candidate_input_ids, candidate_logits, candidate_length, new_logits)
         return original(candidate_input_ids, candidate_logits, candidate_length, new_logits, *args, **kwargs)
 
     generation_utils._speculative_sampling = _speculative_sampling
+    block_verify.WRAPPED = True
     return None
 
 
@@ -210,6 +212,14 @@ def _batched_call(model, original, args, kwargs):
                              drafter=arguments["assistant_model"], **model_kwargs)
 
 
+def _with_sparse_top_p(original, model, args, kwargs):
+    """The call's arguments with its top-p processor as `SparseTopP` (transformers' results, sorting only the few
+    logits a top-k left, hf_dynaspec.drafting.row_processing): the target's verification runs it per position."""
+    bound = inspect.signature(original).bind(model, *args, **kwargs)
+    bound.arguments["logits_processor"] = with_sparse_top_p(bound.arguments["logits_processor"])
+    return bound.args[1:], bound.kwargs
+
+
 def _wrap_assisted_decoding() -> str | None:
     """Around an assisted call with a DynaSpecAssistant planning its rounds (`draft_plan="auto"`,
     `target_verify_kernel="auto"`): the target's verification forwards through the CPU rows kernel where measured
@@ -227,6 +237,8 @@ def _wrap_assisted_decoding() -> str | None:
             batched = _batched_call(self, original, args, kwargs)
             if batched is not None:
                 return batched()
+        if isinstance(assistant, DynaSpecAssistant):
+            args, kwargs = _with_sparse_top_p(original, self, args, kwargs)
         options = getattr(assistant, "generation_config", None)
         if (isinstance(assistant, DynaSpecAssistant) and options.draft_plan == "auto"
                 and options.target_verify_kernel == "auto"):
