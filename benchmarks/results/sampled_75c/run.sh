@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # #75 (AVX-512 BF16 + AMX host, 2 cores): the target's sampling at the cost of its few tokens (SparseTopP, the
 # sparse race, empty rounds drawn by the package's sampler). Per target, back to back with nothing else running:
-# greedy (unchanged by this work), sampled with this commit ("after"), sampled with the code before it ("before",
-# a worktree of BEFORE_REV put first on PYTHONPATH). 14 dev prompts (2 per category) x 64 new tokens, bf16, the
-# shipped assistant with the defaults users get, the checkpoint's own sampling settings.
+# greedy (unchanged by this work), sampled with this commit ("after"), sampled with the code before it ("before":
+# `git worktree add --detach /tmp/before75 4cb1c3d`, put first on PYTHONPATH). 14 dev prompts (2 per category) x 64
+# new tokens, bf16, the shipped assistant with the defaults users get, the checkpoint's own sampling settings.
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 . .venv/bin/activate
