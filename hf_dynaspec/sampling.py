@@ -14,8 +14,8 @@ import torch
 # Exp(1) draws are clamped away from 0: a zero would give 0 / 0 = NaN for a token of probability 0, which argmax
 # would pick. Tokens of positive probability keep their law up to the clamp's weight (< 1e-37).
 _SMALLEST = torch.finfo(torch.float32).tiny
-# On the CPU, rows with at most 1 / SPARSE_SHARE of their entries positive race those entries only (drawing V
-# exponentials costs ~2.5 ms at V = 152k; a top-k row has k): a host read of the support, free on the CPU.
+# On the CPU, rows with at most 1 / SPARSE_SHARE of their entries positive race those entries only (a top-k row has
+# k, against V Exp(1) draws): a host read of the support, free on the CPU. SparseTopP uses the same threshold.
 SPARSE_SHARE = 8
 
 

@@ -33,9 +33,7 @@ from transformers.generation.logits_process import (
     TopPLogitsWarper,
 )
 
-# At most this share of a row finite for SparseTopP's path: above it, sorting them all costs about what transformers'
-# sort of the whole row does.
-SPARSE_SHARE = 8
+from hf_dynaspec.sampling import SPARSE_SHARE  # (the sampler's threshold: past it, the whole-row path is as cheap)
 
 
 class SparseTopP(TopPLogitsWarper):

@@ -237,7 +237,6 @@ def _wrap_assisted_decoding() -> str | None:
             batched = _batched_call(self, original, args, kwargs)
             if batched is not None:
                 return batched()
-        if isinstance(assistant, DynaSpecAssistant):
             args, kwargs = _with_sparse_top_p(original, self, args, kwargs)
         options = getattr(assistant, "generation_config", None)
         if (isinstance(assistant, DynaSpecAssistant) and options.draft_plan == "auto"
