@@ -8,6 +8,7 @@ import torch
 from conftest import imitating_assistant, plain_generate, tiny_target
 
 import hf_dynaspec
+from hf_dynaspec import check_exactness
 from hf_dynaspec.generation.costs import verify_kernel
 from hf_dynaspec.generation.costs.verify_kernel import NO_KERNELS, CpuKernels, kernels_from_costs
 from hf_dynaspec.kernels.verify_rows import loader
@@ -90,6 +91,36 @@ def test_packed_weights_take_their_rows_and_match_pytorch(monkeypatch):
         torch.testing.assert_close(got[n], reference[n], atol=0.05, rtol=0.02)
     assert len(packs) == linears  # packed on the first call only
     assert packed_weights.release(model) == linears and packed_weights.release(model) == 0
+
+
+@needs_kernel
+@needs_packed
+def test_a_patched_model_serves_its_current_weights_on_every_path():
+    """The packed copies follow the weight. An in-place load while patched gives what the model patched afresh
+    gives, and check_exactness's float32 upcast of a patched bf16 target (the demo under `--cpu-verify auto`) runs
+    on PyTorch's float32 product, never on the bf16 packed copy, and gives the unpatched model's margin."""
+    model = tiny_target("qwen2", seed=3).to(torch.bfloat16)
+    ids = torch.randint(0, model.config.vocab_size, (1, 9), generator=torch.Generator().manual_seed(2))
+    prompt, reference, candidate = ids[:, :3], ids[0, 3:6], torch.cat([ids[0, 3:5], (ids[0, 5:6] + 1) % 97])
+    unpatched = check_exactness(model, prompt, reference, candidate)
+    verify_rows_patch.enable(model, min_rows=1, max_rows=1, method="kernel", float32=True, packed_rows=(2, 9))
+    try:
+        patched = check_exactness(model, prompt, reference, candidate)  # the one-row head: the float32 kernel
+        assert (patched.position, patched.reference_token, patched.candidate_token) == (
+            unpatched.position, unpatched.reference_token, unpatched.candidate_token)
+        assert patched.margin == pytest.approx(unpatched.margin, abs=1e-5)
+        with torch.no_grad():
+            new_weights = {name: -p for name, p in model.state_dict().items()}
+            model.load_state_dict(new_weights)  # copies in place: same storage, a new version
+            got = model(input_ids=ids[:, :5]).logits
+        verify_rows_patch.disable(model)
+        packed_weights.release(model)
+        verify_rows_patch.enable(model, min_rows=1, max_rows=1, method="kernel", float32=True, packed_rows=(2, 9))
+        with torch.no_grad():
+            assert torch.equal(got, model(input_ids=ids[:, :5]).logits)
+    finally:
+        verify_rows_patch.disable(model)
+        packed_weights.release(model)
 
 
 @needs_kernel

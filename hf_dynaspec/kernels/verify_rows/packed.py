@@ -56,14 +56,14 @@ def fits(modules: list[nn.Linear]) -> bool:
     return needed == 0 or (free is not None and needed <= free // 2)
 
 
-def _key(module: nn.Linear) -> tuple:
+def weight_key(module: nn.Linear) -> tuple:
     weight = module.weight
     return weight.data_ptr(), weight._version, tuple(weight.shape), weight.dtype
 
 
 def _cached(module: nn.Linear) -> torch.Tensor | None:
     entry = module.__dict__.get(_CACHE)
-    return entry[1] if entry is not None and entry[0] == _key(module) else None
+    return entry[1] if entry is not None and entry[0] == weight_key(module) else None
 
 
 def pack(weight: torch.Tensor) -> torch.Tensor:
@@ -76,7 +76,7 @@ def packed_weight(module: nn.Linear) -> torch.Tensor:
     packed = _cached(module)
     if packed is None:
         packed = pack(module.weight.detach())
-        module.__dict__[_CACHE] = (_key(module), packed)
+        module.__dict__[_CACHE] = (weight_key(module), packed)
     return packed
 
 

@@ -34,7 +34,7 @@ from hf_dynaspec.kernels.verify_rows import packed as packed_weights
 logger = logging.get_logger(__name__)
 ANY_ROWS = sys.maxsize  # `max_rows` that caps nothing: every input of min_rows or more rows is rerouted
 _PATCHED = "_dynaspec_verify_method"  # instance attribute on every patched module: "kernel" or "shadow"
-_SHADOW = "_dynaspec_fp32_weight"
+_SHADOW = "_dynaspec_fp32_weight"  # instance attribute: (weight key, float32 copy)
 _ROWS = "_dynaspec_rows"  # instance attribute on every patched module: (min_rows, max_rows, packed lo, packed hi)
 NO_ROWS = (0, 0)
 METHODS = ("auto", "kernel", "shadow")
@@ -44,23 +44,37 @@ def _rows(x: torch.Tensor) -> int:
     return x.numel() // x.shape[-1] if x.numel() else 0
 
 
+def _shadow_weight(module: nn.Linear) -> torch.Tensor:
+    """The float32 copy of the weight, remade when the weight changes (its data pointer or version), like the
+    packed copy: a copy made once would keep serving old weights after an in-place load or an upcast."""
+    key = packed_weights.weight_key(module)
+    entry = module.__dict__.get(_SHADOW)
+    if entry is None or entry[0] != key:
+        entry = (key, module.weight.detach().float())
+        module.__dict__[_SHADOW] = entry
+    return entry[1]
+
+
 def _patched_forward(module: nn.Linear, min_rows: int, max_rows: int, method: str,
                      packed_rows: tuple[int, int] = NO_ROWS):
     original = type(module).forward.__get__(module)
-    shadow = module.weight.detach().float() if method == "shadow" else None
-    packed = packed_weights.packed_weight(module) if packed_rows != NO_ROWS else None
+    if method == "shadow":
+        _shadow_weight(module)  # made now, not in the first forward
+    if packed_rows != NO_ROWS:
+        packed_weights.packed_weight(module)
 
     def forward(x: torch.Tensor) -> torch.Tensor:
         rows = _rows(x)
         if torch.is_grad_enabled() or x.dtype != module.weight.dtype:
             return original(x)
         if not min_rows <= rows <= max_rows:
-            if packed is not None and packed_rows[0] <= rows <= packed_rows[1]:
-                return packed_weights.linear(x, module, packed)
+            # Only while the weight is still bf16 (exactness.py upcasts a patched model's weights to float32).
+            if packed_rows != NO_ROWS and packed_rows[0] <= rows <= packed_rows[1] and x.dtype == torch.bfloat16:
+                return packed_weights.linear(x, module, packed_weights.packed_weight(module))
             return original(x)
-        if shadow is not None:
+        if method == "shadow":
             flat = x.reshape(rows, x.shape[-1]).float()
-            out = torch.mm(shadow, flat.T).T  # [rows, out]: one pass over the weight for all rows
+            out = torch.mm(_shadow_weight(module), flat.T).T  # [rows, out]: one pass over the weight for all rows
         elif x.dtype == torch.float32:
             out = cpu_rows.f32_rows_matmul(x.reshape(rows, x.shape[-1]), module.weight)
         else:
@@ -69,7 +83,7 @@ def _patched_forward(module: nn.Linear, min_rows: int, max_rows: int, method: st
             out = out + module.bias.float()
         return out.to(x.dtype).reshape(*x.shape[:-1], out.shape[-1])
 
-    return forward, shadow
+    return forward
 
 
 def resolve_method(method: str = "auto") -> str:
@@ -123,12 +137,9 @@ def enable(model: nn.Module, max_rows: int = 16, method: str = "auto", min_rows:
     for module in candidates:
         module_method = "shadow" if module.weight.dtype == torch.float16 else method
         packed = packed_rows if id(module) in packs else NO_ROWS
-        forward, shadow = _patched_forward(module, min_rows, max_rows, module_method, packed)
-        module.__dict__["forward"] = forward  # instance attribute: shadows the class method
+        module.__dict__["forward"] = _patched_forward(module, min_rows, max_rows, module_method, packed)  # shadows the class method
         module.__dict__[_PATCHED] = module_method
         module.__dict__[_ROWS] = (min_rows, max_rows, *packed)
-        if shadow is not None:
-            module.__dict__[_SHADOW] = shadow
         patched += 1
     return patched
 
