@@ -25,11 +25,14 @@ KINDS = {
     "top-p": [TemperatureLogitsWarper(1.3), TopPLogitsWarper(0.7)],
     "min-p": [MinPLogitsWarper(0.2)],
     "repetition": [RepetitionPenaltyLogitsProcessor(1.7)],
-    "repetition past the prompt": [RepetitionPenaltyLogitsProcessor(1.7, prompt_ignore_length=4)],
-    "repetition, per-row prompt": [RepetitionPenaltyLogitsProcessor(1.7, prompt_ignore_length=torch.tensor([3]))],
     "a published config": [RepetitionPenaltyLogitsProcessor(1.1), TemperatureLogitsWarper(0.7), TopKLogitsWarper(20),
                            TopPLogitsWarper(0.8)],
 }
+KINDS["repetition past the prompt"] = [RepetitionPenaltyLogitsProcessor(1.7, prompt_ignore_length=4)]
+try:  # per-row prompt lengths; releases before them refuse a tensor (5.8.0 does), and have no such case
+    KINDS["repetition, per-row prompt"] = [RepetitionPenaltyLogitsProcessor(1.7, prompt_ignore_length=torch.tensor([3]))]
+except ValueError:
+    pass
 
 
 @pytest.mark.parametrize("kind", list(KINDS))
