@@ -124,6 +124,25 @@ def test_a_patched_model_serves_its_current_weights_on_every_path():
 
 
 @needs_kernel
+def test_the_commands_cpu_verify_auto_measures_once_and_reuses_the_answer(tmp_path, monkeypatch):
+    """`--cpu-verify auto` (apply_cpu_verify: the demo, generate, bench) takes the kernels measured once on this
+    machine, as fast_cpu does. A second run (a new process: the in-memory cache emptied) routes as the first did
+    without measuring again, so its outputs round the same way; measured afresh, a noisy host could route (and
+    round, and give a verdict) differently from run to run."""
+    from hf_dynaspec.generation.costs import store
+
+    monkeypatch.setenv("HF_DYNASPEC_HOME", str(tmp_path))
+    measured = []
+    monkeypatch.setattr(verify_kernel, "fastest_kernels", lambda target: measured.append(1) or CpuKernels((1, 3)))
+    model = tiny_target("qwen2", seed=1).to(torch.bfloat16)
+    for _ in range(2):
+        monkeypatch.setattr(store, "MEMORY", {})
+        assert verify_kernel.apply_cpu_verify(model, "auto") == "kernel:1-3"
+        verify_rows_patch.disable(model)
+    assert measured == [1]
+
+
+@needs_kernel
 def test_undo_and_the_refusals(monkeypatch):
     monkeypatch.setattr(verify_kernel, "measured_kernels", lambda model: CpuKernels((2, 5)))
     model = tiny_target("qwen2", seed=1).to(torch.bfloat16)

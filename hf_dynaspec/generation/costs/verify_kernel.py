@@ -110,15 +110,17 @@ def enable_kernels(model, kernels: CpuKernels) -> bool:
 
 
 def apply_cpu_verify(model, choice: str | None) -> str | None:
-    """Send `model`'s CPU Linear layers through the kernels `choice` names ("auto": the kernels `fastest_kernels` measured fastest;
-    "kernel" / "shadow": the rows kernel or float32 shadows for every multi-row input of a bf16 model; None or
-    "off": not at all). Returns what is in use (`verify_rows.patch.describe`), or None."""
+    """Send `model`'s CPU Linear layers through the kernels `choice` names ("auto": those measured fastest on this
+    machine, once and cached (`measured_kernels`, as `fast_cpu` and the assistant's calls take them), so that every
+    run of a command routes the same way and rounds the same way; "kernel" / "shadow": the rows kernel or float32
+    shadows for every multi-row input of a bf16 model; None or "off": not at all). Returns what is in use
+    (`verify_rows.patch.describe`), or None."""
     from hf_dynaspec.kernels.verify_rows import patch as verify_rows_patch
 
     if choice in (None, "off"):
         return None
     if choice == "auto":
-        enable_kernels(model, fastest_kernels(model))
+        enable_kernels(model, measured_kernels(model))
     else:
         verify_rows_patch.enable(model, max_rows=verify_rows_patch.ANY_ROWS, method=choice)
     return verify_rows_patch.describe(model)
