@@ -76,7 +76,9 @@ class SparseTopP(TopPLogitsWarper):
         vocab = row.shape[0]
         kept = (row > float("-inf")).nonzero().squeeze(1)  # NaN compares false: caught below
         n = kept.shape[0]
-        if not 0 < n * SPARSE_SHARE <= vocab or bool(torch.isnan(row).any()) or bool(torch.isinf(row[kept]).any()):
+        # One pass for NaN and +inf: with a -inf present (n < vocab), the row's sum is -inf unless a NaN or a +inf
+        # makes it NaN (or a finite overflow makes it +inf: a fallback, never a wrong row).
+        if not 0 < n * SPARSE_SHARE <= vocab or not bool(row.sum() == float("-inf")):
             return None
         values, order = torch.sort(row[kept])
         removed = self.cumulative(values, vocab) <= (1 - self.top_p)
