@@ -15,7 +15,14 @@ from transformers import (
     TopPLogitsWarper,
 )
 
-from hf_dynaspec.drafting.row_processing import SparseTopP, on_rows, process_rows, widen, with_sparse_top_p
+from hf_dynaspec.drafting.row_processing import (
+    SparseTopKTopP,
+    SparseTopP,
+    on_rows,
+    process_rows,
+    widen,
+    with_sparse_warpers,
+)
 
 VOCAB = 50
 KINDS = {
@@ -28,6 +35,7 @@ KINDS = {
     "a published config": [RepetitionPenaltyLogitsProcessor(1.1), TemperatureLogitsWarper(0.7), TopKLogitsWarper(20),
                            TopPLogitsWarper(0.8)],
 }
+KINDS["a published config, as the package runs it"] = with_sparse_warpers(KINDS["a published config"])
 KINDS["repetition past the prompt"] = [RepetitionPenaltyLogitsProcessor(1.7, prompt_ignore_length=4)]
 try:  # per-row prompt lengths; releases before them refuse a tensor (5.8.0 does), and have no such case
     KINDS["repetition, per-row prompt"] = [RepetitionPenaltyLogitsProcessor(1.7, prompt_ignore_length=torch.tensor([3]))]
@@ -144,9 +152,82 @@ def test_rows_the_sparse_path_cannot_prove_go_to_transformers(case, monkeypatch)
 
 
 def test_every_top_p_of_a_call_becomes_sparse_and_nothing_else_changes():
+    """An adjacent top-k and top-p become one `SparseTopKTopP`, any other top-p a `SparseTopP`; other processors
+    stay the very objects given, in their order."""
     processors = LogitsProcessorList([RepetitionPenaltyLogitsProcessor(1.1), TopKLogitsWarper(20),
-                                      TopPLogitsWarper(0.8, min_tokens_to_keep=2)])
-    swapped = with_sparse_top_p(processors)
-    assert [type(p) for p in swapped] == [RepetitionPenaltyLogitsProcessor, TopKLogitsWarper, SparseTopP]
-    assert swapped[0] is processors[0] and vars(swapped[2]) == vars(processors[2])
-    assert with_sparse_top_p(swapped[:2]) is not None and on_rows(swapped)
+                                      TopPLogitsWarper(0.8, min_tokens_to_keep=2), TemperatureLogitsWarper(0.7),
+                                      TopKLogitsWarper(7), TemperatureLogitsWarper(0.9),
+                                      TopPLogitsWarper(0.6)])
+    swapped = with_sparse_warpers(processors)
+    assert [type(p) for p in swapped] == [RepetitionPenaltyLogitsProcessor, SparseTopKTopP, TemperatureLogitsWarper,
+                                          TopKLogitsWarper, TemperatureLogitsWarper, SparseTopP]
+    assert all(swapped[i] is processors[j] for i, j in ((0, 0), (2, 3), (3, 4), (4, 5)))
+    assert swapped[1].top_k is processors[1] and vars(swapped[1].top_p) == vars(processors[2])
+    assert vars(swapped[5]) == vars(processors[6])
+    assert with_sparse_warpers(swapped[:1]) is not None and on_rows(swapped)
+
+
+# -- SparseTopKTopP: transformers' top-k then top-p, from one top-k search --------------------------------------------
+def _fused_calls(monkeypatch) -> list:
+    """Each row the fused path processed: its result (None where it left the row to transformers' pair)."""
+    results = []
+    fused_row = SparseTopKTopP._fused_row
+
+    def recorded(self, row):
+        results.append(fused_row(self, row))
+        return results[-1]
+
+    monkeypatch.setattr(SparseTopKTopP, "_fused_row", recorded)
+    return results
+
+
+def _tempered(rows: int, seed: int, vocab: int = ROW) -> torch.Tensor:
+    """Logits as a verification position has them before its top-k: bf16 values (many equal), tempered."""
+    logits = (torch.randn(rows, vocab, generator=torch.Generator().manual_seed(seed)) * 3).bfloat16().float()
+    return TemperatureLogitsWarper(0.7)(torch.zeros(rows, 1, dtype=torch.long), logits)
+
+
+@pytest.mark.parametrize("top_p, min_tokens_to_keep", [(0.8, 1), (0.95, 1), (0.5, 1), (0.3, 6)])
+def test_fused_top_k_top_p_equals_transformers_pair_bit_for_bit(top_p, min_tokens_to_keep, monkeypatch):
+    """Random rows with many equal logits, the k-th value tied past the k-th place included (a k of 1 to 64 over
+    bf16 values), in batches: the result equals transformers' top-k then top-p, and the fused path produced most of them."""
+    calls = _fused_calls(monkeypatch)
+    ties_past_kth = 0
+    for seed, top_k in enumerate((1, 5, 20, 64) * 15):
+        scores = _tempered(3, seed)
+        pair = [TopKLogitsWarper(top_k, min_tokens_to_keep=min_tokens_to_keep),
+                TopPLogitsWarper(top_p, min_tokens_to_keep=min_tokens_to_keep)]
+        expected = LogitsProcessorList(pair)(torch.zeros(3, 1, dtype=torch.long), scores.clone())
+        got = SparseTopKTopP(*pair)(torch.zeros(3, 1, dtype=torch.long), scores.clone())
+        assert torch.equal(got, expected), (seed, top_k)
+        kth = scores.topk(pair[0].top_k).values[:, -1:]
+        ties_past_kth += int(((scores >= kth).sum(-1) > pair[0].top_k).sum())
+    assert len(calls) == 180 and sum(result is not None for result in calls) > 0.5 * len(calls)
+    assert ties_past_kth > 0, "no row had its k-th value tied past the k-th place: that case went untested"
+
+
+def test_fused_top_k_top_p_at_a_real_vocabulary():
+    vocab = 151_936
+    pair = [TopKLogitsWarper(20), TopPLogitsWarper(0.8)]
+    for seed in range(4):
+        scores = _tempered(1, seed, vocab)
+        expected = LogitsProcessorList(pair)(torch.zeros(1, 1, dtype=torch.long), scores.clone())
+        assert torch.equal(SparseTopKTopP(*pair)(torch.zeros(1, 1, dtype=torch.long), scores.clone()), expected)
+
+
+@pytest.mark.parametrize("case", ["nan", "+inf", "fewer finite than k", "dense", "filter value"])
+def test_rows_the_fused_path_cannot_prove_go_to_transformers(case, monkeypatch):
+    calls = _fused_calls(monkeypatch)
+    scores = _tempered(1, seed=5)
+    top_k = TopKLogitsWarper(ROW // 4 if case == "dense" else 20)
+    top_p = TopPLogitsWarper(0.8, filter_value=-1e4 if case == "filter value" else float("-inf"))
+    if case == "nan":
+        scores[0, 7] = float("nan")
+    elif case == "+inf":
+        scores[0, scores[0].argmax()] = float("inf")
+    elif case == "fewer finite than k":
+        scores[0, 10:] = float("-inf")
+    expected = LogitsProcessorList([top_k, top_p])(torch.zeros(1, 1, dtype=torch.long), scores.clone())
+    got = SparseTopKTopP(top_k, top_p)(torch.zeros(1, 1, dtype=torch.long), scores.clone())
+    assert torch.equal(got.isnan(), expected.isnan()) and torch.equal(got.nan_to_num(), expected.nan_to_num())
+    assert calls == ([] if case == "filter value" else [None])

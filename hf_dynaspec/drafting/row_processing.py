@@ -14,9 +14,10 @@ The draft token is drawn from those rows, and the verifier receives q as drawn: 
 once (`widen`), with q = 0 outside the rows, which the residual still reaches. A processor not listed here keeps
 the whole-vocabulary path (`on_rows` says which). Exactness: tests/test_enumeration.py, for each processor kind.
 
-The target's own top-p runs over the whole vocabulary in every verified position; after a top-k only k entries are
-finite, and `SparseTopP` gives transformers' result from those alone (sorting k values instead of 150k-260k):
-see its docstring for why the result is the same, bit for bit.
+The target's own top-k and top-p run over the whole vocabulary in every verified position; after a top-k only k
+entries are finite, and `SparseTopP` gives transformers' top-p from those alone (sorting k values instead of
+150k-260k), and `SparseTopKTopP` the pair's result from one top-k search: see their docstrings for why the results
+are the same, bit for bit.
 
 Legend: S rows scored (padding columns, id -1, are scored -inf), V vocabulary, N context length.
 """
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import torch
 from transformers.generation.logits_process import (
+    LogitsProcessor,
     LogitsProcessorList,
     MinPLogitsWarper,
     RepetitionPenaltyLogitsProcessor,
@@ -66,19 +68,27 @@ class SparseTopP(TopPLogitsWarper):
 
     @staticmethod
     def cumulative(values: torch.Tensor, vocab: int) -> torch.Tensor:
-        """transformers' softmax(sorted row).cumsum() at the places of the n finite `values` (ascending) `[n]`."""
+        """transformers' softmax(sorted row).cumsum() at the places of the n finite `values` (ascending) `[n]`.
+        The softmax sees the whole row: its sum's grouping depends on where the values sit. The cumsum only the
+        last n places: the CPU's adds in order, and the V - n zeros before them add nothing."""
         as_sorted = values.new_full((1, vocab), float("-inf"))
         as_sorted[0, vocab - values.shape[0]:] = values
-        return as_sorted.softmax(dim=-1).cumsum(dim=-1)[0, vocab - values.shape[0]:]
+        return as_sorted.softmax(dim=-1)[0, vocab - values.shape[0]:].cumsum(dim=0)
 
     def _sparse_row(self, row: torch.Tensor) -> torch.Tensor | None:
         """The processed row `[V]`, or None where transformers' own call must decide (see the class docstring)."""
-        vocab = row.shape[0]
         kept = (row > float("-inf")).nonzero().squeeze(1)  # NaN compares false: caught below
-        n = kept.shape[0]
-        # One pass for NaN and +inf: with a -inf present (n < vocab), the row's sum is -inf unless a NaN or a +inf
-        # makes it NaN (or a finite overflow makes it +inf: a fallback, never a wrong row).
-        if not 0 < n * SPARSE_SHARE <= vocab or not bool(row.sum() == float("-inf")):
+        # One pass for NaN and +inf: the row's sum is -inf only if a -inf is in it and no NaN or +inf (a finite
+        # overflow makes it +inf: a fallback, never a wrong row).
+        if not bool(row.sum() == float("-inf")):
+            return None
+        return self.cut(row, kept)
+
+    def cut(self, row: torch.Tensor, kept: torch.Tensor) -> torch.Tensor | None:
+        """transformers' top-p of `row` `[V]` whose finite entries are exactly `kept` (their indices), all finite:
+        a row of -inf but for the entries top-p keeps, or None where transformers' own call must decide."""
+        vocab, n = row.shape[0], kept.shape[0]
+        if not 0 < n * SPARSE_SHARE <= vocab:
             return None
         values, order = torch.sort(row[kept])
         removed = self.cumulative(values, vocab) <= (1 - self.top_p)
@@ -86,21 +96,66 @@ class SparseTopP(TopPLogitsWarper):
         cut = int(removed.sum())  # a prefix: cumulative never decreases
         if 0 < cut < n and values[cut - 1] == values[cut]:
             return None  # the cut splits equal logits: torch.sort's own order decides which are removed
-        out = row.clone()
-        out[kept[order[:cut]]] = self.filter_value
+        out = row.new_full((vocab,), self.filter_value)
+        out[kept[order[cut:]]] = values[cut:]
         return out
 
 
+class SparseTopKTopP(LogitsProcessor):
+    """transformers' `TopKLogitsWarper` followed by its `TopPLogitsWarper` (adjacent in a call's list, as
+    transformers builds them for a published sampling config) in one pass over the row on the CPU, with a result
+    equal bit for bit to the pair's; anywhere else the pair's own calls.
+
+    The top-k keeps every entry >= its k-th largest value (ties included) and sets the rest to -inf; `SparseTopP`
+    then needs only those entries. Found here with one `topk` of k + 1 entries (where the (k+1)-th is smaller than
+    the k-th, the k are all; else one comparison over the row), instead of the top-k's masked copy of the row
+    followed by the top-p's search for the finite entries. A NaN or +inf (which `topk` ranks first)
+    or a k-th value of -inf (fewer than k finite entries) leaves the row to the pair. Tested against transformers'
+    pair on random, tied and cut-through-a-tie rows (tests/test_row_processing.py)."""
+
+    def __init__(self, top_k: TopKLogitsWarper, top_p: TopPLogitsWarper):
+        self.top_k, self.top_p = top_k, SparseTopP.like(top_p)
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        pair = (self.top_k.filter_value, self.top_p.filter_value)
+        if scores.device.type != "cpu" or scores.dim() != 2 or pair != (float("-inf"),) * 2:
+            return self.top_p(input_ids, self.top_k(input_ids, scores))
+        rows = []
+        for i, row in enumerate(scores):
+            processed = self._fused_row(row)
+            if processed is None:
+                processed = self.top_p(input_ids, self.top_k(input_ids, scores[i : i + 1]))[0]
+            rows.append(processed)
+        return torch.stack(rows)
+
+    def _fused_row(self, row: torch.Tensor) -> torch.Tensor | None:
+        k = min(self.top_k.top_k, row.shape[0])
+        top = torch.topk(row, min(k + 1, row.shape[0]))  # one more: is the k-th value tied past the k-th place?
+        if not bool(torch.isfinite(top.values[0]) & torch.isfinite(top.values[k - 1])):
+            return None
+        if top.values.shape[0] > k and bool(top.values[k] < top.values[k - 1]):
+            return self.top_p.cut(row, top.indices[:k])  # exactly k entries are >= the k-th value
+        return self.top_p.cut(row, (row >= top.values[k - 1]).nonzero().squeeze(1))
+
+
 # The processors whose result on a row set equals their result on the widened logits, restricted to the rows.
-ROW_PROCESSORS = (TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper, SparseTopP, MinPLogitsWarper,
-                  RepetitionPenaltyLogitsProcessor)
+ROW_PROCESSORS = (TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper, SparseTopP, SparseTopKTopP,
+                  MinPLogitsWarper, RepetitionPenaltyLogitsProcessor)
 
 
-def with_sparse_top_p(processors):
-    """`processors` (a LogitsProcessorList or None) with transformers' top-p as `SparseTopP` (the same results)."""
+def with_sparse_warpers(processors):
+    """`processors` (a LogitsProcessorList or None) with transformers' top-k and top-p, where adjacent, as
+    `SparseTopKTopP`, and any other top-p as `SparseTopP`: the same results, computed from the few kept logits."""
     if processors is None or not any(type(p) is TopPLogitsWarper for p in processors):
         return processors
-    return LogitsProcessorList(SparseTopP.like(p) if type(p) is TopPLogitsWarper else p for p in processors)
+    swapped, pending = LogitsProcessorList(), list(processors)
+    while pending:
+        processor = pending.pop(0)
+        if type(processor) is TopKLogitsWarper and pending and type(pending[0]) is TopPLogitsWarper:
+            swapped.append(SparseTopKTopP(processor, pending.pop(0)))
+        else:
+            swapped.append(SparseTopP.like(processor) if type(processor) is TopPLogitsWarper else processor)
+    return swapped
 
 
 def on_rows(processors) -> bool:

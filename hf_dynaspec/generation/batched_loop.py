@@ -40,7 +40,7 @@ from transformers.generation.logits_process import LogitsProcessorList, PrefixCo
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
 import hf_dynaspec.sampling as sampling
-from hf_dynaspec.drafting.row_processing import with_sparse_top_p
+from hf_dynaspec.drafting.row_processing import with_sparse_warpers
 from hf_dynaspec.generation.static_round import TargetSlots, check_static_batch
 from hf_dynaspec.generation.tree_verify import GreedyWalk, accept_path, cache_kwargs, empty_tree_cache
 
@@ -158,7 +158,7 @@ def row_processors(logits_processor, row: int, batch_size: int) -> LogitsProcess
             for name, value in per_row.items():
                 setattr(processor, name, value[row : row + 1])
         own.append(processor)
-    return with_sparse_top_p(own)
+    return with_sparse_warpers(own)
 
 
 def _prefill(model, features, rows, input_ids, mask, slots, processors, do_sample):

@@ -29,7 +29,7 @@ from transformers.generation.utils import GenerationMixin
 from transformers.utils import logging
 
 import hf_dynaspec.generation.block_verify as block_verify
-from hf_dynaspec.drafting.row_processing import with_sparse_top_p
+from hf_dynaspec.drafting.row_processing import with_sparse_warpers
 from hf_dynaspec.generation.candidate_generator import PUBLIC_ROUTE, make_candidate_generator
 from hf_dynaspec.generation.costs.verify_kernel import target_verify_kernel
 from hf_dynaspec.modeling.assistant import DynaSpecAssistant
@@ -212,11 +212,12 @@ def _batched_call(model, original, args, kwargs):
                              drafter=arguments["assistant_model"], **model_kwargs)
 
 
-def _with_sparse_top_p(original, model, args, kwargs):
-    """The call's arguments with its top-p processor as `SparseTopP` (transformers' results, sorting only the few
-    logits a top-k left, hf_dynaspec.drafting.row_processing): the target's verification runs it per position."""
+def _with_sparse_warpers(original, model, args, kwargs):
+    """The call's arguments with its top-k and top-p processors as `SparseTopKTopP` / `SparseTopP` (transformers'
+    results from the few logits a top-k keeps, hf_dynaspec.drafting.row_processing): the target's verification runs
+    them per position."""
     bound = inspect.signature(original).bind(model, *args, **kwargs)
-    bound.arguments["logits_processor"] = with_sparse_top_p(bound.arguments["logits_processor"])
+    bound.arguments["logits_processor"] = with_sparse_warpers(bound.arguments["logits_processor"])
     return bound.args[1:], bound.kwargs
 
 
@@ -237,7 +238,7 @@ def _wrap_assisted_decoding() -> str | None:
             batched = _batched_call(self, original, args, kwargs)
             if batched is not None:
                 return batched()
-            args, kwargs = _with_sparse_top_p(original, self, args, kwargs)
+            args, kwargs = _with_sparse_warpers(original, self, args, kwargs)
         options = getattr(assistant, "generation_config", None)
         if (isinstance(assistant, DynaSpecAssistant) and options.draft_plan == "auto"
                 and options.target_verify_kernel == "auto"):
