@@ -577,13 +577,6 @@ MUTATIONS = [
              "            drawn = widen(rows, scores.token_ids, self.vocab_size) if self.do_sample else None",
              "            drawn = widen(scores.scores, scores.token_ids, self.vocab_size) if self.do_sample else None",
              ["tests/test_enumeration.py"], select="rows_are_exact"),
-    # #76: the earliest occurrence's copy as its own source.
-    Mutation("earliest lookup: copies after the most recent occurrence", "hf_dynaspec/drafting/lookup.py",
-             "            begin = int(starts[0 if earliest else -1]) + size", "            begin = int(starts[-1]) + size",
-             ["tests/test_lookup.py"], select="earliest"),
-    Mutation("earliest lookup: offered even where it equals the recent copy", "hf_dynaspec/drafting/lookup.py",
-             "            if size and (source != EARLIEST or tokens != recent):", "            if size:",
-             ["tests/test_lookup.py"], select="earliest"),
     # #76: copies as long as they pay.
     Mutation("planned copies capped by the options' fixed lengths", "hf_dynaspec/drafting/round.py",
              "candidates, drafts = self.sources.offers(min(room, LONGEST_COPY))",

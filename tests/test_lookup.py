@@ -8,19 +8,16 @@ import torch
 from conftest import VOCAB, assisted_generate, imitating_assistant, one_layer_target, plain_generate
 
 from hf_dynaspec import DynaSpecGenerationConfig
-from hf_dynaspec.drafting.lookup import EARLIEST, LookupSources, lookup_continuation, lookup_match, one_hot_logits
+from hf_dynaspec.drafting.lookup import lookup_continuation, one_hot_logits
 
 
-def brute_force_continuation(ids: list[int], max_tokens: int, min_ngram: int, max_ngram: int,
-                             earliest: bool = False) -> list[int]:
-    """The definition, spelled out with lists: longest n-gram first, then its latest (or earliest) earlier
-    occurrence."""
+def brute_force_continuation(ids: list[int], max_tokens: int, min_ngram: int, max_ngram: int) -> list[int]:
+    """The definition, spelled out with lists: longest n-gram first, then its latest earlier occurrence."""
     for size in range(max_ngram, min_ngram - 1, -1):
         if size > len(ids) - 1:
             continue
         suffix = ids[-size:]
-        starts = range(len(ids) - size - 1, -1, -1)
-        for start in reversed(starts) if earliest else starts:
+        for start in range(len(ids) - size - 1, -1, -1):
             if ids[start : start + size] == suffix:
                 return ids[start + size : start + size + max_tokens]
     return []
@@ -38,40 +35,6 @@ def test_lookup_matches_the_definition_on_random_sequences(min_ngram, max_ngram)
         assert got == brute_force_continuation(ids.tolist(), max_tokens, min_ngram, max_ngram), (ids, max_tokens)
         found += bool(got)
     assert found > 100  # the comparison covered real matches, not only empty results
-
-
-@pytest.mark.parametrize("min_ngram,max_ngram", [(1, 1), (1, 3), (2, 3)])
-def test_the_earliest_occurrence_matches_the_definition_on_random_sequences(min_ngram, max_ngram):
-    generator = torch.Generator().manual_seed(min_ngram * 10 + max_ngram)
-    differs = 0
-    for trial in range(300):
-        ids = torch.randint(0, 3, (1 + trial % 40,), generator=generator)
-        max_tokens = 1 + trial % 6
-        got, size = lookup_match(ids, max_tokens, min_ngram, max_ngram, earliest=True)
-        assert got.tolist() == brute_force_continuation(ids.tolist(), max_tokens, min_ngram, max_ngram, True), ids
-        differs += got.tolist() != lookup_continuation(ids, max_tokens, min_ngram, max_ngram).tolist()
-    assert differs > 50  # the two occurrences often differ: the comparison tells them apart
-
-
-def test_a_planned_rounds_sources_offer_the_earliest_copy_only_where_it_differs():
-    """The earliest occurrence's copy is its own source, 1-grams included, offered where it differs from the most
-    recent one's; never by sources built without `earliest` (a fixed round's, a lattice's)."""
-    sources = LookupSources(8, 2, 3, earliest=True)
-    # "4 5" occurred at 0 (then 6 7) and at 5 (then 1 2): the two occurrences give two copies.
-    sources.begin(torch.tensor([[4, 5, 6, 7, 9, 4, 5, 1, 2, 3, 4, 5]]))
-    candidates, drafts = sources.offers(3)
-    assert [(c.source, c.match_length, c.num_tokens) for c in candidates] == [("prompt-lookup", 2, 3), (EARLIEST, 2, 3)]
-    assert drafts == {"prompt-lookup": [1, 2, 3], EARLIEST: [6, 7, 9]}
-    # A single earlier occurrence: one copy, offered once.
-    sources.begin(torch.tensor([[4, 5, 6, 7, 9, 4, 5]]))
-    assert sources.offers(3)[1] == {"prompt-lookup": [6, 7, 9]}
-    # Only a 1-gram occurred before: the earliest source alone offers it.
-    sources.begin(torch.tensor([[8, 6, 7, 3, 9, 8]]))
-    candidates, drafts = sources.offers(2)
-    assert [(c.source, c.match_length) for c in candidates] == [(EARLIEST, 1)] and drafts == {EARLIEST: [6, 7]}
-    fixed = LookupSources(8, 2, 3)
-    fixed.begin(torch.tensor([[4, 5, 6, 7, 9, 4, 5, 1, 2, 3, 4, 5]]))
-    assert fixed.offers(3)[1] == {"prompt-lookup": [1, 2, 3]}
 
 
 def test_lookup_prefers_a_longer_ngram_to_a_more_recent_shorter_one():

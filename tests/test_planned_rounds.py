@@ -59,9 +59,9 @@ class RoundSpy:
         get_candidates = cg.EagleCandidateGenerator.get_candidates
         spy = self
 
-        def recording_lookup(token_ids, max_tokens, min_ngram=2, max_ngram=3, earliest=False):
-            tokens, match = lookup_match(token_ids, max_tokens, min_ngram, max_ngram, earliest)
-            spy._proposals[lookup_module.EARLIEST if earliest else "prompt-lookup"] = tokens.tolist() if match else None
+        def recording_lookup(*args, **kwargs):
+            tokens, match = lookup_match(*args, **kwargs)
+            spy._proposals["prompt-lookup"] = tokens.tolist() if match else None
             return tokens, match
 
         def recording_propose(self, max_tokens):
@@ -108,13 +108,12 @@ def test_the_round_drafts_exactly_the_source_and_length_the_plan_chose(monkeypat
         elif plan.source == "drafter":
             assert 1 <= len(drafted) <= plan.num_tokens or not drafted, (plan, drafted)
         else:
-            copied = plan.source in ("prompt-lookup", lookup_module.EARLIEST)
-            proposal = proposals[plan.source] if copied else proposals["suffix"][1]
-            if not copied:
+            proposal = proposals["prompt-lookup"] if plan.source == "prompt-lookup" else proposals["suffix"][1]
+            if plan.source != "prompt-lookup":
                 assert proposals["suffix"][0] == plan.source
             assert drafted == proposal[: plan.num_tokens], (plan, proposal, drafted)
             cut_short += plan.num_tokens < len(proposal)
-    assert {"drafter", "prompt-lookup", lookup_module.EARLIEST, "suffix-request", "suffix-shared"} <= sources, sources
+    assert {"drafter", "prompt-lookup", "suffix-request", "suffix-shared"} <= sources, sources
     assert cut_short >= 3, "some lookup drafts must be planned shorter than found, or the test sees no cut"
 
 

@@ -233,7 +233,6 @@ def test_a_lookup_drafted_short_learns_the_position_past_it_from_the_targets_own
     costs). Both outcomes must occur."""
     from test_planner import flat_costs
 
-    from hf_dynaspec.drafting.lookup import EARLIEST
     from hf_dynaspec.drafting.round import EagleRound
     from hf_dynaspec.drafting.runtime import planner_memory
 
@@ -256,7 +255,7 @@ def test_a_lookup_drafted_short_learns_the_position_past_it_from_the_targets_own
 
     def checked_learn(self, committed_ids, num_accepted, accepted_nodes=None):
         plan = self.plan
-        if (self.num_drafted == 1 and num_accepted == 1 and plan.source in ("prompt-lookup", EARLIEST)
+        if (self.num_drafted == 1 and num_accepted == 1 and plan.source == "prompt-lookup"
                 and plan.next_offered is not None):
             expected_outcomes.append(int(committed_ids[0, -1]) == plan.next_offered)
         return learn(self, committed_ids, num_accepted, accepted_nodes)
@@ -272,9 +271,9 @@ def test_a_lookup_drafted_short_learns_the_position_past_it_from_the_targets_own
         expected = plain_generate(target, prompt, max_new_tokens=30, do_sample=False)
         assert torch.equal(assisted_generate(target, assistant, prompt, max_new_tokens=30, do_sample=False), expected)
     assert learnt == expected_outcomes and True in learnt and False in learnt, (learnt, expected_outcomes)
-    # Position 2 of the prompt-lookup sources was learnt from these rounds alone (every lookup round drafted 1 token).
+    # Position 2 of prompt lookup was learnt from these rounds alone (every lookup round drafted 1 token).
     counts = planner_memory(assistant, False).lookup.counts
-    at_two = [count for key, count in counts.items() if key[0] in ("prompt-lookup", EARLIEST) and key[-1] == 2]
+    at_two = [count for key, count in counts.items() if key[0] == "prompt-lookup" and key[-1] == 2]
     assert [sum(c[0] for c in at_two), sum(c[1] for c in at_two)] == [sum(learnt), len(learnt)], at_two
 
 

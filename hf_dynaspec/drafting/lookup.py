@@ -11,8 +11,7 @@ drafter drafts.
 
 Written here rather than reusing transformers' `PromptLookupCandidateGenerator` because that class is a whole
 candidate generator (its own stopping and length rules) and always falls back to 1-gram matches, which on a
-150k vocabulary are mostly common tokens whose continuations lose to the drafter. A planned round offers both
-rules as two sources (`LookupSources`' `earliest`), and the planner learns which pays.
+150k vocabulary are mostly common tokens whose continuations lose to the drafter.
 
 **The suffix cache.** Drafts from the longest earlier match of the context's end (SuffixDecoding, arXiv 2411.04975;
 llama.cpp's n-gram cache), over the request itself and the assistant's earlier outputs.
@@ -51,10 +50,9 @@ def lookup_continuation(token_ids: torch.Tensor, max_tokens: int, min_ngram: int
     return lookup_match(token_ids, max_tokens, min_ngram, max_ngram)[0]
 
 
-def lookup_match(token_ids: torch.Tensor, max_tokens: int, min_ngram: int = 2, max_ngram: int = 3,
-                 earliest: bool = False) -> tuple[torch.Tensor, int]:
+def lookup_match(token_ids: torch.Tensor, max_tokens: int, min_ngram: int = 2, max_ngram: int = 3) -> tuple[torch.Tensor, int]:
     """`lookup_continuation` and the size m of the n-gram it matched (0 when none: the planner's acceptance
-    estimates are kept per match size); `earliest`: after the earliest occurrence instead (transformers' rule)."""
+    estimates are kept per match size)."""
     num_tokens = token_ids.shape[0]
     for size in range(min(max_ngram, num_tokens - 1), min_ngram - 1, -1):
         suffix = token_ids[num_tokens - size :]
@@ -63,7 +61,7 @@ def lookup_match(token_ids: torch.Tensor, max_tokens: int, min_ngram: int = 2, m
         windows = token_ids[: num_tokens - 1].unfold(0, size, 1)
         starts = (windows == suffix).all(dim=1).nonzero()
         if len(starts):
-            begin = int(starts[0 if earliest else -1]) + size
+            begin = int(starts[-1]) + size
             return token_ids[begin : begin + max_tokens], size
     return token_ids[:0], 0
 
@@ -252,10 +250,6 @@ class RequestView(SuffixCache):
         self.parent._store(tokens)
 
 
-# The source copying after the earliest occurrence (LookupSources' `earliest`).
-EARLIEST = "prompt-lookup-earliest"
-
-
 # -- one call's sources, held by both rounds ------------------------------------------------------------------
 # Written once for the EAGLE drafter's round (hf_dynaspec.drafting.round) and the lattice sources' rounds
 # (hf_dynaspec.drafting.medusa), none of it depending on a drafter: the host copy of the committed context (a round
@@ -265,18 +259,12 @@ EARLIEST = "prompt-lookup-earliest"
 class LookupSources:
     """The lookup sources of one generate() call (one batch row): prompt lookup offering up to
     `prompt_lookup_num_tokens` (0: off) from n-grams of `min_ngram`..`max_ngram` tokens, and `suffix` (None: no
-    suffix cache). `keep_context`: keep the host copy even with both off (a lattice's n-gram scorer reads it).
-
-    `earliest` (a planned round's): prompt lookup also offers, as its own source (EARLIEST), the copy after the
-    earliest occurrence of the last 1..`max_ngram` tokens (transformers' rule) where it differs from the most
-    recent one's. Which occurrence is copied depends on the text: a code edit repeats its nearest copy, a RAG answer
-    the document's, further back than the question; 1-gram matches pay on some texts and not on others. The
-    planner learns each source's acceptance by match length and drafts the one that pays."""
+    suffix cache). `keep_context`: keep the host copy even with both off (a lattice's n-gram scorer reads it)."""
 
     def __init__(self, prompt_lookup_num_tokens: int, min_ngram: int = 2, max_ngram: int = 3,
-                 suffix: SuffixCache | None = None, keep_context: bool = False, earliest: bool = False):
+                 suffix: SuffixCache | None = None, keep_context: bool = False):
         self.prompt_lookup_num_tokens = prompt_lookup_num_tokens
-        self.min_ngram, self.max_ngram, self.earliest = min_ngram, max_ngram, earliest
+        self.min_ngram, self.max_ngram = min_ngram, max_ngram
         self.suffix = suffix
         self.on = prompt_lookup_num_tokens > 0 or suffix is not None or keep_context
         self.context: list[int] = []  # host copy of the committed ids, kept while `on`
@@ -307,13 +295,12 @@ class LookupSources:
         if isinstance(self.suffix, RequestView):
             self.suffix.end_request()
 
-    def prompt_lookup(self, longest: int, earliest: bool = False) -> tuple[list[int], int]:
-        """(host ids of the continuation, at most `longest`, of the context's last n-gram's most recent earlier
-        occurrence, n); n = 0 when prompt lookup is off or finds nothing. `earliest`: the EARLIEST source's."""
+    def prompt_lookup(self, longest: int) -> tuple[list[int], int]:
+        """(host ids of the continuation, at most `longest`, of the context's last n-gram's earlier occurrence, n);
+        n = 0 when prompt lookup is off or finds nothing."""
         if self.prompt_lookup_num_tokens <= 0 or longest < 1:
             return [], 0
-        smallest = 1 if earliest else self.min_ngram
-        tokens, match = lookup_match(torch.tensor(self.context), longest, smallest, self.max_ngram, earliest)
+        tokens, match = lookup_match(torch.tensor(self.context), longest, self.min_ngram, self.max_ngram)
         return (tokens.tolist(), match) if match and len(tokens) else ([], 0)
 
     def first_found(self, room: int, suffix_tokens: int) -> tuple[str, list[int]] | None:
@@ -328,13 +315,11 @@ class LookupSources:
     def offers(self, longest: int) -> tuple[list[LookupCandidate], dict[str, list[int]]]:
         """What each source offers now, up to `longest` tokens: (candidates for a planner, tokens by source)."""
         candidates, drafts, firsts = [], {}, []
-        recent, match = self.prompt_lookup(longest)
-        earliest, earliest_match = self.prompt_lookup(longest, earliest=True) if self.earliest else ([], 0)
-        for source, tokens, size in (("prompt-lookup", recent, match), (EARLIEST, earliest, earliest_match)):
-            if size and (source != EARLIEST or tokens != recent):
-                candidates.append(LookupCandidate(source, size, len(tokens)))
-                drafts[source] = tokens
-                firsts.append((candidates[-1], tokens[0]))
+        tokens, match = self.prompt_lookup(longest)
+        if match:
+            candidates.append(LookupCandidate("prompt-lookup", match, len(tokens)))
+            drafts["prompt-lookup"] = tokens
+            firsts.append((candidates[-1], tokens[0]))
         found = self.suffix.draft(longest) if self.suffix is not None and longest >= 1 else None
         if found is not None:
             candidates.append(LookupCandidate(found.source, found.match_length, len(found.tokens)))

@@ -59,7 +59,7 @@ class EagleRound:
             raise ValueError("the tree session must grow on the round's chain session (TreeDraftSession(chain=...))")
         self.session, self.trees, self.options, self.stats, self.planner = session, trees, options, stats, planner
         self.sources = LookupSources(options.prompt_lookup_num_tokens, options.prompt_lookup_min_ngram,
-                                     options.max_matching_ngram_size, suffix, earliest=planner is not None)
+                                     options.max_matching_ngram_size, suffix)
         self.eos_token_ids, self.collect_draft_tokens = eos_token_ids, collect_draft_tokens
         # draft_plan="adl": the drafter's K from smoothed accepted lengths (DiffuSpec's ADL), else None.
         self.adaptive_length = (AdaptiveDraftLength(k_min=1, k_max=options.num_assistant_tokens)
