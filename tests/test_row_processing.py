@@ -79,17 +79,23 @@ def _after_top_k(rows: int, top_k: int, seed: int, scale: float = 3.0) -> torch.
     return TopKLogitsWarper(top_k)(ids, TemperatureLogitsWarper(0.7)(ids, logits))
 
 
-def _sparse_calls(monkeypatch) -> list:
-    """Each row the sparse path processed: its result (None where it left the row to transformers)."""
+def _recorded_calls(monkeypatch, cls=None, method: str = "_sparse_row") -> list:
+    """Each row the sparse (or fused: `cls`, `method`) path processed: its result (None where it left the row to
+    transformers)."""
+    cls = cls or SparseTopP
     results = []
-    sparse_row = SparseTopP._sparse_row
+    processed_row = getattr(cls, method)
 
     def recorded(self, row):
-        results.append(sparse_row(self, row))
+        results.append(processed_row(self, row))
         return results[-1]
 
-    monkeypatch.setattr(SparseTopP, "_sparse_row", recorded)
+    monkeypatch.setattr(cls, method, recorded)
     return results
+
+
+def _sparse_calls(monkeypatch) -> list:
+    return _recorded_calls(monkeypatch)
 
 
 @pytest.mark.parametrize("top_p, min_tokens_to_keep", [(0.8, 1), (0.95, 1), (0.5, 1), (0.3, 6)])
@@ -169,16 +175,7 @@ def test_every_top_p_of_a_call_becomes_sparse_and_nothing_else_changes():
 
 # -- SparseTopKTopP: transformers' top-k then top-p, from one top-k search --------------------------------------------
 def _fused_calls(monkeypatch) -> list:
-    """Each row the fused path processed: its result (None where it left the row to transformers' pair)."""
-    results = []
-    fused_row = SparseTopKTopP._fused_row
-
-    def recorded(self, row):
-        results.append(fused_row(self, row))
-        return results[-1]
-
-    monkeypatch.setattr(SparseTopKTopP, "_fused_row", recorded)
-    return results
+    return _recorded_calls(monkeypatch, SparseTopKTopP, "_fused_row")
 
 
 def _tempered(rows: int, seed: int, vocab: int = ROW) -> torch.Tensor:
