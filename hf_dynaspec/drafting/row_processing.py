@@ -38,6 +38,16 @@ from transformers.generation.logits_process import (
 from hf_dynaspec.sampling import SPARSE_SHARE  # (the sampler's threshold: past it, the whole-row path is as cheap)
 
 
+def _row_by_row(scores: torch.Tensor, fast_row, whole) -> torch.Tensor:
+    """Each row of `scores` `[B, V]` by `fast_row` (`[V]` -> the processed row, or None where it cannot prove its
+    result), else by `whole` on that row alone (`[1, V]` -> `[1, V]`, transformers' own call)."""
+    rows = []
+    for i, row in enumerate(scores):
+        processed = fast_row(row)
+        rows.append(processed if processed is not None else whole(scores[i : i + 1])[0])
+    return torch.stack(rows)
+
+
 class SparseTopP(TopPLogitsWarper):
     """transformers' `TopPLogitsWarper`, computed from the finite entries of each row where they are few (after a
     top-k) on the CPU, with a result equal bit for bit to transformers'; anywhere else transformers' own call.
@@ -60,11 +70,7 @@ class SparseTopP(TopPLogitsWarper):
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         if scores.device.type != "cpu" or scores.dim() != 2 or self.filter_value != float("-inf"):
             return super().__call__(input_ids, scores)
-        rows = []
-        for i, row in enumerate(scores):
-            processed = self._sparse_row(row)
-            rows.append(processed if processed is not None else super().__call__(input_ids, scores[i : i + 1])[0])
-        return torch.stack(rows)
+        return _row_by_row(scores, self._sparse_row, lambda one: TopPLogitsWarper.__call__(self, input_ids, one))
 
     @staticmethod
     def cumulative(values: torch.Tensor, vocab: int) -> torch.Tensor:
@@ -118,15 +124,12 @@ class SparseTopKTopP(LogitsProcessor):
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         pair = (self.top_k.filter_value, self.top_p.filter_value)
+        def both(some: torch.Tensor) -> torch.Tensor:  # transformers' pair, as the call's list would run it
+            return self.top_p(input_ids, self.top_k(input_ids, some))
+
         if scores.device.type != "cpu" or scores.dim() != 2 or pair != (float("-inf"),) * 2:
-            return self.top_p(input_ids, self.top_k(input_ids, scores))
-        rows = []
-        for i, row in enumerate(scores):
-            processed = self._fused_row(row)
-            if processed is None:
-                processed = self.top_p(input_ids, self.top_k(input_ids, scores[i : i + 1]))[0]
-            rows.append(processed)
-        return torch.stack(rows)
+            return both(scores)
+        return _row_by_row(scores, self._fused_row, both)
 
     def _fused_row(self, row: torch.Tensor) -> torch.Tensor | None:
         k = min(self.top_k.top_k, row.shape[0])
