@@ -40,6 +40,8 @@ class Record:
     tree_accepted: int
     lookup: LookupCandidate | None = None
     lookup_accepted: int = 0
+    transformers_lookup: int = 0  # tokens transformers' prompt lookup drafts here (`transformers_lookup`)
+    transformers_accepted: int = 0
 
 
 @dataclass
@@ -63,11 +65,11 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
 class CallTrace:
     """A traced call (`prompt_length`, `output_ids`, `rounds`) as records by position: `at(position)`."""
 
-    def __init__(self, call: dict, lookup_tokens: int = 5):
+    def __init__(self, call: dict, lookup_tokens: int = 5, min_ngram: int = 2):
         self.output = call["output_ids"]
         self.start = call["prompt_length"] + 1  # the prefill commits the first token
         self.end = len(self.output)
-        self.lookup_tokens = lookup_tokens
+        self.lookup_tokens, self.min_ngram = lookup_tokens, min_ngram
         self.chains: list[tuple[int, int, list[float]]] = []  # (position, accepted of 8, confidences)
         self.trees: list[tuple[int, int]] = []  # (position, accepted depth)
         position = self.start
@@ -88,18 +90,32 @@ class CallTrace:
         if position not in self._records:
             _, chain_accepted, confidences = self._nearest(self.chains, position)
             tree_accepted = self._nearest(self.trees, position)[1] if self.trees else 0
-            tokens, match = lookup_match(torch.tensor(self.output[:position]), self.lookup_tokens, 2, 3)
+            tokens, match = lookup_match(torch.tensor(self.output[:position]), self.lookup_tokens, self.min_ngram, 3)
             lookup, accepted = None, 0
             if match and len(tokens):
                 lookup = LookupCandidate("prompt-lookup", match, len(tokens))
                 accepted = _common_prefix(tokens.tolist(), self.output[position:])
-            self._records[position] = Record(chain_accepted, confidences, tree_accepted, lookup, accepted)
+            theirs = transformers_lookup(self.output[:position], self.lookup_tokens)
+            self._records[position] = Record(chain_accepted, confidences, tree_accepted, lookup, accepted, len(theirs),
+                                             _common_prefix(theirs, self.output[position:]))
         return self._records[position]
 
 
-def records_of(call: dict, lookup_tokens: int = 5) -> CallTrace:
-    """A traced call -> its records by position (`CallTrace`); None where the call has no full chain round."""
-    trace = CallTrace(call, lookup_tokens)
+def transformers_lookup(ids: list[int], max_tokens: int, max_ngram: int = 2) -> list[int]:
+    """What transformers' PromptLookupCandidateGenerator drafts after `ids` (its default max_matching_ngram_size 2):
+    for n from max_ngram down to 1, the continuation of the earliest earlier occurrence of the last n ids."""
+    for size in range(min(max_ngram, len(ids) - 1), 0, -1):
+        suffix = ids[len(ids) - size :]
+        for start in range(len(ids) - size):
+            if ids[start : start + size] == suffix:
+                return ids[start + size : start + size + max_tokens]
+    return []
+
+
+def records_of(call: dict, lookup_tokens: int = 5, min_ngram: int = 2) -> CallTrace:
+    """A traced call -> its records by position (`CallTrace`; prompt lookup offers `lookup_tokens` from n-grams of
+    `min_ngram`..3 ids); None where the call has no full chain round."""
+    trace = CallTrace(call, lookup_tokens, min_ngram)
     return trace if trace.chains else None
 
 
@@ -118,12 +134,15 @@ class Replay:
                 + costs.verify(self.shape.nodes(depth) + 1))
 
     def fixed(self, trace: CallTrace, plan: str, k: int) -> SimulatedCall:
-        """A fixed plan: "none", "chain" (k tokens), "tree" (depth k), "lookup" (lookup else none) or
-        "lookup+chain" (lookup else a chain of k)."""
+        """A fixed plan: "none", "chain" (k tokens), "tree" (depth k), "lookup" (lookup else none),
+        "lookup+chain" (lookup else a chain of k) or "transformers-lookup" (transformers' prompt lookup else none)."""
         call, position = SimulatedCall(), trace.start
         while position < trace.end:
             r, room = trace.at(position), trace.end - position
-            if plan.startswith("lookup") and r.lookup is not None:
+            if plan == "transformers-lookup" and r.transformers_lookup:
+                n = min(r.transformers_lookup, room - 1)
+                seconds, accepted, source = self.costs.verify(n + 1), min(n, r.transformers_accepted), "lookup"
+            elif plan.startswith("lookup") and r.lookup is not None:
                 n = min(r.lookup.num_tokens, room - 1)
                 seconds, accepted, source = self.costs.verify(n + 1), min(n, r.lookup_accepted), "lookup"
             elif plan in ("chain", "lookup+chain") and k and room > 1:

@@ -37,33 +37,50 @@ from dataclasses import dataclass
 
 import torch
 
-from hf_dynaspec.drafting.planning.core import LookupCandidate, RoundPlan
+from hf_dynaspec.drafting.planning.core import MAX_MATCH_KEY, LookupCandidate, RoundPlan
 
 
 def lookup_continuation(token_ids: torch.Tensor, max_tokens: int, min_ngram: int = 2, max_ngram: int = 3) -> torch.Tensor:
-    """Token ids `[N]` -> the up to `max_tokens` ids `[n]` that followed the most recent earlier occurrence of
-    the last m ids, for the largest m in [min_ngram, max_ngram] that has one; `[0]` when none does.
+    """Token ids `[N]` -> the up to `max_tokens` ids `[n]` that followed an earlier occurrence of the last m ids,
+    for the largest m in [min_ngram, max_ngram] that has one; `[0]` when none does. Of the occurrences, the one
+    whose preceding ids agree with the context's for longest (`lookup_match`), the earliest among equals.
 
-    The most recent occurrence is taken because text that repeats tends to repeat its nearest copy (the line
-    of code being edited, the sentence being summarised).
+    The longest agreement picks the copy the text is following (the sentence being summarised, the line being
+    edited); among equals the earliest is transformers' rule (the source text usually comes first, in the prompt).
     """
     return lookup_match(token_ids, max_tokens, min_ngram, max_ngram)[0]
 
 
 def lookup_match(token_ids: torch.Tensor, max_tokens: int, min_ngram: int = 2, max_ngram: int = 3) -> tuple[torch.Tensor, int]:
-    """`lookup_continuation` and the size m of the n-gram it matched (0 when none: the planner's acceptance
-    estimates are kept per match size)."""
+    """`lookup_continuation` and the length of its match (0 when none): the m-gram, extended backwards while the
+    ids before the occurrence equal those before the context's last m ids, up to `MAX_MATCH_KEY` in all. The
+    planner keeps acceptance per match length: a copy already followed for 8 ids goes on far more often than one
+    that starts at a common 2-gram, so it is drafted longer (and a 1-gram match is learnt apart)."""
     num_tokens = token_ids.shape[0]
     for size in range(min(max_ngram, num_tokens - 1), min_ngram - 1, -1):
         suffix = token_ids[num_tokens - size :]
         # Window i covers i .. i+size-1 and has a continuation starting at i+size <= N-1; the suffix itself
         # (i = N-size) is excluded by stopping the windows one token short of the end.
         windows = token_ids[: num_tokens - 1].unfold(0, size, 1)
-        starts = (windows == suffix).all(dim=1).nonzero()
+        starts = (windows == suffix).all(dim=1).nonzero()[:, 0]
         if len(starts):
-            begin = int(starts[-1]) + size
-            return token_ids[begin : begin + max_tokens], size
+            agreement = _agreeing_before(token_ids, starts, num_tokens - size, MAX_MATCH_KEY - size)
+            best = int(agreement.max())
+            start = int(starts[int((agreement == best).int().argmax())])  # the earliest of the longest
+            return token_ids[start + size : start + size + max_tokens], size + best
     return token_ids[:0], 0
+
+
+def _agreeing_before(token_ids: torch.Tensor, starts: torch.Tensor, later: int, most: int) -> torch.Tensor:
+    """`[k]`: for each of `starts` (each < `later`), how many ids just before it equal those just before `later`,
+    at most `most`."""
+    if most <= 0:
+        return torch.zeros_like(starts)
+    back = torch.arange(1, most + 1)
+    before = starts[:, None] - back  # [k, most]: the ids before each start, nearest first
+    ours = (later - back).clamp(min=0)  # those before `later` (>= 0 wherever `before` is)
+    equal = (before >= 0) & (token_ids[before.clamp(min=0)] == token_ids[ours])
+    return equal.int().cumprod(dim=1).sum(dim=1)
 
 
 def one_hot_logits(token_ids: torch.Tensor, vocab_size: int) -> torch.Tensor:
