@@ -73,15 +73,19 @@ def test_a_batch_decodes_each_row_as_plain_generate(fixed_costs):
 
 def test_rounds_are_plain_steps_where_nothing_pays(fixed_costs):
     """Verifying n tokens costs n steps: even an always-right copy only breaks even, so rounds are plain decoding
-    steps, but for the one probe that teaches the planner a source's acceptance (planning.core.lookup_probe)."""
+    steps, but for the one probe per source that teaches the planner its acceptance (planning.core.lookup_probe)."""
     fixed_costs(RoundCosts([0.0] + [float(n) for n in range(1, 42)], 0.0, 0.0, 0.0, 0.0))
     target = one_layer_target("llama", seed=2)
     assistant = DynaSpecAssistant.for_target(target)
+    planner_memory(assistant, do_sample=False).log = []  # every planned round, with whether it was a probe
     ids = repetitive_prompt(seed=1)
     out = assisted_generate(target, assistant, ids, max_new_tokens=20)
     assert torch.equal(out, plain_generate(target, ids, max_new_tokens=20))
+    drafted = [r for r in planner_memory(assistant, do_sample=False).log if r["source"] != "none"]
+    assert all(r["probe"] for r in drafted) and len({r["source"] for r in drafted}) == len(drafted), drafted
     drafted_passes = sum(1 for n in assistant.stats.drafted_per_pass if n)
-    assert drafted_passes <= 1 and assistant.stats.passes_by_source["none"] >= assistant.stats.verify_passes - 1
+    assert drafted_passes == len(drafted) <= 2  # prompt lookup's and the suffix cache's request part's
+    assert assistant.stats.passes_by_source["none"] == assistant.stats.verify_passes - drafted_passes
 
 
 @pytest.mark.parametrize("costs", [flat_costs, linear_costs], ids=["flat", "linear"])

@@ -8,41 +8,66 @@ import torch
 from conftest import VOCAB, assisted_generate, imitating_assistant, one_layer_target, plain_generate
 
 from hf_dynaspec import DynaSpecGenerationConfig
-from hf_dynaspec.drafting.lookup import lookup_continuation, one_hot_logits
+from hf_dynaspec.drafting.lookup import lookup_continuation, lookup_match, one_hot_logits
+from hf_dynaspec.drafting.planning.core import MAX_MATCH_KEY
 
 
-def brute_force_continuation(ids: list[int], max_tokens: int, min_ngram: int, max_ngram: int) -> list[int]:
-    """The definition, spelled out with lists: longest n-gram first, then its latest earlier occurrence."""
+def brute_force_match(ids: list[int], max_tokens: int, min_ngram: int, max_ngram: int) -> tuple[list[int], int]:
+    """The definition, spelled out with lists: the longest n-gram with an earlier occurrence; of its occurrences, the
+    one whose preceding ids agree with the context's for longest (MAX_MATCH_KEY ids in all at most), the earliest
+    among equals; (its continuation, n + that agreement)."""
     for size in range(max_ngram, min_ngram - 1, -1):
         if size > len(ids) - 1:
             continue
-        suffix = ids[-size:]
-        for start in range(len(ids) - size - 1, -1, -1):
-            if ids[start : start + size] == suffix:
-                return ids[start + size : start + size + max_tokens]
-    return []
+        suffix, best = ids[-size:], None
+        for start in range(len(ids) - size):
+            if ids[start : start + size] != suffix:
+                continue
+            agree = 0
+            while (size + agree < MAX_MATCH_KEY and start - agree - 1 >= 0
+                   and ids[start - agree - 1] == ids[len(ids) - size - agree - 1]):
+                agree += 1
+            if best is None or agree > best[1]:
+                best = (start, agree)
+        if best is not None:
+            start, agree = best
+            return ids[start + size : start + size + max_tokens], size + agree
+    return [], 0
 
 
 @pytest.mark.parametrize("min_ngram,max_ngram", [(1, 1), (1, 3), (2, 3), (2, 4), (3, 3)])
 def test_lookup_matches_the_definition_on_random_sequences(min_ngram, max_ngram):
     generator = torch.Generator().manual_seed(min_ngram * 10 + max_ngram)
-    found = 0
+    found = extended = 0
     for trial in range(300):
         length = 1 + trial % 40
         ids = torch.randint(0, 3, (length,), generator=generator)  # 3 symbols: matches are frequent
         max_tokens = 1 + trial % 6
-        got = lookup_continuation(ids, max_tokens, min_ngram, max_ngram).tolist()
-        assert got == brute_force_continuation(ids.tolist(), max_tokens, min_ngram, max_ngram), (ids, max_tokens)
-        found += bool(got)
-    assert found > 100  # the comparison covered real matches, not only empty results
+        got, match = lookup_match(ids, max_tokens, min_ngram, max_ngram)
+        assert (got.tolist(), match) == brute_force_match(ids.tolist(), max_tokens, min_ngram, max_ngram), (ids, max_tokens)
+        assert torch.equal(lookup_continuation(ids, max_tokens, min_ngram, max_ngram), got)
+        found += bool(got.numel())
+        extended += match > max_ngram
+    assert found > 100 and extended > 10  # real matches, many extended past the n-gram, not only empty results
 
 
 def test_lookup_prefers_a_longer_ngram_to_a_more_recent_shorter_one():
     ids = torch.tensor([5, 6, 7, 1, 2, 9, 9, 6, 7, 3, 8, 5, 6, 7])
     # "5 6 7" occurred at 0 (followed by 1 2 ...); "6 7" alone more recently at 7 (followed by 3 8).
     assert lookup_continuation(ids, 2, min_ngram=2, max_ngram=3).tolist() == [1, 2]
-    assert lookup_continuation(ids, 2, min_ngram=2, max_ngram=2).tolist() == [3, 8]
+    assert lookup_continuation(ids, 2, min_ngram=2, max_ngram=2).tolist() == [1, 2]  # "5 6 7" agrees for longer
     assert lookup_continuation(ids, 2, min_ngram=4, max_ngram=4).tolist() == []
+
+
+def test_lookup_follows_the_copy_that_agrees_longest_and_reports_how_far():
+    # "4 6 7" at 0 and "5 6 7" at 4 and 9: the last two agree with the context's "5 6 7" one id further back.
+    ids = [4, 6, 7, 1, 5, 6, 7, 2, 8, 5, 6, 7, 3, 9, 5, 6, 7]
+    got, match = lookup_match(torch.tensor(ids), 3, min_ngram=2, max_ngram=2)
+    assert (got.tolist(), match) == ([2, 8, 5], 3)  # the earlier of the two that agree longest (not 3 9 5)
+    # a copy followed for longer than MAX_MATCH_KEY ids reports MAX_MATCH_KEY
+    copy = list(range(20, 20 + MAX_MATCH_KEY + 4))
+    got, match = lookup_match(torch.tensor([*copy, 1, *copy[:-1]]), 1, min_ngram=1, max_ngram=3)
+    assert (got.tolist(), match) == ([copy[-1]], MAX_MATCH_KEY)
 
 
 def test_one_hot_logits_are_exactly_the_lookup_distribution():

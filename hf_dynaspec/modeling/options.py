@@ -135,7 +135,8 @@ class DynaSpecGenerationConfig(DraftingConfig):
     - `prompt_lookup_num_tokens` (0): when > 0, a round first looks the context's last n-gram up in the context
       and drafts up to this many of the tokens that followed it instead of running the drafter (under "auto":
       as many, up to 32, as the planner says pay). 0: off.
-    - `prompt_lookup_min_ngram` (2), `max_matching_ngram_size` (3): the n-gram sizes tried, longest first.
+    - `prompt_lookup_min_ngram` (2; 1 for `DynaSpecAssistant.for_target`), `max_matching_ngram_size` (3): the
+      n-gram sizes tried, longest first.
     - `prompt_lookup_veto` (1.0): the drafter overrules a lookup draft when its own most likely first token
       differs and has a probability above this. 1.0 never vetoes (and skips the check).
     - `shortlist` ("full"): the LM-head rows an eagle drafter scores: "full", "frspec" / "vocabtrim" (the first
