@@ -20,7 +20,7 @@ from hf_dynaspec.drafting.planning.core import PROBE_FIRST, LatticeCosts, Planne
 from hf_dynaspec.drafting.planning.lattice_planner import LatticePlanner, lattice_memory
 from hf_dynaspec.drafting.planning.planner import SpeculationPlanner
 from hf_dynaspec.modeling.acceptance_prior import prior_for
-from hf_dynaspec.modeling.assistant import DRAFTER_FREE_OPTIONS
+from hf_dynaspec.modeling.options import DRAFTER_FREE_OPTIONS
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "planner"

@@ -34,6 +34,7 @@ from hf_dynaspec.modeling.families import (
     warn_if_half_overflows,
 )
 from hf_dynaspec.modeling.options import (
+    DRAFTER_FREE_OPTIONS,
     LEGACY_NAMES,
     OPTION_DEFAULTS,
     DynaSpecGenerationConfig,
@@ -45,13 +46,6 @@ from hf_dynaspec.modeling.shortlist.artifact import VocabShortlists
 from hf_dynaspec.stats import DraftStats, latest_stats
 
 GENERATION_CONFIG_NAME = "generation_config.json"
-
-
-# What `DynaSpecAssistant.for_target` drafts with. Prompt lookup down to 1-gram matches: with no drafter to fall back
-# on, a copy after the context's last id alone is the only draft there is, and the planner learns per match length
-# whether it pays (tests/test_plan_simulation.py: 1.44x -> 1.62x plain on the 0.5B's AVX-512 bf16 costs).
-DRAFTER_FREE_OPTIONS = dict(draft_plan="auto", shortlist="full", prompt_lookup_num_tokens=10, suffix_cache_num_tokens=16,
-                            prompt_lookup_min_ngram=1)
 
 
 class DynaSpecAssistant(PreTrainedModel):

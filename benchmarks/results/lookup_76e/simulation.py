@@ -15,7 +15,7 @@ from plan_simulation import Replay, auto_rate, fixed_rates, rate_of  # noqa: E40
 from test_plan_simulation import CASES, SHAPE, TABLES, TRACES, as_shipped, costs_of, offered_by_the_drafter_free  # noqa: E402
 
 from hf_dynaspec.drafting.planning.core import PlannerMemory  # noqa: E402
-from hf_dynaspec.modeling.assistant import DRAFTER_FREE_OPTIONS  # noqa: E402
+from hf_dynaspec.modeling.options import DRAFTER_FREE_OPTIONS  # noqa: E402
 
 DRAFTER_FREE_OPTIONS["prompt_lookup_min_ngram"] = int(os.environ.get("MIN_NGRAM", "1"))
 

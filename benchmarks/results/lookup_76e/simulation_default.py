@@ -1,11 +1,17 @@
-"""#76: the default (`auto` with the shipped drafter and its prior) in the plan simulation with prompt lookup from 2-grams (shipped) and from 1-grams: its session rate over the best fixed plan (chains "C", with trees "T"). Run from the repository root."""
-import sys, os
+"""#76: the default (`auto` with the shipped drafter and its prior) in the plan simulation with prompt lookup from
+2-grams (shipped) and from 1-grams: its session rate over the best fixed plan (chains "C", with trees "T"). Run from
+the repository root."""
+import sys
+
 sys.path.insert(0, "tests")
-from test_plan_simulation import TRACES, TABLES, CASES, SHAPE, costs_of, prior_of
-from plan_simulation import Replay, fixed_rates, rate_of, records_of, auto_rate
+from plan_simulation import Replay, auto_rate, fixed_rates, records_of
+from test_plan_simulation import CASES, SHAPE, TABLES, TRACES, costs_of, prior_of
+
 from hf_dynaspec.drafting.planning.core import PlannerMemory
+
 for tn, tb in CASES:
-    trace, table = TRACES[tn], TABLES[tb]; replay = Replay(costs_of(table), SHAPE)
+    trace, table = TRACES[tn], TABLES[tb]
+    replay = Replay(costs_of(table), SHAPE)
     base = [c for c in (records_of(x) for x in trace["calls"]) if c]
     fixed = fixed_rates(replay, base)
     out = []
