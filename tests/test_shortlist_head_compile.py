@@ -18,7 +18,6 @@ import sys
 import pytest
 
 pytest.importorskip("triton")
-pytestmark = pytest.mark.xdist_group("kernel-compile")  # the module fixture compiles every kernel once (pyproject.toml)
 
 CAPABILITIES = {75: "T4", 80: "A100", 90: "H100"}
 DTYPES = ("fp16", "bf16", "fp32")

@@ -20,7 +20,7 @@ import pytest
 
 from hf_dynaspec import zoo
 
-pytestmark = [pytest.mark.real_model, pytest.mark.slow, pytest.mark.xdist_group("wheel")]  # one build (pyproject.toml)
+pytestmark = [pytest.mark.real_model, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[1]
 TARGET = "qwen2.5-coder-0.5b-instruct"
 ASSISTANT = ROOT / "assistants" / TARGET
