@@ -76,7 +76,7 @@ def _agreeing_before(token_ids: torch.Tensor, starts: torch.Tensor, later: int, 
     at most `most`."""
     if most <= 0:
         return torch.zeros_like(starts)
-    back = torch.arange(1, most + 1)
+    back = torch.arange(1, most + 1, device=starts.device)
     before = starts[:, None] - back  # [k, most]: the ids before each start, nearest first
     ours = (later - back).clamp(min=0)  # those before `later` (>= 0 wherever `before` is)
     equal = (before >= 0) & (token_ids[before.clamp(min=0)] == token_ids[ours])
