@@ -48,6 +48,7 @@ FAST_CPU = "tests/test_fast_cpu.py"
 PLANNER = "tests/test_planner.py"
 SAMPLER = "tests/test_sampler.py"
 VERIFY_ROWS = "tests/test_verify_rows.py"
+REQUEST = "tests/test_request_lookup.py"
 
 
 @dataclass
@@ -361,6 +362,25 @@ MUTATIONS = [
     Mutation("lattice planner: prompt lookup never probed", "hf_dynaspec/drafting/planning/lattice_planner.py",
              "        return lookup_probe(self.memory.probe_schedule, offered, best, room) or best",
              "        return best", [SIMULATION], select="lattice"),
+    Mutation("a request's own lookup outcomes ignored (the session's tables alone)",
+             "hf_dynaspec/drafting/planning/core.py", "        return odds / (1.0 + odds)\n", "        return p\n",
+             [REQUEST]),
+    Mutation("a request's first positions and continuations calibrated together",
+             "hf_dynaspec/drafting/planning/core.py",
+             "        accepted, expected, outcomes = self.sums.get((*key[:-2], min(key[-1], 2)), (0, 0.0, 0))",
+             "        accepted, expected, outcomes = self.sums.get((*key[:-2], 2), (0, 0.0, 0))", [REQUEST]),
+    Mutation("a lookup position no round reached starts from the pooled table, not the longer match",
+             "hf_dynaspec/drafting/planning/core.py",
+             "        return self.estimate((*source, match_key(match + position - 1), 1))",
+             "        return self.pooled.estimate((*source, 1))", [REQUEST]),
+    Mutation("the planner prices copies from the session's tables, not the request's",
+             "hf_dynaspec/drafting/planning/planner.py",
+             "        table = self.lookup\n        match = match_key(candidate.match_length)",
+             "        table = self.memory.lookup\n        match = match_key(candidate.match_length)", [REQUEST]),
+    Mutation("the lattice planner prices copies from the session's tables, not the request's",
+             "hf_dynaspec/drafting/planning/lattice_planner.py",
+             "self.lookup.estimate((match, position_key(j)))", "self.memory.lookup.estimate((match, position_key(j)))",
+             [REQUEST]),
     Mutation("the artifact's measured acceptance ignored (every planner starts at 0.5)",
              "hf_dynaspec/drafting/planning/core.py",
              "        self.position = position_table(prior)\n",
@@ -505,7 +525,7 @@ MUTATIONS = [
     # The simulation caught it alone (0.957x on the 1.5B's bf16 costs) until copies were keyed by how far they agree
     # (2026-11-29): now the unit test of the rule does.
     Mutation("the planner drops what a short lookup shows past it", "hf_dynaspec/drafting/planning/planner.py",
-             "        self.memory.lookup.record(key, matched)\n", "        del key, matched\n", [SIMULATION, PROBES],
+             "        self.lookup.record(key, matched)\n", "        del key, matched\n", [SIMULATION, PROBES],
              select="within_3_percent and avx512bf16_bf16_qwen15b or position_past_it"),
     Mutation("a copy passed over learns from the wrong token (the one before the round)", "hf_dynaspec/drafting/lookup.py",
              "planner.record_passed_over(candidate, self.context[start] == first)",

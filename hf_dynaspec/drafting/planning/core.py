@@ -7,6 +7,7 @@ this machine, measured by hf_dynaspec.generation.costs).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from hf_dynaspec.modeling.acceptance_prior import CONFIDENCE_BINS, AcceptancePrior
@@ -21,8 +22,8 @@ PROBE_LONGEST = 256  # the probe interval doubles up to this
 
 
 class AcceptanceTable:
-    """P(accepted | reached) per key, from counts smoothed by a Beta prior of mean `prior(key)` and weight
-    `prior_weight` (pseudo-observations)."""
+    """P(accepted | reached) per key, from counts smoothed by a Beta prior of mean `prior(key)` (or `prior`, one
+    mean for every key) and weight `prior_weight` (pseudo-observations)."""
 
     def __init__(self, prior, prior_weight: float = 2.0):
         self.prior = prior
@@ -31,7 +32,8 @@ class AcceptanceTable:
 
     def estimate(self, key) -> float:
         accepted, reached = self.counts.get(key, (0, 0))
-        return (accepted + self.prior_weight * self.prior(key)) / (reached + self.prior_weight)
+        prior = self.prior(key) if callable(self.prior) else self.prior
+        return (accepted + self.prior_weight * prior) / (reached + self.prior_weight)
 
     def record(self, key, accepted: bool) -> None:
         entry = self.counts.setdefault(key, [0, 0])
@@ -45,7 +47,7 @@ UNINFORMED_WEIGHT = 2.0  # pseudo-rounds of the 0.5 prior of a table no measured
 def position_table(prior: AcceptancePrior | None) -> AcceptanceTable:
     """Acceptance by draft position, starting at the measured `prior` (with its weight), else at 0.5."""
     if prior is None:
-        return AcceptanceTable(lambda position: 0.5, UNINFORMED_WEIGHT)
+        return AcceptanceTable(0.5, UNINFORMED_WEIGHT)
     return AcceptanceTable(prior.at_position, prior.weight)
 
 
@@ -59,22 +61,66 @@ def confidence_table(prior: AcceptancePrior | None, bin_of=lambda key: key) -> A
 
 class LookupTable(AcceptanceTable):
     """Acceptance of lookup drafts, keyed (..., match length, position) (the EAGLE planner's keys start with the
-    source). A key starts from its source's pooled estimate at that position, every match length together, which
-    starts from the pooled estimate at the position before (0.5 at position 1); each match length then learns its
-    own rate. Keyed by match length alone, prompt lookup's few rounds per call spread over keys that each stayed
-    near 0.5, and `auto` fell to 0.83x of a fixed plan on one CPU table in the first version of
-    tests/test_plan_simulation.py."""
+    source); each key learns its own rate, from a prior of 2 pseudo-rounds at:
+    - position 1: its source's first positions pooled over every match length (from 0.5). Keyed by match length
+      alone, prompt lookup's few rounds per call spread over keys that each stayed near 0.5, and `auto` fell to 0.83x
+      of a fixed plan on one CPU table in the first version of tests/test_plan_simulation.py;
+    - position j > 1 of a match m ids long: position 1 of a match m + j - 1 ids long. Reached, the copy continues
+      a match that long, and position 1 learns in every round that offers a copy (most rounds draft few positions,
+      so later ones are rarely reached). Before, it was every match's estimate at that position pooled.
+    """
 
     def __init__(self):
-        self.pooled = AcceptanceTable(self._pooled_prior)  # keyed (..., position)
-        super().__init__(lambda key: self.pooled.estimate((*key[:-2], key[-1])))
+        self.pooled = AcceptanceTable(0.5)  # keyed (..., 1): each source's first positions, every match length
+        super().__init__(self._key_prior)
 
-    def _pooled_prior(self, key) -> float:
-        return 0.5 if key[-1] <= 1 else self.pooled.estimate((*key[:-1], key[-1] - 1))
+    def _key_prior(self, key) -> float:
+        *source, match, position = key
+        if position <= 1:
+            return self.pooled.estimate((*source, 1))
+        return self.estimate((*source, match_key(match + position - 1), 1))
 
     def record(self, key, accepted: bool) -> None:
         super().record(key, accepted)
-        self.pooled.record((*key[:-2], key[-1]), accepted)
+        if key[-1] == 1:
+            self.pooled.record((*key[:-2], 1), accepted)
+
+
+# Pseudo-outcomes behind a request's view (RequestLookup): 0.5-8 swept in the plan simulation, 4 best over every
+# trace and cost table (benchmarks/results/lookup_76f/request_weight_sweep.txt). math.inf: the session's tables alone.
+REQUEST_WEIGHT = 4.0
+
+
+class RequestLookup:
+    """A lookup table as one generate() call (one batch row; a lattice call's rows together) sees it: the session's
+    `LookupTable` estimates, their odds scaled by how this request's outcomes compared with them so far, per source
+    and apart for a copy's first position and the rest. The session's tables pool every request, and copies pay in
+    some (summaries copy whole sentences) and not in others (translation): a session taught by the first drafts
+    copies into the second round after round, and cuts the long copies of a summary short. With A accepted of n
+    outcomes where the session's estimates (read before each was learnt) summed to E, the odds are scaled by
+    (A + w) / (E + w) * (n - E + w) / (n - A + w), w = `REQUEST_WEIGHT`: 1 where the request goes as the session
+    predicts. Outcomes are learnt by the session's table too. The plan still reads only what earlier rounds
+    committed, so output stays exact (tests/test_request_lookup.py)."""
+
+    def __init__(self, table: LookupTable):
+        self.table = table
+        self.sums: dict = {}  # (source, 1 or 2: the first position or the rest) -> [accepted, expected, outcomes]
+
+    def estimate(self, key) -> float:
+        p = self.table.estimate(key)
+        # A copy's first token (is this a copy at all?) and its continuation (how far does it go?) fare apart: a
+        # request may start copies right and leave them at once (numbers in math), or the reverse.
+        accepted, expected, outcomes = self.sums.get((*key[:-2], min(key[-1], 2)), (0, 0.0, 0))
+        if not outcomes or not 0.0 < p < 1.0 or REQUEST_WEIGHT == math.inf:
+            return p
+        w = REQUEST_WEIGHT
+        odds = p / (1.0 - p) * (accepted + w) / (expected + w) * (outcomes - expected + w) / (outcomes - accepted + w)
+        return odds / (1.0 + odds)
+
+    def record(self, key, accepted: bool) -> None:
+        entry = self.sums.setdefault((*key[:-2], min(key[-1], 2)), [0, 0.0, 0])
+        entry[0], entry[1], entry[2] = entry[0] + int(accepted), entry[1] + self.table.estimate(key), entry[2] + 1
+        self.table.record(key, accepted)
 
 
 def confidence_bin(confidence: float) -> int:

@@ -31,6 +31,7 @@ from hf_dynaspec.drafting.planning.core import (
     LatticeCosts,
     LookupCandidate,
     PlannerMemory,
+    RequestLookup,
     RoundPlan,
     TreeShape,
     best_length,
@@ -54,6 +55,7 @@ class LatticePlanner:
 
     def __init__(self, costs: LatticeCosts, memory: PlannerMemory, depth: int, tree: TreeShape | None):
         self.costs, self.memory, self.depth, self.tree = costs, memory, depth, tree
+        self.lookup = RequestLookup(memory.lookup)  # a planner plans one call: its request (SpeculationPlanner's)
 
     # -- prices -------------------------------------------------------------------------------------------------
     def _chain_seconds(self, sunk: float):
@@ -70,7 +72,7 @@ class LatticePlanner:
 
     def _lookup_priors(self, candidate: LookupCandidate) -> list[float]:
         match = match_key(candidate.match_length)
-        return [self.memory.lookup.estimate((match, position_key(j))) for j in range(1, candidate.num_tokens + 1)]
+        return [self.lookup.estimate((match, position_key(j))) for j in range(1, candidate.num_tokens + 1)]
 
     def _lattice_options(self, chain_priors: list[float], room: int, sunk: float) -> list[tuple[float, RoundPlan]]:
         """(rate, plan) of the best chain (`chain_priors[j-1]`: a_j) and the best tree, the lattice cost `sunk`."""
@@ -145,17 +147,17 @@ class LatticePlanner:
         elif plan.source == "prompt-lookup":
             match = match_key(plan.match_length)
             for j in range(1, min(num_accepted + 1, num_drafted) + 1):
-                memory.lookup.record((match, position_key(j)), j <= num_accepted)
+                self.lookup.record((match, position_key(j)), j <= num_accepted)
 
     def record_past_the_draft(self, plan: RoundPlan, num_drafted: int, matched: bool) -> None:
         """A prompt-lookup round accepted whole, shorter than offered: whether the target's own token after it
         equals the next offered token is position num_drafted + 1's outcome (`SpeculationPlanner`'s rule)."""
         if plan.source == "prompt-lookup" and plan.next_offered is not None:
-            self.memory.lookup.record((match_key(plan.match_length), position_key(num_drafted + 1)), matched)
+            self.lookup.record((match_key(plan.match_length), position_key(num_drafted + 1)), matched)
 
     def record_passed_over(self, candidate: LookupCandidate, matched: bool) -> None:
         """A prompt-lookup draft offered and not drafted: its first token's outcome (`SpeculationPlanner`'s rule)."""
-        self.memory.lookup.record((match_key(candidate.match_length), position_key(1)), matched)
+        self.lookup.record((match_key(candidate.match_length), position_key(1)), matched)
 
     def _record_chain(self, confidences: list[float], num_accepted: int, num_reached: int) -> None:
         for j in range(1, min(num_reached, len(confidences)) + 1):

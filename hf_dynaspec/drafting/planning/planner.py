@@ -46,6 +46,7 @@ from hf_dynaspec.drafting.planning.core import (
     AcceptanceTable,
     LookupCandidate,
     PlannerMemory,
+    RequestLookup,
     RoundPlan,
     TreeShape,
     best_length,
@@ -68,6 +69,7 @@ class SpeculationPlanner:
         if tree is not None and not drafter:
             raise ValueError("trees are grown by the drafter: a drafter-free planner plans none")
         self.costs, self.memory, self.max_draft_tokens, self.tree, self.drafter = costs, memory, max_draft_tokens, tree, drafter
+        self.lookup = RequestLookup(memory.lookup)  # a planner plans one call (one batch row): its request
 
     # -- expected tokens and rates ---------------------------------------------------------------------------
     def _drafter_seconds(self, k: int) -> float:
@@ -96,7 +98,7 @@ class SpeculationPlanner:
         return [table.estimate(position_key(j)) for j in range(start + 1, start + count + 1)]
 
     def lookup_probabilities(self, candidate: LookupCandidate) -> list[float]:
-        table = self.memory.lookup
+        table = self.lookup
         match = match_key(candidate.match_length)
         return [table.estimate((candidate.source, match, position_key(j)))
                 for j in range(1, candidate.num_tokens + 1)]
@@ -214,7 +216,7 @@ class SpeculationPlanner:
                 if j <= len(plan.confidences):
                     memory.confidence.record(confidence_bin(plan.confidences[j - 1]), accepted)
             elif plan.source != "none":
-                memory.lookup.record((plan.source, match_key(plan.match_length), position_key(j)), accepted)
+                self.lookup.record((plan.source, match_key(plan.match_length), position_key(j)), accepted)
 
     def record_past_the_draft(self, plan: RoundPlan, num_drafted: int, matched: bool) -> None:
         """A lookup round drafted `num_drafted` of the tokens its source offered, and the target accepted them all:
@@ -227,7 +229,7 @@ class SpeculationPlanner:
         if plan.source in ("drafter", "tree", "none") or plan.next_offered is None:
             return
         key = (plan.source, match_key(plan.match_length), position_key(num_drafted + 1))
-        self.memory.lookup.record(key, matched)
+        self.lookup.record(key, matched)
 
     def record_passed_over(self, candidate: LookupCandidate, matched: bool) -> None:
         """A lookup source offered `candidate` and the round drafted none of it: `matched` (its first token equals
@@ -236,7 +238,7 @@ class SpeculationPlanner:
         so it equals a point-mass draft x with probability p(x), the chance x is accepted), as for
         `record_past_the_draft`. A source the plan passes over keeps learning at no cost: otherwise only probes
         teach it, and a request that copies (or stops copying) is noticed late."""
-        self.memory.lookup.record((candidate.source, match_key(candidate.match_length), position_key(1)), matched)
+        self.lookup.record((candidate.source, match_key(candidate.match_length), position_key(1)), matched)
 
     def record_chain_outcome(self, num_accepted: int, num_reached: int) -> None:
         """Learn the chain's position table from what a chain would have done in a tree round (the tree's first
