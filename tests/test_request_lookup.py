@@ -3,8 +3,6 @@ position), and how one request's own outcomes scale the session's estimates (`pl
 
 from __future__ import annotations
 
-import math
-
 import pytest
 
 from hf_dynaspec.drafting.planning import core
@@ -112,12 +110,13 @@ def _taught(memory: PlannerMemory, key: tuple) -> None:
                 memory.lookup.record((*key, 2, position), outcome)
 
 
-def _request_of_failing_copies(weight: float, monkeypatch) -> tuple[list[int], int]:
-    monkeypatch.setattr(core, "REQUEST_WEIGHT", weight)
+def _request_of_failing_copies(session_only: bool) -> tuple[list[int], int]:
     memory = PlannerMemory()
     _taught(memory, (SOURCE,))
     candidate = LookupCandidate(SOURCE, match_length=2, num_tokens=10)
     request = SpeculationPlanner(_steep_costs(), memory, 4, drafter=False)
+    if session_only:  # the session's tables alone, as before the request's view
+        request.lookup = memory.lookup
     drafted = []
     for _ in range(12):  # every copy's first token is wrong in this request
         chosen = request.plan_round([candidate], 50)
@@ -130,14 +129,14 @@ def _request_of_failing_copies(weight: float, monkeypatch) -> tuple[list[int], i
     return drafted, next_call.num_tokens if next_call.source == SOURCE else 0
 
 
-def test_a_request_whose_copies_fail_stops_drafting_them_and_the_next_request_tries_again(monkeypatch):
+def test_a_request_whose_copies_fail_stops_drafting_them_and_the_next_request_tries_again():
     """A session taught that 2-gram copies pay (on fp32 CPU costs) drafts one; in a request where they fail at once
-    the planner stops after its first four rounds and a probe, where the session's tables alone (no request view: an
-    infinite weight) go on; the next call's planner, reading the session (which learnt the failures too), drafts it
+    the planner stops after its first four rounds and a probe, where the session's tables alone (no request view) go
+    on; the next call's planner, reading the session (which learnt the failures too), drafts it
     again."""
-    drafted, next_call = _request_of_failing_copies(core.REQUEST_WEIGHT, monkeypatch)
+    drafted, next_call = _request_of_failing_copies(session_only=False)
     assert drafted[0] > 0 and drafted[5:] == [0] * 7 and next_call > 0, (drafted, next_call)
-    session_only, _ = _request_of_failing_copies(math.inf, monkeypatch)
+    session_only, _ = _request_of_failing_copies(session_only=True)
     assert min(session_only) > 0, session_only
 
 

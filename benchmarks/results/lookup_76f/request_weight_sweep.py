@@ -52,8 +52,11 @@ def default(trace, table, replay):
     return out
 
 
+with_request_view = core.RequestLookup.estimate
 for weight in WEIGHTS:
     core.REQUEST_WEIGHT = weight
+    # "inf": the session's tables alone (the request's view off)
+    core.RequestLookup.estimate = (lambda self, key: self.table.estimate(key)) if weight == math.inf else with_request_view
     logs = []
     print(f"REQUEST_WEIGHT {weight}")
     for trace_name, table_name in CASES:

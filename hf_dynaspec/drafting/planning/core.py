@@ -7,7 +7,6 @@ this machine, measured by hf_dynaspec.generation.costs).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from hf_dynaspec.modeling.acceptance_prior import CONFIDENCE_BINS, AcceptancePrior
@@ -87,7 +86,7 @@ class LookupTable(AcceptanceTable):
 
 
 # Pseudo-outcomes behind a request's view (RequestLookup): 0.5-8 swept in the plan simulation, 4 best over every
-# trace and cost table (benchmarks/results/lookup_76f/request_weight_sweep.txt). math.inf: the session's tables alone.
+# trace and cost table (benchmarks/results/lookup_76f/request_weight_sweep.txt).
 REQUEST_WEIGHT = 4.0
 
 
@@ -111,7 +110,7 @@ class RequestLookup:
         # A copy's first token (is this a copy at all?) and its continuation (how far does it go?) fare apart: a
         # request may start copies right and leave them at once (numbers in math), or the reverse.
         accepted, expected, outcomes = self.sums.get((*key[:-2], min(key[-1], 2)), (0, 0.0, 0))
-        if not outcomes or not 0.0 < p < 1.0 or REQUEST_WEIGHT == math.inf:
+        if not outcomes or not 0.0 < p < 1.0:
             return p
         w = REQUEST_WEIGHT
         odds = p / (1.0 - p) * (accepted + w) / (expected + w) * (outcomes - expected + w) / (outcomes - accepted + w)
