@@ -49,6 +49,7 @@ PLANNER = "tests/test_planner.py"
 SAMPLER = "tests/test_sampler.py"
 VERIFY_ROWS = "tests/test_verify_rows.py"
 REQUEST = "tests/test_request_lookup.py"
+VERIFY_COSTS = "tests/test_verify_costs.py"
 
 
 @dataclass
@@ -301,6 +302,36 @@ MUTATIONS = [
     Mutation("AVX-512 kernels: a 16-row block computes only its first row", "hf_dynaspec/kernels/verify_rows/bf16_rows.c",
              "            CASE(NAME, 16) CASE(NAME, 15)", "            CASE(NAME, 15)", [VERIFY_ROWS],
              select="float64_product"),
+    # One verify table per target and routing (hf_dynaspec.generation.costs.verify_costs).
+    Mutation("verify costs: one table for every CPU routing of a target", "hf_dynaspec/generation/costs/verify_costs.py",
+             "key = verify_key(target, verify_rows_patch.describe(target))", "key = verify_key(target, None)",
+             [VERIFY_COSTS], select="seeds"),
+    Mutation("verify costs: the routes seed PyTorch's costs for every size", "hf_dynaspec/generation/costs/verify_kernel.py",
+             "return {size: seconds[path(size)][size] for size in sizes}", 'return {size: seconds["native"][size] for size in sizes}',
+             [VERIFY_COSTS], select="seeds"),
+    Mutation("verify costs: a stored size measured again", "hf_dynaspec/generation/costs/verify_costs.py",
+             "missing = [size for size in sizes if size not in known]", "missing = sizes",
+             [VERIFY_COSTS], select="one_verify_table"),
+    Mutation("verify costs: an entry's seconds trusted", "hf_dynaspec/generation/costs/verify_costs.py",
+             "        if not store.is_seconds(seconds, zero_allowed=False):", "        if False:",
+             [VERIFY_COSTS], select="bad_verify_entry"),
+    Mutation("verify costs: an entry's token counts trusted", "hf_dynaspec/generation/costs/verify_costs.py",
+             "_SIZE.fullmatch(size) and int(size) <= LARGEST_SIZE", "size.isdigit()",
+             [VERIFY_COSTS], select="bad_verify_entry"),
+    Mutation("cost cache: a measurement's own entries overwritten by the one it was for",
+             "hf_dynaspec/generation/costs/store.py",
+             "        keep(path, key, to_json(costs))", "        stored[key] = to_json(costs)\n        write_store(path, stored)",
+             [VERIFY_COSTS], select="one_verify_table"),
+    Mutation("cost cache: the routes' entry overwrites the verify table their measurement kept",
+             "hf_dynaspec/generation/costs/verify_kernel.py",
+             '        store.keep(path, key, {"kernel": list(kernels.kernel), "packed": list(kernels.packed)})',
+             '        stored[key] = {"kernel": list(kernels.kernel), "packed": list(kernels.packed)}\n'
+             '        store.write_store(path, stored)', [VERIFY_COSTS], select="seeds"),
+    Mutation("drafter-free calibration prefills the target with its verify table known",
+             "hf_dynaspec/generation/costs/round_costs.py",
+             "    verify_seconds = verify_table(target, ids, cache, max_tokens + 1, device, prefill)",
+             "    prefill()\n    verify_seconds = verify_table(target, ids, cache, max_tokens + 1, device, prefill)",
+             [VERIFY_COSTS], select="one_verify_table"),
     Mutation("CPU kernels cache entry trusted", "hf_dynaspec/generation/costs/verify_kernel.py",
              "    usable = _usable(entry)\n", "    usable = key in stored\n", [UNTRUSTED], select="cpu_routes"),
     Mutation("prompt ids not checked against the vocabulary", "hf_dynaspec/generation/checks.py",

@@ -126,11 +126,15 @@ def test_a_family_no_drafter_can_mirror(fixed_costs, monkeypatch):
     assert assistant.stats.drafted > 0 and not any(asked), asked
 
 
-def test_costs_are_measured_for_copies_longer_than_the_measured_sizes():
+def test_costs_are_measured_for_copies_longer_than_the_measured_sizes(tmp_path, monkeypatch):
     """A drafter-free assistant's planner prices copies of up to 33 tokens: the verify table is measured past the
-    largest of MEASURED_SIZES (the calibration ids once ran out at 17 + 2 tokens, and a longer forward raised)."""
+    largest of MEASURED_SIZES (the calibration ids once ran out at 17 + 2 tokens, and a longer forward raised).
+    A cache of its own: the sizes are measured here, not read from another test's measurement."""
+    from hf_dynaspec.generation.costs import store
     from hf_dynaspec.generation.costs.round_costs import measure_round_costs
 
+    monkeypatch.setenv("HF_DYNASPEC_HOME", str(tmp_path))
+    monkeypatch.setattr(store, "MEMORY", {})
     target = one_layer_target("llama", seed=2)
     assistant = DynaSpecAssistant.for_target(target)
     try:

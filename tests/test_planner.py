@@ -18,7 +18,7 @@ from hf_dynaspec.drafting.device_paths import accelerator_paths_on_cpu
 from hf_dynaspec.drafting.planning.core import LookupCandidate, PlannerMemory, RoundCosts, RoundPlan
 from hf_dynaspec.drafting.planning.planner import SpeculationPlanner
 from hf_dynaspec.generation.costs import round_costs as calibration
-from hf_dynaspec.generation.costs import store, timing
+from hf_dynaspec.generation.costs import store, timing, verify_costs
 
 AUTO = dict(draft_plan="auto", suffix_cache_num_tokens=0, auto_max_assistant_tokens=4)
 
@@ -166,7 +166,8 @@ def test_calibration_is_measured_once_and_cached(tmp_path, monkeypatch):
     assert len(costs.verify_seconds) == 8 and all(t > 0 for t in costs.verify_seconds[1:])
     assert costs.consume_seconds > 0 and costs.draft_step_seconds >= 0
     stored = json.loads((tmp_path / "calibration.json").read_text())
-    assert len(stored) == 1
+    round_key = calibration.calibration_key(target, assistant, assistant.generation_config) + ":6"
+    assert sorted(stored) == sorted([round_key, verify_costs.verify_key(target, None)])  # the pairing's, the target's
     # A new process (empty memory) reads the file instead of measuring.
     monkeypatch.setattr(store, "MEMORY", {})
     monkeypatch.setattr(calibration, "measure_round_costs", lambda *a, **k: pytest.fail("measured again"))

@@ -162,14 +162,16 @@ def test_a_zeroed_calibration_file_does_not_break_generate(tmp_path, monkeypatch
     path = tmp_path / "calibration.json"
     stored = json.loads(path.read_text())
     costs = {key: entry for key, entry in stored.items() if "verify_seconds" in entry}  # not the CPU routes
-    assert costs
+    verify = {key: entry for key, entry in stored.items() if key.startswith("verify:")}  # the target's own table
+    assert costs and verify
     zeroed = {key: {name: [0.0] * len(value) if isinstance(value, list) else 0.0 for name, value in entry.items()}
-              for key, entry in costs.items()}
+              for key, entry in {**costs, **verify}.items()}
     path.write_text(json.dumps({**stored, **zeroed}))
     monkeypatch.setattr(store, "MEMORY", {})
     assert torch.equal(assisted_generate(target, assistant, PROMPT, max_new_tokens=12), expected)
-    assert all(v > 0 for key, entry in json.loads(path.read_text()).items() if key in costs
-               for v in entry["verify_seconds"][1:])
+    remeasured = json.loads(path.read_text())
+    assert all(v > 0 for key in costs for v in remeasured[key]["verify_seconds"][1:])
+    assert all(v > 0 for key in verify for v in remeasured[key].values())
 
 
 def test_a_bf16_target_does_not_reuse_the_fp32_costs(tmp_path, monkeypatch):

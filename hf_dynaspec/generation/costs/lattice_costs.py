@@ -20,7 +20,8 @@ from transformers.cache_utils import DynamicCache
 from hf_dynaspec.drafting.lattice import Lattice, NgramScorer, lattice_tree
 from hf_dynaspec.drafting.planning.core import LatticeCosts
 from hf_dynaspec.generation.costs.store import cached, digest, is_seconds, target_parts
-from hf_dynaspec.generation.costs.timing import CONTEXT, min_seconds, random_ids, verify_table
+from hf_dynaspec.generation.costs.timing import CONTEXT, min_seconds, random_ids
+from hf_dynaspec.generation.costs.verify_costs import verify_table
 from hf_dynaspec.generation.tree_verify import cache_kwargs
 from hf_dynaspec.kernels.streams import devices_of
 

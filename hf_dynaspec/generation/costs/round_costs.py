@@ -31,7 +31,8 @@ from hf_dynaspec.drafting.chain import ChainDraftSession
 from hf_dynaspec.drafting.planning.core import RoundCosts
 from hf_dynaspec.drafting.tree import TreeDraftSession
 from hf_dynaspec.generation.costs.store import cached, digest, is_seconds, target_parts
-from hf_dynaspec.generation.costs.timing import CONTEXT, min_seconds, random_ids, verify_table
+from hf_dynaspec.generation.costs.timing import CONTEXT, min_seconds, random_ids
+from hf_dynaspec.generation.costs.verify_costs import verify_table
 from hf_dynaspec.generation.tree_verify import cache_kwargs
 from hf_dynaspec.kernels.streams import devices_of
 
@@ -94,11 +95,18 @@ def measure_round_costs(target, assistant, head, max_tokens: int, tree_top_k: in
     ids = random_ids(target, assistant.config.vocab_size, device, largest=max_tokens + 1)
     cache = DynamicCache()
     selection = assistant.drafter.hidden_state_selection()
-    out = target(input_ids=ids[:, :CONTEXT], **cache_kwargs(target, cache), use_cache=True, output_hidden_states=selection)
-    verify_seconds = verify_table(target, ids, cache, max_tokens + 1, device)
+    outputs = []
+
+    def prefill():  # the calibration context, once: only where verify sizes are missing or a drafter is timed
+        if not outputs:
+            outputs.append(target(input_ids=ids[:, :CONTEXT], **cache_kwargs(target, cache), use_cache=True,
+                                  output_hidden_states=selection))
+        return outputs[0]
+
+    verify_seconds = verify_table(target, ids, cache, max_tokens + 1, device, prefill)
     if not assistant.has_drafter:  # a drafter-free assistant: a round is its verify forward
         return RoundCosts(verify_seconds, 0.0, 0.0, 0.0, 0.0)
-    target_hidden = assistant.drafter.select_target_hidden(out.hidden_states)
+    target_hidden = assistant.drafter.select_target_hidden(prefill().hidden_states)
     consume, first, step, tree_step = measure_drafter(assistant, head, ids, target_hidden,
                                                       (tree_top_k, tree_total_tokens))
     return RoundCosts(verify_seconds, consume, first, step, tree_step)

@@ -84,6 +84,14 @@ def write_store(path: Path, data: dict) -> None:
         pass
 
 
+def keep(path: Path, key: str, entry) -> None:
+    """Write `entry` under `key` into the file as it is now: read again, since what was read before a measurement
+    may have changed during it (a measurement keeps costs of its own; another process writes its own)."""
+    stored = read_store(path)
+    stored[key] = entry
+    write_store(path, stored)
+
+
 def cached(key: str, parse: Callable[[Any], tuple[Any, str | None]], measure: Callable[[], Any],
            to_json: Callable[[Any], Any], what: str) -> Any:
     """The costs under `key`: from memory, else from the cache file when `parse(entry)` -> (costs, None) accepts
@@ -104,7 +112,6 @@ def cached(key: str, parse: Callable[[Any], tuple[Any, str | None]], measure: Ca
                     f"thread count; cached in {path})")
     if costs is None:
         costs = measure()
-        stored[key] = to_json(costs)
-        write_store(path, stored)
+        keep(path, key, to_json(costs))
     MEMORY[key] = costs
     return costs

@@ -63,13 +63,6 @@ def verify_seconds(target, ids, cache, sizes, device) -> dict[int, float]:
     return measured
 
 
-def verify_table(target, ids, cache, largest: int, device) -> list[float]:
-    """Seconds of a verify forward over n = 0..`largest` tokens (index 0 unused: 0.0), measured at the sizes of
-    MEASURED_SIZES up to `largest` (and at `largest`), linear between them."""
-    sizes = sorted({1, *[s for s in MEASURED_SIZES if s <= largest], largest})
-    return [0.0] + interpolate(verify_seconds(target, ids, cache, sizes, device), largest)
-
-
 def interpolate(measured: dict[int, float], largest: int) -> list[float]:
     """{n: seconds} at some n -> seconds for n = 1..largest, linear between measured sizes."""
     sizes = sorted(measured)

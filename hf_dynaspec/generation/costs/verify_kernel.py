@@ -13,7 +13,7 @@ import torch
 from transformers.cache_utils import DynamicCache
 
 from hf_dynaspec.errors import require_model
-from hf_dynaspec.generation.costs import store
+from hf_dynaspec.generation.costs import store, verify_costs
 from hf_dynaspec.generation.costs.timing import CONTEXT, MEASURED_SIZES, random_ids, verify_seconds
 from hf_dynaspec.generation.tree_verify import cache_kwargs
 from hf_dynaspec.kernels.verify_rows.patch import NO_ROWS
@@ -95,7 +95,31 @@ def fastest_kernels(target, largest: int = max(MEASURED_SIZES)) -> CpuKernels:
             verify_rows_patch.disable(target)
     finally:
         verify_rows_patch.disable(target)
-    return kernels_from_costs(sizes, seconds)
+    kernels = kernels_from_costs(sizes, seconds)
+    # These are the verify costs every assistant's round costs need, on the context they measure: kept for them.
+    key = verify_costs.verify_key(target, routing_description(kernels))
+    verify_costs.remember(key, {**verify_costs.known_verify_seconds(key), **route_seconds(kernels, sizes, seconds)})
+    return kernels
+
+
+def route_seconds(kernels: CpuKernels, sizes: list[int], seconds: dict[str, dict[int, float]]) -> dict[int, float]:
+    """{size: seconds} of the forwards as `kernels` route them, from `seconds` measured per path: a size in the
+    rows kernel's range takes it, else one in the prepacked range takes those weights, else PyTorch's kernels
+    (the order of `verify_rows.patch`'s forward)."""
+    def path(size):
+        for name, (lo, hi) in (("kernel", kernels.kernel), ("packed", kernels.packed)):
+            if lo <= size <= hi:
+                return name
+        return "native"
+    return {size: seconds[path(size)][size] for size in sizes}
+
+
+def routing_description(kernels: CpuKernels) -> str | None:
+    """What `verify_rows.patch.describe` says of a target on `kernels` (`enable_kernels`) once every layer took
+    them (None: `NO_KERNELS`, nothing rerouted)."""
+    from hf_dynaspec.kernels.verify_rows import patch as verify_rows_patch
+
+    return verify_rows_patch.description("kernel", kernels.kernel, kernels.packed) if kernels else None
 
 
 def enable_kernels(model, kernels: CpuKernels) -> bool:
@@ -152,8 +176,7 @@ def measured_kernels(target) -> CpuKernels:
         kernels = CpuKernels(tuple(entry["kernel"]), tuple(entry["packed"]))
     else:
         kernels = fastest_kernels(target)
-        stored[key] = {"kernel": list(kernels.kernel), "packed": list(kernels.packed)}
-        store.write_store(path, stored)
+        store.keep(path, key, {"kernel": list(kernels.kernel), "packed": list(kernels.packed)})
     store.MEMORY[key] = kernels
     return kernels
 

@@ -167,8 +167,12 @@ def describe(model: nn.Module) -> str | None:
     patched = {(m.__dict__[_PATCHED], *m.__dict__[_ROWS]) for m in model.modules() if _PATCHED in m.__dict__}
     if not patched:
         return None
+    return ",".join(description(method, (lo, hi), (packed_lo, packed_hi))
+                    for method, lo, hi, packed_lo, packed_hi in sorted(patched))
 
-    def rows(method, lo, hi, packed_lo, packed_hi):
-        text = f"{method}:{lo}-{'any' if hi == ANY_ROWS else hi}"
-        return text + (f"+packed:{packed_lo}-{packed_hi}" if packed_hi else "")
-    return ",".join(rows(*entry) for entry in sorted(patched))
+
+def description(method: str, rows: tuple[int, int], packed_rows: tuple[int, int] = NO_ROWS) -> str:
+    """`describe`'s text for layers rerouted by `method` for `rows` (lo, hi) and prepacked for `packed_rows`:
+    what `describe` returns once every layer is rerouted so."""
+    text = f"{method}:{rows[0]}-{'any' if rows[1] == ANY_ROWS else rows[1]}"
+    return text + (f"+packed:{packed_rows[0]}-{packed_rows[1]}" if packed_rows[1] else "")
