@@ -9,12 +9,14 @@ import math
 import re
 
 import pytest
+import torch
 from conftest import imitating_assistant, one_layer_target
 
 from hf_dynaspec import DynaSpecAssistant
 from hf_dynaspec.drafting.runtime import runtime_head
 from hf_dynaspec.generation.costs import round_costs as calibration
 from hf_dynaspec.generation.costs import store, timing, verify_costs, verify_kernel
+from hf_dynaspec.kernels.verify_rows import packed as packed_weights
 from hf_dynaspec.kernels.verify_rows import patch as verify_rows_patch
 
 
@@ -124,3 +126,22 @@ def test_a_good_verify_entry_is_used_silently(measured, tmp_path, caplog):
         costs = costs_of(target, imitating_assistant(target), 4)
     assert not measured and not caplog.records
     assert costs.verify_seconds == pytest.approx([0.0, 0.01, 0.012, 0.014, 0.017, 0.02])
+
+
+@pytest.mark.parametrize("kernels", [
+    verify_kernel.CpuKernels((1, 1), (2, 17)), verify_kernel.CpuKernels((1, 9)),
+    verify_kernel.CpuKernels(verify_rows_patch.NO_ROWS, (1, 17)), verify_kernel.NO_KERNELS,
+], ids=["kernel+packed", "kernel", "packed", "none"])
+def test_the_seeded_routing_is_the_one_a_call_runs_on(kernels):
+    """The route measurement keeps its costs under the routing it predicts (`routing_description`): it must be what
+    `describe` says once a call's forwards take those kernels, or the seed would never be read."""
+    target = one_layer_target("llama").to(torch.bfloat16)
+    if not verify_kernel.kernel_applies(target):
+        pytest.skip("the CPU rows kernel does not build here")
+    if kernels.packed != verify_rows_patch.NO_ROWS and not packed_weights.available():
+        pytest.skip("prepacked oneDNN weights need AMX or AVX-512 BF16")
+    try:
+        verify_kernel.enable_kernels(target, kernels)
+        assert verify_rows_patch.describe(target) == verify_kernel.routing_description(kernels)
+    finally:
+        verify_rows_patch.disable(target)
