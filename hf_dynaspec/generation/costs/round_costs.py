@@ -22,6 +22,7 @@ Legend: N calibration context, n tokens per forward.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import asdict
 
 import torch
@@ -95,13 +96,9 @@ def measure_round_costs(target, assistant, head, max_tokens: int, tree_top_k: in
     ids = random_ids(target, assistant.config.vocab_size, device, largest=max_tokens + 1)
     cache = DynamicCache()
     selection = assistant.drafter.hidden_state_selection()
-    outputs = []
-
-    def prefill():  # the calibration context, once: only where verify sizes are missing or a drafter is timed
-        if not outputs:
-            outputs.append(target(input_ids=ids[:, :CONTEXT], **cache_kwargs(target, cache), use_cache=True,
-                                  output_hidden_states=selection))
-        return outputs[0]
+    # The calibration context, once: only where verify sizes are missing or a drafter is timed.
+    prefill = functools.cache(lambda: target(input_ids=ids[:, :CONTEXT], **cache_kwargs(target, cache), use_cache=True,
+                                             output_hidden_states=selection))
 
     verify_seconds = verify_table(target, ids, cache, max_tokens + 1, device, prefill)
     if not assistant.has_drafter:  # a drafter-free assistant: a round is its verify forward

@@ -92,25 +92,30 @@ def keep(path: Path, key: str, entry) -> None:
     write_store(path, stored)
 
 
+def read_entry(path: Path, key: str, parse: Callable[[Any], tuple[Any, str | None]], what: str) -> Any:
+    """`parse`d costs of the entry under `key` in the file at `path`; None when there is none, or when `parse`
+    returns (None, what is wrong), which is logged (naming `what`) so that the caller measures again."""
+    stored = read_store(path)
+    if key not in stored:
+        return None
+    costs, problem = parse(stored[key])
+    if costs is None:
+        logger.warning(f"hf-dynaspec: the {what} cached in {path} are unusable ({problem}); measuring them "
+                       "again (a few seconds).")
+    return costs
+
+
 def cached(key: str, parse: Callable[[Any], tuple[Any, str | None]], measure: Callable[[], Any],
            to_json: Callable[[Any], Any], what: str) -> Any:
     """The costs under `key`: from memory, else from the cache file when `parse(entry)` -> (costs, None) accepts
-    its entry, else `measure()`d and saved as `to_json(costs)`. `parse` returns (None, what is wrong) for an
-    unusable entry, which is logged (naming `what`) and measured again."""
+    its entry (`read_entry`), else `measure()`d and saved as `to_json(costs)`."""
     if key in MEMORY:
         return MEMORY[key]
     path = calibration_path()
-    stored = read_store(path)
-    costs = None
-    if key in stored:
-        costs, problem = parse(stored[key])
-        if costs is None:
-            logger.warning(f"hf-dynaspec: the {what} cached in {path} are unusable ({problem}); measuring them "
-                           "again (a few seconds).")
-    else:
+    costs = read_entry(path, key, parse, what)
+    if costs is None:
         logger.info(f"hf-dynaspec: measuring this machine's {what} (once per target, drafter, dtype, device and "
                     f"thread count; cached in {path})")
-    if costs is None:
         costs = measure()
         keep(path, key, to_json(costs))
     MEMORY[key] = costs

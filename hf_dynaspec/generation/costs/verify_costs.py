@@ -46,19 +46,12 @@ def stored_verify_seconds(entry) -> tuple[dict[int, float] | None, str | None]:
 
 def known_verify_seconds(key: str) -> dict[int, float]:
     """{n: seconds} measured before under `key` (this process, else the cache file); {} when none is usable."""
-    if key in store.MEMORY:
-        return dict(store.MEMORY[key])
-    path = store.calibration_path()
-    stored = store.read_store(path)
-    if key not in stored:
-        return {}
-    known, problem = stored_verify_seconds(stored[key])
-    if known is None:
-        store.logger.warning(f"hf-dynaspec: the verify costs cached in {path} are unusable ({problem}); measuring "
-                             "them again.")
-        return {}
-    store.MEMORY[key] = known
-    return dict(known)
+    if key not in store.MEMORY:
+        known = store.read_entry(store.calibration_path(), key, stored_verify_seconds, "verify costs")
+        if known is None:
+            return {}
+        store.MEMORY[key] = known
+    return dict(store.MEMORY[key])
 
 
 def remember(key: str, known: dict[int, float]) -> None:
