@@ -17,7 +17,7 @@ import hf_dynaspec.generation.block_verify as block_verify
 from hf_dynaspec.drafting.round import EagleRound
 from hf_dynaspec.generation.attachment import ensure_attached
 from hf_dynaspec.generation.checks import check_chain_inputs
-from hf_dynaspec.generation.rounds import build_round
+from hf_dynaspec.generation.rounds import build_round, longest_draft
 from hf_dynaspec.modeling.options import DynaSpecGenerationConfig
 
 PUBLIC_ROUTE = "model.generate(..., custom_generate=hf_dynaspec.chain_generate, drafter=assistant)"
@@ -65,7 +65,8 @@ def make_candidate_generator(assistant, target, input_ids, generation_config, lo
     speculation = build_round(target, assistant, options, input_ids, logits_processor, do_sample,
                               draws_drafts=do_sample, eos_token_ids=_eos_token_ids_to_cut(generation_config,
                                                                                           input_ids.device))
-    generator = EagleCandidateGenerator(assistant, speculation, max_length=generation_config.max_length)
+    generator = EagleCandidateGenerator(assistant, speculation, max_length=generation_config.max_length,
+                                        longest_draft=longest_draft(assistant, options))
     generator.block_verification = do_sample and options.verification in ("block", "auto") and block_verify.WRAPPED
     return generator
 
@@ -100,12 +101,19 @@ class EagleCandidateGenerator(CandidateGenerator):
 
     requires_model_outputs = True
 
-    def __init__(self, assistant, speculation: EagleRound, max_length: int):
+    def __init__(self, assistant, speculation: EagleRound, max_length: int, longest_draft: int):
         self.assistant = assistant
         self.round = speculation
         self.max_length = max_length
+        self.longest_draft = longest_draft
         self.model_kwargs_overrides = {"output_hidden_states": speculation.hidden_state_selection()}
         self.block_verification = False  # sampled drafts verified as a block (hf_dynaspec.generation.block_verify)
+
+    @property
+    def num_drafting_tokens(self) -> int:
+        """The most tokens a round drafts (transformers >= 5.25 reads it to keep a linear-attention cache's
+        recurrent states for rolling back rejected drafts)."""
+        return self.longest_draft
 
     def get_candidates(self, input_ids, model_outputs=None, is_first_iteration=False, **kwargs):
         if is_first_iteration or model_outputs is None:

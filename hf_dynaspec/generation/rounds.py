@@ -36,9 +36,7 @@ def build_round(target, assistant, options, input_ids, logits_processor, do_samp
     planner = trees = None
     if options.draft_plan == "auto":
         shape = TreeShape(options.tree_top_k, options.tree_depth, options.tree_total_tokens) if with_trees else None
-        longest = max(options.auto_max_assistant_tokens if assistant.has_drafter else LONGEST_COPY,
-                      options.prompt_lookup_num_tokens, options.suffix_cache_num_tokens,
-                      options.tree_total_tokens if with_trees else 0)
+        longest = longest_draft(assistant, options, with_trees)
         planner = SpeculationPlanner(round_costs(target, assistant, options, head, longest),
                                      planner_memory(assistant, do_sample), options.auto_max_assistant_tokens, tree=shape,
                                      drafter=assistant.has_drafter)
@@ -54,6 +52,19 @@ def build_round(target, assistant, options, input_ids, logits_processor, do_samp
                                    trees=trees)
     speculation.begin(input_ids)
     return speculation
+
+
+def longest_draft(assistant, options, with_trees: bool = False) -> int:
+    """The most tokens one round of a call with these options may draft: the planner's cap (a drafter-free
+    planner's longest copy) or K, each lookup source's length, and a tree's nodes (`with_trees`). The planner's
+    verify table is measured up to it; transformers >= 5.25 keeps that many recurrent states of a linear-attention
+    cache for rolling back rejected drafts."""
+    if options.draft_plan == "auto":
+        drafter = options.auto_max_assistant_tokens if assistant.has_drafter else LONGEST_COPY
+    else:
+        drafter = options.num_assistant_tokens if assistant.has_drafter else 0
+    return max(drafter, options.prompt_lookup_num_tokens, options.suffix_cache_num_tokens,
+               options.tree_total_tokens if with_trees else 0)
 
 
 def _session(assistant, options, logits_processor, draws_drafts: bool):
