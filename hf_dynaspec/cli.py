@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 DEMO_TARGET = "qwen2.5-coder-0.5b-instruct"
 DEMO_PROMPT = "Write a Python function that returns the n-th Fibonacci number iteratively, with a docstring."
@@ -206,6 +207,13 @@ def _convert(args) -> int:
     from hf_dynaspec.bench.runner import load_target
     from hf_dynaspec.modeling.assistant import DynaSpecAssistant
 
+    out = Path(args.out)
+    if out.is_file():
+        raise ValueError(f"--out {args.out} is a file: name a directory for the converted "
+                         "artifact")
+    if Path(args.source).exists() and out.exists() and out.resolve() == Path(args.source).resolve():
+        raise ValueError(f"--out {args.out} is the published checkpoint itself, which the "
+                         "artifact would overwrite: name another directory")
     target, _ = load_target(args.target, "fp32")
     assistant = DynaSpecAssistant.from_pretrained(args.source, target=target)
     assistant.save_pretrained(args.out)
@@ -223,11 +231,23 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "push":
         from hf_dynaspec.modeling.assistant import DynaSpecAssistant
 
-        assistant = DynaSpecAssistant.from_pretrained(args.artifact)
+        if not Path(args.artifact).is_dir():  # push uploads what is here; a Hub id would be downloaded first
+            print(f"error: {args.artifact} is not a local directory: push uploads a saved assistant directory "
+                  "(DynaSpecAssistant.save_pretrained or a recipe's --out)", file=sys.stderr)
+            return 2
+        try:
+            assistant = DynaSpecAssistant.from_pretrained(args.artifact)  # checked before anything is uploaded
+        except ValueError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
         print(assistant.push_to_hub(args.repo_id, private=args.private or None, endpoint=args.endpoint))
         return 0
     if args.command == "convert":
-        return _convert(args)
+        try:
+            return _convert(args)
+        except ValueError as err:  # the message names the fix; nothing was written
+            print(f"error: {err}", file=sys.stderr)
+            return 2
     if args.command == "bench":
         from hf_dynaspec.bench.command import run as run_bench
 

@@ -191,6 +191,22 @@ def train_router(router, embeds, feats, labels, epochs=20, lr=2e-3, batch=512, s
     return metrics
 
 
+def check_arguments(parser, args) -> None:
+    """Refuse, before the target is loaded and before anything is written, what cannot give shortlists: argparse's
+    error (exit 2) names the option and the fix."""
+    for name in ("clusters", "router_tokens", "router_hidden", "max_cluster_size"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1, got {value}")
+    if args.core_frequent < 0:
+        parser.error(f"--core-frequent must be 0 or more, got {args.core_frequent}")
+    if args.out.exists() and not args.out.is_dir():
+        parser.error(f"--out {args.out} is a file: name a directory for the assistant with its shortlists")
+    missing = [str(path) for path in args.features or [] if not path.is_dir()]
+    if missing:
+        parser.error(f"--features: no such directory {', '.join(missing)} (made by python -m recipes.build_features)")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--target", required=True)
@@ -217,11 +233,14 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=0)
     add_data_arguments(parser)
     args = parser.parse_args(argv)
+    check_arguments(parser, args)
 
     model, tokenizer = load_target(args.target, "fp32")
     assistant = (DynaSpecAssistant.from_pretrained(args.assistant, target=model) if args.assistant
                  else DynaSpecAssistant.from_target(model))
     vocab = assistant.config.vocab_size
+    if args.clusters > vocab:
+        parser.error(f"--clusters {args.clusters} is more than the target's {vocab} tokens: ask for fewer")
     metrics = {}
 
     start = time.perf_counter()

@@ -171,6 +171,16 @@ def _public_route(target, route, **kwargs):
                            max_new_tokens=4, do_sample=False, **kwargs)
 
 
+def _masked(target, directory, route, mask):
+    """A generate() call on PROMPT with `mask` through `route` ("assistant_model" or "chain")."""
+    from hf_dynaspec import chain_generate
+
+    assistant = _load(target, directory)
+    kwargs = (dict(assistant_model=assistant) if route == "assistant_model"
+              else dict(custom_generate=chain_generate, drafter=assistant))
+    return target.generate(PROMPT, attention_mask=mask, max_new_tokens=4, do_sample=False, **kwargs)
+
+
 def _route(model, **kwargs):
     from hf_dynaspec.kernels.verify_rows import patch
 
@@ -231,6 +241,23 @@ CASES = [
      r"packed_rows \(lo, hi\) with 1 <= lo <= hi"),
     ("verify_rows.patch.enable: an unknown method", lambda t, d: _route(t, method="fast"), ValueError,
      r"method must be one of"),
+    ("from_pretrained: an artifact of another vocabulary",
+     lambda t, d: _load(tiny_target("llama", vocab_size=VOCAB + 4), d), AssistantMismatchError,
+     rf"vocabulary {VOCAB} vs the target's {VOCAB + 4} LM-head rows\. Load or train an assistant for this target"),
+    ("from_pretrained: an artifact of another hidden size",
+     lambda t, d: _load(tiny_target("llama", hidden_size=48), d), AssistantMismatchError,
+     r"hidden size 32 vs the target's 48\. Load or train an assistant for this target"),
+    # A mask of ones only is dropped by transformers before any route sees it (it stands for "no padding"); a mask
+    # with padding reaches the routes' checks.
+    ("assistant_model=: a float mask with padding",
+     lambda t, d: _masked(t, d, "assistant_model", torch.tensor([[0.0, 1, 1, 1, 1]])), ValueError,
+     r"attention_mask must hold 0/1 as integers or bools, got torch.float32: .*attention_mask.long\(\)"),
+    ("chain_generate: a float mask with padding",
+     lambda t, d: _masked(t, d, "chain", torch.tensor([[0.0, 1, 1, 1, 1]])), ValueError,
+     r"attention_mask must hold 0/1 as integers or bools, got torch.float32"),
+    ("chain_generate: a padded mask shorter than the ids",
+     lambda t, d: _masked(t, d, "chain", torch.tensor([[0, 1, 1, 1]])), ValueError,
+     r"attention_mask has shape \(1, 4\) but input_ids \(1, 5\)"),
     ("sampling: a NaN row", lambda t, d: _sample([float("nan"), 1.0]), ValueError, r"NaN, infinite or all zero"),
     ("sampling: an all-zero row", lambda t, d: _sample([0.0, 0.0]), ValueError, r"every token was masked"),
 ]

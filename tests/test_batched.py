@@ -524,3 +524,31 @@ def test_without_eos_every_row_stops_inside_accepted_drafts_at_its_own_depth(eag
         if seen["last_inside"] and seen["past_common"]:
             return
     pytest.fail(f"the case did not happen in {compared} batches: the test checked nothing")
+
+
+def test_each_rows_suffix_cache_indexes_its_own_request(monkeypatch):
+    """In a batch through `speculative_generate`, each row's suffix cache searches that row's own running text:
+    whenever a row's round asks it for a draft, its request part is the row's prompt and output so far, never
+    another row's (whose text would then be drafted into this one)."""
+    from hf_dynaspec.drafting.lookup import SuffixCache
+
+    target = one_layer_target("llama", seed=2)
+    assistant = imitating_assistant(target, noise=0.2, seed=4, draft_plan="fixed", num_assistant_tokens=2,
+                                    suffix_cache_num_tokens=4)
+    seen = []
+    draft = SuffixCache.draft
+
+    def recorded(self, max_tokens):
+        seen.append(list(self.request_tokens))
+        return draft(self, max_tokens)
+    monkeypatch.setattr(SuffixCache, "draft", recorded)
+    prompts = [torch.tensor([5, 6, 7, 8] * 3), torch.tensor([40, 41, 42] * 3), torch.tensor([70, 71] * 4)]
+    ids, mask = left_padded(prompts)
+    out = target.generate(ids, attention_mask=mask, custom_generate=chain_generate, drafter=assistant,
+                          max_new_tokens=16, do_sample=False)
+    assert_rows_exact(target, prompts, out, ids.shape[1], 16)
+    texts = [prompt.tolist() + out[i, ids.shape[1]:].tolist() for i, prompt in enumerate(prompts)]
+    asked = [[row for row, text in enumerate(texts) if text[: len(request)] == request and len(request) >= len(
+        prompts[row])] for request in seen]
+    assert all(asked), [request for request, rows in zip(seen, asked) if not rows][:3]
+    assert {rows[0] for rows in asked} == {0, 1, 2}, "the case: every row's rounds asked its suffix cache"

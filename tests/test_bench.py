@@ -608,3 +608,38 @@ def test_sample_takes_the_targets_published_settings_and_overrides_them():
               "sampling": {"top_k": 5}, "methods": {"vanilla": {"tau": None, "exact": None, "acceptance": None}}}
     record = report_records(report)[0]["metrics"]
     assert (record["mode"], record["sampling"]) == ("sampled", {"top_k": 5})
+
+
+def test_a_sampled_bench_of_a_zoo_model_takes_the_zoos_published_settings(tmp_path, monkeypatch):
+    """`bench --sample` of a zoo model samples with the settings the model's Hub page publishes (the zoo's record):
+    its cached copy, converted from a GGUF, has an empty generation config, which would sample at temperature 1
+    with no top-k or top-p."""
+    import hf_dynaspec.bench.harness as harness
+    import hf_dynaspec.bench.prompts as bench_prompts
+    import hf_dynaspec.bench.runner as runner
+    from hf_dynaspec import zoo
+    from hf_dynaspec.bench.command import SAMPLING_OPTIONS, run
+    from hf_dynaspec.cli import build_parser
+
+    name = "qwen2.5-coder-0.5b-instruct"
+    target = one_layer_target("qwen2")
+    assert target.generation_config.temperature in (None, 1.0) and not target.generation_config.top_k  # the case
+    monkeypatch.setattr(runner, "load_target", lambda *args, **kwargs: (target, None))
+    monkeypatch.setattr(bench_prompts, "encode_prompts", lambda *args, **kwargs: [])
+    asked = {}
+
+    class Stop(Exception):
+        pass
+
+    def benchmark(*args, sampling=None, **kwargs):
+        asked["sampling"] = sampling
+        raise Stop
+    monkeypatch.setattr(harness, "run_benchmark", benchmark)
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text('{"question_id": 1, "category": "coding", "turns": ["Reverse a string."]}\n')
+    args = build_parser().parse_args(["bench", "--target", name, "--methods", "vanilla", "--sample",
+                                      "--prompts", str(prompts)])
+    with pytest.raises(Stop):
+        run(args)
+    published = {k: v for k, v in zoo.published_sampling(name).items() if k in SAMPLING_OPTIONS}
+    assert published and asked["sampling"] == published, (asked, published)

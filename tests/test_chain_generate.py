@@ -232,3 +232,25 @@ def test_speculative_generate_is_each_route_by_its_drafter_and_trees():
         assert torch.equal(got, expected)
         drafted[total] = max(heads.stats.drafted_per_pass)
     assert drafted[3] == 3 < drafted[None]
+
+
+@pytest.mark.parametrize("route", ["assistant_model", "chain_generate"])
+def test_the_rounds_are_told_the_drafted_tokens_accepted_without_the_targets_own(route):
+    """The loop tells each round how many of its drafted tokens were accepted, not counting the token the target
+    adds itself: tau, the adaptive length and the planner's tables all read that count. Every pass then accepted
+    at most what it drafted, and the new tokens are the prefill's plus, per pass, the accepted drafts and the
+    target's own token."""
+    target = one_layer_target("llama", seed=2)
+    assistant = imitating_assistant(target, noise=0.2, seed=4, draft_plan="fixed", num_assistant_tokens=2)
+    ids = torch.randint(0, target.config.vocab_size, (1, 9), generator=torch.Generator().manual_seed(1))
+    kwargs = (dict(assistant_model=assistant) if route == "assistant_model"
+              else dict(custom_generate=chain_generate, drafter=assistant))
+    new = 30
+    out = target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=new, **kwargs)
+    assert torch.equal(out, plain_generate(target, ids, max_new_tokens=new))
+    stats = assistant.stats
+    # The case: passes whose whole draft was accepted (the count the bug would raise past the draft).
+    assert any(a == d > 0 for a, d in zip(stats.accepted_per_pass, stats.drafted_per_pass)), stats.accepted_per_pass
+    assert all(a <= d for a, d in zip(stats.accepted_per_pass, stats.drafted_per_pass)), \
+        list(zip(stats.accepted_per_pass, stats.drafted_per_pass))
+    assert 1 + sum(stats.accepted_per_pass) + stats.verify_passes == out.shape[1] - ids.shape[1]

@@ -355,3 +355,24 @@ def test_push_command_uploads_a_saved_artifact(tmp_path, capsys):
         assert main(["push", str(tmp_path / "artifact"), "team/tiny-assistant", "--endpoint", hub.endpoint]) == 0
     assert {"config.json", "model.safetensors", "README.md"} <= set(hub.repos["team/tiny-assistant"])
     assert hub.repos["team/tiny-assistant"]["config.json"] == (tmp_path / "artifact" / "config.json").read_bytes()
+
+
+@pytest.mark.parametrize("artifact", ["missing", "a file", "corrupt"])
+def test_push_refuses_what_is_not_a_loadable_local_artifact_and_uploads_nothing(tmp_path, capsys, artifact):
+    """`push` uploads a saved artifact directory only after it loads: a missing path, a file or a corrupt artifact
+    is refused with an error naming the fix (exit 2), and the Hub receives nothing."""
+    from hub_server import FakeHub
+
+    from hf_dynaspec.cli import main
+
+    DynaSpecAssistant.from_target(tiny_target("llama")).save_pretrained(tmp_path / "artifact")
+    (tmp_path / "artifact" / "config.json").write_text("{not json")
+    (tmp_path / "notes.txt").write_text("mine")
+    path, message = {"missing": (tmp_path / "nothing", "is not a local directory"),
+                     "a file": (tmp_path / "notes.txt", "is not a local directory"),
+                     "corrupt": (tmp_path / "artifact", "config.json is corrupt")}[artifact]
+    with FakeHub() as hub:
+        assert main(["push", str(path), "team/tiny-assistant", "--endpoint", hub.endpoint]) == 2
+        requests = list(hub.requests)
+    assert message in capsys.readouterr().err
+    assert "team/tiny-assistant" not in hub.repos and not [r for r in requests if r[0] in ("POST", "PUT")], requests

@@ -150,3 +150,43 @@ def test_saving_a_drafter_free_assistant_says_there_is_nothing_to_save(tmp_path)
     with pytest.raises(ValueError, match=r"nothing to save.*for_target"):
         DynaSpecAssistant.for_target(target).save_pretrained(tmp_path / "copier")
     assert not (tmp_path / "copier").exists()
+
+
+@pytest.mark.parametrize("off", ["prompt_lookup_num_tokens", "suffix_cache_num_tokens"])
+def test_a_callers_options_override_the_drafter_free_defaults(off, fixed_costs):
+    """`for_target(model, **options)`: the caller's options win over the drafter-free defaults; a source turned
+    off drafts nothing in a call where the other one drafts."""
+    fixed_costs(flat_costs(40))
+    target = one_layer_target("llama", seed=2)
+    assistant = DynaSpecAssistant.for_target(target, **{off: 0}, prompt_lookup_min_ngram=2)
+    options = assistant.generation_config
+    assert getattr(options, off) == 0 and options.prompt_lookup_min_ngram == 2
+    assert options.draft_plan == "auto"  # the defaults the caller did not name stay
+    ids = repetitive_prompt(seed=1)
+    out = assisted_generate(target, assistant, ids, max_new_tokens=24)
+    assert torch.equal(out, plain_generate(target, ids, max_new_tokens=24))
+    sources = {source for source, n in assistant.stats.passes_by_source.items() if n and source != "none"}
+    assert sources, "the case: the source left on drafted"
+    turned_off = {"prompt_lookup_num_tokens": "prompt-lookup", "suffix_cache_num_tokens": "suffix"}[off]
+    assert not any(source.startswith(turned_off) for source in sources), assistant.stats.passes_by_source
+
+
+def test_the_verify_table_is_measured_up_to_the_longest_copy(tmp_path, monkeypatch):
+    """A drafter-free call prices copies of up to LONGEST_COPY (32) tokens, whatever its options' copy lengths:
+    its verify table holds a measured 33-token forward, not one extrapolated from the options' 11 or 17 (the CPU
+    route measurement seeds sizes up to 17; the rest is measured for the call)."""
+    import json
+
+    from hf_dynaspec.drafting.planning.core import LONGEST_COPY
+    from hf_dynaspec.generation.costs import store
+
+    monkeypatch.setenv("HF_DYNASPEC_HOME", str(tmp_path))
+    monkeypatch.setattr(store, "MEMORY", {})
+    target = one_layer_target("llama", seed=2)
+    assistant = DynaSpecAssistant.for_target(target, prompt_lookup_num_tokens=10, suffix_cache_num_tokens=16)
+    ids = repetitive_prompt(seed=1)
+    assert torch.equal(assisted_generate(target, assistant, ids, max_new_tokens=8),
+                       plain_generate(target, ids, max_new_tokens=8))
+    stored = json.loads((tmp_path / "calibration.json").read_text())
+    tables = [entry for key, entry in stored.items() if key.startswith("verify:")]
+    assert tables and max(int(size) for table in tables for size in table) == LONGEST_COPY + 1, tables

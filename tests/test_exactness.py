@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from conftest import VOCAB, tiny_target
 
@@ -54,4 +55,25 @@ def test_every_tensor_gets_its_own_dtype_back():
     kept = rotary.inv_freq.clone()
     check_exactness(target, torch.tensor([[1, 2, 3]]), torch.tensor([4, 5]), torch.tensor([4, 6]))
     assert rotary.inv_freq.dtype == torch.float32 and torch.equal(rotary.inv_freq, kept)
+    assert all(p.dtype == torch.bfloat16 for p in target.parameters())
+
+
+def test_a_bf16_divergence_is_rescored_in_float32():
+    """The margin of a bf16 target's divergence is its float32 re-score (the bf16 weights upcast), never a bf16
+    forward's: bf16's rounding of the logits would be carried into the margin that decides a near-tie."""
+    import copy
+
+    target = tiny_target("qwen2", seed=3).to(torch.bfloat16)
+    upcast = copy.deepcopy(target).float()  # the same bf16 values, computed in float32
+    prompt = torch.randint(0, VOCAB, (1, 6), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        fp32_logits = upcast(prompt).logits[0, -1].float()
+        bf16_logits = target(prompt).logits[0, -1].float()
+    first, second = (int(i) for i in fp32_logits.topk(2).indices)
+    fp32_margin = float(fp32_logits[first] - fp32_logits[second])
+    bf16_margin = float(bf16_logits[first] - bf16_logits[second])
+    # The case the rule is about: bf16's rounding moves this margin by more than the check's precision.
+    assert abs(bf16_margin - fp32_margin) > 1e-3, (bf16_margin, fp32_margin)
+    divergence = check_exactness(target, prompt, torch.tensor([first]), torch.tensor([second]))
+    assert divergence.margin == pytest.approx(fp32_margin, abs=1e-5), (divergence.margin, fp32_margin, bf16_margin)
     assert all(p.dtype == torch.bfloat16 for p in target.parameters())

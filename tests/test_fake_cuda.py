@@ -366,7 +366,7 @@ def _generator(assistant, target, input_ids, planned: bool):
     speculation = EagleRound(session, options, start_stats(assistant), planner=planner,
                                    suffix=suffix_cache(assistant, options))
     speculation.begin(input_ids)  # reads the prompt, once per generate() call
-    return EagleCandidateGenerator(assistant, speculation, max_length=64)
+    return EagleCandidateGenerator(assistant, speculation, max_length=64, longest_draft=6)
 
 
 class _Outputs:
@@ -579,3 +579,19 @@ def test_a_diffusion_drafter_on_another_device_than_its_target():
         input_ids = torch.randint(0, VOCAB, (1, 7))  # the target's, on the CPU
         logits, _ = drafter.lattice_logits(input_ids, torch.zeros(1, 7, 8), depth=3)
         assert logits.device.type == "cpu" and logits.shape == (3, VOCAB)
+
+
+def test_dynaspecs_row_table_and_the_path_that_reads_it_stay_on_the_device():
+    """The row table's every tensor (the column range a step slices too) is made on the cluster tables' device,
+    and the torch path that reads them (`row_ids`, a shortlist's ids without scoring) runs there without a read."""
+    target, assistant = _pair("dynaspec")
+    with FakeCuda() as cuda:
+        _to_fake_cuda(cuda, target, assistant)
+        head = runtime_head(assistant, assistant.generation_config)
+        tables = {name: value for name, value in vars(head.rows).items() if isinstance(value, torch.Tensor)}
+        assert "_columns" in tables and all(on_fake_cuda(t) for t in tables.values()), \
+            [name for name, t in tables.items() if not on_fake_cuda(t)]
+        token_embed, hidden_in = (torch.randn(1, 32, device="cuda") for _ in range(2))
+        ids = head.shortlist_ids(token_embed, hidden_in, 0)  # the indexed path: ranked_row_ids over the table
+        assert on_fake_cuda(ids) and ids.shape == (head.budget.at(0) + len(head.always_ids),)
+        assert cuda.events.reads == []

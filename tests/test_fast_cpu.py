@@ -221,3 +221,30 @@ def test_an_emulated_instruction_set_is_another_machine(monkeypatch):
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
     assert store.digest(store.target_parts(target)) != key
     assert store.target_parts(target)["cpu"][0] == torch.backends.cpu.get_cpu_capability()
+
+
+@needs_kernel
+@needs_packed
+def test_release_packed_frees_the_copies_and_leaves_no_routing_that_packs_again(monkeypatch):
+    """`handle.release_packed()` drops every packed copy (the memory comes back) and undoes the routing: the next
+    forward of a size the packed weights served runs on PyTorch's kernels and packs nothing again."""
+    monkeypatch.setattr(verify_kernel, "measured_kernels", lambda model: CpuKernels((1, 1), (2, 9)))
+    model = tiny_target("qwen2", seed=2).to(torch.bfloat16)
+    ids = torch.randint(0, model.config.vocab_size, (1, 5), generator=torch.Generator().manual_seed(1))
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    calls = counting(monkeypatch, model)
+    packs = []
+    pack = packed_weights.pack
+    monkeypatch.setattr(packed_weights, "pack", lambda w: packs.append(w.shape) or pack(w))
+    handle = hf_dynaspec.fast_cpu(model)
+    with torch.no_grad():
+        model(input_ids=ids)
+    assert len(packs) == len(linears) and ("packed", 5) in calls  # the case: packed copies made and used
+    assert all(packed_weights._CACHE in m.__dict__ for m in linears)
+    assert handle.release_packed() == len(linears)
+    assert not any(packed_weights._CACHE in m.__dict__ for m in model.modules()), "a packed copy is still held"
+    assert not verify_rows_patch.is_enabled(model)
+    calls.clear()
+    with torch.no_grad():
+        model(input_ids=ids)
+    assert calls == [] and len(packs) == len(linears), "the next forward was routed and packed the weights again"

@@ -316,3 +316,23 @@ def test_a_copy_passed_over_learns_its_first_position_from_the_committed_token()
     sources.read(torch.tensor([context]))
     sources.learn(planner, plan, 2, 0)
     assert memory.lookup.counts == outcomes[1]
+
+
+def test_a_copy_drafted_whole_does_not_count_toward_its_sources_next_probe():
+    """A lookup source the plan drafts whole learns as from a probe: those rounds reset its count, so once the plan
+    passes it over, its probe comes after the full interval of passed-over rounds, not at once (extra probe rows
+    for a source that was already learning)."""
+    from hf_dynaspec.drafting.planning.core import LookupCandidate, ProbeSchedule, lookup_probe
+
+    probes = ProbeSchedule()
+    copy = LookupCandidate("prompt-lookup", match_length=2, num_tokens=6)
+    for _ in range(3 * PROBE_FIRST):  # the plan drafts the whole copy: never a probe, the count stays reset
+        assert lookup_probe(probes, [copy], RoundPlan("prompt-lookup", 6), room=100) is None
+    assert probes.state["prompt-lookup"][0] == 0, probes.state
+    passed_over = [lookup_probe(probes, [copy], RoundPlan("none", 0), room=100) for _ in range(PROBE_FIRST + 1)]
+    assert all(plan is None for plan in passed_over[:PROBE_FIRST]), passed_over
+    assert passed_over[PROBE_FIRST] == RoundPlan("prompt-lookup", 6, 2, probe=True)
+    # A copy drafted shorter than offered is passed over: it counts toward the next probe.
+    probes = ProbeSchedule()
+    short = [lookup_probe(probes, [copy], RoundPlan("prompt-lookup", 3), room=100) for _ in range(PROBE_FIRST + 1)]
+    assert short[PROBE_FIRST] is not None and short[PROBE_FIRST].probe, short

@@ -95,3 +95,29 @@ def test_a_bin_hub_repository_loads_through_the_local_hub_endpoint(tmp_path):
     input_ids = torch.randint(0, VOCAB, (1, 6))
     assert torch.equal(assisted_generate(target, assistant, input_ids, max_new_tokens=12),
                        plain_generate(target, input_ids, max_new_tokens=12))
+
+
+@pytest.mark.parametrize("out", ["the source", "a file", "a missing target"])
+def test_convert_refuses_a_bad_output_or_target_and_writes_nothing(tmp_path, capsys, out):
+    """`convert` never writes over the published checkpoint or onto a file, and a target it cannot load stops it
+    before anything is written: each with an error naming the fix (exit 2)."""
+    from hf_dynaspec.cli import main
+
+    target = tiny_target("qwen2", num_hidden_layers=6)
+    eagle1_checkpoint(tmp_path / "published", target, fmt="bin", qkv_bias=True)
+    target.save_pretrained(tmp_path / "target")
+    (tmp_path / "notes.txt").write_text("mine")
+    before = {path: path.read_bytes() for path in tmp_path.rglob("*") if path.is_file()}
+    destination, target_dir, message = {
+        "the source": (tmp_path / "published", tmp_path / "target", "is the published checkpoint itself"),
+        "a file": (tmp_path / "notes.txt", tmp_path / "target", "is a file: name a directory"),
+        "a missing target": (tmp_path / "ours", tmp_path / "no-target", "no-target"),
+    }[out]
+    try:
+        code = main(["convert", str(tmp_path / "published"), "--target", str(target_dir), "--out", str(destination)])
+    except Exception as error:  # a target that cannot be loaded: the loader's own error, naming the path
+        assert message in str(error), repr(error)
+    else:
+        assert code == 2 and message in capsys.readouterr().err
+    after = {path: path.read_bytes() for path in tmp_path.rglob("*") if path.is_file()}
+    assert after == before, "convert wrote or changed files"

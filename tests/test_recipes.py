@@ -535,3 +535,31 @@ def test_validation_at_draft_position_three_feeds_back_twice_and_answers_only_ag
     answers = validate(drafter, [batch], depths=3, answers_only=True)
     for depth in (1, 2, 3):
         assert answers[f"val_top1_{depth}"] == answers[f"val_response_top1_{depth}"] == metrics[f"val_response_top1_{depth}"]
+
+
+@pytest.mark.parametrize("given, message", [
+    (["--clusters", "0"], "--clusters must be at least 1, got 0"),
+    (["--router-tokens", "-5"], "--router-tokens must be at least 1, got -5"),
+    (["--core-frequent", "-1"], "--core-frequent must be 0 or more"),
+    (["--features", "{tmp}/no-features"], "--features: no such directory"),
+    (["--out", "{tmp}/notes.txt"], "is a file: name a directory"),
+    (["--clusters", "500"], "--clusters 500 is more than the target's 97 tokens"),
+])
+def test_build_shortlists_refuses_bad_arguments_and_writes_nothing(tmp_path, monkeypatch, capsys, given, message):
+    """The recipe run directly: what cannot give shortlists stops it (argparse's exit 2, the option and the fix
+    named) before anything is written, the clusters' count checked against the target's vocabulary."""
+    import recipes.build_shortlists as build
+
+    target = one_layer_target("llama")
+    loads = []
+    monkeypatch.setattr(build, "load_target", lambda *args: loads.append(args) or (target, None))
+    monkeypatch.setattr(build, "conversations", lambda data=None, split="train": iter([]))
+    monkeypatch.setattr(build, "tokenize", lambda *args: ([], 0))
+    (tmp_path / "notes.txt").write_text("mine")
+    argv = ["--target", "tiny", "--out", str(tmp_path / "out"), *[arg.format(tmp=tmp_path) for arg in given]]
+    with pytest.raises(SystemExit) as stopped:
+        build.main(argv)
+    assert stopped.value.code == 2 and message in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+    assert bool(loads) == (given[-1] == "500"), "the target is loaded only when the vocabulary is what is checked"

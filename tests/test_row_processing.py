@@ -63,6 +63,24 @@ def test_processing_the_rows_equals_processing_the_widened_vocabulary(kind):
     assert (full[:, outside] == float("-inf")).all()  # nothing outside the rows becomes drawable
 
 
+@pytest.mark.parametrize("kind", ["top-k inside the rows", "top-p", "min-p", "a published config, as the package runs it"])
+def test_the_spare_column_stays_out_of_every_warper(kind):
+    """The spare column (every context id outside the rows) must be -inf for the warpers: were it finite, top-k /
+    top-p / min-p would count it. Rows scored below 0 make a finite 0 there the largest entry: the case where it
+    changes the rows' processed distribution, asserted to happen, and the rows must still equal the widened
+    vocabulary's."""
+    generator = torch.Generator().manual_seed(7)
+    ids = torch.randperm(VOCAB, generator=generator)[:12]
+    logits = torch.randn(1, 12, generator=generator) - 6.0  # every row below 0
+    context = ids[:3][None]
+    processors = LogitsProcessorList(KINDS[kind])
+    rows = process_rows(processors, context, logits.clone(), ids)
+    full = processors(context, widen(logits, ids, VOCAB))
+    assert torch.equal(rows, full[:, ids]), kind
+    counted = processors(context, torch.cat([logits, torch.zeros(1, 1)], dim=1))[:, :-1]  # a finite spare column
+    assert not torch.equal(counted.softmax(-1), full[:, ids].softmax(-1)), "the case: a finite spare column counts"
+
+
 def test_an_unknown_processor_keeps_the_whole_vocabulary_path():
     assert not on_rows(LogitsProcessorList([TemperatureLogitsWarper(0.7), NoRepeatNGramLogitsProcessor(2)]))
     assert on_rows(None) and on_rows(LogitsProcessorList())
@@ -228,3 +246,34 @@ def test_rows_the_fused_path_cannot_prove_go_to_transformers(case, monkeypatch):
     got = SparseTopKTopP(top_k, top_p)(torch.zeros(1, 1, dtype=torch.long), scores.clone())
     assert torch.equal(got.isnan(), expected.isnan()) and torch.equal(got.nan_to_num(), expected.nan_to_num())
     assert calls == ([] if case == "filter value" else [None])
+
+
+def test_the_assistant_model_route_verifies_through_the_fused_warpers(monkeypatch):
+    """A sampled `assistant_model=` call hands the target's top-k and top-p to the verifier as one
+    `SparseTopKTopP` (the same tokens as transformers' pair, without its sort over the vocabulary): asserted on
+    the processors the verification really called, since the output cannot tell."""
+    from conftest import imitating_assistant, one_layer_target
+
+    target = one_layer_target("llama", seed=2)
+    assistant = imitating_assistant(target, noise=0.5, seed=4, draft_plan="fixed", num_assistant_tokens=3)
+    called = []
+    fused_call = SparseTopKTopP.__call__
+    pair_call = TopPLogitsWarper.__call__
+
+    def fused(self, input_ids, scores):
+        called.append(("fused", scores.shape[0]))
+        return fused_call(self, input_ids, scores)
+
+    def pair(self, input_ids, scores):
+        called.append(("top-p", scores.shape[0]))
+        return pair_call(self, input_ids, scores)
+    monkeypatch.setattr(SparseTopKTopP, "__call__", fused)
+    monkeypatch.setattr(TopPLogitsWarper, "__call__", pair)
+    ids = torch.randint(0, target.config.vocab_size, (1, 8), generator=torch.Generator().manual_seed(0))
+    torch.manual_seed(0)
+    target.generate(ids, attention_mask=torch.ones_like(ids), assistant_model=assistant, do_sample=True, top_k=20,
+                    top_p=0.8, temperature=0.7, max_new_tokens=12)
+    assert assistant.stats.drafted > 0  # the case: verification of drafted positions happened
+    # Every verified position (each pass's drafts and the target's own token) went through the fused warpers.
+    positions = sum(drafted + 1 for drafted in assistant.stats.drafted_per_pass)
+    assert sum(kind == "fused" for kind, _ in called) >= positions, (positions, called)

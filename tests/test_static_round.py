@@ -174,3 +174,45 @@ def test_static_verify_logits_equal_a_plain_forward(monkeypatch, family):
             valid = _compact(slots, valid, [torch.tensor(kept)])
             bonus = torch.randint(0, VOCAB, (1, 1), generator=generator)
             row.sequence = torch.cat([row.sequence, tree.token_ids[kept[1:]][None], bonus], dim=1)
+
+
+def test_the_held_cache_is_made_again_for_a_target_cast_or_moved():
+    """The static cache held on the target is reused only for the dtype and device it was made for: a target cast
+    (or moved) since gets a new one, before any forward could meet tensors of the old dtype or card."""
+    target = one_layer_target("qwen2", seed=5)
+    first = static_round._static_cache(target, 64)
+    assert static_round._static_cache(target, 64) is first and first.where == (torch.float32, target.device)
+    target.to(torch.bfloat16)
+    cast = static_round._static_cache(target, 64)
+    assert cast is not first and cast.where == (torch.bfloat16, target.device), "the fp32 cache was reused"
+    target.to("meta")  # another device (the only other one a CPU-only build has)
+    moved = static_round._static_cache(target, 64)
+    assert moved is not cast and moved.where == (torch.bfloat16, torch.device("meta")), "the CPU cache was reused"
+
+
+@pytest.mark.parametrize("verify_round", ["eager", "static"])
+def test_only_the_static_round_pads_a_tree_to_its_width(monkeypatch, verify_round):
+    """The static round reads a tree of n nodes at the next power of two; the eager round verifies exactly the
+    drafted nodes (padding there would give the same tokens at up to twice the verified rows)."""
+    import hf_dynaspec.generation.batched_loop as batched_loop
+
+    uncompiled(monkeypatch)
+    target = one_layer_target("qwen2", seed=2)
+    assistant = static_assistant(target)
+    assistant.generation_config.verify_round = verify_round
+    widths = []
+    verify = batched_loop._verify
+
+    def recorded(model, features, rows, trees, valid, slots):
+        out = verify(model, features, rows, trees, valid, slots)
+        widths.append((max(len(tree) for tree in trees), out.logits.shape[1]))
+        return out
+    monkeypatch.setattr(batched_loop, "_verify", recorded)
+    ids = prompt(2, 11)
+    got = target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=24,
+                          custom_generate=tree_generate, drafter=assistant)
+    assert torch.equal(got, plain(target, ids, max_new_tokens=24))
+    # The case: trees whose node count is no power of two (6 drafted nodes and the root).
+    assert any(nodes & (nodes - 1) for nodes, _ in widths), widths
+    expected = [static_round.width_bucket(nodes) if verify_round == "static" else nodes for nodes, _ in widths]
+    assert [width for _, width in widths] == expected, widths

@@ -145,3 +145,50 @@ def test_the_seeded_routing_is_the_one_a_call_runs_on(kernels):
         assert verify_rows_patch.describe(target) == verify_kernel.routing_description(kernels)
     finally:
         verify_rows_patch.disable(target)
+
+
+def test_a_bf16_target_never_reads_its_fp32_copys_verify_table(measured, tmp_path):
+    """The table's key holds the target's dtype: the same target cast to bf16 measures its own table (real
+    measurements, nothing mocked), and the file then holds both."""
+    target = one_layer_target("llama")
+    costs_of(target, imitating_assistant(target), 4)
+    target.to(torch.bfloat16)
+    costs_of(target, imitating_assistant(target).to(torch.bfloat16), 4)
+    assert measured == [[1, 2, 3, 5], [1, 2, 3, 5]], "the bf16 target read the fp32 target's verify costs"
+    stored = json.loads((tmp_path / "calibration.json").read_text())
+    assert len([key for key in stored if key.startswith("verify:")]) == 2
+
+
+def test_remembering_new_verify_sizes_keeps_every_other_cost_entry(measured, tmp_path):
+    """Adding sizes to a verify table rewrites its entry only: the round costs, the CPU routes and any other
+    entry in the file stay as they were."""
+    target = one_layer_target("llama")
+    costs_of(target, imitating_assistant(target), 4)
+    path = tmp_path / "calibration.json"
+    before = json.loads(path.read_text())
+    others = {"cpu_routes:elsewhere": {"kernel": [1, 9], "packed": [0, 0]}, "another:target": {"1": 0.5}}
+    path.write_text(json.dumps({**before, **others}))
+    store.MEMORY.clear()  # a new process: the table is read from the file, then grown
+    costs_of(target, imitating_assistant(target, tree_top_k=3), 12)
+    assert measured == [[1, 2, 3, 5], [9, 13]], "the case: new sizes were added to the stored table"
+    after = json.loads(path.read_text())
+    kept = {key: value for key, value in {**before, **others}.items() if not key.startswith("verify:")}
+    assert {key: after.get(key) for key in kept} == kept, "an entry other than the verify table was lost"
+    (key,) = [key for key in after if key.startswith("verify:")]
+    assert set(after[key]) == {"1", "2", "3", "5", "9", "13"}
+
+
+def test_round_costs_are_kept_per_tree_shape(measured, monkeypatch):
+    """A tree depth's cost depends on the tree's shape (children per node, nodes): the round costs' key holds
+    both, so a depth measured for one shape never plans trees of another."""
+    shapes = []
+    measure = calibration.measure_round_costs
+
+    def recorded(*args, tree_top_k, tree_total_tokens, **kwargs):
+        shapes.append((tree_top_k, tree_total_tokens))
+        return measure(*args, tree_top_k=tree_top_k, tree_total_tokens=tree_total_tokens, **kwargs)
+    monkeypatch.setattr(calibration, "measure_round_costs", recorded)
+    target = one_layer_target("llama")
+    for top_k, total in ((2, 6), (2, 12), (3, 6), (2, 6)):
+        costs_of(target, imitating_assistant(target, tree_top_k=top_k, tree_total_tokens=total), 4)
+    assert shapes == [(2, 6), (2, 12), (3, 6)], "a tree shape's costs were read for another shape"

@@ -26,6 +26,21 @@ def check_prompt_ids(input_ids: torch.Tensor, vocab_size: int) -> None:
         )
 
 
+def check_attention_mask(input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> None:
+    """Refuse a mask that is not the tokenizer's: 0/1 as integers or bools, one entry per prompt token. A float
+    mask (an additive -inf / 0 mask, or probabilities) would be read as "padding wherever 0" by one part of the
+    call and as weights by another; a mask of another shape fails deep inside attention or is ignored."""
+    if attention_mask is None:
+        return
+    if attention_mask.is_floating_point() or attention_mask.is_complex():
+        raise ValueError(f"attention_mask must hold 0/1 as integers or bools, got {attention_mask.dtype}: pass the "
+                         "tokenizer's attention_mask as it is, or attention_mask.long() for a 0/1 float mask")
+    if attention_mask.shape != input_ids.shape:
+        raise ValueError(f"attention_mask has shape {tuple(attention_mask.shape)} but input_ids "
+                         f"{tuple(input_ids.shape)}: pass the mask the tokenizer returned with these ids (one entry "
+                         "per token, 1 for a real token, 0 for padding)")
+
+
 def check_chain_inputs(input_ids: torch.Tensor, generation_config, model_kwargs: dict,
                        vocab_size: int | None = None) -> None:
     """Raise ValueError for a generate() call that chain drafting would not decode exactly as asked (with
@@ -55,6 +70,7 @@ def check_chain_inputs(input_ids: torch.Tensor, generation_config, model_kwargs:
             "design: drop assistant_ensemble_weight."
         )
     attention_mask = model_kwargs.get("attention_mask")
+    check_attention_mask(input_ids, attention_mask)
     if attention_mask is not None and not bool(attention_mask.all()):
         raise ValueError(
             "model.generate(assistant_model=...) does not support padded inputs (the attention_mask has zeros); "

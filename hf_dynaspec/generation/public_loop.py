@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 import torch
 
-from hf_dynaspec.generation.checks import check_prompt_ids
+from hf_dynaspec.generation.checks import check_attention_mask, check_prompt_ids
 from hf_dynaspec.generation.costs.verify_kernel import target_verify_kernel
 
 
@@ -61,10 +61,8 @@ class Batch(NamedTuple):
 def check_batch(input_ids: torch.Tensor, attention_mask: torch.Tensor | None, generation_config) -> Batch:
     """The prompts' mask and lengths, checked in one read of the device: left padding only, no empty row, no
     per-step outputs for a batch."""
+    check_attention_mask(input_ids, attention_mask)
     mask = torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
-    if mask.shape != input_ids.shape:
-        raise ValueError(f"attention_mask has shape {tuple(mask.shape)}, input_ids {tuple(input_ids.shape)}: they "
-                         "must match")
     lengths = mask.sum(dim=1)
     # Left padding: each row's real tokens are its last `length` ones.
     positions = torch.arange(input_ids.shape[1], device=mask.device)[None]
