@@ -63,7 +63,13 @@ def test_processing_the_rows_equals_processing_the_widened_vocabulary(kind):
     assert (full[:, outside] == float("-inf")).all()  # nothing outside the rows becomes drawable
 
 
-@pytest.mark.parametrize("kind", ["top-k inside the rows", "top-p", "min-p", "a published config, as the package runs it"])
+# The warpers of a published config as the package runs them (the penalty, which reads the context, is left out: the
+# spare column's count is a warper's matter; the penalty's mapping of the context is checked above).
+KINDS["published warpers, fused"] = with_sparse_warpers(LogitsProcessorList(
+    [TemperatureLogitsWarper(0.7), TopKLogitsWarper(20), TopPLogitsWarper(0.8)]))
+
+
+@pytest.mark.parametrize("kind", ["top-k inside the rows", "top-p", "min-p", "published warpers, fused"])
 def test_the_spare_column_stays_out_of_every_warper(kind):
     """The spare column (every context id outside the rows) must be -inf for the warpers: were it finite, top-k /
     top-p / min-p would count it. Rows scored below 0 make a finite 0 there the largest entry: the case where it
