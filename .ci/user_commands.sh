@@ -20,7 +20,7 @@ if [ -n "${VIRTUAL_ENV:-}" ]; then
     PATH=$(printf '%s' "$PATH" | tr ':' '\n' | grep -vxF "$VIRTUAL_ENV/bin" | paste -sd: -)
     unset VIRTUAL_ENV
 fi
-unset PYTHONPATH
+unset PYTHONPATH PIP_COMPILE PIP_NO_COMPILE  # pip as a user's shell runs it
 export HF_DYNASPEC_HOME="$work/home" PIP_DISABLE_PIP_VERSION_CHECK=1
 
 # A copy of the checkout as a clone has it (tracked and untracked-not-ignored files; no venvs, no build output).

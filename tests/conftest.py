@@ -150,3 +150,11 @@ def fixed_costs(monkeypatch):
     def use(costs):
         monkeypatch.setattr("hf_dynaspec.generation.rounds.round_costs", lambda *a, **k: costs)
     return use
+
+
+def pytest_collection_modifyitems(items):
+    """The tests of a module whose module fixture is long to make (`RUN_FIRST = True`: the wheel's build and installs,
+    ~75 s) run first. Under xdist's load scheduling the first chunk of tests goes to one worker, so that fixture is
+    made once; as the last tests collected they were split between both workers, and each made it (the sort is
+    stable: every other test keeps its order)."""
+    items.sort(key=lambda item: not getattr(getattr(item, "module", None), "RUN_FIRST", False))
