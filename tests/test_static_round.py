@@ -216,3 +216,23 @@ def test_only_the_static_round_pads_a_tree_to_its_width(monkeypatch, verify_roun
     assert any(nodes & (nodes - 1) for nodes, _ in widths), widths
     expected = [static_round.width_bucket(nodes) if verify_round == "static" else nodes for nodes, _ in widths]
     assert [width for _, width in widths] == expected, widths
+
+
+@pytest.mark.parametrize("verify_round", ["eager", "static"])
+def test_the_assistant_model_route_says_it_stays_eager(monkeypatch, verify_round):
+    """transformers' assisted loop owns the target's cache on the assistant_model= route: a static round asked there
+    is said (once per process: transformers' warning_once) and the output stays plain generate()'s; nothing is said
+    for the eager round."""
+    import hf_dynaspec.generation.candidate_generator as candidate_generator
+
+    said = []
+    monkeypatch.setattr(candidate_generator.logger, "warning_once", said.append)
+    target = one_layer_target("qwen2", seed=2)
+    assistant = static_assistant(target)
+    assistant.generation_config.verify_round = verify_round
+    ids = prompt(2, 11)
+    got = target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=12,
+                          assistant_model=assistant)
+    assert torch.equal(got, plain(target, ids, max_new_tokens=12))
+    expected = [candidate_generator.STATIC_ROUND_WARNING] if verify_round == "static" else []
+    assert [message for message in said if "verify_round" in message] == expected

@@ -31,6 +31,12 @@ GPU_TRANSFORMERS_WARNING = (
     "transformers {found} syncs the GPU in every layer's cache crop of the assistant_model= route (about 2 per layer "
     "per target pass); upgrade to transformers>=5.18, or use the public route: " + PUBLIC_ROUTE)
 
+# transformers' assisted loop owns the target's cache on the assistant_model= route: the static round (a StaticCache
+# written by position, compiled per width) is the public routes' loop only. Said rather than ignored in silence.
+STATIC_ROUND_WARNING = (
+    "verify_round='static' applies to the public routes (custom_generate=chain_generate / tree_generate); the "
+    "assistant_model= route runs transformers' assisted loop, which verifies eagerly: use " + PUBLIC_ROUTE)
+
 
 def call_options(assistant, generation_config) -> DynaSpecGenerationConfig:
     """The drafting options of one generate() call: `assistant.generation_config`.
@@ -61,6 +67,8 @@ def make_candidate_generator(assistant, target, input_ids, generation_config, lo
     warn_if_gpu_crops_sync(input_ids.device)
     check_chain_inputs(input_ids, generation_config, model_kwargs, assistant.config.vocab_size)
     options = call_options(assistant, generation_config)
+    if options.verify_round == "static":
+        logger.warning_once(STATIC_ROUND_WARNING)
     do_sample = bool(generation_config.do_sample)
     speculation = build_round(target, assistant, options, input_ids, logits_processor, do_sample,
                               draws_drafts=do_sample, eos_token_ids=_eos_token_ids_to_cut(generation_config,

@@ -161,7 +161,7 @@ class DynaSpecGenerationConfig(DraftingConfig):
     - `verify_round` ("eager"): the public routes' target KV (hf_dynaspec.generation.static_round): "eager" grows
       a DynamicCache and cuts it back each round; "static" keeps a StaticCache sized per call and reads each round
       at a power-of-two width, the verify forward compiled once per width (CUDA graphs on a GPU); one prompt, full-
-      attention targets. The assistant_model= route is transformers' loop and stays eager.
+      attention targets. The assistant_model= route is transformers' loop: it stays eager, and says so once.
     - `expected_acceptance` (None): the drafter's acceptance measured with its target when the artifact was
       packaged (per draft position, confidence bin and tree depth; hf_dynaspec.modeling.acceptance_prior), where
       the "auto" planner's tables start. None: 0.5 at every position (artifacts packaged before it existed).
