@@ -236,3 +236,29 @@ def test_the_assistant_model_route_says_it_stays_eager(monkeypatch, verify_round
     assert torch.equal(got, plain(target, ids, max_new_tokens=12))
     expected = [candidate_generator.STATIC_ROUND_WARNING] if verify_round == "static" else []
     assert [message for message in said if "verify_round" in message] == expected
+
+
+@pytest.mark.parametrize("graphs", [False, True], ids=["inductor", "cuda-graphs"])
+def test_every_graph_replay_begins_a_step_and_its_outputs_are_copied_out(monkeypatch, graphs):
+    """With CUDA graphs each verify replay is marked as a new step (else rounds that replay no marked drafter graph
+    record a new child graph each round), and the logits and hidden states it returns are copies (the next replay
+    overwrites the graph's own buffers); without graphs neither happens (no copy on the CPU)."""
+    from transformers.modeling_outputs import CausalLMOutputWithPast
+
+    marks = []
+    monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: marks.append(len(calls)))
+    buffers = torch.randn(1, 4, 9), (torch.randn(1, 4, 6), torch.randn(1, 4, 6))
+    calls = []
+
+    def graph(**inputs):  # a replay: the same output buffers each time
+        calls.append(inputs)
+        return CausalLMOutputWithPast(logits=buffers[0], hidden_states=buffers[1])
+
+    forward = static_round.replayed(graph, graphs)
+    outs = [forward(input_ids=torch.zeros(1, 4, dtype=torch.long)) for _ in range(3)]
+    assert marks == ([0, 1, 2] if graphs else [])  # a mark before each replay
+    for out in outs:
+        assert torch.equal(out.logits, buffers[0]) and torch.equal(out.hidden_states[1], buffers[1][1])
+        copied = [out.logits.data_ptr() != buffers[0].data_ptr(),
+                  *(mine.data_ptr() != theirs.data_ptr() for mine, theirs in zip(out.hidden_states, buffers[1]))]
+        assert copied == [graphs] * 3

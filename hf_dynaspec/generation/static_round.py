@@ -120,14 +120,29 @@ def compiled_verify(model):
     bucket): CUDA graphs on a GPU; inductor on the CPU."""
     held = getattr(model, _COMPILED, None)
     if held is None or held[0] != model.device.type:  # a target moved to a GPU since gets CUDA graphs
-        mode = "reduce-overhead" if model.device.type == "cuda" else None
-        graphs = torch.compile(model, dynamic=False, fullgraph=True, mode=mode)
-
-        def compiled(**inputs):
-            # Dynamo's limit of 8 variants is per code object, shared by every target of one class in the process:
-            # widths x capacities x targets pass it legitimately (fullgraph=True then raises mid-generate()).
-            with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
-                return graphs(**inputs)
-        held = (model.device.type, compiled)
+        graphs = model.device.type == "cuda"
+        compiled = torch.compile(model, dynamic=False, fullgraph=True, mode="reduce-overhead" if graphs else None)
+        held = (model.device.type, replayed(compiled, graphs))
         object.__setattr__(model, _COMPILED, held)  # not a submodule: nn.Module would register it
     return held[1]
+
+
+def replayed(compiled, graphs: bool):
+    """`compiled` as the loop calls it, once per round. With CUDA graphs each call begins a graph step
+    (`cudagraph_mark_step_begin`): unmarked, a replay while the last round's outputs are alive records a new child
+    graph every round (cudagraph trees) in the rounds that replay no marked drafter graph (lookup, empty, tree and
+    sampled rounds). Marked, the next replay (of this graph or the drafter's: one memory pool) overwrites the
+    outputs, so the logits and hidden states the loop reads, and keeps for output_scores, are copied out."""
+    def forward(**inputs):
+        if graphs:
+            torch.compiler.cudagraph_mark_step_begin()
+        # Dynamo's limit of 8 variants is per code object, shared by every target of one class in the process:
+        # widths x capacities x targets pass it legitimately (fullgraph=True then raises mid-generate()).
+        with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
+            out = compiled(**inputs)
+        if graphs:
+            out.logits = out.logits.clone()
+            if out.hidden_states is not None:
+                out.hidden_states = tuple(hidden.clone() for hidden in out.hidden_states)
+        return out
+    return forward
