@@ -750,6 +750,20 @@ MUTATIONS = [
     Mutation("DynaSpec row table: the column range made on the CPU", "hf_dynaspec/drafting/selector.py",
              "self._columns = torch.arange(self.num_clustered, device=device)",
              "self._columns = torch.arange(self.num_clustered)", [FAKE_CUDA], select="row_table_and_the_path"),
+    # #91: the compiled step with the rows kernel inside.
+    Mutation("compiled step: the rows kernel's ctypes call traced into the graph", "hf_dynaspec/kernels/verify_rows/patch.py",
+             "        elif torch.compiler.is_compiling():", "        elif False:", [FAST_CPU], select="rows_operator"),
+    Mutation("rows operator: its fake says the input's dtype", "hf_dynaspec/kernels/verify_rows/op.py",
+             "weight.shape[0]), dtype=torch.float32)", "weight.shape[0]), dtype=x.dtype)", [FAST_CPU],
+             select="rows_operator"),
+    Mutation("fast_cpu: the compile config not told that a CPU may compile", "hf_dynaspec/generation/costs/verify_kernel.py",
+             "    config.compile_config._compile_all_devices = True", "    pass", [FAST_CPU], select="compiled_steps"),
+    Mutation("fast_cpu: undo keeps the static cache and the compile config", "hf_dynaspec/generation/costs/verify_kernel.py",
+             "                setattr(self.model.generation_config, name, value)", "                pass", [FAST_CPU],
+             select="compiled_steps"),
+    Mutation("Triton head: one arrival counter shared by every stream", "hf_dynaspec/kernels/shortlist_head/triton_kernel.py",
+             "_counter(device, _stream(device)),", "_counter(device),", ["tests/test_shortlist_head_triton.py"],
+             select="own_arrival_counter"),
 ]
 
 

@@ -50,8 +50,8 @@ def test_one_token_steps_take_the_kernel_inside_and_nothing_outside(dtype, monke
     prompt = torch.randint(0, model.config.vocab_size, (1, 12), generator=torch.Generator().manual_seed(0))
     expected = plain_generate(model, prompt, max_new_tokens=20, do_sample=False)
     calls = counting(monkeypatch, model)
-    with hf_dynaspec.fast_cpu(model) as handle:
-        assert handle.kernels == CpuKernels((1, 9)) and verify_rows_patch.is_enabled(model)
+    with hf_dynaspec.fast_cpu(model, compile=False) as handle:  # the compiled steps: the next test
+        assert handle.kernels == CpuKernels((1, 9)) and verify_rows_patch.is_enabled(model) and not handle.compiled
         out = plain_generate(model, prompt, max_new_tokens=20, do_sample=False)
     assert not verify_rows_patch.is_enabled(model)
     expected_kernel = "f32_rows_matmul" if dtype == torch.float32 else "bf16_rows_matmul"
@@ -65,6 +65,60 @@ def test_one_token_steps_take_the_kernel_inside_and_nothing_outside(dtype, monke
     calls.clear()
     plain_generate(model, prompt, max_new_tokens=5, do_sample=False)
     assert calls == []
+
+
+@needs_kernel
+def test_compiled_steps_run_the_kernel_inside_one_graph_and_decode_the_same(monkeypatch):
+    """fast_cpu's default: generate() compiles its one-token steps (transformers' auto-compile over a static cache,
+    told to on a CPU) with the rows kernel inside as an operator. The steps ran compiled (dynamo captured graphs),
+    every one-token product still went through the kernel at one row, float32 greedy output equals plain
+    PyTorch's, and leaving the block gives the model its own generation config back."""
+    monkeypatch.setattr(verify_kernel, "measured_kernels", lambda model: CpuKernels(kernel=(1, 4)))
+    model = tiny_target("llama", seed=3)
+    config_before = (model.generation_config.cache_implementation, model.generation_config.compile_config)
+    prompt = torch.randint(0, model.config.vocab_size, (1, 12), generator=torch.Generator().manual_seed(0))
+    expected = plain_generate(model, prompt, max_new_tokens=12, do_sample=False)
+    torch._dynamo.reset()
+    counters = torch._dynamo.utils.counters
+    counters.clear()
+    calls = counting(monkeypatch, model)
+    with hf_dynaspec.fast_cpu(model) as handle:
+        assert handle.compiled
+        out = plain_generate(model, prompt, max_new_tokens=12, do_sample=False)
+        longer = plain_generate(model, prompt[:, :5], max_new_tokens=20, do_sample=False)  # another cache capacity
+    assert counters["stats"]["unique_graphs"] >= 1 and not counters["graph_break"]
+    assert torch.equal(out, expected)
+    assert torch.equal(longer, plain_generate(model, prompt[:, :5], max_new_tokens=20, do_sample=False))
+    linears = sum(isinstance(m, torch.nn.Linear) for m in model.modules())
+    assert {rows for _, rows in calls} == {1} and len(calls) == (11 + 19) * linears + 2
+    assert (model.generation_config.cache_implementation, model.generation_config.compile_config) == config_before
+    torch._dynamo.reset()
+
+
+@needs_kernel
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_rows_operator_compiles_without_a_graph_break_and_matches_its_kernel(dtype):
+    """The routed Linear under `torch.compile`: the kernel is one opaque operator in one graph (a direct ctypes
+    call breaks the graph), its fake gives the real shape and dtype (opcheck), and the
+    compiled result equals the eager one."""
+    from hf_dynaspec.kernels.verify_rows import op as rows_op
+
+    generator = torch.Generator().manual_seed(4)
+    layer = torch.nn.Linear(64, 48, bias=True).to(dtype)
+    x = torch.randn(1, 3, 64, generator=generator).to(dtype)
+    checks = torch.library.opcheck(torch.ops.hf_dynaspec.rows_matmul, (x[0], layer.weight.detach()),  # inference only
+                                   raise_exception=False)
+    assert all(result == "SUCCESS" for result in checks.values()), checks
+    verify_rows_patch.enable(layer, min_rows=1, max_rows=9, method="kernel", float32=True)
+    torch._dynamo.reset()
+    with torch.no_grad():
+        eager = layer(x)
+        explained = torch._dynamo.explain(layer)(x)
+        assert explained.graph_count == 1 and explained.graph_break_count == 0, explained.break_reasons
+        compiled = torch.compile(layer, fullgraph=True, dynamic=False)(x)
+    torch.testing.assert_close(compiled, eager, atol=0, rtol=0)
+    torch.testing.assert_close(rows_op.kernel(x[0], layer.weight).to(dtype) + layer.bias, eager[0],
+                               atol=1e-2 if dtype == torch.bfloat16 else 1e-5, rtol=1e-2)
 
 
 @needs_kernel
@@ -155,8 +209,10 @@ def test_undo_and_the_refusals(monkeypatch):
     with pytest.raises(TypeError, match="must be a transformers model"):
         hf_dynaspec.fast_cpu(torch.nn.Linear(4, 4))
     monkeypatch.setattr(verify_kernel, "measured_kernels", lambda model: NO_KERNELS)
-    with hf_dynaspec.fast_cpu(model) as nothing:  # nothing measured faster: the model is left as it is
-        assert nothing.kernels == NO_KERNELS and not verify_rows_patch.is_enabled(model)
+    with hf_dynaspec.fast_cpu(model, compile=False) as nothing:  # nothing measured faster: left as it is
+        assert nothing.kernels == NO_KERNELS and not verify_rows_patch.is_enabled(model) and not nothing.compiled
+    with pytest.raises(TypeError, match="compile must be True or False"):
+        hf_dynaspec.fast_cpu(model, compile="yes")
 
 
 def test_an_fp16_model_is_left_alone(monkeypatch):

@@ -133,6 +133,24 @@ def test_the_arrival_counter_is_back_at_zero_after_every_launch():
         torch.testing.assert_close(out.logsumexp, expected.scores.logsumexp(-1), **TOLERANCE)
 
 
+def test_each_stream_has_its_own_arrival_counter(monkeypatch):
+    """Launches on two streams may overlap on a GPU: each stream counts its own programs' arrivals. Launches told
+    they run on streams 1, 2, 1 use two counters (the first one again on stream 1), each back at zero after."""
+    used = []
+    counter = triton_kernel._counter
+    monkeypatch.setattr(triton_kernel, "_counter", lambda device, stream=None: used.append(
+        (stream, counter(device, stream))) or used[-1][1])
+    streams = iter([1, 2, 1])
+    monkeypatch.setattr(triton_kernel, "_stream", lambda device: next(streams))
+    generator = torch.Generator().manual_seed(3)
+    weight, hidden = torch.randn(VOCAB, 16, generator=generator), torch.randn(1, 16, generator=generator)
+    for _ in range(3):
+        indexed_head_triton(hidden, weight, torch.arange(200))
+    assert [stream for stream, _ in used] == [1, 2, 1]
+    assert used[0][1] is used[2][1] and used[0][1] is not used[1][1]
+    assert all(int(tensor) == 0 for _, tensor in used)
+
+
 def test_ranked_kernel_rejects_a_budget_outside_the_clustered_rows():
     generator = torch.Generator().manual_seed(1)
     sizes, starts, token_order, always_ids = _cluster_tables(6, 3, generator)

@@ -183,12 +183,15 @@ def measured_kernels(target) -> CpuKernels:
 
 class FastCPU(contextlib.ContextDecorator):
     """What `fast_cpu(model)` returns: the model on those kernels while it lives; `undo()` or leaving a `with` block puts
-    PyTorch's kernels back (prepacked weights stay cached on the model for the next call: `release_packed`).
-    `kernels` is what was measured fastest, `NO_KERNELS` where nothing beat PyTorch's default kernels."""
+    PyTorch's kernels (and the model's own generation config) back; prepacked weights stay cached on the model for
+    the next call (`release_packed`). `kernels` is what was measured fastest, `NO_KERNELS` where nothing beat
+    PyTorch's default kernels; `compiled` says whether generate()'s one-token steps are compiled (`compiled_steps`)."""
 
-    def __init__(self, model, kernels: CpuKernels):
+    def __init__(self, model, kernels: CpuKernels, compile: bool = False):
         self.model, self.kernels = model, kernels
         enable_kernels(model, kernels)
+        self._saved = compiled_steps(model) if compile else None
+        self.compiled = self._saved is not None
 
     def release_packed(self) -> int:
         """Undo, and free the prepacked weight copies (they double the memory of the layers they cover)."""
@@ -201,6 +204,10 @@ class FastCPU(contextlib.ContextDecorator):
         from hf_dynaspec.kernels.verify_rows import patch as verify_rows_patch
 
         verify_rows_patch.disable(self.model)
+        if self._saved is not None:
+            for name, value in self._saved.items():
+                setattr(self.model.generation_config, name, value)
+            self._saved = None
 
     def __enter__(self) -> FastCPU:
         return self
@@ -209,13 +216,56 @@ class FastCPU(contextlib.ContextDecorator):
         self.undo()
 
 
-def fast_cpu(model) -> FastCPU:
+def compile_refusal(model) -> str | None:
+    """Why generate()'s steps cannot be compiled for `model` here, or None when they can."""
+    if not getattr(model, "_can_compile_fullgraph", False):
+        return f"{type(model).__name__} does not declare a compilable forward (`_can_compile_fullgraph`)"
+    if getattr(model.config, "_attn_implementation", None) not in (None, "sdpa", "eager"):
+        return f"its attention implementation {model.config._attn_implementation!r} does not compile on the CPU"
+    if getattr(model, "hf_quantizer", None) is not None:
+        return "it is quantized"
+    return None
+
+
+def compiled_steps(model) -> dict | None:
+    """Have generate() run `model`'s one-token steps compiled (transformers' own auto-compile: a static cache and a
+    `CompileConfig`, which it honours on a CPU only when told to), the rows kernel inside as one opaque operator
+    (kernels/verify_rows/op.py). Inductor then compiles the attention, norms, rotary and residual adds around
+    the fast Linear layers: eager keeps the kernels but pays ~20 ms of Python a 0.5B step; PyTorch's own compile
+    drops the Python but runs PyTorch's Linear layers (benchmarks/results/compiled_step_91.txt). Prefills stay eager.
+
+    `dynamic=None` (dynamo's automatic dynamic shapes): the first cache capacity compiles static shapes, a second
+    one recompiles once with the capacity symbolic, and no later capacity recompiles. The first call pays the
+    compile (~13 s for a 0.5B on 2 cores; logged); Inductor's on-disk caches cut it in later processes.
+    Returns the generation-config values it replaced (for `undo`), or None where a compile does not apply (logged)."""
+    from transformers import CompileConfig
+
+    reason = compile_refusal(model)
+    if reason is not None:
+        store.logger.warning_once(f"hf-dynaspec: fast_cpu keeps {type(model).__name__}'s steps eager: {reason}")
+        return None
+    config = model.generation_config
+    saved = {name: getattr(config, name, None) for name in ("cache_implementation", "compile_config")}
+    config.cache_implementation = "static"
+    # Not fullgraph: a forward hook of the user's (a timer's, a profiler's) runs outside the graph instead of failing
+    # the call; the model's own forward compiles whole (tests/test_fast_cpu.py checks it breaks no graph).
+    config.compile_config = CompileConfig(fullgraph=False, dynamic=None, mode="default")
+    config.compile_config._compile_all_devices = True  # transformers auto-compiles on GPUs only unless told
+    store.logger.info("hf-dynaspec: fast_cpu compiles generate()'s one-token steps on the first call (seconds to a "
+                      "minute, once per process and cache capacity; `fast_cpu(model, compile=False)` opts out)")
+    return saved
+
+
+def fast_cpu(model, compile: bool = True) -> FastCPU:
     """Plain `model.generate()` (and any forward) on the fastest CPU kernels for its shape: one-token steps and
     few-token forwards through the rows kernel or prepacked oneDNN weights where those were measured faster than
     PyTorch's default kernels on this machine (measured once, a few seconds, cached), prefills on PyTorch's. For
     bf16 and float32 models on x86-64 CPUs with AVX2/FMA and a C compiler; anything else is left as it is
     (`kernels == NO_KERNELS`). Prepacked weights (AMX / AVX-512 BF16 hosts) are a second copy of the layers they
     cover, made only while that fits in half the free memory; `handle.release_packed()` frees them.
+
+    `compile=True` (the default) also has generate() compile the one-token step over a static cache with those
+    kernels inside (`compiled_steps`): the first call pays the compile; `compile=False` keeps the steps eager.
 
         with hf_dynaspec.fast_cpu(model):
             out = model.generate(**inputs)
@@ -225,10 +275,13 @@ def fast_cpu(model) -> FastCPU:
     from hf_dynaspec.kernels.verify_rows import patch as verify_rows_patch
 
     require_model(model, "fast_cpu's model")
+    if not isinstance(compile, bool):
+        raise TypeError(f"fast_cpu's compile must be True or False, got {compile!r}")
     if verify_rows_patch.is_enabled(model):
         raise RuntimeError("this model's Linear layers are already rerouted (fast_cpu or verify_rows.patch.enable): "
                            "undo that first")
-    return FastCPU(model, measured_kernels(model) if kernel_applies(model) else NO_KERNELS)
+    applies = kernel_applies(model)
+    return FastCPU(model, measured_kernels(model) if applies else NO_KERNELS, compile=compile and applies)
 
 
 @contextlib.contextmanager

@@ -165,16 +165,22 @@ def _capability(device_index: int) -> tuple[int, int]:
     return torch.cuda.get_device_capability(device_index)
 
 
-# One arrival counter per device, zero between launches (the last program resets it): launches on one stream
-# run one after another, and the head only runs on the stream of the draft step (the router's side stream never
-# launches it).
-_COUNTERS: dict[torch.device, torch.Tensor] = {}
+# One arrival counter per device and stream, zero between launches (the last program resets it): launches on
+# one stream run one after another, but two streams (two generate() calls in threads, a graph captured on its own
+# stream) may overlap, and a shared count would let one launch's programs combine the other's partials.
+_COUNTERS: dict[tuple[torch.device, int | None], torch.Tensor] = {}
 
 
-def _counter(device: torch.device) -> torch.Tensor:
-    if device not in _COUNTERS:
-        _COUNTERS[device] = torch.zeros(1, dtype=torch.int32, device=device)
-    return _COUNTERS[device]
+def _stream(device: torch.device) -> int | None:
+    """The id of the stream a launch on `device` goes to (None off CUDA: the interpreter runs one at a time)."""
+    return torch.cuda.current_stream(device).stream_id if device.type == "cuda" else None
+
+
+def _counter(device: torch.device, stream: int | None = None) -> torch.Tensor:
+    key = (device, stream)
+    if key not in _COUNTERS:
+        _COUNTERS[key] = torch.zeros(1, dtype=torch.int32, device=device)
+    return _COUNTERS[key]
 
 
 def launch_constants(dtype: torch.dtype, batch: int, capability: tuple[int, int] | None,
@@ -238,7 +244,7 @@ def _launch(hidden, weight, columns: int, row_ids=None, tables=None, budget_rows
     with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
         _shortlist_head_kernel[(num_tiles,)](
             hidden, weight, ids, ranking, sizes, starts, token_order, always_ids,
-            scores, ids, tile_max, tile_arg, tile_token, tile_sumexp, _counter(device),
+            scores, ids, tile_max, tile_arg, tile_token, tile_sumexp, _counter(device, _stream(device)),
             argmax, token, best, logsumexp, top,
             batch, dim, columns, num_tiles, len(ranking) if from_ranking else 0, budget_rows,
             hidden.stride(0), weight.stride(0), scores.stride(0),

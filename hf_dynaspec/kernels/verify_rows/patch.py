@@ -29,6 +29,7 @@ import torch.nn as nn
 from transformers.utils import logging
 
 from hf_dynaspec.kernels.verify_rows import loader as cpu_rows
+from hf_dynaspec.kernels.verify_rows import op as rows_op  # also registers torch.ops.hf_dynaspec.rows_matmul
 from hf_dynaspec.kernels.verify_rows import packed as packed_weights
 
 logger = logging.get_logger(__name__)
@@ -75,10 +76,10 @@ def _patched_forward(module: nn.Linear, min_rows: int, max_rows: int, method: st
         if method == "shadow":
             flat = x.reshape(rows, x.shape[-1]).float()
             out = torch.mm(_shadow_weight(module), flat.T).T  # [rows, out]: one pass over the weight for all rows
-        elif x.dtype == torch.float32:
-            out = cpu_rows.f32_rows_matmul(x.reshape(rows, x.shape[-1]), module.weight)
-        else:
-            out = cpu_rows.bf16_rows_matmul(x.reshape(rows, x.shape[-1]), module.weight)
+        elif torch.compiler.is_compiling():  # the operator: a compiled step traces it as one opaque call (op.py)
+            out = torch.ops.hf_dynaspec.rows_matmul(x.reshape(rows, x.shape[-1]), module.weight)
+        else:  # eager: the kernel itself, without the operator's dispatch (~169 calls a 0.5B step)
+            out = rows_op.kernel(x.reshape(rows, x.shape[-1]), module.weight)
         if module.bias is not None:
             out = out + module.bias.float()
         return out.to(x.dtype).reshape(*x.shape[:-1], out.shape[-1])
