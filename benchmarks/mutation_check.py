@@ -764,6 +764,11 @@ MUTATIONS = [
     Mutation("Triton head: one arrival counter shared by every stream", "hf_dynaspec/kernels/shortlist_head/triton_kernel.py",
              "_counter(device, _stream(device)),", "_counter(device),", ["tests/test_shortlist_head_triton.py"],
              select="own_arrival_counter"),
+    Mutation("static prefill: over the static cache (its mask spans the capacity)", "hf_dynaspec/generation/batched_loop.py",
+             ["    cache = DynamicCache() if slots.static else slots.cache\n", "        slots.write_prompt(cache)\n"],
+             ["    cache = slots.cache\n", "        pass\n"], [STATIC], select="prefill_masks"),
+    Mutation("static prefill: the prompt's keys never written into the static slots", "hf_dynaspec/generation/batched_loop.py",
+             "        slots.write_prompt(cache)\n", "        pass\n", [STATIC], select="prefill_masks"),
 ]
 
 

@@ -17,9 +17,11 @@ from test_batched import left_padded, mixed_prompts
 from test_chain_generate import MAX_PATHS, fresh_run_time_state
 from test_enumeration import PROMPT, TOLERANCE, VOCAB, processors
 from test_greedy_exact import prompt
+from transformers.cache_utils import DynamicCache
 
 import hf_dynaspec.generation.static_round as static_round
 from hf_dynaspec import chain_generate, tree_generate
+from hf_dynaspec.generation.tree_verify import cache_kwargs
 
 ROUTES = {"chain": chain_generate, "tree": tree_generate}
 
@@ -85,6 +87,34 @@ def test_a_static_cache_used_again_past_its_first_call_and_grown(monkeypatch):
                           custom_generate=chain_generate, drafter=assistant)
     assert torch.equal(got, plain(target, ids, max_new_tokens=12))
     assert getattr(target, static_round._CACHE).where == (torch.float64, target.device)
+
+
+def test_the_static_prefill_masks_the_prompts_keys_only(monkeypatch):
+    """The static round's prefill attends over the prompt's own keys, its mask `[B, L]` (transformers builds the
+    `[B, 1, L, L]` causal one), never over the capacity (`[B, 1, L, capacity]`: GBs at long prompts); its keys
+    land in the static slots, so output stays identical."""
+    uncompiled(monkeypatch)
+    target = one_layer_target("qwen2", seed=6)
+    assistant = static_assistant(target)
+    masks, caches = [], []
+    forward, name = target.forward, next(iter(cache_kwargs(target, None)))  # past_key_values, or cache
+    monkeypatch.setattr(target, "forward", lambda *args, **kwargs: masks.append(kwargs["attention_mask"].shape)
+                        or caches.append(type(kwargs[name]).__name__) or forward(*args, **kwargs))
+    ids = prompt(4, 37)
+    got = target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=20,
+                          custom_generate=chain_generate, drafter=assistant)
+    capacity = getattr(target, static_round._CACHE).capacity
+    assert masks[0] == (1, 37) and caches[0] == "DynamicCache" and capacity > 37 + 20
+    assert set(caches[1:]) == {"StaticCache"}
+    assert all(shape[-1] == capacity for shape in masks[1:])  # the rounds' masks span the static slots
+    monkeypatch.setattr(target, "forward", forward)
+    assert torch.equal(got, plain(target, ids, max_new_tokens=20))
+    reference = DynamicCache()
+    with torch.no_grad():
+        target(input_ids=ids, **cache_kwargs(target, reference), use_cache=True)
+    slots = getattr(target, static_round._CACHE).cache.layers[0]
+    torch.testing.assert_close(slots.keys[:, :, :37], reference.layers[0].keys)
+    torch.testing.assert_close(slots.values[:, :, :37], reference.layers[0].values)
 
 
 def test_recompiles_stay_within_the_buckets_over_prompt_lengths_and_calls():

@@ -166,16 +166,13 @@ def _prefill(model, features, rows, input_ids, mask, slots, processors, do_sampl
     first token appended, its prompt features kept;
     -> (the cache's valid slots `[B, L]`, each row's processed scores and raw logits `[1, V]`)."""
     positions = (mask.long().cumsum(dim=1) - 1).clamp(min=0)
-    attention = mask.long()
-    if slots.static:  # the mask spans the capacity: causal over the prompt's real tokens, nothing after it
-        width = input_ids.shape[1]
-        visible = torch.zeros(mask.shape[0], width, slots.key_length(0, width), dtype=torch.bool, device=mask.device)
-        visible[:, :, :width] = torch.ones(width, width, dtype=torch.bool, device=mask.device).tril() & mask[:, None]
-        attention = _additive(visible, model.dtype)
-    out = model(input_ids=input_ids, attention_mask=attention, position_ids=positions,
-                **cache_kwargs(model, slots.cache), use_cache=True,
-                output_hidden_states=features.hidden_state_selection(), logits_to_keep=1,
-                **slots.addressed(0, input_ids.shape[1], input_ids.device))
+    # The static round's prefill runs over a cache of the prompt's own length and is then written into the static
+    # slots: over the static cache itself its mask would span the capacity, [B, L, capacity] (GBs at long prompts).
+    cache = DynamicCache() if slots.static else slots.cache
+    out = model(input_ids=input_ids, attention_mask=mask.long(), position_ids=positions, **cache_kwargs(model, cache),
+                use_cache=True, output_hidden_states=features.hidden_state_selection(), logits_to_keep=1)
+    if slots.static:
+        slots.write_prompt(cache)
     hidden = features.select_target_hidden(out.hidden_states)
     scores, raw = [], []
     for b, row in enumerate(rows):

@@ -74,6 +74,15 @@ class TargetSlots:
         self.set_length(past)
         return {"cache_position": torch.arange(past, past + width, device=device)}
 
+    def write_prompt(self, prompt_cache) -> None:
+        """Copy a prefill's keys and values (a cache of the prompt's length) into slots [0, L) through the static
+        cache's own update (by `cache_position`, or the per-layer length of transformers >= 5.18)."""
+        self.set_length(0)  # a held cache's layers; a fresh one's start at 0 when the update initialises them
+        for index, layer in enumerate(prompt_cache.layers):
+            length = layer.keys.shape[-2]
+            self.cache.update(layer.keys, layer.values, index,
+                              {"cache_position": torch.arange(length, device=layer.keys.device)})
+
     def set_length(self, length: int) -> None:
         """Where the next write starts (transformers >= 5.18 keeps it per layer; older releases read
         `cache_position`). A host integer written into the device counter: nothing is read back."""
