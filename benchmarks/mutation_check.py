@@ -769,6 +769,9 @@ MUTATIONS = [
              ["    cache = slots.cache\n", "        pass\n"], [STATIC], select="prefill_masks"),
     Mutation("static prefill: the prompt's keys never written into the static slots", "hf_dynaspec/generation/batched_loop.py",
              "        slots.write_prompt(cache)\n", "        pass\n", [STATIC], select="prefill_masks"),
+    Mutation("demo: plain on the fast path left out", "hf_dynaspec/cli.py",
+             '    fast_plain = args.cpu_verify == "auto" and kernel_applies(model)', "    fast_plain = False",
+             ["tests/test_cli.py"], select="both_plain_baselines"),
 ]
 
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import VOCAB, tiny_target
+from conftest import VOCAB, imitating_assistant, tiny_target
 from safetensors.torch import load_file
 
 from hf_dynaspec import DynaSpecAssistant
 from hf_dynaspec.cli import main
+from hf_dynaspec.generation.costs import verify_kernel
 from hf_dynaspec.modeling.shortlist import cluster_vocabulary, load_token_list
 
 
@@ -86,6 +87,33 @@ def test_the_list_of_shipped_assistants_matches_the_checkout():
     # Medusa heads ship beside the assistants, named after their target (tests/test_shipped_assistants.py)
     assert [name for name in shipped if not name.endswith("-medusa")] == sorted(SHIPPED_FOR)
     assert {name.removesuffix("-medusa") for name in shipped if name.endswith("-medusa")} <= set(SHIPPED_FOR)
+
+
+def test_the_demo_states_both_plain_baselines_and_the_speedup_over_each(monkeypatch, capsys):
+    """On a CPU target (`--cpu-verify auto`, the default) the demo times plain generate() on PyTorch's kernels and
+    on the fast path (fast_cpu) and states the assisted speedup over each."""
+    import hf_dynaspec.bench.runner as runner
+
+    asked = {}
+
+    def compare(model, tokenizer, assistant, input_ids, max_new_tokens, assisted_kwargs=None, fast_plain=False):
+        asked["fast_plain"] = fast_plain
+        return {"plain": "x", "assisted": "x", "identical": True, "divergence": None, "plain_tokens_per_s": 2.0,
+                "fast_plain_tokens_per_s": 2.5, "assisted_tokens_per_s": 3.0, "speedup": 1.5,
+                "speedup_over_fast_plain": 1.2, "tau": 1.8}
+
+    monkeypatch.setattr(runner, "compare_plain_and_assisted", compare)
+    monkeypatch.setattr(runner, "load_target", lambda *a: (tiny_target("qwen2"), None))
+    monkeypatch.setattr(runner, "load_assistant", lambda *a: (imitating_assistant(tiny_target("qwen2")), "a"))
+    monkeypatch.setattr("hf_dynaspec.bench.prompts.encode_prompt", lambda *a: torch.tensor([[1, 2, 3]]))
+    assert main(["demo", "--dtype", "fp32"]) == 0
+    printed = capsys.readouterr().out
+    assert asked["fast_plain"] == verify_kernel.kernel_applies(tiny_target("qwen2"))
+    if asked["fast_plain"]:
+        assert "2.00 tokens/s  (PyTorch's kernels)" in printed and "2.50 tokens/s  (the fast path" in printed
+        assert "(1.50x; 1.20x the fast path)" in printed
+    assert main(["demo", "--dtype", "fp32", "--cpu-verify", "off"]) == 0
+    assert asked["fast_plain"] is False
 
 
 @pytest.mark.parametrize("case", ["identical", "near-tie", "mismatch"])

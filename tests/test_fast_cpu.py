@@ -213,6 +213,13 @@ def test_undo_and_the_refusals(monkeypatch):
         assert nothing.kernels == NO_KERNELS and not verify_rows_patch.is_enabled(model) and not nothing.compiled
     with pytest.raises(TypeError, match="compile must be True or False"):
         hf_dynaspec.fast_cpu(model, compile="yes")
+    from torch._inductor import cpp_builder
+
+    def no_compiler():
+        raise RuntimeError("no C++ compiler")
+    monkeypatch.setattr(cpp_builder, "get_cpp_compiler", no_compiler)
+    with hf_dynaspec.fast_cpu(model) as eager:  # nothing to compile with: the steps stay eager, the call works
+        assert not eager.compiled and model.generation_config.cache_implementation is None
 
 
 def test_an_fp16_model_is_left_alone(monkeypatch):

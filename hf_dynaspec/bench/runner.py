@@ -10,6 +10,7 @@ from pathlib import Path
 from hf_dynaspec.bench.harness import timed_run
 from hf_dynaspec.bench.methods import Method
 from hf_dynaspec.exactness import check_exactness
+from hf_dynaspec.generation.costs.verify_kernel import fast_cpu
 from hf_dynaspec.loading import DTYPES, load_target, resolve_device  # noqa: F401  (the bench's and CLI's names)
 from hf_dynaspec.modeling.assistant import DynaSpecAssistant
 
@@ -46,15 +47,22 @@ def load_assistant(assistant: str | None, target, target_name: str) -> tuple[Dyn
 
 
 def compare_plain_and_assisted(model, tokenizer, assistant, input_ids, max_new_tokens: int,
-                               assisted_kwargs: dict | None = None) -> dict:
+                               assisted_kwargs: dict | None = None, fast_plain: bool = False) -> dict:
     """Greedy plain vs assisted on one prompt (a short warm-up of both first), with the near-tie check.
 
     `assisted_kwargs`: the generate() arguments of the assisted run (default: chain drafting,
-    `assistant_model=assistant`; tree decoding passes `custom_generate` and `drafter`)."""
+    `assistant_model=assistant`; tree decoding passes `custom_generate` and `drafter`). `fast_plain`: also time
+    plain generate() on the fast path (`fast_cpu`: the fastest kernels, compiled steps), the second baseline."""
     assisted_kwargs = assisted_kwargs if assisted_kwargs is not None else {"assistant_model": assistant}
     plain_method, assisted_method = Method("vanilla"), Method("assisted", assisted_kwargs, assistant)
     for method in (plain_method, assisted_method):  # warm-up: first calls allocate caches and build heads
         timed_run(model, method, input_ids, 4)
+    fast = None
+    if fast_plain:
+        fast_method = Method("vanilla-fast", context=fast_cpu)
+        # Warmed up at the timed call's own length: its cache capacity, so one compile and none in the timed run.
+        timed_run(model, fast_method, input_ids, max_new_tokens)
+        fast = timed_run(model, fast_method, input_ids, max_new_tokens)
     plain = timed_run(model, plain_method, input_ids, max_new_tokens)
     assisted = timed_run(model, assisted_method, input_ids, max_new_tokens)
     stats = assistant.stats.as_dict()
@@ -65,9 +73,11 @@ def compare_plain_and_assisted(model, tokenizer, assistant, input_ids, max_new_t
         "identical": divergence is None,
         "near_tie_margin": None if divergence is None else divergence.margin,
         "plain_tokens_per_s": plain.tokens_per_s,
+        "fast_plain_tokens_per_s": None if fast is None else fast.tokens_per_s,
         "assisted_tokens_per_s": assisted.tokens_per_s,
         "tau": stats["tau"],
         "speedup": assisted.tokens_per_s / plain.tokens_per_s,
+        "speedup_over_fast_plain": None if fast is None else assisted.tokens_per_s / fast.tokens_per_s,
         "divergence": None if divergence is None else divergence.as_dict(),
         "acceptance_histogram": stats["acceptance_histogram"],
         "plain_new_tokens": len(plain.new_ids),

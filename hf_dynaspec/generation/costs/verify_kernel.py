@@ -224,6 +224,12 @@ def compile_refusal(model) -> str | None:
         return f"its attention implementation {model.config._attn_implementation!r} does not compile on the CPU"
     if getattr(model, "hf_quantizer", None) is not None:
         return "it is quantized"
+    try:  # Inductor writes C++ for the CPU: without a compiler the first step would fail inside generate()
+        from torch._inductor import cpp_builder
+
+        cpp_builder.get_cpp_compiler()
+    except Exception as err:  # noqa: BLE001  (a private API: any failure means no compile here)
+        return f"Inductor finds no C++ compiler here ({type(err).__name__}; install g++ or clang++)"
     return None
 
 
