@@ -772,6 +772,10 @@ MUTATIONS = [
     Mutation("demo: plain on the fast path left out", "hf_dynaspec/cli.py",
              '    fast_plain = args.cpu_verify == "auto" and kernel_applies(model)', "    fast_plain = False",
              ["tests/test_cli.py"], select="both_plain_baselines"),
+    Mutation("compiled step: oneDNN's packed product traced into the graph", "hf_dynaspec/kernels/verify_rows/patch.py",
+             "                if torch.compiler.is_compiling():\n                    return packed_weights.compiled_linear",
+             "                if False:\n                    return packed_weights.compiled_linear", [FAST_CPU],
+             select="packed_weights_call"),
 ]
 
 

@@ -64,6 +64,47 @@ def test_report_schema_and_pass_counting(report_and_runs):
     assert report["methods"]["eagle"]["tau"] == pytest.approx(expected_tau) and expected_tau > 1.5
 
 
+def test_another_engine_is_timed_on_its_own_clock_and_its_weights_are_named(target):
+    """A method that decodes with another engine (`Method.run`, how llama.cpp runs): its outputs are checked
+    against plain generate()'s like every method's (a wrong token is found), one pass per token, and the report names
+    its weight format beside its speed."""
+    calls = []
+
+    def engine(input_ids, max_new_tokens, wrong=False):
+        calls.append(input_ids.shape)
+        out = target.generate(input_ids, attention_mask=torch.ones_like(input_ids), do_sample=False,
+                              max_new_tokens=max_new_tokens)[0, input_ids.shape[1]:]
+        if wrong and len(out) > 3:  # the timed runs (the warm-ups decode two tokens)
+            out = out.clone()
+            out[3] = (out[3] + 1) % VOCAB
+        return out, 0.001
+    methods = [Method("vanilla"), Method("same", run=engine, weight_format="bf16"),
+               Method("other", run=functools.partial(engine, wrong=True), weight_format="Q8_0")]
+    report = run_benchmark(target, methods, _prompts(2), max_new_tokens=8, dtype="fp32", target_name="tiny",
+                           progress=False)
+    same, other = report["methods"]["same"], report["methods"]["other"]
+    assert same["exact"] is True and same["tau"] == 1.0 and same["weight_format"] == "bf16"
+    assert other["exact"] is False and other["n_mismatch"] == 2 and {d["position"] for d in other["divergences"]} == {3}
+    assert "weight_format" not in report["methods"]["vanilla"]
+    table = markdown_table(report)
+    assert "[bf16]" in table and "[Q8_0]" in table and "not the same model" in table
+    assert len(calls) == 2 * (2 + 2)  # two warm-ups and two prompts, for each of the two engine methods
+
+
+def test_the_llama_cpp_method_names_what_it_lacks(monkeypatch, tmp_path, target):
+    import sys
+    import types
+
+    monkeypatch.setitem(sys.modules, "llama_cpp", None)  # not installed
+    with pytest.raises(ValueError, match="llama-cpp-python binding is not installed"):
+        build_methods(["vanilla", f"llama.cpp:{tmp_path / 'q.gguf'}"], target=target)
+    monkeypatch.setitem(sys.modules, "llama_cpp", types.ModuleType("llama_cpp"))
+    with pytest.raises(ValueError, match="no GGUF file: name one"):
+        build_methods(["vanilla", "llama.cpp"], target=target)
+    with pytest.raises(ValueError, match="is not a file"):
+        build_methods(["vanilla", f"llama.cpp:{tmp_path / 'missing.gguf'}"], target=target)
+
+
 def test_lookup_share_and_acceptance_are_summed_over_runs(target):
     assistant = imitating_assistant(target, noise=0.3, num_assistant_tokens=2, prompt_lookup_num_tokens=3,
                                     prompt_lookup_min_ngram=1)

@@ -96,6 +96,38 @@ def test_compiled_steps_run_the_kernel_inside_one_graph_and_decode_the_same(monk
 
 
 @needs_kernel
+@needs_packed
+def test_compiled_steps_on_packed_weights_call_onednn_as_one_operator(monkeypatch):
+    """Where one-token steps go to prepacked oneDNN weights (how an AMX host may route them), the compiled step keeps
+    oneDNN's product as one operator per layer (Inductor cannot lower it over the packed layout: the demo failed
+    so), breaks no graph, and gives the eager routed step's logits."""
+    monkeypatch.setattr(verify_kernel, "measured_kernels", lambda model: CpuKernels(packed=(1, 4)))
+    model = tiny_target("qwen2", seed=2).to(torch.bfloat16)
+    prompt = torch.randint(0, model.config.vocab_size, (1, 9), generator=torch.Generator().manual_seed(5))
+    torch._dynamo.reset()
+    counters = torch._dynamo.utils.counters
+    counters.clear()
+    with hf_dynaspec.fast_cpu(model) as handle:
+        assert handle.compiled
+        with torch.no_grad():  # the routed forwards are for inference
+            explained = torch._dynamo.explain(model)(input_ids=prompt[:, :1])  # one row: the packed route
+        assert explained.graph_break_count == 0, explained.break_reasons
+        ops = {str(op) for graph in explained.ops_per_graph for op in graph}
+        assert any("packed_linear" in op for op in ops) and not any("_linear_pointwise" in op for op in ops), ops
+        counters.clear()
+        out = plain_generate(model, prompt, max_new_tokens=6, do_sample=False)
+        with torch.profiler.profile() as profile:
+            plain_generate(model, prompt, max_new_tokens=2, do_sample=False)
+    assert counters["stats"]["unique_graphs"] >= 1 and not counters["graph_break"]
+    linears = sum(isinstance(m, torch.nn.Linear) for m in model.modules())
+    assert sum(e.name == "hf_dynaspec::packed_linear" for e in profile.events()) == linears  # the one step
+    with hf_dynaspec.fast_cpu(model, compile=False):
+        eager = plain_generate(model, prompt, max_new_tokens=6, do_sample=False)
+    assert out.shape == eager.shape and (out == eager).float().mean() > 0.8  # bf16: a near-tie may flip late
+    torch._dynamo.reset()
+
+
+@needs_kernel
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_the_rows_operator_compiles_without_a_graph_break_and_matches_its_kernel(dtype):
     """The routed Linear under `torch.compile`: the kernel is one opaque operator in one graph (a direct ctypes

@@ -69,6 +69,10 @@ def timed_run(target, method: Method, input_ids: torch.Tensor, max_new_tokens: i
     """Generate with `method` (greedy, or sampled with the settings `sampling` from `seed`), timed, counting the
     target's forward passes. On CUDA the clock is read after a synchronisation at the start, at the end of the
     prefill (the first forward) and at the end."""
+    if method.run is not None:  # another engine (llama.cpp): its own clock, one pass per token
+        start = time.perf_counter()
+        new_ids, first = method.run(input_ids, max_new_tokens)
+        return Run(new_ids, time.perf_counter() - start, first, max(len(new_ids), 1), {})
     input_ids = input_ids.to(target.device)
     devices = devices_of(target)  # every card the target spans: its last layers may run on another than its first
     forward_ends: list[float] = []
@@ -147,8 +151,9 @@ def run_benchmark(target, methods: list[Method], prompts: list[EncodedPrompt], *
         "max_new_tokens": max_new_tokens,
         "mode": "sampled" if sampling else "greedy",
         "sampling": sampling, "seed": seed if sampling else None, "exactness": SAMPLED_EXACTNESS if sampling else None,
-        "methods": {key: _aggregate(key, runs[key], runs["vanilla"], prompts, target, dtype, sampled=bool(sampling))
-                    for key in keys},
+        "methods": {m.key: {**_aggregate(m.key, runs[m.key], runs["vanilla"], prompts, target, dtype,
+                                         sampled=bool(sampling)),
+                            **({"weight_format": m.weight_format} if m.weight_format else {})} for m in methods},
     }
 
 

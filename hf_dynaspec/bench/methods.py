@@ -30,6 +30,8 @@ METHOD_HELP = {
     "vanilla-fast": "plain greedy generate() on the fastest CPU kernels measured here, its one-token steps compiled "
                     "(hf_dynaspec.fast_cpu)",
     "hf-assisted": "transformers' assisted generation with --draft-model",
+    "llama.cpp:GGUF": "llama.cpp's greedy decoding of the same prompt ids on the GGUF file GGUF (llama-cpp-python; "
+                      "a bf16 GGUF is the same weights, a quantized one another model); the path takes no '+' or '@'",
     "prompt-lookup[:N]": "transformers' prompt lookup decoding, N tokens per lookup (default 10)",
     "drafter-free": "DynaSpecAssistant.for_target(model): prompt lookup and the suffix cache, each round planned from "
                     "this machine's costs; no artifact",
@@ -81,6 +83,9 @@ class Method:
     generate_kwargs: dict = field(default_factory=dict)
     assistant: DynaSpecAssistant | None = None
     context: Callable | None = None  # context(target) -> a context manager around each generate() call
+    # Another engine instead of generate(): run(input_ids, max_new_tokens) -> (new ids, seconds to the first token)
+    run: Callable | None = None
+    weight_format: str | None = None  # what `run` decodes with, where that is not the target's own weights
 
     def stats(self) -> dict:
         """The assistant's statistics of the last generate() call ({} for methods without our assistant)."""
@@ -89,6 +94,8 @@ class Method:
 
 def split_label(key: str) -> tuple[str | None, str]:
     """`LABEL/method` -> (LABEL, method); a key without a label -> (None, key)."""
+    if key.startswith("llama.cpp:"):  # its argument is a path: its slashes are not a label's
+        return None, key
     label, slash, rest = key.partition("/")
     return (label.strip(), rest.strip()) if slash else (None, key)
 
@@ -265,7 +272,9 @@ def build_methods(
         if ("@" in key or "+" in key) and name in ("vanilla", "vanilla-fast", "hf-assisted", "prompt-lookup"):
             raise ValueError(f"method {key!r}: the @P, +lookup and +draft suffixes apply to the assistant's "
                              "methods only")
-        if name == "vanilla":
+        if name == "llama.cpp":
+            methods.append(_llama_cpp_method(key, arg, target))
+        elif name == "vanilla":
             methods.append(Method(key))
         elif name == "vanilla-fast":
             methods.append(Method(key, context=fast_cpu))
@@ -333,6 +342,18 @@ def _assistant_method(key: str, name: str, arg: str | None, factory) -> Method:
     if tree:
         return Method(key, {"custom_generate": tree_generate, "drafter": assistant}, assistant)
     return Method(key, {"assistant_model": assistant}, assistant)
+
+
+def _llama_cpp_method(key: str, gguf: str | None, target) -> Method:
+    """`llama.cpp:GGUF`: the reference engine on that file, stopping where the target's generate() would."""
+    from hf_dynaspec.bench import llama_cpp
+
+    lacking = llama_cpp.missing(gguf)
+    if lacking is not None:
+        raise ValueError(f"method {key!r}: {lacking}")
+    eos = target.generation_config.eos_token_id if target is not None else None
+    engine = llama_cpp.LlamaCpp(gguf, set(eos if isinstance(eos, list) else [] if eos is None else [eos]))
+    return Method(key, run=engine, weight_format=engine.weight_format)
 
 
 def medusa_kwargs(key: str, name: str, arg: str | None, heads) -> dict:

@@ -51,9 +51,12 @@ def markdown_table(report: dict) -> str:
         lines.append(
             f"| {key} | {_fmt(m['tau'])}{_acceptance(m)} | "
             f"{_fmt(m['avg_shortlist'], 0)} | {_fmt(m['coverage'], 3)} | {lookup} | "
-            f"{_fmt(m['tokens_per_s'])} | {_fmt(m['speedup'])} | {_fmt(m['decode_speedup'])} | "
+            f"{_fmt(m['tokens_per_s'])}{_weights(m)} | {_fmt(m['speedup'])} | {_fmt(m['decode_speedup'])} | "
             f"{_exact_cell(m)} |"
         )
+    if any(m.get("weight_format") for m in methods.values()):
+        lines += ["", "[format]: another engine's decoding of a GGUF file in that weight format; bf16 is the target's "
+                  "own weights (its kernels round differently), a quantized format is not the same model"]
     if report.get("exactness"):
         lines += ["", f"exactness: {report['exactness']}"]
     categories = list(next(iter(methods.values()))["per_category"])
@@ -63,6 +66,10 @@ def markdown_table(report: dict) -> str:
         cells = [f"{_fmt(m['per_category'][c]['tau'])} / {_fmt(m['per_category'][c]['speedup'])}" for c in categories]
         lines.append(f"| {key} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _weights(metrics: dict) -> str:
+    return f" [{metrics['weight_format']}]" if metrics.get("weight_format") else ""
 
 
 def _acceptance(metrics: dict) -> str:

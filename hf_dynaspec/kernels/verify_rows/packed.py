@@ -87,6 +87,26 @@ def linear(x: torch.Tensor, module: nn.Linear, packed: torch.Tensor) -> torch.Te
     return out.reshape(*x.shape[:-1], out.shape[-1])
 
 
+@torch.library.custom_op("hf_dynaspec::packed_linear", mutates_args=())
+def packed_linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None, out_features: int) -> torch.Tensor:
+    """`linear` as an operator, for compiled steps: Inductor cannot lower oneDNN's product over a prepacked weight
+    (its blocked layout has no strides a graph can describe), so a compile keeps it as one opaque call."""
+    rows = x.numel() // x.shape[-1]
+    out = torch.ops.mkldnn._linear_pointwise(x.reshape(rows, x.shape[-1]), packed, bias, "none", [], "")
+    return out.reshape(*x.shape[:-1], out_features)
+
+
+@packed_linear.register_fake
+def _packed_linear_shape(x, packed, bias, out_features):
+    return x.new_empty((*x.shape[:-1], out_features))
+
+
+def compiled_linear(x: torch.Tensor, module: nn.Module) -> torch.Tensor:
+    """`module(x)` through the packed copy inside a compiled step: the copy made (or checked against the weight)
+    when the layer was routed, as every `fast_cpu` entry does; the check reads data pointers, which a graph cannot."""
+    return torch.ops.hf_dynaspec.packed_linear(x, getattr(module, _CACHE)[1], module.bias, module.out_features)
+
+
 def release(model: nn.Module) -> int:
     """Drop every packed copy held by `model`'s layers; returns how many."""
     released = 0

@@ -71,6 +71,8 @@ def _patched_forward(module: nn.Linear, min_rows: int, max_rows: int, method: st
         if not min_rows <= rows <= max_rows:
             # Only while the weight is still bf16 (exactness.py upcasts a patched model's weights to float32).
             if packed_rows != NO_ROWS and packed_rows[0] <= rows <= packed_rows[1] and x.dtype == torch.bfloat16:
+                if torch.compiler.is_compiling():
+                    return packed_weights.compiled_linear(x, module)
                 return packed_weights.linear(x, module, packed_weights.packed_weight(module))
             return original(x)
         if method == "shadow":
