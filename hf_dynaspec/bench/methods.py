@@ -346,13 +346,13 @@ def _assistant_method(key: str, name: str, arg: str | None, factory) -> Method:
 
 def _llama_cpp_method(key: str, gguf: str | None, target) -> Method:
     """`llama.cpp:GGUF`: the reference engine on that file, stopping where the target's generate() would."""
-    from hf_dynaspec.bench import llama_cpp
+    from hf_dynaspec.bench.llama_cpp import LlamaCpp, missing
 
-    lacking = llama_cpp.missing(gguf)
+    lacking = missing(gguf)
     if lacking is not None:
         raise ValueError(f"method {key!r}: {lacking}")
     eos = target.generation_config.eos_token_id if target is not None else None
-    engine = llama_cpp.LlamaCpp(gguf, set(eos if isinstance(eos, list) else [] if eos is None else [eos]))
+    engine = LlamaCpp(gguf, set(eos if isinstance(eos, list) else [] if eos is None else [eos]))
     return Method(key, run=engine, weight_format=engine.weight_format)
 
 
