@@ -185,6 +185,7 @@ def _write_json(path: str | None, report: dict) -> None:
 def _run_batched(args, target, tokenizer, methods, encoded, assistants, cpu_verify_method) -> dict:
     """`--batch-size`: hf_dynaspec.bench.batched's interleaved throughput per batch size; its table and records."""
     from hf_dynaspec.bench.batched import batched_markdown, run_batched_benchmark
+    from hf_dynaspec.bench.methods import eos_ids
 
     try:
         sizes = [int(value) for value in args.batch_size.split(",")]
@@ -193,11 +194,10 @@ def _run_batched(args, target, tokenizer, methods, encoded, assistants, cpu_veri
     if not sizes or min(sizes) < 1:
         raise ValueError(f"--batch-size takes positive integers separated by commas, e.g. 1,4,16; got "
                          f"{args.batch_size!r}")
-    eos = target.generation_config.eos_token_id
-    eos_ids = set(eos if isinstance(eos, list) else [] if eos is None else [eos])
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(eos_ids, default=0)
+    stops = eos_ids(target)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(stops, default=0)
     report = run_batched_benchmark(target, methods, encoded, sizes, max_new_tokens=args.max_new_tokens,
-                                   pad_token_id=pad, eos_ids=eos_ids)
+                                   pad_token_id=pad, eos_ids=stops)
     report.update(target=args.target, dtype=args.dtype, cpu_verify=cpu_verify_method,
                   assistant=assistants[None] if None in assistants else (assistants or None), medusa=args.medusa,
                   command=_command_line())

@@ -1,7 +1,7 @@
 """llama.cpp beside our methods: plain greedy decoding of the same prompt ids by llama.cpp (the `llama-cpp-python`
 binding) on a GGUF file, the engine many CPU users pick instead.
 
-Optional: the bench's `llama.cpp` method needs the binding and `--gguf PATH`; without either the method is refused
+Optional: the bench's `llama.cpp:PATH` method needs the binding and a GGUF file at PATH; without either the method is refused
 with what is missing. Its outputs are compared with plain `generate()`'s as every method's are, for information: a
 bf16 GGUF holds the same weights (its kernels round differently, so near-ties may flip), a quantized one (Q8_0,
 Q4_K_M, ...) is another model. The report names the file's weight format beside its speed.
@@ -30,7 +30,7 @@ def missing(gguf: str | None) -> str | None:
     if gguf is None:
         return "no GGUF file: name one, llama.cpp:PATH, a GGUF of the target's weights (docs/cli.md)"
     if not Path(gguf).is_file():
-        return f"--gguf {gguf} is not a file"
+        return f"{gguf} is not a file (llama.cpp:PATH names a GGUF file)"
     return None
 
 

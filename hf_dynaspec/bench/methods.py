@@ -344,6 +344,12 @@ def _assistant_method(key: str, name: str, arg: str | None, factory) -> Method:
     return Method(key, {"assistant_model": assistant}, assistant)
 
 
+def eos_ids(target) -> set[int]:
+    """The ids that end the target's generate() (its generation config's `eos_token_id`: one, a list, or none)."""
+    eos = target.generation_config.eos_token_id
+    return set(eos if isinstance(eos, list) else [] if eos is None else [eos])
+
+
 def _llama_cpp_method(key: str, gguf: str | None, target) -> Method:
     """`llama.cpp:GGUF`: the reference engine on that file, stopping where the target's generate() would."""
     from hf_dynaspec.bench.llama_cpp import LlamaCpp, missing
@@ -351,8 +357,7 @@ def _llama_cpp_method(key: str, gguf: str | None, target) -> Method:
     lacking = missing(gguf)
     if lacking is not None:
         raise ValueError(f"method {key!r}: {lacking}")
-    eos = target.generation_config.eos_token_id if target is not None else None
-    engine = LlamaCpp(gguf, set(eos if isinstance(eos, list) else [] if eos is None else [eos]))
+    engine = LlamaCpp(gguf, eos_ids(target) if target is not None else set())
     return Method(key, run=engine, weight_format=engine.weight_format)
 
 

@@ -238,11 +238,11 @@ def compiled_steps(model) -> dict | None:
     `CompileConfig`, which it honours on a CPU only when told to), the rows kernel inside as one opaque operator
     (kernels/verify_rows/op.py). Inductor then compiles the attention, norms, rotary and residual adds around
     the fast Linear layers: eager keeps the kernels but pays ~20 ms of Python a 0.5B step; PyTorch's own compile
-    drops the Python but runs PyTorch's Linear layers (benchmarks/results/compiled_step_91.txt). Prefills stay eager.
+    drops the Python but runs PyTorch's Linear layers (benchmarks/results/compiled_91/). Prefills stay eager.
 
     `dynamic=None` (dynamo's automatic dynamic shapes): the first cache capacity compiles static shapes, a second
     one recompiles once with the capacity symbolic, and no later capacity recompiles. The first call pays the
-    compile (~13 s for a 0.5B on 2 cores; logged); Inductor's on-disk caches cut it in later processes.
+    compile (a 0.5B on 2 cores: ~40 s cold, ~12 s from Inductor's on-disk cache in later processes; logged).
     Returns the generation-config values it replaced (for `undo`), or None where a compile does not apply (logged)."""
     from transformers import CompileConfig
 
