@@ -18,7 +18,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from static_round_real import ROOT, prompts, report  # noqa: E402
 
-from hf_dynaspec import DynaSpecAssistant, chain_generate, zoo  # noqa: E402
+from hf_dynaspec import DynaSpecAssistant, speculative_generate, zoo  # noqa: E402
 
 
 def main(argv=None) -> dict:
@@ -38,7 +38,7 @@ def main(argv=None) -> dict:
         plain = model.generate(**inputs, max_new_tokens=48, do_sample=False)
         for mode in identical:
             assistant.generation_config.verify_round = mode
-            out = model.generate(**inputs, max_new_tokens=48, do_sample=False, custom_generate=chain_generate,
+            out = model.generate(**inputs, max_new_tokens=48, do_sample=False, custom_generate=speculative_generate,
                                  drafter=assistant)
             identical[mode].append(bool(torch.equal(out, plain)))
     result = {"target": args.name, "dtype": "float32", "new_tokens_per_prompt": 48, "identical_to_plain": identical}

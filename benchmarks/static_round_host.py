@@ -26,7 +26,7 @@ from conftest import imitating_assistant, one_layer_target, tiny_target  # noqa:
 from static_round_real import report  # noqa: E402
 
 import hf_dynaspec.generation.batched_loop as loop  # noqa: E402
-from hf_dynaspec import chain_generate  # noqa: E402
+from hf_dynaspec import speculative_generate  # noqa: E402
 
 
 def main(argv=None) -> dict:
@@ -50,7 +50,7 @@ def main(argv=None) -> dict:
         rounds.clear()
         start = time.perf_counter()
         out = target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=64, do_sample=False,
-                              custom_generate=chain_generate, drafter=assistant)
+                              custom_generate=speculative_generate, drafter=assistant)
         return (time.perf_counter() - start) * 1000, len(rounds), out
 
     modes = ("eager", "static")

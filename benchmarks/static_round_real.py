@@ -21,7 +21,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.generation.configuration_utils import CompileConfig
 
-from hf_dynaspec import DynaSpecAssistant, chain_generate, zoo
+from hf_dynaspec import DynaSpecAssistant, speculative_generate, zoo
 from hf_dynaspec.runtime_store import forget_learnt_state
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,8 +53,8 @@ def main(argv=None) -> dict:
     methods = {
         "plain": dict(),
         "plain compiled (HF static cache)": dict(cache_implementation="static", compile_config=compiled),
-        "eager round": dict(custom_generate=chain_generate, drafter=assistant),
-        "static round": dict(custom_generate=chain_generate, drafter=assistant),
+        "eager round": dict(custom_generate=speculative_generate, drafter=assistant),
+        "static round": dict(custom_generate=speculative_generate, drafter=assistant),
     }
     encoded = [tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
                                              return_tensors="pt", return_dict=True) for text in prompts(args.prompts)]

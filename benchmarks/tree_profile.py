@@ -31,7 +31,7 @@ from hf_dynaspec.bench.prompts import encode_prompts, load_prompts
 from hf_dynaspec.bench.runner import load_assistant, load_target
 from hf_dynaspec.drafting import tree as drafting
 from hf_dynaspec.generation import batched_loop as tree_loop
-from hf_dynaspec.generation import tree_generate
+from hf_dynaspec.generation import speculative_generate
 from hf_dynaspec.kernels.verify_rows import patch as cpu_verify
 from recipes.data_paths import shared_data_dir
 
@@ -128,7 +128,7 @@ def main(argv=None):
             if run == "chain":
                 kwargs["assistant_model"] = assistant
             elif shape is not None:
-                kwargs.update(custom_generate=tree_generate, drafter=assistant, tree_top_k=shape[0],
+                kwargs.update(custom_generate=speculative_generate, trees=True, drafter=assistant, tree_top_k=shape[0],
                               tree_depth=shape[1], tree_total_tokens=shape[2])
             start = time.perf_counter()
             out = model.generate(input_ids=prompt.input_ids, **kwargs)

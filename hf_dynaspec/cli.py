@@ -159,9 +159,9 @@ def _generate(args, chat: bool | None) -> dict:
     input_ids = encode_prompt(tokenizer, args.prompt, chat)
     assisted_kwargs = {"assistant_model": assistant}
     if args.tree is not None:
-        from hf_dynaspec.generation import parse_tree_shape, tree_generate
+        from hf_dynaspec.generation import parse_tree_shape, speculative_generate
 
-        assisted_kwargs = {"custom_generate": tree_generate, "drafter": assistant,
+        assisted_kwargs = {"custom_generate": speculative_generate, "drafter": assistant, "trees": True,
                            **parse_tree_shape(args.tree or None)}
     result = runner.compare_plain_and_assisted(model, tokenizer, assistant, input_ids, args.max_new_tokens,
                                                assisted_kwargs, fast_plain=fast_plain)

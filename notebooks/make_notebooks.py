@@ -32,7 +32,7 @@ QUICKSTART = [
     new_code_cell(SETUP),
     new_code_cell('''import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
-from hf_dynaspec import DynaSpecAssistant, check_exactness, tree_generate
+from hf_dynaspec import DynaSpecAssistant, check_exactness, speculative_generate
 from hf_dynaspec.bench.runner import no_trained_assistant_message, shipped_assistant_dir
 from hf_dynaspec.zoo import resolve_model_path
 from pathlib import Path
@@ -72,7 +72,7 @@ assert divergence is None or divergence.near_tie'''),
     new_markdown_cell("## Draft trees (EAGLE-2)\n\nThe drafter proposes a tree of alternatives and the target "
                       "verifies all of them in one pass (tree attention mask); the output is again the target's "
                       "own. On a GPU, larger trees (`tree_top_k=8, tree_depth=6, tree_total_tokens=24`) pay off."),
-    new_code_cell('''tree_out = model.generate(**inputs, custom_generate=tree_generate, drafter=assistant,
+    new_code_cell('''tree_out = model.generate(**inputs, custom_generate=speculative_generate, trees=True, drafter=assistant,
                           max_new_tokens=new_tokens, do_sample=False, tree_top_k=4, tree_depth=4, tree_total_tokens=8)
 print("tree tau:", round(assistant.stats.tau, 2))
 assert torch.equal(tree_out, assisted) or check_exactness(model, inputs["input_ids"], assisted[0, prompt_length:], tree_out[0, prompt_length:]).near_tie'''),
@@ -87,7 +87,8 @@ TRAIN = [
                       "for a good drafter: point it at your own chats (a JSONL file or a `datasets` name, see "
                       "recipes/user_data.py). On Colab use a GPU runtime; `accelerate launch -m "
                       "recipes.train_drafter ...` scales to several GPUs."),
-    new_code_cell(SETUP + '''
+    # the training notebook installs the train extra too (recipes: accelerate, datasets)
+    new_code_cell(SETUP.replace('[models]"', '[models,train]"') + '''
 import subprocess
 import torch
 from recipes.user_data import starter_prompts_path

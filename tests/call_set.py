@@ -17,8 +17,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "hf_dynaspec"
 START, END = "<!-- call-set:start -->", "<!-- call-set:end -->"
-KINDS = ("chain (assistant_model=)", "chain (chain_generate)", "tree (tree_generate)", "lattice (medusa_generate)",
-         "batched (chain_generate, 2 rows)")
+KINDS = ("chain (assistant_model=)", "chain (speculative_generate)", "tree (trees=True)", "lattice (Medusa heads)",
+         "batched (speculative_generate, 2 rows)")
 
 
 @contextmanager
@@ -75,7 +75,7 @@ def call_sets() -> dict[str, set]:
     from conftest import imitating_assistant, one_layer_target
     from test_planned_trees import flat_tree_costs
 
-    from hf_dynaspec import MedusaAssistant, chain_generate, medusa_generate, tree_generate
+    from hf_dynaspec import MedusaAssistant, speculative_generate
     from hf_dynaspec.generation import rounds
     from hf_dynaspec.generation.costs import verify_kernel
 
@@ -87,10 +87,10 @@ def call_sets() -> dict[str, set]:
     calls = {
         KINDS[0]: lambda: target.generate(prompt, attention_mask=torch.ones_like(prompt), assistant_model=assistant,
                                           max_new_tokens=24, do_sample=False),
-        KINDS[1]: lambda: target.generate(prompt, custom_generate=chain_generate, drafter=assistant, max_new_tokens=24),
-        KINDS[2]: lambda: target.generate(prompt, custom_generate=tree_generate, drafter=assistant, max_new_tokens=24),
-        KINDS[3]: lambda: target.generate(prompt, custom_generate=medusa_generate, drafter=heads, max_new_tokens=24),
-        KINDS[4]: lambda: target.generate(batch, attention_mask=torch.ones_like(batch), custom_generate=chain_generate,
+        KINDS[1]: lambda: target.generate(prompt, custom_generate=speculative_generate, drafter=assistant, max_new_tokens=24),
+        KINDS[2]: lambda: target.generate(prompt, custom_generate=speculative_generate, trees=True, drafter=assistant, max_new_tokens=24),
+        KINDS[3]: lambda: target.generate(prompt, custom_generate=speculative_generate, drafter=heads, max_new_tokens=24),
+        KINDS[4]: lambda: target.generate(batch, attention_mask=torch.ones_like(batch), custom_generate=speculative_generate,
                                           drafter=assistant, max_new_tokens=24, pad_token_id=0),
     }
     measured, kernels = rounds.round_costs, verify_kernel.measured_kernels

@@ -245,7 +245,7 @@ def _verify(candidate_ids, candidate_logits, num_drafted, new_logits) -> tuple[i
 @torch.no_grad()
 def tree_round(target, assistant, prompt: list[int], logits_processor, top_k: int, depth: int, total: int):
     """Exact outcome distribution of one tree round after `prompt` (its last token from the prefill), with the
-    tree drafter, the tree-masked target pass on the prefill's cache and `accept_path`, as tree_generate runs
+    tree drafter, the tree-masked target pass on the prefill's cache and `accept_path`, as speculative_generate(trees=True) runs
     them. Returns (outcomes, the tree's node count)."""
     input_ids = torch.tensor([prompt])
     cache = DynamicCache(config=target.config)

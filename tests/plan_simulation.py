@@ -19,7 +19,7 @@ chain recorded there did.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -175,10 +175,10 @@ class Replay:
             r, room = trace.at(position), trace.end - position - 1
             lookups = [r.lookup] if r.lookup is not None and room >= 1 else []
             plan = planner.plan_round(lookups, room) if room >= 1 else RoundPlan("none", 0)
-            seconds, drafted, accepted = self._play(planner, plan, r, deferred, room)
+            seconds, drafted, accepted, plan = self._play(planner, plan, r, deferred, room)
             planner.record(plan, drafted, accepted)
             if plan.source == "prompt-lookup" and accepted == drafted < r.lookup.num_tokens:
-                plan.next_offered = -1  # offered (its value is not needed: the trace knows how far it matches)
+                plan = replace(plan, next_offered=-1)  # offered (its value is not needed: the trace knows how far it matches)
                 planner.record_past_the_draft(plan, drafted, r.lookup_accepted > drafted)
             if r.lookup is not None and lookups and plan.source != "prompt-lookup":
                 planner.record_passed_over(r.lookup, r.lookup_accepted >= 1)
@@ -188,15 +188,18 @@ class Replay:
             position = self._commit(call, position, accepted, seconds, plan.source)
         return call
 
-    def _play(self, planner, plan: RoundPlan, r: Record, deferred: bool, room: int) -> tuple[float, int, int]:
-        """(seconds, drafted, accepted) of `plan` on record `r`, at most `room` draft tokens."""
+    def _play(self, planner, plan: RoundPlan, r: Record, deferred: bool,
+              room: int) -> tuple[float, int, int, RoundPlan]:
+        """(seconds, drafted, accepted, the plan with its drafted confidences) of `plan` on record `r`, at most
+        `room` draft tokens."""
         if plan.source == "none":
-            return self.costs.verify(1), 0, 0
+            return self.costs.verify(1), 0, 0, plan
         if plan.source == "tree":
             depth = plan.num_tokens
-            return self.tree_seconds(depth), self.shape.nodes(depth), min(depth, r.tree_accepted)
+            return self.tree_seconds(depth), self.shape.nodes(depth), min(depth, r.tree_accepted), plan
         if plan.source != "drafter":
-            return self.costs.verify(plan.num_tokens + 1), plan.num_tokens, min(plan.num_tokens, r.lookup_accepted)
+            return (self.costs.verify(plan.num_tokens + 1), plan.num_tokens, min(plan.num_tokens, r.lookup_accepted),
+                    plan)
         cap = min(MAX_DRAFT, room)
         if plan.probe:
             steps = kept = plan.num_tokens
@@ -212,8 +215,8 @@ class Replay:
                 kept = steps
                 if not planner.draft_more(r.confidences[:kept], cap):
                     break
-        plan.confidences = r.confidences[:kept]
-        return self.chain_seconds(steps, kept), kept, min(kept, r.chain_accepted)
+        plan = replace(plan, confidences=tuple(r.confidences[:kept]))
+        return self.chain_seconds(steps, kept), kept, min(kept, r.chain_accepted), plan
 
 
 def fixed_plans(shape: TreeShape) -> dict[str, tuple[str, int]]:

@@ -16,7 +16,7 @@ import torch
 from conftest import VOCAB, assisted_generate, plain_generate, random_assistant, tiny_target
 from safetensors.torch import load_file, save_file
 
-from hf_dynaspec import DynaSpecAssistant, tree_generate
+from hf_dynaspec import DynaSpecAssistant, speculative_generate
 from hf_dynaspec.modeling.assistant import AssistantMismatchError
 from hf_dynaspec.modeling.checkpoints import ArtifactError
 from hf_dynaspec.modeling.integrity import IntegrityError
@@ -100,7 +100,7 @@ def test_an_empty_prompt_is_refused(saved):
     with pytest.raises(ValueError, match="the prompt is empty"):
         assisted_generate(target, assistant, empty, max_new_tokens=4)
     with pytest.raises(ValueError, match="the prompt is empty"):
-        target.generate(empty, custom_generate=tree_generate, drafter=assistant, max_new_tokens=4)
+        target.generate(empty, custom_generate=speculative_generate, trees=True, drafter=assistant, max_new_tokens=4)
 
 
 def test_the_assistant_follows_a_target_cast_after_attaching(saved):
@@ -115,7 +115,7 @@ def test_the_assistant_follows_a_target_cast_after_attaching(saved):
         assisted_generate(target, assistant, PROMPT, max_new_tokens=2)
     target.to(torch.float32)
     with pytest.warns(UserWarning, match="re-attaching"):
-        tree = target.generate(PROMPT, custom_generate=tree_generate, drafter=assistant, max_new_tokens=6)
+        tree = target.generate(PROMPT, custom_generate=speculative_generate, trees=True, drafter=assistant, max_new_tokens=6)
     assert torch.equal(tree, plain_generate(target, PROMPT, max_new_tokens=6))
 
 
@@ -164,20 +164,20 @@ def _bench_methods(keys):
 
 
 def _public_route(target, route, **kwargs):
-    from hf_dynaspec import chain_generate, medusa_generate
+    from hf_dynaspec import speculative_generate
 
-    routes = {"chain": chain_generate, "tree": tree_generate, "medusa": medusa_generate}
-    return target.generate(PROMPT, attention_mask=torch.ones_like(PROMPT), custom_generate=routes[route],
-                           max_new_tokens=4, do_sample=False, **kwargs)
+    trees = {"chain": {}, "tree": {"trees": True}, "medusa": {}}[route]
+    return target.generate(PROMPT, attention_mask=torch.ones_like(PROMPT), custom_generate=speculative_generate,
+                           max_new_tokens=4, do_sample=False, **trees, **kwargs)
 
 
 def _masked(target, directory, route, mask):
     """A generate() call on PROMPT with `mask` through `route` ("assistant_model" or "chain")."""
-    from hf_dynaspec import chain_generate
+    from hf_dynaspec import speculative_generate
 
     assistant = _load(target, directory)
     kwargs = (dict(assistant_model=assistant) if route == "assistant_model"
-              else dict(custom_generate=chain_generate, drafter=assistant))
+              else dict(custom_generate=speculative_generate, drafter=assistant))
     return target.generate(PROMPT, attention_mask=mask, max_new_tokens=4, do_sample=False, **kwargs)
 
 
@@ -220,15 +220,17 @@ CASES = [
     ("from_pretrained: generation_config.json not JSON",
      lambda t, d: (_corrupt(d, "generation_config.json", "{"), _load(t, d)), ArtifactError,
      r"generation_config.json is not valid JSON .*re-save or re-download"),
-    ("chain_generate: no drafter", lambda t, d: _public_route(t, "chain"), ValueError,
-     r"chain_generate needs the assistant: .*drafter=assistant"),
-    ("chain_generate: a drafter of the wrong type", lambda t, d: _public_route(t, "chain", drafter="eagle"),
-     TypeError, r"drafter must be a DynaSpecAssistant, got str"),
-    ("tree_generate: a drafter of the wrong type", lambda t, d: _public_route(t, "tree", drafter=d), TypeError,
-     r"drafter must be a DynaSpecAssistant, got PosixPath"),
-    ("medusa_generate: an EAGLE assistant as the heads",
-     lambda t, d: _public_route(t, "medusa", drafter=_load(t, d)), TypeError,
-     r"medusa_generate's drafter must be a MedusaAssistant or a DiffusionDrafter, got DynaSpecAssistant"),
+    ("speculative_generate: no drafter", lambda t, d: _public_route(t, "chain"), ValueError,
+     r"speculative_generate needs the drafter: .*drafter=assistant"),
+    ("speculative_generate: a drafter of the wrong type", lambda t, d: _public_route(t, "chain", drafter="eagle"),
+     TypeError, r"drafter must be one of DynaSpecAssistant, MedusaAssistant, DiffusionDrafter, got str"),
+    ("speculative_generate(trees=True): a path as the drafter", lambda t, d: _public_route(t, "tree", drafter=d),
+     TypeError, r"drafter must be one of DynaSpecAssistant, .*got PosixPath"),
+    ("speculative_generate: the target as its own drafter", lambda t, d: _public_route(t, "medusa", drafter=t),
+     TypeError, r"drafter must be one of DynaSpecAssistant, .*got \w+ForCausalLM"),
+    ("speculative_generate: a Medusa option for an EAGLE assistant",
+     lambda t, d: _public_route(t, "chain", drafter=_load(t, d), lattice_draft="cps"), TypeError,
+     r"unknown drafting option 'lattice_draft'; the options are"),
     ("fast_cpu: not a model", lambda t, d: _fast_cpu("qwen"), TypeError, r"fast_cpu's model must be a transformers model .*got str"),
     ("bench: an unknown method", lambda t, d: _bench_methods(["vanila"]), ValueError,
      r"unknown method 'vanila'; known methods: vanilla"),

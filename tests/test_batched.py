@@ -24,8 +24,7 @@ from test_enumeration import VOCAB as SMALL_VOCAB
 from test_medusa import trained_heads
 from test_planner import flat_costs
 
-import hf_dynaspec.generation.medusa as medusa_route
-from hf_dynaspec import chain_generate, tree_generate
+from hf_dynaspec import speculative_generate
 from hf_dynaspec.generation import rounds as cg
 from hf_dynaspec.modeling.medusa import MedusaAssistant
 
@@ -67,14 +66,15 @@ def eagle_pair():
 
 
 ROUTES = {
-    "chain-fixed": (chain_generate, dict(draft_plan="fixed", num_assistant_tokens=3), {}),
-    "chain-auto-lookup": (chain_generate, dict(draft_plan="auto", prompt_lookup_num_tokens=4,
+    "chain-fixed": (speculative_generate, dict(draft_plan="fixed", num_assistant_tokens=3), {}),
+    "chain-auto-lookup": (speculative_generate, dict(draft_plan="auto", prompt_lookup_num_tokens=4,
                                                auto_max_assistant_tokens=4), {}),
-    "chain-auto-suffix": (chain_generate, dict(draft_plan="auto", suffix_cache_num_tokens=6, prompt_lookup_num_tokens=3,
+    "chain-auto-suffix": (speculative_generate, dict(draft_plan="auto", suffix_cache_num_tokens=6, prompt_lookup_num_tokens=3,
                                                auto_max_assistant_tokens=4), {}),
-    "tree-fixed": (tree_generate, dict(draft_plan="fixed"), dict(tree_top_k=2, tree_depth=3, tree_total_tokens=6)),
-    "tree-auto": (tree_generate, dict(draft_plan="auto", auto_max_assistant_tokens=4),
-                  dict(tree_top_k=2, tree_depth=3, tree_total_tokens=6)),
+    "tree-fixed": (speculative_generate, dict(draft_plan="fixed"),
+                   dict(trees=True, tree_top_k=2, tree_depth=3, tree_total_tokens=6)),
+    "tree-auto": (speculative_generate, dict(draft_plan="auto", auto_max_assistant_tokens=4),
+                  dict(trees=True, tree_top_k=2, tree_depth=3, tree_total_tokens=6)),
 }
 
 
@@ -108,7 +108,7 @@ def test_medusa_rows_equal_their_own_plain_greedy_output(medusa_pair, draft):
     target, heads = medusa_pair
     prompts = mixed_prompts(8, seed=11)
     ids, mask = left_padded(prompts)
-    out = target.generate(input_ids=ids, attention_mask=mask, custom_generate=medusa_route.medusa_generate,
+    out = target.generate(input_ids=ids, attention_mask=mask, custom_generate=speculative_generate,
                           drafter=heads, max_new_tokens=24, do_sample=False, pad_token_id=0, tree_total_tokens=6,
                           **(dict(draft_plan="auto", prompt_lookup_num_tokens=4) if draft == "auto"
                              else dict(lattice_draft=draft)))
@@ -134,7 +134,7 @@ def test_eos_per_row_and_the_whole_output_equal_plain_batched_generate(eagle_pai
         return original(*args, **kw)
 
     monkeypatch.setattr(target, "forward", forward)
-    out = target.generate(input_ids=ids, attention_mask=mask, custom_generate=chain_generate, drafter=assistant,
+    out = target.generate(input_ids=ids, attention_mask=mask, custom_generate=speculative_generate, drafter=assistant,
                           **kwargs)
     assert torch.equal(out, expected)
     assert out[1, ids.shape[1]].item() == first and (out[1, ids.shape[1] + 1 :] == VOCAB - 1).all()
@@ -149,7 +149,7 @@ def test_rows_accepting_different_lengths_never_read_rejected_slots(eagle_pair, 
     monkeypatch.setattr(assistant.generation_config, "num_assistant_tokens", 4)
     prompts = mixed_prompts(3, seed=8)
     ids, mask = left_padded(prompts)
-    out = target.generate(input_ids=ids, attention_mask=mask, custom_generate=chain_generate, drafter=assistant,
+    out = target.generate(input_ids=ids, attention_mask=mask, custom_generate=speculative_generate, drafter=assistant,
                           max_new_tokens=30, do_sample=False, pad_token_id=0)
     assert_rows_exact(target, prompts, out, ids.shape[1], 30)
     histogram = assistant.stats.acceptance_histogram
@@ -171,8 +171,8 @@ def test_sampled_batches_are_exact_per_row(monkeypatch):
     oracle = TargetOracle(target, processors("temperature"))
     first_joint, second_joint = target_joint(oracle, PROMPT, 2), target_joint(oracle, second, 2)
     expected = {(a, b): p * q for a, p in first_joint.items() for b, q in second_joint.items()}
-    for drafts in (dict(custom_generate=chain_generate, drafter=assistant),
-                   dict(custom_generate=medusa_route.medusa_generate, drafter=heads, lattice_draft="tree",
+    for drafts in (dict(custom_generate=speculative_generate, drafter=assistant),
+                   dict(custom_generate=speculative_generate, drafter=heads, lattice_draft="tree",
                         tree_total_tokens=3)):
         def call(drafts=drafts):
             out = target.generate(input_ids=ids, attention_mask=mask, max_new_tokens=2, do_sample=True,
@@ -189,10 +189,10 @@ def test_bad_batches_are_refused_by_name(eagle_pair):
     ids, mask = left_padded(mixed_prompts(2))
     right = mask.flip(1)
     with pytest.raises(ValueError, match="padding_side='left'"):
-        target.generate(input_ids=ids, attention_mask=right, custom_generate=chain_generate, drafter=assistant,
+        target.generate(input_ids=ids, attention_mask=right, custom_generate=speculative_generate, drafter=assistant,
                         max_new_tokens=4, pad_token_id=0)
     with pytest.raises(ValueError, match="output_scores"):
-        target.generate(input_ids=ids, attention_mask=mask, custom_generate=chain_generate, drafter=assistant,
+        target.generate(input_ids=ids, attention_mask=mask, custom_generate=speculative_generate, drafter=assistant,
                         max_new_tokens=4, pad_token_id=0, output_scores=True, return_dict_in_generate=True)
 
 
@@ -308,7 +308,7 @@ def test_the_batched_bench_counts_rows_and_compares_them(eagle_pair):
                for i in range(3)]
     assert [len(batch) for batch in make_batches(prompts, 2)] == [2, 2]
     methods = [Method("vanilla"), Method("eagle", {"assistant_model": assistant}, assistant)]
-    assert batched_kwargs(methods[1]) == {"custom_generate": chain_generate, "drafter": assistant}
+    assert batched_kwargs(methods[1]) == {"custom_generate": speculative_generate, "drafter": assistant}
     report = run_batched_benchmark(target, methods, prompts, [1, 2], max_new_tokens=8, pad_token_id=0,
                                    eos_ids={VOCAB - 1}, progress=False)
     for size, rows in ((1, 3), (2, 4)):
@@ -329,7 +329,7 @@ def test_processors_see_rows_as_plain_batched_generate_does(eagle_pair, monkeypa
     kwargs = dict(max_new_tokens=16, min_new_tokens=5, do_sample=False, eos_token_id=first, pad_token_id=VOCAB - 1,
                   repetition_penalty=1.3)
     expected = target.generate(input_ids=ids, attention_mask=mask, **kwargs)
-    out = target.generate(input_ids=ids, attention_mask=mask, custom_generate=chain_generate, drafter=assistant,
+    out = target.generate(input_ids=ids, attention_mask=mask, custom_generate=speculative_generate, drafter=assistant,
                           **kwargs)
     assert torch.equal(out, expected)
 
@@ -421,13 +421,13 @@ def test_a_row_that_stops_inside_its_accepted_draft_ends_there(eagle_pair, monke
             if text in tokenizer.decode(own[:position]):
                 continue
             # As criteria: generate() drops `tokenizer=` for a custom_generate callable (transformers 5.x keeps only
-            # the arguments the callable names), so `stop_strings=` cannot reach chain_generate (docs/batching.md).
+            # the arguments the callable names), so `stop_strings=` cannot reach speculative_generate (docs/batching.md).
             kwargs = dict(stopping_criteria=StoppingCriteriaList([StopStringCriteria(tokenizer, [text])]))
             if stop == "stop string":  # an EOS token no row reaches first: generate() then pads after any stop
                 kwargs["eos_token_id"] = VOCAB - 2
         kwargs.update(max_new_tokens=24, pad_token_id=VOCAB - 1)
         expected = target.generate(input_ids=ids, attention_mask=mask, do_sample=False, **kwargs)
-        out = target.generate(input_ids=ids, attention_mask=mask, custom_generate=chain_generate,
+        out = target.generate(input_ids=ids, attention_mask=mask, custom_generate=speculative_generate,
                               drafter=assistant, do_sample=False, **kwargs)
         assert torch.equal(out, expected), position
         if any(inside):
@@ -457,7 +457,7 @@ def test_batched_trees_that_accept_a_second_ranked_child_below_a_branch_are_exac
     for seed in range(4):
         prompts = mixed_prompts(6, seed=40 + seed)
         ids, mask = left_padded(prompts)
-        out = target.generate(input_ids=ids, attention_mask=mask, custom_generate=tree_generate, drafter=assistant,
+        out = target.generate(input_ids=ids, attention_mask=mask, custom_generate=speculative_generate, trees=True, drafter=assistant,
                               max_new_tokens=24, do_sample=False, pad_token_id=0, tree_top_k=3, tree_depth=4,
                               tree_total_tokens=12)
         assert_rows_exact(target, prompts, out, ids.shape[1], 24)
@@ -517,7 +517,7 @@ def test_without_eos_every_row_stops_inside_accepted_drafts_at_its_own_depth(eag
                       stopping_criteria=StoppingCriteriaList([_StopOnTokens(tokens)]))
         expected = target.generate(input_ids=ids, attention_mask=mask, do_sample=False, **kwargs)
         assert expected.shape[1] < ids.shape[1] + 24  # every row stopped before max_new_tokens
-        out = target.generate(input_ids=ids, attention_mask=mask, custom_generate=chain_generate,
+        out = target.generate(input_ids=ids, attention_mask=mask, custom_generate=speculative_generate,
                               drafter=assistant, do_sample=False, **kwargs)
         assert torch.equal(out, expected), depths
         compared += 1
@@ -544,7 +544,7 @@ def test_each_rows_suffix_cache_indexes_its_own_request(monkeypatch):
     monkeypatch.setattr(SuffixCache, "draft", recorded)
     prompts = [torch.tensor([5, 6, 7, 8] * 3), torch.tensor([40, 41, 42] * 3), torch.tensor([70, 71] * 4)]
     ids, mask = left_padded(prompts)
-    out = target.generate(ids, attention_mask=mask, custom_generate=chain_generate, drafter=assistant,
+    out = target.generate(ids, attention_mask=mask, custom_generate=speculative_generate, drafter=assistant,
                           max_new_tokens=16, do_sample=False)
     assert_rows_exact(target, prompts, out, ids.shape[1], 16)
     texts = [prompt.tolist() + out[i, ids.shape[1]:].tolist() for i, prompt in enumerate(prompts)]

@@ -235,11 +235,11 @@ def test_table_and_plots_show_every_method(report_and_runs, tmp_path):
 
 
 def test_tree_methods_are_benchmarked_exact_with_their_passes_counted(target):
-    from hf_dynaspec.generation import tree_generate
+    from hf_dynaspec import speculative_generate
 
     assistant = imitating_assistant(target, noise=0.3, tree_top_k=3, tree_depth=3, tree_total_tokens=6)
     methods = build_methods(["vanilla", "eagle-tree"], assistant_factory=lambda **o: assistant)
-    assert methods[1].generate_kwargs == {"custom_generate": tree_generate, "drafter": assistant}
+    assert methods[1].generate_kwargs == {"custom_generate": speculative_generate, "drafter": assistant, "trees": True}
     runs = []
     report = run_benchmark(target, methods, _prompts(), max_new_tokens=12, dtype="fp32", target_name="tiny",
                            progress=False, on_run=lambda prompt, method, run: runs.append((method.key, run)))

@@ -1,4 +1,4 @@
-"""`custom_generate=chain_generate` runs the `assistant_model=` route's round (hf_dynaspec.drafting.round): every
+"""`custom_generate=speculative_generate` runs the `assistant_model=` route's round (hf_dynaspec.drafting.round): every
 option an assistant loads with (prompt lookup, the suffix cache, the confidence stop, `draft_plan="auto"`) works
 on the public route, greedy token-identical to plain generate() and sampling exact.
 
@@ -20,7 +20,7 @@ from test_enumeration import PROMPT, TOLERANCE, VOCAB, processors
 from test_planned_rounds import repeating_prompt
 from test_planner import flat_costs
 
-from hf_dynaspec import DynaSpecAssistant, chain_generate, zoo
+from hf_dynaspec import DynaSpecAssistant, speculative_generate, zoo
 from hf_dynaspec.drafting.lookup import SuffixCache
 from hf_dynaspec.drafting.planning.core import PlannerMemory
 from hf_dynaspec.generation import rounds as cg
@@ -37,7 +37,7 @@ MAX_PATHS = VOCAB**4
 
 
 def public(target, assistant, prompt, **kwargs):
-    return target.generate(prompt, custom_generate=chain_generate, drafter=assistant, **kwargs)
+    return target.generate(prompt, custom_generate=speculative_generate, drafter=assistant, **kwargs)
 
 
 @pytest.mark.parametrize("options", [SHIPPED, FIXED_ALL, dict(FIXED_ALL, draft_plan="adl", num_assistant_tokens=5)],
@@ -103,7 +103,7 @@ def fresh_run_time_state(monkeypatch):
     dict(draft_plan="adl", num_assistant_tokens=3),
 ], ids=["fixed", "auto", "adl"])
 def test_sampled_chain_generate_is_exact(monkeypatch, options):
-    """Four new tokens sampled at temperature 0.7 through whole chain_generate calls: their exact distribution
+    """Four new tokens sampled at temperature 0.7 through whole speculative_generate calls: their exact distribution
     equals the target's. A round that verified a sampled draft as a point mass, or a plan that read a drawn
     token, fails this (benchmarks/mutation_check.py)."""
     fresh_run_time_state(monkeypatch)
@@ -215,12 +215,12 @@ def test_speculative_generate_is_each_route_by_its_drafter_and_trees():
     assert torch.equal(got, expected) and heads.stats.verify_passes > 0
     # Medusa options by their config names per call, transformers-named ones included: generate() hands them to
     # the custom_generate (its signature names them) instead of keeping them in its own generation config.
-    from hf_dynaspec import medusa_generate
+    from hf_dynaspec import speculative_generate
 
     drafted = {}
     for cap in (None, 1):
         got = medusa_target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=16, do_sample=False,
-                                     custom_generate=medusa_generate, drafter=heads, lattice_draft="chain",
+                                     custom_generate=speculative_generate, drafter=heads, lattice_draft="chain",
                                      num_assistant_tokens=cap)
         assert torch.equal(got, expected)
         drafted[cap] = max(heads.stats.drafted_per_pass)
@@ -244,7 +244,7 @@ def test_the_rounds_are_told_the_drafted_tokens_accepted_without_the_targets_own
     assistant = imitating_assistant(target, noise=0.2, seed=4, draft_plan="fixed", num_assistant_tokens=2)
     ids = torch.randint(0, target.config.vocab_size, (1, 9), generator=torch.Generator().manual_seed(1))
     kwargs = (dict(assistant_model=assistant) if route == "assistant_model"
-              else dict(custom_generate=chain_generate, drafter=assistant))
+              else dict(custom_generate=speculative_generate, drafter=assistant))
     new = 30
     out = target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=new, **kwargs)
     assert torch.equal(out, plain_generate(target, ids, max_new_tokens=new))

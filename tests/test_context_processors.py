@@ -22,7 +22,7 @@ from transformers import (
     TemperatureLogitsWarper,
 )
 
-from hf_dynaspec import chain_generate, tree_generate
+from hf_dynaspec import speculative_generate
 from hf_dynaspec.drafting.planning.core import RoundCosts
 
 NEW_TOKENS = 48
@@ -42,9 +42,8 @@ ROUTES = {
 def speculative(target, assistant, route: str, input_ids, **options):
     if route.startswith("assistant_model"):
         return assisted_generate(target, assistant, input_ids, **options)
-    custom = chain_generate if route == "chain_generate" else tree_generate
-    shape = dict(tree_top_k=3, tree_depth=4, tree_total_tokens=8) if route == "tree_generate" else {}
-    return target.generate(input_ids, attention_mask=torch.ones_like(input_ids), custom_generate=custom,
+    shape = dict(trees=True, tree_top_k=3, tree_depth=4, tree_total_tokens=8) if route == "tree_generate" else {}
+    return target.generate(input_ids, attention_mask=torch.ones_like(input_ids), custom_generate=speculative_generate,
                            drafter=assistant, **shape, **options)
 
 

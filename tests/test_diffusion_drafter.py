@@ -13,7 +13,7 @@ from test_enumeration import PROMPT, TOLERANCE, processors
 from test_enumeration import VOCAB as SMALL_VOCAB
 from transformers import BertConfig, BertForMaskedLM
 
-from hf_dynaspec import DiffusionDrafter, lattice_generate
+from hf_dynaspec import DiffusionDrafter, speculative_generate
 from hf_dynaspec.errors import AssistantMismatchError
 
 
@@ -41,7 +41,7 @@ def test_greedy_diffusion_drafting_is_identical(draft):
     for seed in range(2):
         prompt = torch.randint(0, VOCAB, (1, 6), generator=torch.Generator().manual_seed(seed))
         expected = plain_generate(target, prompt, max_new_tokens=30, do_sample=False)
-        got = target.generate(prompt, custom_generate=lattice_generate, drafter=drafter, max_new_tokens=30,
+        got = target.generate(prompt, custom_generate=speculative_generate, drafter=drafter, max_new_tokens=30,
                               do_sample=False, lattice_draft=draft)
         assert torch.equal(got, expected)
     assert drafter.stats.passes_by_source.get("diffusion", 0) > 0
@@ -53,7 +53,7 @@ def test_sampled_diffusion_drafting_is_exact():
     prompt = torch.tensor([PROMPT])
 
     def call():
-        out = target.generate(prompt, custom_generate=lattice_generate, drafter=drafter, max_new_tokens=4,
+        out = target.generate(prompt, custom_generate=speculative_generate, drafter=drafter, max_new_tokens=4,
                               do_sample=True, temperature=0.7, top_k=0, lattice_draft="tree",
                               tree_total_tokens=5)
         return tuple(out[0, len(PROMPT):].tolist())

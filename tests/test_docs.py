@@ -56,6 +56,22 @@ def test_the_readme_is_a_front_door():
                                "hf_dynaspec.bench.summary benchmarks/results/results.jsonl --write README.md")
 
 
+def test_the_results_page_holds_the_current_results():
+    """docs/results.md is what holds now: the results table's generated block (as the README's), each host kind's
+    section, and the journal of how it was reached kept beside the runs, not in the docs."""
+    from hf_dynaspec.bench.results_table import read_records
+    from hf_dynaspec.bench.summary import END, START, summary_tables
+
+    text = (ROOT / "docs" / "results.md").read_text()
+    block = text.split(START, 1)[1].split(END, 1)[0].strip()
+    assert block == summary_tables(read_records(ROOT / "benchmarks" / "results" / "results.jsonl")).strip(), (
+        "run python -m hf_dynaspec.bench.summary benchmarks/results/results.jsonl --write docs/results.md")
+    for section in ("## AVX-512 BF16 host", "## AVX2 host", "## GPU"):
+        assert section in text, section
+    assert len(text.splitlines()) <= 200, "the history goes to benchmarks/results/journal.md"
+    assert (ROOT / "benchmarks" / "results" / "journal.md").exists()
+
+
 @pytest.mark.real_model
 def test_readme_python_blocks_run_as_written(monkeypatch):
     """Every ```python block of the README, in order, in one namespace, from the repository root."""

@@ -1,6 +1,6 @@
 """A drafter-free assistant (`DynaSpecAssistant.for_target`): any causal LM, no artifact, every route.
 
-- greedy output is plain generate()'s on `assistant_model=`, `chain_generate`, `tree_generate` and a batch, while
+- greedy output is plain generate()'s on `assistant_model=`, `speculative_generate`, `speculative_generate(trees=True)` and a batch, while
   rounds really draft copies (and nothing but copies: no drafter, no tree);
 - where nothing pays (verification dear) every round but a source's first probe is a plain decoding step;
 - a sampled planned round is exact by enumeration, with the copy drafted;
@@ -16,7 +16,7 @@ from enumeration import TargetOracle, chain_round, extended_joint, max_error, ta
 from test_enumeration import PROMPT, TOLERANCE, VOCAB, processors
 from test_planner import flat_costs, linear_costs
 
-from hf_dynaspec import DynaSpecAssistant, chain_generate, tree_generate
+from hf_dynaspec import DynaSpecAssistant, speculative_generate
 from hf_dynaspec.drafting.planning.core import DRAFTER, RoundCosts
 from hf_dynaspec.drafting.runtime import planner_memory
 
@@ -39,8 +39,8 @@ def test_greedy_output_is_plain_generates_on_every_route(route, fixed_costs):
     assistant = DynaSpecAssistant.for_target(target)
     assert not assistant.has_drafter and sum(p.numel() for p in assistant.parameters()) == 0
     kwargs = {"assistant_model": dict(assistant_model=assistant),
-              "chain_generate": dict(custom_generate=chain_generate, drafter=assistant),
-              "tree_generate": dict(custom_generate=tree_generate, drafter=assistant)}[route]
+              "chain_generate": dict(custom_generate=speculative_generate, drafter=assistant),
+              "tree_generate": dict(custom_generate=speculative_generate, trees=True, drafter=assistant)}[route]
     drafted = 0
     for seed in range(3):
         ids = repetitive_prompt(seed=seed)
@@ -63,7 +63,7 @@ def test_a_batch_decodes_each_row_as_plain_generate(fixed_costs):
     mask = torch.zeros(2, 20, dtype=torch.long)
     ids[0], mask[0] = first[0], 1
     ids[1, 6:], mask[1, 6:] = second[0], 1  # left padding
-    out = target.generate(ids, attention_mask=mask, custom_generate=chain_generate, drafter=assistant,
+    out = target.generate(ids, attention_mask=mask, custom_generate=speculative_generate, drafter=assistant,
                           max_new_tokens=24)
     for row, prompt in ((0, first), (1, second)):
         expected = plain_generate(target, prompt, max_new_tokens=24)[0, prompt.shape[1]:]

@@ -280,7 +280,7 @@ def test_a_planned_tree_round_never_reads_the_device(strategy):
         with cuda.counting() as events:
             draft = speculation.propose(input_ids, hidden, room=20)
         assert events.reads == [] and events.uploads == []
-        assert speculation.plan.source == "tree" and draft.tree is not None
+        assert draft.plan.source == "tree" and draft.tree is not None
         assert draft.token_ids.shape == (1, SHAPE.total_tokens) and on_fake_cuda(draft.tree.parents)
 
 
@@ -289,8 +289,9 @@ def test_a_planned_tree_round_never_reads_the_device(strategy):
 def test_a_medusa_round_stays_on_the_device(draft, shortlist):
     """A Medusa chain reads nothing from the device and uploads nothing; a lattice round (tree, CPS) reads its
     lattice once and uploads the tree it chose once."""
-    from hf_dynaspec.drafting.medusa import LatticeRound, MedusaOptions
+    from hf_dynaspec.drafting.medusa import LatticeRound
     from hf_dynaspec.modeling.medusa import MedusaAssistant
+    from hf_dynaspec.modeling.medusa_options import MedusaGenerationConfig
     from hf_dynaspec.stats import DraftStats
 
     target = tiny_target("qwen2")
@@ -301,12 +302,13 @@ def test_a_medusa_round_stays_on_the_device(draft, shortlist):
         target.to("cuda")
         heads.attach(target)
         assert all(on_fake_cuda(t) for t in heads.state_dict().values())
-        options = MedusaOptions(draft=draft, shortlist=shortlist, tree_total_tokens=6, cps_lambda=0.5)
+        options = MedusaGenerationConfig(lattice_draft=draft, shortlist="frspec" if shortlist else "full",
+                                         tree_total_tokens=6, cps_lambda=0.5)
         drafts = LatticeRound(heads, options, DraftStats(), VOCAB)
         input_ids, hidden = _verified(target)
-        drafts.draft_tree(input_ids, hidden, max_depth=10)  # the n-gram scorer's first read of the prompt
+        drafts.propose(input_ids, hidden, room=10)  # the n-gram scorer's first read of the prompt
         with cuda.counting() as events:
-            tree = drafts.draft_tree(input_ids, hidden, max_depth=10)
+            tree = drafts.propose(input_ids, hidden, room=10).tree
         assert len(events.reads) == (0 if draft == "chain" else 1), events.reads
         # An upload is a stream sync on CUDA too: a lattice tree (chosen on the host) goes up in one copy.
         assert len(events.uploads) == (0 if draft == "chain" else 1), events.uploads
@@ -400,11 +402,11 @@ def test_a_round_names_its_reads(planned, lookups, suffix):
         expected = []
         if lookups:  # the ids committed since the last round, for the host copy the lookups search
             expected += ["drafting/lookup.py:read"] * 2
-        if planned and generator.round.plan.source == "drafter":
+        if planned and generator.draft.plan.source == "drafter":
             expected.append("drafting/chain.py:_deferred_cut")  # the planner's cut of the draft
         assert sites == sorted(expected), events.reads
         if not lookups:
-            assert generator.round.plan.source == "drafter"
+            assert generator.draft.plan.source == "drafter"
         assert on_fake_cuda(candidates)
         # Looked-up drafts are handed to the device once per round (one upload of a few ids).
         assert len(events.uploads) <= 1

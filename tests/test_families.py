@@ -10,7 +10,7 @@ from conftest import CONFIGS, VOCAB, imitating_assistant, one_layer_target, plai
 from test_enumeration import TOLERANCE, chain_error
 from test_enumeration import VOCAB as ENUMERATION_VOCAB
 
-from hf_dynaspec import DynaSpecAssistant, tree_generate
+from hf_dynaspec import DynaSpecAssistant, speculative_generate
 
 FAMILIES = list(CONFIGS)
 # Mistral-7B-v0.2/v0.3 and Phi-3 attend over the whole context (sliding_window null); a sliding window is a
@@ -35,7 +35,7 @@ def test_greedy_is_identical_for_every_family_through_both_routes(family):
         expected = plain_generate(target, input_ids, max_new_tokens=20)
         chained = target.generate(input_ids, attention_mask=torch.ones_like(input_ids), assistant_model=assistant,
                                   max_new_tokens=20)
-        tree = target.generate(input_ids, attention_mask=torch.ones_like(input_ids), custom_generate=tree_generate,
+        tree = target.generate(input_ids, attention_mask=torch.ones_like(input_ids), custom_generate=speculative_generate, trees=True,
                                drafter=assistant, max_new_tokens=20, tree_top_k=2, tree_depth=3, tree_total_tokens=5)
         assert torch.equal(chained, expected) and torch.equal(tree, expected), seed
 
@@ -58,7 +58,7 @@ def test_a_sliding_window_target_is_exact_by_chain_and_refused_by_trees_with_the
                               max_new_tokens=16)
     assert torch.equal(chained, expected)
     with pytest.raises(ValueError, match="Sliding-window.*chain drafting"):
-        target.generate(input_ids, attention_mask=torch.ones_like(input_ids), custom_generate=tree_generate,
+        target.generate(input_ids, attention_mask=torch.ones_like(input_ids), custom_generate=speculative_generate, trees=True,
                         drafter=assistant, max_new_tokens=4)
 
 
@@ -74,11 +74,11 @@ def test_gemma3_trees_are_exact_while_the_window_never_slides_and_refused_once_i
     input_ids = torch.randint(0, VOCAB, (1, prompt), generator=torch.Generator().manual_seed(4))
     fits = dict(max_new_tokens=window - prompt, tree_top_k=2, tree_depth=3, tree_total_tokens=6)
     expected = plain_generate(target, input_ids, max_new_tokens=window - prompt)
-    tree = target.generate(input_ids, attention_mask=torch.ones_like(input_ids), custom_generate=tree_generate,
+    tree = target.generate(input_ids, attention_mask=torch.ones_like(input_ids), custom_generate=speculative_generate, trees=True,
                            drafter=assistant, **fits)
     assert torch.equal(tree, expected)
     with pytest.raises(ValueError, match="Sliding-window"):  # one token more and the window would slide
-        target.generate(input_ids, attention_mask=torch.ones_like(input_ids), custom_generate=tree_generate,
+        target.generate(input_ids, attention_mask=torch.ones_like(input_ids), custom_generate=speculative_generate, trees=True,
                         drafter=assistant, **{**fits, "max_new_tokens": window - prompt + 1})
 
 
@@ -95,7 +95,7 @@ def test_gemma3_window_matters_at_these_sizes_so_the_refusal_is_needed(monkeypat
                               max_new_tokens=16)
     assert torch.equal(chained, expected)
     monkeypatch.setattr(loop_module, "_window_never_slides", lambda cache, max_length: True)
-    wrong = target.generate(input_ids, attention_mask=torch.ones_like(input_ids), custom_generate=tree_generate,
+    wrong = target.generate(input_ids, attention_mask=torch.ones_like(input_ids), custom_generate=speculative_generate, trees=True,
                             drafter=assistant, max_new_tokens=16, tree_top_k=2, tree_depth=3, tree_total_tokens=6)
     assert not torch.equal(wrong, expected)
 

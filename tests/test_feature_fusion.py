@@ -8,7 +8,7 @@ import pytest
 import torch
 from conftest import VOCAB, assisted_generate, imitating_assistant, one_layer_target, plain_generate, tiny_target
 
-from hf_dynaspec import DynaSpecAssistant, DynaSpecConfig, tree_generate
+from hf_dynaspec import DynaSpecAssistant, DynaSpecConfig, speculative_generate
 from hf_dynaspec.modeling.assistant import AssistantMismatchError
 
 
@@ -87,7 +87,7 @@ def test_pass_through_fusion_changes_no_draft_and_trained_fusion_stays_exact(tmp
         assert torch.equal(assisted_generate(target, loaded, ids, max_new_tokens=24, do_sample=False), expected)
         fused_chain = (loaded.stats.drafted_per_pass, loaded.stats.accepted_per_pass)
         assert torch.equal(assisted_generate(target, plain, ids, max_new_tokens=24, do_sample=False), expected)
-        tree = target.generate(ids, attention_mask=torch.ones_like(ids), custom_generate=tree_generate, drafter=loaded,
+        tree = target.generate(ids, attention_mask=torch.ones_like(ids), custom_generate=speculative_generate, trees=True, drafter=loaded,
                                max_new_tokens=24, do_sample=False)
         assert torch.equal(tree, expected)
     # On the last prompt the fused drafter drafted differently from the plain one: the fused layer is read.

@@ -53,9 +53,10 @@ target = one_layer_target("llama")
 assistant = imitating_assistant(target, noise=0.3, num_assistant_tokens=3)
 prompt = torch.randint(0, 97, (1, 9), generator=torch.Generator().manual_seed(0))
 expected = plain_generate(target, prompt, max_new_tokens=20)
-for custom in (hf_dynaspec.chain_generate, hf_dynaspec.tree_generate):
-    got = target.generate(prompt, custom_generate=custom, drafter=assistant, max_new_tokens=20)
-    assert torch.equal(got, expected), custom
+for trees in (False, True):
+    got = target.generate(prompt, custom_generate=hf_dynaspec.speculative_generate, drafter=assistant, trees=trees,
+                          max_new_tokens=20)
+    assert torch.equal(got, expected), trees
 try:
     routed = target.generate(prompt, attention_mask=torch.ones_like(prompt), assistant_model=assistant,
                              max_new_tokens=20)
@@ -77,7 +78,7 @@ def test_import_and_public_route_survive_a_changed_transformers(case):
     assert result.returncode == 0, result.stderr[-3000:]
     if disabled == "_get_candidate_generator":
         assert "REFUSED UnsupportedTransformersError" in result.stdout, result.stdout
-        assert "custom_generate=hf_dynaspec.chain_generate" in result.stdout
+        assert "custom_generate=hf_dynaspec.speculative_generate" in result.stdout
     elif disabled in ("_validate_generation_mode", "_speculative_sampling"):
         assert "ROUTED" in result.stdout, result.stdout + result.stderr[-2000:]  # the route itself is intact
 

@@ -22,12 +22,14 @@ from test_enumeration import VOCAB as SMALL_VOCAB
 from test_medusa import trained_heads
 
 import hf_dynaspec.generation.medusa as medusa_route
+from hf_dynaspec import speculative_generate
 from hf_dynaspec.bench import build_methods
-from hf_dynaspec.drafting.medusa import LatticeRound, MedusaOptions
+from hf_dynaspec.drafting.medusa import LatticeRound
 from hf_dynaspec.drafting.planning.core import PROBE_FIRST, LatticeCosts, LookupCandidate, RoundPlan, TreeShape
 from hf_dynaspec.drafting.planning.lattice_planner import LatticePlanner, lattice_memory
 from hf_dynaspec.generation.costs import lattice_costs, store
 from hf_dynaspec.modeling.medusa import MedusaAssistant
+from hf_dynaspec.modeling.medusa_options import MedusaGenerationConfig
 from hf_dynaspec.runtime_store import forget_learnt_state
 from hf_dynaspec.stats import DraftStats
 
@@ -120,9 +122,10 @@ class PeakedLattice:
 def test_a_planned_round_drafts_the_chain_its_confidences_pay_for():
     moderate = LatticeCosts([0.0] + [1.0 + 0.3 * n for n in range(24)], lattice_seconds=0.05, tree_seconds=0.01)
     plan = LatticePlanner(moderate, lattice_memory(), depth=4, tree=None)
-    drafts = LatticeRound(PeakedLattice(), MedusaOptions(draft="auto"), DraftStats(), 10, planner=plan)
-    tree = drafts.draft_tree(torch.tensor([[1, 2, 3]]), torch.zeros(1, 3, 8), max_depth=10)
-    assert kind(drafts.plan) == ("chain", 2)
+    drafts = LatticeRound(PeakedLattice(), MedusaGenerationConfig(draft_plan="auto"), DraftStats(), 10, planner=plan)
+    draft = drafts.propose(torch.tensor([[1, 2, 3]]), torch.zeros(1, 3, 8), room=10)
+    tree = draft.tree
+    assert kind(draft.plan) == ("chain", 2)
     assert tree.token_ids.tolist() == [3, 7, 3]
 
 
@@ -139,9 +142,9 @@ class RecordingDrafts(LatticeRound):
 
     kinds: list
 
-    def draft_tree(self, input_ids, target_hidden, max_depth):
-        tree = super().draft_tree(input_ids, target_hidden, max_depth)
-        plan = self.plan
+    def propose(self, input_ids, target_hidden, room):
+        draft = super().propose(input_ids, target_hidden, room)
+        tree, plan, max_depth = draft.tree, draft.plan, room
         drafted = len(tree) - 1
         if plan.source == "tree":
             assert drafted <= self.planner.tree.nodes(plan.num_tokens) and tree.max_depth <= plan.num_tokens
@@ -150,7 +153,7 @@ class RecordingDrafts(LatticeRound):
             assert drafted == plan.num_tokens, plan
             assert drafted <= max_depth
         RecordingDrafts.kinds.append(plan.source)
-        return tree
+        return draft
 
 
 COSTS = {"flat": flat_costs, "steep": steep_costs, "measured": None}
@@ -168,7 +171,7 @@ def test_greedy_auto_is_identical_and_drafts_what_was_planned(medusa_pair, costs
         prompt = torch.randint(0, VOCAB, (1, 6), generator=torch.Generator().manual_seed(100 + seed))
         prompt = torch.cat([prompt, prompt], dim=1)  # a repeat: prompt lookup finds matches
         expected = plain_generate(target, prompt, max_new_tokens=40, do_sample=False)
-        got = target.generate(prompt, custom_generate=medusa_generate_auto(), drafter=heads, max_new_tokens=40,
+        got = target.generate(prompt, custom_generate=speculative_generate, drafter=heads, max_new_tokens=40,
                               do_sample=False, draft_plan="auto", tree_total_tokens=8, **extra)
         assert torch.equal(got, expected), extra
     kinds = set(RecordingDrafts.kinds)
@@ -176,10 +179,6 @@ def test_greedy_auto_is_identical_and_drafts_what_was_planned(medusa_pair, costs
         assert {"chain", "tree"} <= kinds, kinds
     if costs != "measured":
         assert "prompt-lookup" in kinds and len(kinds) >= 3, kinds
-
-
-def medusa_generate_auto():
-    return medusa_route.medusa_generate
 
 
 @pytest.mark.parametrize("costs", ["flat", "steep"])
@@ -198,7 +197,7 @@ def test_sampled_auto_is_exact(costs, monkeypatch):
 
     def call():
         forget_learnt_state(heads)
-        out = target.generate(prompt, custom_generate=medusa_route.medusa_generate, drafter=heads, max_new_tokens=4,
+        out = target.generate(prompt, custom_generate=speculative_generate, drafter=heads, max_new_tokens=4,
                               do_sample=True, temperature=0.7, top_k=0, draft_plan="auto",
                               tree_total_tokens=4, prompt_lookup_num_tokens=3)
         return tuple(out[0, len(PROMPT):].tolist())
@@ -213,13 +212,13 @@ def test_auto_refuses_adl_and_bench_methods_parse(medusa_pair):
     target, heads = medusa_pair
     prompt = torch.tensor([[1, 2, 3]])
     with pytest.raises(ValueError, match="sets draft_plan twice"), pytest.warns(FutureWarning):
-        target.generate(prompt, custom_generate=medusa_route.medusa_generate, drafter=heads, max_new_tokens=4,
+        target.generate(prompt, custom_generate=speculative_generate, drafter=heads, max_new_tokens=4,
                         draft_plan="auto", medusa_adaptive_length=True)
     with pytest.raises(ValueError, match="only it does"):
-        LatticeRound(heads, MedusaOptions(draft="auto"), DraftStats(), VOCAB)
+        LatticeRound(heads, MedusaGenerationConfig(draft_plan="auto"), DraftStats(), VOCAB)
     methods = build_methods(["medusa-auto:12+lookup:5+shortlist"], medusa_heads=heads)
     assert methods[0].generate_kwargs == {
-        "custom_generate": medusa_route.medusa_generate, "drafter": heads, "draft_plan": "auto",
+        "custom_generate": speculative_generate, "drafter": heads, "draft_plan": "auto",
         "cps_lambda": 1.0, "tree_total_tokens": 12, "prompt_lookup_num_tokens": 5,
         "shortlist": "frspec"}
     with pytest.raises(ValueError, match="medusa-auto"):
@@ -232,7 +231,7 @@ def test_lattice_costs_are_measured_once_and_cached(medusa_pair, tmp_path, monke
     target, heads = medusa_pair
     monkeypatch.setenv("HF_DYNASPEC_HOME", str(tmp_path))
     monkeypatch.setattr(store, "MEMORY", {})
-    options = MedusaOptions(draft="auto")
+    options = MedusaGenerationConfig(draft_plan="auto")
     measured = []
     original = lattice_costs.measure_lattice_costs
     monkeypatch.setattr(lattice_costs, "measure_lattice_costs", lambda *a: measured.append(1) or original(*a))
@@ -244,7 +243,7 @@ def test_lattice_costs_are_measured_once_and_cached(medusa_pair, tmp_path, monke
     stored = json.loads(path.read_text())
     key = lattice_costs.lattice_costs_key(target, heads, options, 16)
     # The heads scoring their stored shortlist draft at another price: another cost table.
-    assert lattice_costs.lattice_costs_key(target, heads, MedusaOptions(draft="auto", shortlist=True), 16) != key
+    assert lattice_costs.lattice_costs_key(target, heads, MedusaGenerationConfig(draft_plan="auto", shortlist="frspec"), 16) != key
     stored[key]["lattice_seconds"] = float("nan")
     path.write_text(json.dumps(stored))
     monkeypatch.setattr(store, "MEMORY", {})
@@ -269,7 +268,7 @@ def test_heads_measured_acceptance_is_where_the_lattice_tables_start(tmp_path):
     heads.config.expected_acceptance = {"greedy": prior.to_dict()}
     heads.save_pretrained(tmp_path)
     loaded = MedusaAssistant.from_pretrained(tmp_path, target=target)
-    options = MedusaOptions(draft="auto")
+    options = MedusaGenerationConfig(draft_plan="auto")
     calls = []
     original = medusa_route.lattice_round_costs
     medusa_route.lattice_round_costs = lambda *a, **k: calls.append(1) or steep_costs()
@@ -309,17 +308,17 @@ def test_a_lookup_drafted_short_learns_the_position_past_it(medusa_pair, monkeyp
                         lambda self, plan, drafted, matched: (learnt.append(matched), record(self, plan, drafted, matched)))
     learn = LatticeRound.learn
 
-    def checking(self, committed_ids, num_accepted, accepted_nodes=None):  # the offered token against the committed one
-        plan = self.plan
-        if plan is not None and plan.next_offered is not None and num_accepted == len(self.tree) - 1 == plan.num_tokens:
+    def checking(self, draft, committed_ids, num_accepted, accepted_nodes=None):  # the offered token vs the committed
+        plan = draft.plan
+        if plan.next_offered is not None and num_accepted == len(draft.tree) - 1 == plan.num_tokens:
             checked.append(int(committed_ids[0, -1]) == plan.next_offered)
-        return learn(self, committed_ids, num_accepted, accepted_nodes)
+        return learn(self, draft, committed_ids, num_accepted, accepted_nodes)
 
     monkeypatch.setattr(LatticeRound, "learn", checking)
     pattern = torch.randint(0, VOCAB, (6,), generator=torch.Generator().manual_seed(7))
     prompt = torch.cat([pattern, pattern, pattern, pattern[:3]])[None]
     expected = plain_generate(target, prompt, max_new_tokens=50, do_sample=False)
-    got = target.generate(prompt, custom_generate=medusa_route.medusa_generate, drafter=heads, max_new_tokens=50,
+    got = target.generate(prompt, custom_generate=speculative_generate, drafter=heads, max_new_tokens=50,
                           do_sample=False, draft_plan="auto", prompt_lookup_num_tokens=5)
     assert torch.equal(got, expected)
     assert learnt == checked and True in learnt and False in learnt, (learnt, checked)

@@ -1,5 +1,5 @@
 """Drafting options apart from the artifact: generation_config.json, byte-identical config.json round trips, old
-artifacts migrated with a warning, and both routes into generate() (the private hook and `chain_generate`)."""
+artifacts migrated with a warning, and both routes into generate() (the private hook and `speculative_generate`)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import torch
 from conftest import VOCAB, imitating_assistant, one_layer_target, plain_generate
 from transformers import GenerationConfig
 
-from hf_dynaspec import DynaSpecAssistant, DynaSpecGenerationConfig, chain_generate
+from hf_dynaspec import DynaSpecAssistant, DynaSpecGenerationConfig, speculative_generate
 from hf_dynaspec.generation import hook
 from hf_dynaspec.modeling.options import OPTION_DEFAULTS
 
@@ -94,7 +94,7 @@ def test_both_routes_are_greedy_exact(family):
                                  assistant_model=assistant)
         assert torch.equal(hooked, expected)
         hooked_stats = assistant.stats
-        public = target.generate(input_ids, max_new_tokens=30, custom_generate=chain_generate, drafter=assistant)
+        public = target.generate(input_ids, max_new_tokens=30, custom_generate=speculative_generate, drafter=assistant)
         assert torch.equal(public, expected)
         # A chain of K per pass: never more than K drafted, and the drafter is really used.
         assert assistant.stats.drafted <= 3 * assistant.stats.verify_passes and assistant.stats.accepted > 0

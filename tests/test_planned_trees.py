@@ -1,4 +1,4 @@
-"""`tree_generate` with `draft_plan="auto"`: the planner chooses trees too (hf_dynaspec.drafting.planning.planner).
+"""`speculative_generate(trees=True)` with `draft_plan="auto"`: the planner chooses trees too (hf_dynaspec.drafting.planning.planner).
 
 - pricing: a tree is chosen where verifying its nodes costs about one step and the tree has been accepted deeper
   than the chain; never where each verified node costs a step; its depth is the plan's;
@@ -17,7 +17,7 @@ from enumeration import TargetOracle, enumerate_paths, max_error, outcome_distri
 from test_enumeration import PROMPT, TOLERANCE, VOCAB, processors
 from test_planned_rounds import repeating_prompt
 
-from hf_dynaspec import tree_generate
+from hf_dynaspec import speculative_generate
 from hf_dynaspec.drafting.contract import DraftTree
 from hf_dynaspec.drafting.lookup import SuffixCache
 from hf_dynaspec.drafting.planning.core import DRAFTER, PROBE_FIRST, PlannerMemory, RoundCosts, RoundPlan, TreeShape
@@ -146,7 +146,7 @@ def test_the_round_drafts_exactly_the_planned_tree(monkeypatch):
     target = one_layer_target("llama", seed=2)
     assistant = imitating_assistant(target, noise=0.3, seed=4, **TREE_AUTO)
     prompt = repeating_prompt(target.config.vocab_size, seed=0)
-    got = target.generate(prompt, custom_generate=tree_generate, drafter=assistant, max_new_tokens=30, do_sample=False)
+    got = target.generate(prompt, custom_generate=speculative_generate, trees=True, drafter=assistant, max_new_tokens=30, do_sample=False)
     assert torch.equal(got, plain_generate(target, prompt, max_new_tokens=30, do_sample=False))
     tree_plans = [plan.num_tokens for plan in planned if plan.source == "tree"]
     assert tree_plans and [depth for depth, *_ in grown] == tree_plans
@@ -172,7 +172,7 @@ def test_greedy_planned_trees_are_identical(family, options, monkeypatch):
     for seed in range(2):
         prompt = repeating_prompt(target.config.vocab_size, seed=seed)
         expected = plain_generate(target, prompt, max_new_tokens=60, do_sample=False)
-        got = target.generate(prompt, custom_generate=tree_generate, drafter=assistant, max_new_tokens=60,
+        got = target.generate(prompt, custom_generate=speculative_generate, trees=True, drafter=assistant, max_new_tokens=60,
                               do_sample=False)
         assert torch.equal(got, expected)
         for source, count in assistant.stats.passes_by_source.items():
@@ -192,7 +192,7 @@ def test_sampled_planned_trees_are_exact(monkeypatch):
     kinds = set()
 
     def call():
-        out = target.generate(prompt, custom_generate=tree_generate, drafter=assistant, max_new_tokens=4,
+        out = target.generate(prompt, custom_generate=speculative_generate, trees=True, drafter=assistant, max_new_tokens=4,
                               do_sample=True, temperature=0.7, top_k=0)
         kinds.update(assistant.stats.passes_by_source)
         return tuple(out[0, len(PROMPT):].tolist())
@@ -222,7 +222,7 @@ def test_tree_rounds_keep_the_chains_table_learning(monkeypatch):
     assistant = imitating_assistant(target, noise=0.3, seed=4, **TREE_AUTO)
     prompt = repeating_prompt(target.config.vocab_size, seed=0)
     before = {key: list(counts) for key, counts in trees_learnt(PlannerMemory()).position.counts.items()}
-    target.generate(prompt, custom_generate=tree_generate, drafter=assistant, max_new_tokens=30, do_sample=False)
+    target.generate(prompt, custom_generate=speculative_generate, trees=True, drafter=assistant, max_new_tokens=30, do_sample=False)
     sources = assistant.stats.passes_by_source
     assert sources.get("tree", 0) >= 3 * sources.get("drafter", 0) + 3, sources  # (chain rounds: probes)
     after = memories[0].position.counts

@@ -253,12 +253,12 @@ def test_a_lookup_drafted_short_learns_the_position_past_it_from_the_targets_own
     expected_outcomes = []
     learn = EagleRound.learn
 
-    def checked_learn(self, committed_ids, num_accepted, accepted_nodes=None):
-        plan = self.plan
-        if (self.num_drafted == 1 and num_accepted == 1 and plan.source == "prompt-lookup"
+    def checked_learn(self, draft, committed_ids, num_accepted, accepted_nodes=None):
+        plan = draft.plan
+        if (draft.token_ids.shape[1] == 1 and num_accepted == 1 and plan.source == "prompt-lookup"
                 and plan.next_offered is not None):
             expected_outcomes.append(int(committed_ids[0, -1]) == plan.next_offered)
-        return learn(self, committed_ids, num_accepted, accepted_nodes)
+        return learn(self, draft, committed_ids, num_accepted, accepted_nodes)
 
     monkeypatch.setattr(EagleRound, "learn", checked_learn)
     # The tiny target falls into a cycle; each prompt ends with the cycle's first j tokens and a wrong one, so a
@@ -311,7 +311,7 @@ def test_a_copy_passed_over_learns_its_first_position_from_the_committed_token()
     # The drafted copy is not passed over: only the planner's own record of the round learns from it.
     candidates, drafts = sources.offers(8)
     plan = RoundPlan("prompt-lookup", 2, candidates[0].match_length)
-    sources.take(plan, drafts["prompt-lookup"])
+    plan, _ = sources.take(plan, drafts["prompt-lookup"])
     context.append(6)
     sources.read(torch.tensor([context]))
     sources.learn(planner, plan, 2, 0)

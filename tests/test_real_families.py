@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hf_dynaspec import DynaSpecAssistant, tree_generate, zoo
+from hf_dynaspec import DynaSpecAssistant, speculative_generate, zoo
 from hf_dynaspec.bench.prompts import encode_prompt
 from hf_dynaspec.bench.runner import load_target, shipped_assistant_dir
 
@@ -40,6 +40,6 @@ def test_fp32_greedy_is_identical_by_chain_and_by_tree(target):
         kwargs = dict(attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=48)
         expected = model.generate(ids, **kwargs)
         chained = model.generate(ids, assistant_model=assistant, **kwargs)
-        tree = model.generate(ids, custom_generate=tree_generate, drafter=assistant, **kwargs)
+        tree = model.generate(ids, custom_generate=speculative_generate, trees=True, drafter=assistant, **kwargs)
         assert torch.equal(chained, expected), (name, text)
         assert torch.equal(tree, expected), (name, text)

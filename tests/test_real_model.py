@@ -12,7 +12,7 @@ from transformers import StoppingCriteriaList, StopStringCriteria
 
 from hf_dynaspec import DynaSpecAssistant, check_exactness, zoo
 from hf_dynaspec.exactness import greedy_gaps
-from hf_dynaspec.generation import tree_generate
+from hf_dynaspec.generation import speculative_generate
 
 pytestmark = pytest.mark.real_model
 
@@ -161,7 +161,7 @@ def test_fp32_tree_decoding_greedy_identical_with_stop_strings(model_dir):
     accepted = 0
     for text in PROMPTS:
         ids = prompt_ids(tokenizer, text)
-        tree = model.generate(custom_generate=tree_generate, drafter=assistant, input_ids=ids,
+        tree = model.generate(custom_generate=speculative_generate, trees=True, drafter=assistant, input_ids=ids,
                               attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=32)[0, ids.shape[1]:]
         assert torch.equal(tree, generate(model, ids)), text
         accepted += assistant.stats.accepted
@@ -170,7 +170,7 @@ def test_fp32_tree_decoding_greedy_identical_with_stop_strings(model_dir):
     # generate() does not hand `tokenizer` to a custom_generate callable, so stop strings go in as transformers'
     # own stopping criterion.
     stop = StoppingCriteriaList([StopStringCriteria(tokenizer=tokenizer, stop_strings=["(", "\n\n"])])
-    tree = model.generate(custom_generate=tree_generate, drafter=assistant, input_ids=ids, do_sample=False,
+    tree = model.generate(custom_generate=speculative_generate, trees=True, drafter=assistant, input_ids=ids, do_sample=False,
                           max_new_tokens=32, stopping_criteria=stop)[0, ids.shape[1]:]
     assert torch.equal(tree, generate(model, ids, stop_strings=["(", "\n\n"], tokenizer=tokenizer))
     assert len(tree) < 32

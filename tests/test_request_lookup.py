@@ -3,6 +3,8 @@ position), and how one request's own outcomes scale the session's estimates (`pl
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from hf_dynaspec.drafting.planning import core
@@ -161,7 +163,7 @@ def test_the_request_calibration_learns_whatever_the_plan():
     planner = SpeculationPlanner(_steep_costs(), memory, 4, drafter=False)
     plan = RoundPlan(SOURCE, 3, 2)
     planner.record(plan, 3, 3)
-    plan.next_offered = 5
+    plan = replace(plan, next_offered=5)
     planner.record_past_the_draft(plan, 3, False)
     planner.record_passed_over(LookupCandidate(SOURCE, 4, 6), True)
     assert planner.lookup.sums[(SOURCE, 1)][::2] == [2, 2]

@@ -20,10 +20,10 @@ from test_greedy_exact import prompt
 from transformers.cache_utils import DynamicCache
 
 import hf_dynaspec.generation.static_round as static_round
-from hf_dynaspec import chain_generate, tree_generate
+from hf_dynaspec import speculative_generate
 from hf_dynaspec.generation.tree_verify import cache_kwargs
 
-ROUTES = {"chain": chain_generate, "tree": tree_generate}
+ROUTES = {"chain": {}, "tree": {"trees": True}}
 
 
 def static_assistant(target, **options):
@@ -49,7 +49,7 @@ def test_the_compiled_static_round_is_greedy_identical(family, route):
     for seed, length in ((1, 6), (2, 11)):
         ids = prompt(seed, length)
         got = target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=24,
-                              custom_generate=ROUTES[route], drafter=assistant)
+                              custom_generate=speculative_generate, drafter=assistant, **ROUTES[route])
         assert torch.equal(got, plain(target, ids, max_new_tokens=24))
     assert assistant.stats.accepted > 0, "drafts must have been accepted"
 
@@ -62,7 +62,7 @@ def test_the_static_cache_is_greedy_identical_for_every_family(monkeypatch, fami
     for route in ROUTES.values():
         ids = prompt(3, 9)
         got = target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=30,
-                              custom_generate=route, drafter=assistant)
+                              custom_generate=speculative_generate, drafter=assistant, **route)
         assert torch.equal(got, plain(target, ids, max_new_tokens=30))
 
 
@@ -76,7 +76,7 @@ def test_a_static_cache_used_again_past_its_first_call_and_grown(monkeypatch):
     for length, new in ((20, 30), (5, 10), (40, 120), (7, 12)):
         ids = prompt(length, length)
         got = target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=new,
-                              custom_generate=chain_generate, drafter=assistant)
+                              custom_generate=speculative_generate, drafter=assistant)
         assert torch.equal(got, plain(target, ids, max_new_tokens=new))
         capacities.append(getattr(target, static_round._CACHE).capacity)
     assert capacities == [128, 128, 256, 256]
@@ -84,7 +84,7 @@ def test_a_static_cache_used_again_past_its_first_call_and_grown(monkeypatch):
     assistant.attach(target)
     ids = prompt(3, 9)
     got = target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=12,
-                          custom_generate=chain_generate, drafter=assistant)
+                          custom_generate=speculative_generate, drafter=assistant)
     assert torch.equal(got, plain(target, ids, max_new_tokens=12))
     assert getattr(target, static_round._CACHE).where == (torch.float64, target.device)
 
@@ -102,7 +102,7 @@ def test_the_static_prefill_masks_the_prompts_keys_only(monkeypatch):
                         or caches.append(type(kwargs[name]).__name__) or forward(*args, **kwargs))
     ids = prompt(4, 37)
     got = target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=20,
-                          custom_generate=chain_generate, drafter=assistant)
+                          custom_generate=speculative_generate, drafter=assistant)
     capacity = getattr(target, static_round._CACHE).capacity
     assert masks[0] == (1, 37) and caches[0] == "DynamicCache" and capacity > 37 + 20
     assert set(caches[1:]) == {"StaticCache"}
@@ -125,7 +125,7 @@ def test_recompiles_stay_within_the_buckets_over_prompt_lengths_and_calls():
     def call(length: int, seed: int):
         ids = prompt(seed, length)
         return target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=16,
-                               custom_generate=chain_generate, drafter=assistant)
+                               custom_generate=speculative_generate, drafter=assistant)
     for length in (5, 30):  # warm-up: every width the rounds read, the capacity the calls share
         call(length, 0)
     with torch.compiler.set_stance("fail_on_recompile"):
@@ -135,7 +135,7 @@ def test_recompiles_stay_within_the_buckets_over_prompt_lengths_and_calls():
 
 
 def test_sampled_static_rounds_are_exact(monkeypatch):
-    """Four tokens sampled at temperature 0.7 through whole chain_generate calls on the static round: their exact
+    """Four tokens sampled at temperature 0.7 through whole speculative_generate calls on the static round: their exact
     distribution is the target's (a slot left visible or a path moved to the wrong slot shifts it)."""
     fresh_run_time_state(monkeypatch)
     target = one_layer_target("llama", seed=5, vocab_size=VOCAB)
@@ -144,7 +144,7 @@ def test_sampled_static_rounds_are_exact(monkeypatch):
     ids = torch.tensor([PROMPT])
 
     def call():
-        out = target.generate(ids, custom_generate=chain_generate, drafter=assistant, max_new_tokens=4,
+        out = target.generate(ids, custom_generate=speculative_generate, drafter=assistant, max_new_tokens=4,
                               do_sample=True, temperature=0.7, top_k=0)
         return tuple(out[0, len(PROMPT):].tolist())
 
@@ -159,7 +159,7 @@ def test_what_the_static_round_refuses_names_the_eager_route(monkeypatch):
     assistant = static_assistant(target)
     ids, mask = left_padded(mixed_prompts(5, seed=1))
     with pytest.raises(ValueError, match="verify_round='eager' for batches"):
-        target.generate(input_ids=ids, attention_mask=mask, custom_generate=chain_generate, drafter=assistant,
+        target.generate(input_ids=ids, attention_mask=mask, custom_generate=speculative_generate, drafter=assistant,
                         max_new_tokens=4, pad_token_id=0)
     with pytest.raises(ValueError, match="verify_round"):
         assistant.generation_config.verify_round = "compiled"
@@ -240,7 +240,7 @@ def test_only_the_static_round_pads_a_tree_to_its_width(monkeypatch, verify_roun
     monkeypatch.setattr(batched_loop, "_verify", recorded)
     ids = prompt(2, 11)
     got = target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=24,
-                          custom_generate=tree_generate, drafter=assistant)
+                          custom_generate=speculative_generate, trees=True, drafter=assistant)
     assert torch.equal(got, plain(target, ids, max_new_tokens=24))
     # The case: trees whose node count is no power of two (6 drafted nodes and the root).
     assert any(nodes & (nodes - 1) for nodes, _ in widths), widths

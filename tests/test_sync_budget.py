@@ -17,7 +17,7 @@ from conftest import assisted_generate, imitating_assistant, one_layer_target, p
 from sync_counter import HostSyncCounter
 from test_shortlists import add_shortlists
 
-from hf_dynaspec import DynaSpecAssistant, tree_generate
+from hf_dynaspec import DynaSpecAssistant, speculative_generate
 from hf_dynaspec.drafting.chain import ChainDraftSession
 from hf_dynaspec.drafting.device_paths import accelerator_paths_on_cpu
 from hf_dynaspec.drafting.tree import TreeDraftSession
@@ -97,7 +97,7 @@ def test_tree_drafting_never_reads_the_device_and_a_round_at_most_twice(monkeypa
     input_ids = torch.randint(0, 97, (1, 9), generator=torch.Generator().manual_seed(1))
 
     def generate():
-        return target.generate(input_ids, attention_mask=torch.ones_like(input_ids), custom_generate=tree_generate,
+        return target.generate(input_ids, attention_mask=torch.ones_like(input_ids), custom_generate=speculative_generate, trees=True,
                                drafter=assistant, max_new_tokens=24, tree_top_k=3, tree_depth=3, tree_total_tokens=8)
 
     with accelerator_paths_on_cpu():

@@ -1,4 +1,4 @@
-"""Tree decoding (`tree_generate`): masks, positions, cache compaction, greedy identity, lossless sampling."""
+"""Tree decoding (`speculative_generate(trees=True)`): masks, positions, cache compaction, greedy identity, lossless sampling."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from conftest import VOCAB, imitating_assistant, one_layer_target, plain_generat
 from enumeration import tree_attention_mask, tree_position_ids
 from transformers import StoppingCriteria
 
-from hf_dynaspec import tree_generate
+from hf_dynaspec import speculative_generate
 from hf_dynaspec.drafting.contract import DraftTree
 from hf_dynaspec.drafting.runtime import runtime_head
 from hf_dynaspec.drafting.tree import TreeDraftSession
@@ -19,7 +19,7 @@ from hf_dynaspec.generation.batched_loop import _compact
 from hf_dynaspec.generation.static_round import TargetSlots
 from hf_dynaspec.generation.tree_verify import accept_path, cache_kwargs
 
-TREE = dict(custom_generate=tree_generate)  # generate()'s hook into tree decoding
+TREE = dict(custom_generate=speculative_generate, trees=True)  # generate()'s hook into tree decoding
 
 def random_tree(seed: int, size: int, vocab: int = VOCAB) -> DraftTree:
     rng = random.Random(seed)
@@ -199,7 +199,7 @@ def test_greedy_identical_over_seeds(family, shape):
         assistant = imitating_assistant(target, noise=0.2, seed=seed)
         input_ids = prompt(seed, 3 + 4 * seed)
         expected = plain_generate(target, input_ids, max_new_tokens=30, do_sample=False)
-        got = target.generate(input_ids, custom_generate=tree_generate, drafter=assistant, max_new_tokens=30,
+        got = target.generate(input_ids, custom_generate=speculative_generate, trees=True, drafter=assistant, max_new_tokens=30,
                               tree_top_k=top_k, tree_depth=depth, tree_total_tokens=total)
         assert torch.equal(got, expected), (seed, got, expected)
         drafted += assistant.stats.drafted
@@ -302,8 +302,8 @@ def test_clear_errors_for_unsupported_inputs():
         target.generate(**TREE, drafter=assistant, input_ids=two, attention_mask=right, max_new_tokens=4)
     with pytest.raises(ValueError, match="num_beams"):
         target.generate(**TREE, drafter=assistant, input_ids=prompt(0, 5), num_beams=2, max_new_tokens=4)
-    with pytest.raises(ValueError, match="needs the assistant"):
-        target.generate(prompt(0, 5), custom_generate=tree_generate, max_new_tokens=4)
+    with pytest.raises(ValueError, match="needs the drafter"):
+        target.generate(prompt(0, 5), custom_generate=speculative_generate, trees=True, max_new_tokens=4)
     with pytest.raises(TypeError, match="does not generate by itself"):
         assistant.generate(target, input_ids=prompt(0, 5))
     for implementation in ("flash_attention_2", "kernels-community/flash-attn2", "paged|sdpa"):
@@ -311,7 +311,7 @@ def test_clear_errors_for_unsupported_inputs():
         flash.config._attn_implementation = implementation  # cannot apply (or is not known to apply) a 4-D mask
         flash_assistant = imitating_assistant(flash)
         with pytest.raises(ValueError, match="attn_implementation='sdpa'"):
-            flash.generate(custom_generate=tree_generate, drafter=flash_assistant, input_ids=prompt(0, 5),
+            flash.generate(custom_generate=speculative_generate, trees=True, drafter=flash_assistant, input_ids=prompt(0, 5),
                            max_new_tokens=4)
     other = one_layer_target("llama", seed=1)
     with pytest.raises(ValueError, match="different target"):

@@ -17,7 +17,7 @@ import torch
 from conftest import assisted_generate, imitating_assistant, one_layer_target, plain_generate
 from safetensors.torch import load_file, save_file
 
-from hf_dynaspec import DynaSpecAssistant, chain_generate, suffix_cache, tree_generate
+from hf_dynaspec import DynaSpecAssistant, speculative_generate, suffix_cache
 from hf_dynaspec.drafting.planning.core import RoundCosts
 from hf_dynaspec.drafting.runtime import runtime_head
 from hf_dynaspec.errors import ArtifactError, AssistantMismatchError
@@ -33,8 +33,8 @@ AUTO_PLAN = dict(draft_plan="auto", suffix_cache_num_tokens=0, auto_max_assistan
 def generate(target, assistant, route: str, input_ids=PROMPT, **kwargs):
     if route == "assistant_model":
         return assisted_generate(target, assistant, input_ids, **kwargs)
-    custom = chain_generate if route == "chain_generate" else tree_generate
-    return target.generate(input_ids, custom_generate=custom, drafter=assistant, **kwargs)
+    return target.generate(input_ids, custom_generate=speculative_generate, drafter=assistant,
+                           trees=route == "tree_generate", **kwargs)
 
 
 # -- options set one by one after loading ---------------------------------------------------------------------

@@ -9,7 +9,7 @@ every 2 ms: the KV cache, activations, the drafts; run with `MALLOC_MMAP_THRESHO
 buffers go back to the system and one call's peak is not hidden by an earlier call's), and per row whether it is
 identical to plain batched generate()'s, or diverges at a near-tie (`check_exactness` on the row's own prompt:
 fp32 logits of the two tokens within 1.0), or not.
-Assistant chain methods run on the public route (`custom_generate=chain_generate`), which takes batches;
+Assistant chain methods run on the public route (`custom_generate=speculative_generate`), which takes batches;
 `-tree` and Medusa methods already do.
 
 Legend: B rows per batch, L padded prompt length.
@@ -28,18 +28,18 @@ from hf_dynaspec.bench.harness import interleaved_order
 from hf_dynaspec.bench.methods import Method
 from hf_dynaspec.bench.prompts import EncodedPrompt
 from hf_dynaspec.exactness import check_exactness
-from hf_dynaspec.generation.speculative import chain_generate
+from hf_dynaspec.generation.speculative import speculative_generate
 from hf_dynaspec.kernels.streams import devices_of, synchronize
 
 
 def batched_kwargs(method: Method) -> dict:
-    """The method's generate() arguments for a batch: `assistant_model=` (batch 1 only) becomes chain_generate."""
+    """The method's generate() arguments for a batch: `assistant_model=` (batch 1 only) becomes speculative_generate."""
     kwargs = dict(method.generate_kwargs)
     if "assistant_model" in kwargs:
         assistant = kwargs.pop("assistant_model")
         if not hasattr(assistant, "drafter") or "custom_generate" in kwargs:
             raise ValueError(f"method {method.key!r} has no batched form: only hf-dynaspec's own drafters batch")
-        kwargs.update(custom_generate=chain_generate, drafter=assistant)
+        kwargs.update(custom_generate=speculative_generate, drafter=assistant)
     return kwargs
 
 

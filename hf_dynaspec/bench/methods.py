@@ -15,9 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from hf_dynaspec.generation import tree_generate
+from hf_dynaspec.generation import speculative_generate
 from hf_dynaspec.generation.costs.verify_kernel import fast_cpu
-from hf_dynaspec.generation.medusa import medusa_generate
 from hf_dynaspec.modeling.assistant import DynaSpecAssistant
 
 DEFAULT_LOOKUP_TOKENS = 7  # 8 rows per verification pass: one sweep of the CPU kernel (cpu_verify)
@@ -340,7 +339,7 @@ def _assistant_method(key: str, name: str, arg: str | None, factory) -> Method:
         overrides.update(zip(("tree_top_k", "tree_depth", "tree_total_tokens"), plus["tree_shape"]))
     assistant = factory(**overrides)
     if tree:
-        return Method(key, {"custom_generate": tree_generate, "drafter": assistant}, assistant)
+        return Method(key, {"custom_generate": speculative_generate, "drafter": assistant, "trees": True}, assistant)
     return Method(key, {"assistant_model": assistant}, assistant)
 
 
@@ -364,7 +363,7 @@ def _llama_cpp_method(key: str, gguf: str | None, target) -> Method:
 def medusa_kwargs(key: str, name: str, arg: str | None, heads) -> dict:
     """generate() arguments of a medusa method: `medusa[:K]` / `medusa-tree[:TOTAL]` / `medusa-auto[:TOTAL]` with
     `+cps[:LAMBDA]`, `+adl` (not auto), `+shortlist`, `+lookup[:N]` (auto)."""
-    kwargs = {"custom_generate": medusa_generate, "drafter": heads}
+    kwargs = {"custom_generate": speculative_generate, "drafter": heads}
     if name == "medusa":
         kwargs["lattice_draft"] = "chain"
         if arg is not None:

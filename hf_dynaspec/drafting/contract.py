@@ -11,7 +11,8 @@ and tells the rounds the outcome. Two implementations:
   CPS paths, lattice trees, prompt lookup, the lattice planner).
 
 tests/test_architecture.py holds both to this protocol (names and parameters) and checks that no loop reaches
-past it into a drafter.
+past it into a drafter. A round keeps no state between `propose` and `learn`: the `Draft` carries its `RoundPlan`
+back to `learn`.
 
 A `DraftTree`'s node 0 is the root (the newest committed token, not yet processed by the target); `parents[i] < i`
 for every draft node and `parents[0] == -1`. A node at depth d continues at position `past_length + d` and attends
@@ -27,6 +28,10 @@ from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 import torch
+
+from hf_dynaspec.drafting.planning.core import RoundPlan
+
+NO_PLAN = RoundPlan("none", 0)
 
 
 def depths_of(parents: list[int]) -> list[int]:
@@ -129,6 +134,8 @@ class Draft:
     # The ids the drafter's head scored at each drafted position (None: the whole vocabulary), for the statistics'
     # shortlist coverage; empty for drafts the drafter did not make.
     shortlists: list[torch.Tensor | None] = field(default_factory=list)
+    # What the round chose to draft; `learn` gets it back with the draft, so a round keeps nothing between them.
+    plan: RoundPlan = NO_PLAN
 
     def as_tree(self, root: torch.Tensor) -> DraftTree:
         """The draft as the tree verifier reads it: its tree, or the chain under `root` `[1]` as one branch."""
@@ -163,9 +170,11 @@ class DraftingRound(TargetFeatures, Protocol):
         """The next draft continuing `input_ids` `[1, N]` (its last token is the root), from the features of the
         positions verified last `[1, T, F]`; at most `room` draft tokens deep (room < 1: no draft)."""
 
-    def learn(self, committed_ids: torch.Tensor, num_accepted: int, accepted_nodes: list[int] | None = None) -> None:
-        """The verified outcome of the last draft: `committed_ids` `[1, N']` ends with the `num_accepted` accepted
-        draft tokens and the target's own token; `accepted_nodes`: a tree's accepted nodes (root excluded)."""
+    def learn(self, draft: Draft, committed_ids: torch.Tensor, num_accepted: int,
+              accepted_nodes: list[int] | None = None) -> None:
+        """The verified outcome of `draft` (the last `propose`'s): `committed_ids` `[1, N']` ends with the
+        `num_accepted` accepted draft tokens and the target's own token; `accepted_nodes`: a tree's accepted nodes
+        (root excluded)."""
 
     def share_costs(self, rows: int) -> None:
         """In a batch of `rows` active rows: price the next draft as this row's share of the verify forward."""

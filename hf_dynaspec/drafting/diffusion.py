@@ -8,7 +8,7 @@ masked positions are the lattice (hf_dynaspec.drafting.lattice) that CPS searche
 without remote code). One denoising step only: the lattice is the first step's marginals.
 
     drafter = DiffusionDrafter(diffusion_model, mask_token_id=tok.mask_token_id, block_size=8)
-    out = target.generate(**inputs, custom_generate=lattice_generate, drafter=drafter, lattice_draft="cps")
+    out = target.generate(**inputs, custom_generate=speculative_generate, drafter=drafter, lattice_draft="cps")
 
 Legend: L context, K block, V vocabulary.
 """

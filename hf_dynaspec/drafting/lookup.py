@@ -33,7 +33,7 @@ plugs into the planner (hf_dynaspec.drafting.planning.planner) as lookup sources
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -346,11 +346,11 @@ class LookupSources:
         return candidates, drafts
 
     @staticmethod
-    def take(plan: RoundPlan, offered: list[int]) -> list[int]:
-        """The `plan.num_tokens` tokens of `offered` the plan drafts; the next offered token (if any) is kept in the
-        plan for `learn_past_the_draft`."""
-        plan.next_offered = offered[plan.num_tokens] if len(offered) > plan.num_tokens else None
-        return offered[: plan.num_tokens]
+    def take(plan: RoundPlan, offered: list[int]) -> tuple[RoundPlan, list[int]]:
+        """(the plan, now holding the next offered token if any, for `learn`'s `record_past_the_draft`; the
+        `plan.num_tokens` tokens of `offered` the plan drafts)."""
+        next_offered = offered[plan.num_tokens] if len(offered) > plan.num_tokens else None
+        return replace(plan, next_offered=next_offered), offered[: plan.num_tokens]
 
     def learn(self, planner, plan: RoundPlan, num_drafted: int, num_accepted: int) -> None:
         """After `read` of the verified round, what the copies show beyond the plan's own outcome (host ids only, no

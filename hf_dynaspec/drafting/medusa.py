@@ -4,7 +4,7 @@ lattice, or a static tree.
 Each round the source scores K positions past the root (the last committed token) at once: that is the lattice.
 Medusa heads read the target's last hidden state at the newest verified position (the one whose LM-head row gave
 the root); a diffusion LM reads the context and K mask tokens. What the round sends to the verifier
-(`MedusaOptions.draft`, resolved from the heads' `MedusaGenerationConfig` and the call's keyword arguments):
+(`MedusaGenerationConfig.lattice_draft`: the heads' config, or a call's checked copy with its keyword arguments):
 
 - `"chain"`: each head's argmax (Medusa-1's top-1 proposal), on the device, no host read;
 - `"cps"`: the best path of DiffuSpec's causal-consistency path search (lattice and n-gram scores mixed by
@@ -26,10 +26,11 @@ Legend: K heads, L sequence length, D target hidden.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import torch
 
-from hf_dynaspec.drafting.contract import Draft, DraftTree, depths_of
+from hf_dynaspec.drafting.contract import NO_PLAN, Draft, DraftTree, depths_of
 from hf_dynaspec.drafting.lattice import (
     AdaptiveDraftLength,
     Lattice,
@@ -42,7 +43,7 @@ from hf_dynaspec.drafting.lookup import LookupSources, as_ids
 from hf_dynaspec.drafting.planning.core import RoundPlan
 from hf_dynaspec.drafting.planning.lattice_planner import LatticePlanner
 from hf_dynaspec.drafting.planning.planner import share_costs
-from hf_dynaspec.modeling.medusa_options import MedusaOptions
+from hf_dynaspec.modeling.medusa_options import MedusaGenerationConfig
 
 
 class LatticeRound:
@@ -52,20 +53,19 @@ class LatticeRound:
     `num_positions` (K), `lattice_logits(input_ids, target_hidden, depth, shortlist)` -> (logits
     `[depth, R]`, target ids of the R columns `[R]` or None) and the `TargetFeatures` methods."""
 
-    def __init__(self, source, options: MedusaOptions, stats, vocab_size: int, planner: LatticePlanner | None = None):
-        if (options.draft == "auto") != (planner is not None):
+    def __init__(self, source, options: MedusaGenerationConfig, stats, vocab_size: int, planner: LatticePlanner | None = None):
+        if (options.lattice_kind == "auto") != (planner is not None):
             raise ValueError("draft='auto' drafts through a LatticePlanner, and only it does")
         self.source, self.options, self.stats, self.planner = source, options, stats, planner
+        self.kind, self.shortlisted = options.lattice_kind, options.shortlisted  # read once per call
         positions = source.num_positions
         self.depth = positions if options.num_assistant_tokens is None else min(options.num_assistant_tokens, positions)
         self.adl = (AdaptiveDraftLength(k_min=1, k_max=max(self.depth, 1), rho=options.adl_rho,
-                                        delta=options.adl_delta) if options.adaptive_length else None)
+                                        delta=options.adl_delta) if options.draft_plan == "adl" else None)
         self.scorer = NgramScorer(vocab_size, order=options.ngram_order) if options.uses_context else None
         # Prompt lookup competes in planned rounds; the host copy of the context is kept for it or the n-gram scorer.
         self.sources = LookupSources(options.prompt_lookup_num_tokens if planner is not None else 0,
                                      keep_context=self.scorer is not None)
-        self.plan: RoundPlan | None = None  # the last planned round's plan
-        self.tree: DraftTree | None = None  # the last round's draft
 
     # -- the contract: features, propose, learn, share_costs, finish ------------------------------------------
     def hidden_state_selection(self):
@@ -75,39 +75,42 @@ class LatticeRound:
         return self.source.select_target_hidden(hidden_states)
 
     def propose(self, input_ids: torch.Tensor, target_hidden: torch.Tensor, room: int) -> Draft:
-        """The round's draft (always a tree: a chain is one branch) continuing `input_ids` `[1, L]`."""
-        tree = self.tree = self.draft_tree(input_ids, target_hidden, room)
-        return Draft(token_ids=tree.token_ids[None, 1:], logits=None, tree=tree)
-
-    def draft_tree(self, input_ids: torch.Tensor, target_hidden: torch.Tensor, max_depth: int) -> DraftTree:
         """The round's draft continuing `input_ids` `[1, L]` (its last token is the root), from the target's last
-        hidden states `[1, T, D]` (row -1: the position that predicted the root); at most `max_depth` deep."""
+        hidden states `[1, T, D]` (row -1: the position that predicted the root); at most `room` deep. Always a
+        tree (a chain is one branch); `Draft.plan` is a planned round's plan (else `NO_PLAN`)."""
         self._read_context(input_ids)
         if self.planner is not None:
-            return self._planned(input_ids, target_hidden, max_depth)
+            tree, plan = self._planned(input_ids, target_hidden, room)
+        else:
+            tree, plan = self._unplanned(input_ids, target_hidden, room), NO_PLAN
+        return Draft(token_ids=tree.token_ids[None, 1:], logits=None, tree=tree, plan=plan)
+
+    def _unplanned(self, input_ids: torch.Tensor, target_hidden: torch.Tensor, max_depth: int) -> DraftTree:
+        """The options' draft (chain, CPS path, lattice tree or static choices), at most `max_depth` deep."""
         depth = min(self.depth, max_depth, self.adl.length if self.adl is not None else self.depth)
         root = input_ids[0, -1:]
         if depth < 1:
             return _chain(root, root.new_empty(0))
         options = self.options
-        logits, ids = self.source.lattice_logits(input_ids, target_hidden, depth, options.shortlist)
-        if options.draft == "chain":  # on the device: no read
+        logits, ids = self.source.lattice_logits(input_ids, target_hidden, depth, self.shortlisted)
+        if self.kind == "chain":  # on the device: no read
             columns = logits.argmax(dim=-1)
             tokens = columns if ids is None else ids[columns]
             return _chain(root, tokens.to(root.dtype))
         lattice = Lattice.from_logits(logits, ids, options.max_candidates, options.coverage)
-        if options.draft == "cps":
+        if self.kind == "cps":
             path, _ = best_paths(lattice, depth, scorer=self.scorer, lam=options.cps_lambda,
                                  beam=options.cps_beam)[0]
             tokens, parents = path, list(range(len(path)))
-        elif options.draft == "tree":
+        elif self.kind == "tree":
             tokens, parents = lattice_tree(lattice, options.tree_total_tokens, depth, top_k=options.tree_top_k,
                                            scorer=self.scorer, lam=options.cps_lambda)
         else:
-            tokens, parents = tree_from_choices(lattice, options.choices, depth)
+            tokens, parents = tree_from_choices(lattice, options.medusa_choices, depth)
         return _tree(root, tokens, parents)
 
-    def _planned(self, input_ids: torch.Tensor, target_hidden: torch.Tensor, max_depth: int) -> DraftTree:
+    def _planned(self, input_ids: torch.Tensor, target_hidden: torch.Tensor,
+                 max_depth: int) -> tuple[DraftTree, RoundPlan]:
         """A `draft="auto"` round: the planner decides whether to score the lattice at all, then (the lattice read:
         one device read) which chain length, tree depth, lookup draft or nothing to send."""
         root = input_ids[0, -1:]
@@ -117,24 +120,24 @@ class LatticeRound:
         plan = self.planner.plan_round(lookup, room)
         lattice = None
         if plan.source in ("lattice", "chain", "tree"):
-            logits, ids = self.source.lattice_logits(input_ids, target_hidden, plan.num_tokens, self.options.shortlist)
+            logits, ids = self.source.lattice_logits(input_ids, target_hidden, plan.num_tokens, self.shortlisted)
             lattice = Lattice.from_logits(logits, ids, self.options.max_candidates, self.options.coverage)
-            confidences = [math.exp(row[0]) for row in lattice.log_probs]
+            confidences = tuple(math.exp(row[0]) for row in lattice.log_probs)
             if plan.probe:
-                plan.confidences = confidences
+                plan = replace(plan, confidences=confidences)
             else:
                 plan = self.planner.choose(confidences, lookup, room)
-        self.plan = plan
         if plan.source == "chain":
-            return _chain(root, as_ids(lattice.argmax_path(plan.num_tokens), root))
+            return _chain(root, as_ids(lattice.argmax_path(plan.num_tokens), root)), plan
         if plan.source == "tree":
             nodes = self.planner.tree.nodes(plan.num_tokens)
             tokens, parents = lattice_tree(lattice, nodes, plan.num_tokens, top_k=self.options.tree_top_k,
                                            scorer=self.scorer, lam=self.options.cps_lambda)
-            return _tree(root, tokens, parents)
+            return _tree(root, tokens, parents), plan
         if plan.source == "prompt-lookup":
-            return _chain(root, as_ids(self.sources.take(plan, drafts["prompt-lookup"]), root))
-        return _chain(root, root.new_empty(0))
+            plan, copy = self.sources.take(plan, drafts["prompt-lookup"])
+            return _chain(root, as_ids(copy, root)), plan
+        return _chain(root, root.new_empty(0)), plan
 
     def share_costs(self, rows: int) -> None:
         """In a batch of `rows` active rows: price rounds as this row's share of the batch's verify forward."""
@@ -143,11 +146,12 @@ class LatticeRound:
     def finish(self) -> None:
         """Nothing is kept past a lattice row (its tables live in the shared planner)."""
 
-    def learn(self, committed_ids: torch.Tensor, num_accepted: int, accepted_nodes: list[int] | None = None) -> None:
-        """The last draft's outcome (the contract's `learn`): statistics, ADL, the planner's tables."""
+    def learn(self, draft: Draft, committed_ids: torch.Tensor, num_accepted: int,
+              accepted_nodes: list[int] | None = None) -> None:
+        """`draft`'s outcome (the contract's `learn`): statistics, ADL, the planner's tables."""
         self._read_context(committed_ids)
-        plan, tree = self.plan, self.tree
-        source = plan.source if plan is not None and plan.source == "prompt-lookup" else self.source.source_name
+        plan, tree = draft.plan, draft.tree
+        source = plan.source if plan.source == "prompt-lookup" else self.source.source_name
         self.stats.record(len(tree) - 1, num_accepted, source=source)
         if self.adl is not None:
             self.adl.record(int(tree.max_depth or 0), num_accepted)

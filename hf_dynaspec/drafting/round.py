@@ -12,7 +12,7 @@ as `propose` runs it:
    draft, else prompt lookup's, else the drafter (whose first token may veto a lookup draft,
    `ChainDraftSession.overrules`); with
    `draft_plan="auto"`, the planner's choice among the drafter (a chain of up to K tokens), a tree of some depth
-   (`tree_generate` only: its verifier reads trees), each lookup source's draft and no draft at all;
+   (`speculative_generate(trees=True)` only: its verifier reads trees), each lookup source's draft and no draft at all;
 3. draft: the chosen source's tokens. A drafter round first runs the drafter over the newly verified positions
    (and any a lookup round left waiting), then its K-step loop, `ChainDraftSession.draft`, which knows
    nothing of sources (it takes a cap and a length rule: the planner, or a probe's `ProbeDrafting`); a lookup
@@ -29,6 +29,8 @@ Legend: N committed tokens, K draft tokens.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import torch
 
@@ -51,7 +53,7 @@ class EagleRound:
                  suffix: SuffixCache | None = None, eos_token_ids: torch.Tensor | None = None,
                  collect_draft_tokens: bool = False, trees: TreeDraftSession | None = None):
         """`trees`: grows the trees a planner with a `TreeShape` may choose (on `session`, which it shares); without
-        a planner, the configured tree every round (tree_generate with `draft_plan="fixed"`)."""
+        a planner, the configured tree every round (`trees=True` with `draft_plan="fixed"`)."""
         if planner is not None and (trees is not None) != (planner.tree is not None):
             raise ValueError("a planned round drafts trees exactly when its planner plans them: pass trees= with a "
                              "planner that has a TreeShape, or neither")
@@ -64,10 +66,6 @@ class EagleRound:
         # draft_plan="adl": the drafter's K from smoothed accepted lengths (DiffuSpec's ADL), else None.
         self.adaptive_length = (AdaptiveDraftLength(k_min=1, k_max=options.num_assistant_tokens)
                                 if options.draft_plan == "adl" else None)
-        self.plan = RoundPlan("none", 0)  # what the last round drafted (its source and, for the planner, its plan)
-        self.num_drafted: int | None = None  # tokens drafted for the pass being verified; None: the prefill
-        self.tree = None  # the last round's tree (a tree round), whose accepted nodes `learn` reads
-        self.shortlists: list = []  # the last draft's scored ids per position (Draft.shortlists), for `learn`
 
     @property
     def max_draft_tokens(self) -> int:
@@ -79,10 +77,6 @@ class EagleRound:
     def begin(self, input_ids: torch.Tensor) -> None:
         """Start a generate() call on the prompt `[1, N]` (one read of the prompt when a lookup source is on)."""
         self.sources.begin(input_ids)
-
-    def skip(self) -> None:
-        """The pass being verified drafted nothing by the caller's choice (the prefill)."""
-        self.num_drafted = None
 
     # -- the contract: features, propose, learn, share_costs, finish ------------------------------------------
     def hidden_state_selection(self):
@@ -101,46 +95,48 @@ class EagleRound:
 
     def propose(self, input_ids: torch.Tensor, target_hidden: torch.Tensor, room: int) -> Draft:
         """The round's draft continuing `input_ids` `[1, N]`: `Draft.token_ids` `[1, k]`, 0 <= k <= `room`
-        (k = 0: verify the target's own token only). `target_hidden` `[1, >=T_new, F]`: the drafter's features
-        of the last verification pass (ChainDraftSession.draft)."""
+        (k = 0: verify the target's own token only), `Draft.plan` what was chosen. `target_hidden`
+        `[1, >=T_new, F]`: the drafter's features of the last verification pass (ChainDraftSession.draft)."""
         self.sources.read(input_ids)
         budget = min(self.max_draft_tokens, room)
         if budget < 1:
-            return self._drafted(RoundPlan("none", 0), self._empty(input_ids))
+            return self._empty(input_ids)
         if self.planner is None and self.trees is not None:  # the configured tree, every round
-            self.plan = RoundPlan("tree", budget)
-            draft = self._tree_draft(input_ids, target_hidden, budget)
+            draft = self._tree_draft(input_ids, target_hidden, RoundPlan("tree", budget))
         elif self.planner is None:
             if self.adaptive_length is not None:
                 budget = min(budget, self.adaptive_length.length)
             draft = self._fixed_draft(input_ids, target_hidden, budget, room)
         else:
             draft = self._planned_draft(input_ids, target_hidden, room)
-        return self._drafted(self.plan, self._end_at_eos(draft))
+        draft = self._end_at_eos(draft)
+        if self.collect_draft_tokens and draft.plan.source == "drafter" and draft.token_ids.shape[1]:
+            self.stats.draft_token_ids.append(draft.token_ids[0])
+        return draft
 
-    def learn(self, committed_ids: torch.Tensor, num_accepted: int, accepted_nodes: list[int] | None = None) -> None:
-        """Record the verified outcome of the last draft: `committed_ids` `[1, N']` now ends with the accepted
-        drafts and the target's own token. `accepted_nodes` (a tree round): the accepted nodes, from which what a
-        chain would have done there (DraftTree.greedy_chain_outcome) is read, which the chain's table learns too
-        (one more read of N ints, the tree's parents, in a round whose verification already reads its path)."""
+    def learn(self, draft: Draft, committed_ids: torch.Tensor, num_accepted: int,
+              accepted_nodes: list[int] | None = None) -> None:
+        """Record the verified outcome of `draft`: `committed_ids` `[1, N']` now ends with the accepted drafts and
+        the target's own token. `accepted_nodes` (a tree round): the accepted nodes, from which what a chain would
+        have done there (DraftTree.greedy_chain_outcome) is read, which the chain's table learns too (one more read
+        of N ints, the tree's parents, in a round whose verification already reads its path)."""
+        plan, num_drafted = draft.plan, draft.token_ids.shape[1]
         tree_outcome = None
-        if self.planner is not None and self.tree is not None and accepted_nodes is not None and self.plan.source == "tree":
-            tree_outcome = self.tree.greedy_chain_outcome(accepted_nodes)
+        if self.planner is not None and draft.tree is not None and accepted_nodes is not None and plan.source == "tree":
+            tree_outcome = draft.tree.greedy_chain_outcome(accepted_nodes)
         self.sources.read(committed_ids)
-        if self.num_drafted is None:
-            return
-        source = self.plan.source if self.num_drafted else "none"
-        self.stats.record(self.num_drafted, num_accepted, looked_up=source not in ("drafter", "tree", "none"),
+        source = plan.source if num_drafted else "none"
+        self.stats.record(num_drafted, num_accepted, looked_up=source not in ("drafter", "tree", "none"),
                           source=source)
         if self.adaptive_length is not None and source == "drafter":
-            self.adaptive_length.record(self.num_drafted, num_accepted)
+            self.adaptive_length.record(num_drafted, num_accepted)
         if self.planner is not None:
-            self.planner.record(self.plan, self.num_drafted, num_accepted)
-            self.sources.learn(self.planner, self.plan, self.num_drafted, num_accepted)
-            if source == "tree" and tree_outcome is not None:
+            self.planner.record(plan, num_drafted, num_accepted)
+            self.sources.learn(self.planner, plan, num_drafted, num_accepted)
+            if tree_outcome is not None:
                 self.planner.record_chain_outcome(*tree_outcome)
         committed = committed_ids[0, -(num_accepted + 1) :]  # the target's tokens at draft positions 0..n
-        self.stats.record_shortlists(self.shortlists, committed)
+        self.stats.record_shortlists(draft.shortlists, committed)
 
     # -- the sources ------------------------------------------------------------------------------------------
     def _fixed_draft(self, input_ids, target_hidden, budget: int, room: int) -> Draft:
@@ -156,48 +152,39 @@ class EagleRound:
             draft = session.lookup_draft(input_ids, target_hidden, as_ids(found[1], input_ids)[None])
         else:
             draft = session.draft(input_ids, target_hidden, budget)
-        self.plan = RoundPlan(found[0] if draft.looked_up else "drafter", draft.token_ids.shape[1])
-        return draft
+        return replace(draft, plan=RoundPlan(found[0] if draft.looked_up else "drafter", draft.token_ids.shape[1]))
 
     def _planned_draft(self, input_ids, target_hidden, room: int) -> Draft:
         """`draft_plan="auto"`: the planner picks the drafter, a lookup source or nothing."""
         # Each source offers a copy as long as it matches, up to LONGEST_COPY: the planner's measured costs and
         # learnt acceptance decide how much of it to draft, not the options' fixed lengths (those bound "fixed").
         candidates, drafts = self.sources.offers(min(room, LONGEST_COPY))
-        plan = self.plan = self.planner.plan_round(candidates, room)
+        plan = self.planner.plan_round(candidates, room)
         if plan.source == "none":
             self.session.defer_verified(input_ids, target_hidden)  # the drafter absorbs them when next needed
-            return self._empty(input_ids)
+            return replace(self._empty(input_ids), plan=plan)
         if plan.source == "tree":
-            return self._tree_draft(input_ids, target_hidden, plan.num_tokens)
+            return self._tree_draft(input_ids, target_hidden, plan)
         if plan.source != "drafter":
             # Only the chosen source's ids go to the device: one upload of a few ids.
-            looked_up = as_ids(self.sources.take(plan, drafts[plan.source]), input_ids)[None]
-            return self.session.lookup_draft(input_ids, target_hidden, looked_up)
+            plan, copy = self.sources.take(plan, drafts[plan.source])
+            return replace(self.session.lookup_draft(input_ids, target_hidden, as_ids(copy, input_ids)[None]),
+                           plan=plan)
         # A probe drafts exactly its length (the planner would cut it to nothing); others stop when the planner says.
         rule = ProbeDrafting() if plan.probe else self.planner
         capped = plan.probe or self.session.defer_host_decisions
         cap = plan.num_tokens if capped else min(self.planner.max_draft_tokens, room)
         draft = self.session.draft(input_ids, target_hidden, cap, rule=rule)
-        plan.confidences = draft.confidences
-        return draft
+        return replace(draft, plan=replace(plan, confidences=tuple(draft.confidences)))
 
-    def _tree_draft(self, input_ids, target_hidden, depth: int) -> Draft:
-        """An EAGLE-2 tree grown to the plan's `depth` (a cap: EAGLE-2 keeps the best-scored nodes, which may stop
+    def _tree_draft(self, input_ids, target_hidden, plan: RoundPlan) -> Draft:
+        """An EAGLE-2 tree grown to the plan's depth (a cap: EAGLE-2 keeps the best-scored nodes, which may stop
         short of it) with the node count the planner priced (tests/test_planned_trees.py)."""
-        tree = self.trees.draft_tree(input_ids, target_hidden, max_depth=depth)
+        tree = self.trees.draft_tree(input_ids, target_hidden, max_depth=plan.num_tokens)
         return Draft(token_ids=tree.token_ids[None, 1:], logits=None, tree=tree,
-                     shortlists=self.trees.shortlists_of_last_draft)
+                     shortlists=self.trees.shortlists_of_last_draft, plan=plan)
 
     # -- the end of a round -----------------------------------------------------------------------------------
-    def _drafted(self, plan: RoundPlan, draft: Draft) -> Draft:
-        self.plan = plan
-        self.tree, self.shortlists = draft.tree, draft.shortlists
-        self.num_drafted = draft.token_ids.shape[1]
-        if self.collect_draft_tokens and self.num_drafted and not draft.looked_up and draft.tree is None:
-            self.stats.draft_token_ids.append(draft.token_ids[0])
-        return draft
-
     @staticmethod
     def _empty(input_ids: torch.Tensor) -> Draft:
         return Draft(token_ids=input_ids.new_empty((1, 0)), logits=None)
@@ -214,6 +201,5 @@ class EagleRound:
             return draft
         keep = int(is_eos.nonzero()[0, 0]) + 1
         logits = draft.logits[:, :keep] if draft.logits is not None else None
-        return Draft(token_ids=draft.token_ids[:, :keep], logits=logits, looked_up=draft.looked_up,
-                     confidences=draft.confidences[:keep], shortlists=draft.shortlists[:keep])
-
+        return replace(draft, token_ids=draft.token_ids[:, :keep], logits=logits,
+                       confidences=draft.confidences[:keep], shortlists=draft.shortlists[:keep])

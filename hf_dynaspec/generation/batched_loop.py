@@ -3,8 +3,8 @@ single prompt is a batch of one), each row drafting, being verified and acceptin
 same target pass.
 
 transformers' own assisted loop (the `assistant_model=` route) keeps one `input_ids` tensor and one accepted
-length per step, so it cannot carry rows that accept different numbers of tokens; this loop does (`chain_generate`,
-`tree_generate`, `medusa_generate` take batches through it).
+length per step, so it cannot carry rows that accept different numbers of tokens; this loop does (`speculative_generate`,
+`speculative_generate(trees=True)`, `speculative_generate` with heads take batches through it).
 
 One target KV cache holds every active row. Each round:
 
@@ -94,8 +94,9 @@ def run_batched_rounds(model, input_ids, batch, logits_processor, stopping_crite
     while active:
         for row in active:  # the planners price each row's draft as its share of this batch's verify forward
             row.drafts.share_costs(len(active))
-        trees = [row.drafts.propose(row.ids, row.hidden, max(lockstep.length - row.sequence.shape[1] - 1, 0))
-                 .as_tree(row.sequence[0, -1:]) for row in active]
+        drafts = [row.drafts.propose(row.ids, row.hidden, max(lockstep.length - row.sequence.shape[1] - 1, 0))
+                  for row in active]
+        trees = [draft.as_tree(row.sequence[0, -1:]) for draft, row in zip(drafts, active)]
         out = _verify(model, features, active, trees, valid, slots)
         # Processors see the left-padded row, as plain batched generate() hands it to them (min_new_tokens counts
         # from the padded prompt length generate() measured); drafts see the row's own tokens.
@@ -103,12 +104,13 @@ def run_batched_rounds(model, input_ids, batch, logits_processor, stopping_crite
         valid = _compact(slots, valid, [path.kept_index for path in paths])
         hidden = features.select_target_hidden(out.hidden_states)
         still, leaving = [], []
-        for i, (row, path, stops) in enumerate(zip(active, paths, _stop_flags(active, paths, stopping_criteria))):
+        flags = _stop_flags(active, paths, stopping_criteria)
+        for i, (row, draft, path, stops) in enumerate(zip(active, drafts, paths, flags)):
             row.hidden = None if hidden is None else hidden[i : i + 1, path.kept_index]  # None: no drafter
             committed, leaves = lockstep.after_round(row, stops)
             row.sequence = torch.cat([row.sequence, path.new_tokens[None, :committed]], dim=1)
             kept.add(path, committed)
-            row.drafts.learn(row.ids, committed - 1, path.nodes[: committed - 1])
+            row.drafts.learn(draft, row.ids, committed - 1, path.nodes[: committed - 1])
             (leaving if leaves else still).append(row)
         still, ended = lockstep.ended(still)
         for row in leaving + ended:

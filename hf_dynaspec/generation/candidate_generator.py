@@ -20,7 +20,7 @@ from hf_dynaspec.generation.checks import check_chain_inputs
 from hf_dynaspec.generation.rounds import build_round, longest_draft
 from hf_dynaspec.modeling.options import DynaSpecGenerationConfig
 
-PUBLIC_ROUTE = "model.generate(..., custom_generate=hf_dynaspec.chain_generate, drafter=assistant)"
+PUBLIC_ROUTE = "model.generate(..., custom_generate=hf_dynaspec.speculative_generate, drafter=assistant)"
 logger = logging.get_logger(__name__)
 
 TRANSFORMERS_CROPS_AT_EOS = version.Version(transformers.__version__) >= version.Version("5.18.0")
@@ -34,7 +34,7 @@ GPU_TRANSFORMERS_WARNING = (
 # transformers' assisted loop owns the target's cache on the assistant_model= route: the static round (a StaticCache
 # written by position, compiled per width) is the public routes' loop only. Said rather than ignored in silence.
 STATIC_ROUND_WARNING = (
-    "verify_round='static' applies to the public routes (custom_generate=chain_generate / tree_generate); the "
+    "verify_round='static' applies to the public routes (custom_generate=speculative_generate); the "
     "assistant_model= route runs transformers' assisted loop, which verifies eagerly: use " + PUBLIC_ROUTE)
 
 
@@ -116,6 +116,7 @@ class EagleCandidateGenerator(CandidateGenerator):
         self.longest_draft = longest_draft
         self.model_kwargs_overrides = {"output_hidden_states": speculation.hidden_state_selection()}
         self.block_verification = False  # sampled drafts verified as a block (hf_dynaspec.generation.block_verify)
+        self.draft = None  # the draft being verified, handed back to the round's `learn` (None: the prefill)
 
     @property
     def num_drafting_tokens(self) -> int:
@@ -125,12 +126,12 @@ class EagleCandidateGenerator(CandidateGenerator):
 
     def get_candidates(self, input_ids, model_outputs=None, is_first_iteration=False, **kwargs):
         if is_first_iteration or model_outputs is None:
-            self.round.skip()
+            self.draft = None
             return input_ids, None
         # Leave room for the target's own token after the drafts (as transformers' generators do).
         room = self.max_length - input_ids.shape[1] - 1
         target_hidden = self.round.select_target_hidden(model_outputs.hidden_states)
-        draft = self.round.propose(input_ids, target_hidden, room)
+        draft = self.draft = self.round.propose(input_ids, target_hidden, room)
         if not draft.token_ids.shape[1]:  # nothing drafted: a plain one-token pass
             return input_ids, self._nothing_drafted(input_ids)
         if self.block_verification:
@@ -147,4 +148,5 @@ class EagleCandidateGenerator(CandidateGenerator):
         return empty
 
     def update_candidate_strategy(self, input_ids, scores, num_matches):
-        self.round.learn(input_ids, int(num_matches))
+        if self.draft is not None:
+            self.round.learn(self.draft, input_ids, int(num_matches))

@@ -50,7 +50,7 @@ def check_chain_inputs(input_ids: torch.Tensor, generation_config, model_kwargs:
             f"DynaSpecAssistant with model.generate(assistant_model=...) drafts for one sequence at a time "
             f"(transformers' assisted decoding supports batch size 1); got batch size {input_ids.shape[0]}. "
             "For a batch of left-padded prompts use the public route, which decodes each row at its own pace: "
-            "model.generate(**inputs, custom_generate=chain_generate, drafter=assistant) (or tree_generate)."
+            "model.generate(**inputs, custom_generate=speculative_generate, drafter=assistant) (trees=True for trees)."
         )
     if input_ids.shape[1] == 0:
         raise ValueError("the prompt is empty: generate() needs at least one input token (e.g. the tokenizer's "
@@ -74,7 +74,7 @@ def check_chain_inputs(input_ids: torch.Tensor, generation_config, model_kwargs:
     if attention_mask is not None and not bool(attention_mask.all()):
         raise ValueError(
             "model.generate(assistant_model=...) does not support padded inputs (the attention_mask has zeros); "
-            "pass the prompt without padding, or decode padded batches with custom_generate=chain_generate, "
+            "pass the prompt without padding, or decode padded batches with custom_generate=speculative_generate, "
             "drafter=assistant."
         )
     if vocab_size is not None:

@@ -2,7 +2,7 @@
 generation config: hf_dynaspec.modeling.acceptance_prior) and for the planner's simulation traces.
 
 Every round of the measurement is a probe (`PlannerMemory.measuring`): the whole chain of
-`auto_max_assistant_tokens` tokens, uncut, and on `tree_generate` every other round the whole tree of the
+`auto_max_assistant_tokens` tokens, uncut, and on `speculative_generate(trees=True)` every other round the whole tree of the
 assistant's shape, so each position and depth is measured whatever this machine's costs (a planner would cut
 drafts where verification is dear, and the measurement would then depend on the host). Prompt lookup and the
 suffix cache are off: they are the workload's, not the drafter's. The planner's own tables do the counting, so
@@ -24,7 +24,7 @@ import torch
 
 from hf_dynaspec.drafting.planning.core import PlannerMemory
 from hf_dynaspec.drafting.runtime import runtime_of
-from hf_dynaspec.generation.speculative import tree_generate
+from hf_dynaspec.generation.speculative import speculative_generate
 from hf_dynaspec.modeling.acceptance_prior import CONFIDENCE_BINS, DEFAULT_WEIGHT, AcceptancePrior
 
 
@@ -51,13 +51,13 @@ def _measuring(assistant, do_sample: bool):
 
 def measure_acceptance(target, assistant, prompts: list[torch.Tensor], max_new_tokens: int = 64,
                        do_sample: bool = False, weight: float = DEFAULT_WEIGHT, **generate_kwargs):
-    """Run `prompts` (each `[1, N]` ids on the target's device) through `tree_generate` with every round probed.
+    """Run `prompts` (each `[1, N]` ids on the target's device) through `speculative_generate(trees=True)` with every round probed.
 
     Returns `(prior, calls)`: the `AcceptancePrior` (`prior_from_memory`: smoothed rates, with the number of rounds
     behind them) and, per prompt, `{"prompt_length", "output_ids", "rounds"}` where each round is
     `{"source": "drafter" | "tree", "drafted", "accepted", "confidences"}` in order (the simulation traces)."""
     calls = []
-    route = dict(assistant_model=assistant) if do_sample else dict(custom_generate=tree_generate, drafter=assistant)
+    route = dict(assistant_model=assistant) if do_sample else dict(custom_generate=speculative_generate, trees=True, drafter=assistant)
     with _measuring(assistant, do_sample) as memory:
         for ids in prompts:
             memory.log.clear()

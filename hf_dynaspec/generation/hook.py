@@ -1,4 +1,4 @@
-"""The one module that touches transformers' private generation API (the public route is `chain_generate`).
+"""The one module that touches transformers' private generation API (the public route is `speculative_generate`).
 
 `model.generate(assistant_model=assistant)` builds its candidate generator in the private
 `GenerationMixin._get_candidate_generator`, from a fixed list with no registry. `install()` wraps that method
@@ -6,7 +6,7 @@ so that a `DynaSpecAssistant` gets our `EagleCandidateGenerator`; every other as
 The wrapper binds the call's arguments to the original method's own signature (whatever mix of positional and
 keyword arguments transformers uses). Where a future transformers removes or renames what a wrapper needs, that
 wrapper is not installed: what it serves is disabled with one logged warning, `import hf_dynaspec` still works,
-the public routes (`chain_generate`, `tree_generate`) are unaffected, and a DynaSpecAssistant passed as
+the public routes (`speculative_generate`, `speculative_generate(trees=True)`) are unaffected, and a DynaSpecAssistant passed as
 `assistant_model=` is refused naming the public route (tests/test_hook_fail_soft.py removes each function in turn).
 It wraps transformers' module-level `_speculative_sampling` too, so that drafts our candidate generator marked
 for block verification (`verification="block"`, hf_dynaspec.generation.block_verify) are verified as a block;
@@ -70,8 +70,8 @@ def install() -> None:
     """Route `generate(assistant_model=<DynaSpecAssistant>)` to our candidate generator. Idempotent.
 
     Fails soft: each wrapper is installed only where the private function it wraps exists with the arguments it
-    needs; otherwise what it serves is disabled with one logged warning (the public routes, `chain_generate` and
-    `tree_generate`, use only generate()'s documented `custom_generate` hook and keep working), and importing
+    needs; otherwise what it serves is disabled with one logged warning (the public routes, `speculative_generate` and
+    `speculative_generate(trees=True)`, use only generate()'s documented `custom_generate` hook and keep working), and importing
     hf_dynaspec never fails because of it."""
     if _ORIGINAL in GenerationMixin.__dict__ or DISABLED:
         return
@@ -194,7 +194,7 @@ def _batched_call(model, original, args, kwargs):
     The call goes to the public chain route instead (hf_dynaspec.generation.batched_loop), with the same
     processors, stopping criteria and options; -> a thunk running it, or None for one unpadded prompt."""
     from hf_dynaspec.generation.public_loop import is_batched
-    from hf_dynaspec.generation.speculative import chain_generate
+    from hf_dynaspec.generation.speculative import speculative_generate
 
     bound = inspect.signature(original).bind(model, *args, **kwargs)
     arguments = dict(bound.arguments)
@@ -205,9 +205,10 @@ def _batched_call(model, original, args, kwargs):
         raise ValueError("streaming a batch with an assistant is not supported: rows advance at different speeds; "
                          "stream one prompt at a time, or drop the streamer")
     logger.warning_once("hf-dynaspec: a batch passed with assistant_model= is decoded by hf-dynaspec's batched loop "
-                        "(as custom_generate=chain_generate would: each row drafts and accepts its own tokens), not by "
+                        "(as custom_generate=speculative_generate would: each row drafts and accepts its own tokens), "
+                        "not by "
                         "transformers' assisted loop, which is batch 1 (docs/batching.md)")
-    return functools.partial(chain_generate, model, arguments["input_ids"], arguments["logits_processor"],
+    return functools.partial(speculative_generate, model, arguments["input_ids"], arguments["logits_processor"],
                              arguments["stopping_criteria"], arguments["generation_config"],
                              drafter=arguments["assistant_model"], **model_kwargs)
 

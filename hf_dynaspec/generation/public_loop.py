@@ -1,4 +1,4 @@
-"""The public routes' entry and checks (`chain_generate`, `tree_generate`, `medusa_generate`), plugged into
+"""The checks of the one public entry, `speculative_generate` (chains, trees, lattice sources), plugged into
 `generate()` through `custom_generate`.
 
 `generate()` does the set-up (generation config, logits processors incl. sampling warpers, stopping criteria, max

@@ -24,7 +24,7 @@ def build_round(target, assistant, options, input_ids, logits_processor, do_samp
     `draws_drafts`: the drafter samples its tokens from its distribution (the `assistant_model=` route when
     sampling, verified by speculative sampling); False drafts its most likely tokens (greedy calls, and the
     public route, whose tree verifier takes point-mass proposals). `do_sample` keys the planner's tables.
-    `with_trees` (tree_generate, `draft_plan="auto"`): the planner may draft trees of the options' shape.
+    `with_trees` (`trees=True`, `draft_plan="auto"`): the planner may draft trees of the options' shape.
     `stats`: the call's statistics when several rounds share them (a batch: one round per row); else started.
     `batch_row`: one row of a batch: the suffix cache's request part is the row's own (`RequestView`). With
     `with_trees` and a fixed plan, every round drafts the configured tree, and nothing is looked up."""

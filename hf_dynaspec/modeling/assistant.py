@@ -131,7 +131,7 @@ class DynaSpecAssistant(PreTrainedModel):
     def for_target(cls, target: PreTrainedModel, **options) -> DynaSpecAssistant:
         """A drafter-free assistant for any causal LM, no artifact: each round drafts a copy of the context (prompt
         lookup) or of earlier outputs (the suffix cache), or nothing, as this machine's measured costs and learnt
-        acceptance say pays; on every route (`assistant_model=`, `chain_generate`, `tree_generate`, batches).
+        acceptance say pays; on every route (`assistant_model=`, `speculative_generate`, `speculative_generate(trees=True)`, batches).
         `options`: drafting options, e.g. `prompt_lookup_num_tokens=0` / `suffix_cache_num_tokens=0` (a source off)."""
         require_model(target, "target (the model to serve)")
         config = drafter_free_config(target.config.get_text_config(), target.get_output_embeddings().weight.shape[0],
@@ -363,9 +363,9 @@ class DynaSpecAssistant(PreTrainedModel):
 
     def generate(self, *args, **kwargs):
         raise TypeError(
-            "DynaSpecAssistant does not generate by itself: chain drafting is model.generate(..., "
-            "assistant_model=assistant); tree drafting is model.generate(..., custom_generate=hf_dynaspec.tree_generate, "
-            "drafter=assistant) (an early build had assistant.generate(model, ...))."
+            "DynaSpecAssistant does not generate by itself: model.generate(..., assistant_model=assistant), or "
+            "model.generate(..., custom_generate=hf_dynaspec.speculative_generate, drafter=assistant[, trees=True]) "
+            "(an early build had assistant.generate(model, ...))."
         )
 
     def forward(self, *args, **kwargs):

@@ -96,7 +96,7 @@ class ResidualBlocks(nn.Module):
 
 
 class MedusaAssistant(PreTrainedModel):
-    """Medusa heads for one target. `model.generate(**inputs, custom_generate=medusa_generate, drafter=heads)`."""
+    """Medusa heads for one target. `model.generate(**inputs, custom_generate=speculative_generate, drafter=heads)`."""
 
     config_class = MedusaConfig
     base_model_prefix = "medusa"
@@ -115,7 +115,7 @@ class MedusaAssistant(PreTrainedModel):
         self.register_buffer("frequency_ids", torch.zeros(config.frequency_list_size, dtype=torch.long))
         self.post_init()
         self.card_data: dict = {}  # how the heads were made and what they measured (card.json, the model card)
-        # How they draft by default (generation_config.json); medusa_generate's keyword arguments override it.
+        # How they draft by default (generation_config.json); speculative_generate's keyword arguments override it.
         self.generation_config = MedusaGenerationConfig()
         self.__dict__["_target"] = None  # the attachment (not a submodule: never saved or moved with the heads)
 
@@ -276,7 +276,7 @@ class MedusaAssistant(PreTrainedModel):
 
     def forward(self, *args, **kwargs):
         raise TypeError("Medusa heads are not called directly: model.generate(**inputs, "
-                        "custom_generate=medusa_generate, drafter=heads)")
+                        "custom_generate=speculative_generate, drafter=heads)")
 
 
 def _read_options(directory: Path, overrides: dict) -> MedusaGenerationConfig:

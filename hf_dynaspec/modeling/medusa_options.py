@@ -1,5 +1,5 @@
 """How Medusa heads (or any lattice source) draft: `MedusaGenerationConfig`, saved with the heads as
-generation_config.json, as a `DynaSpecAssistant` saves its `DynaSpecGenerationConfig`; `medusa_generate`'s
+generation_config.json, as a `DynaSpecAssistant` saves its `DynaSpecGenerationConfig`; `speculative_generate`'s
 keyword arguments, by the same names, override it per call.
 
 - `draft_plan`: "fixed" (default): `lattice_draft` every round; "auto": planned from measured costs and learnt
@@ -15,79 +15,23 @@ keyword arguments, by the same names, override it per call.
 - `medusa_choices`: Medusa's static sparse tree (with `lattice_draft="choices"`).
 
 The early per-call spellings (`medusa_draft`, `medusa_tokens`, `medusa_<option>`, `medusa_adaptive_length`) are
-read through `DEPRECATED_SPELLINGS`, with one FutureWarning per spelling and process.
-`MedusaOptions` is what a round reads: the config and the call's overrides resolved and checked once.
+read through `DEPRECATED_SPELLINGS`, with one FutureWarning per spelling and process. A round reads the config
+itself, as an EAGLE round reads its `DynaSpecGenerationConfig`: a call with overrides gets a checked copy
+(`with_options`).
 """
 
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass, fields
 from typing import Any
 
 from hf_dynaspec.modeling.options import DRAFT_PLANS, DraftingConfig
 
-MEDUSA_DRAFTS = ("chain", "cps", "tree", "choices", "auto")
+LATTICE_DRAFTS = ("chain", "cps", "tree", "choices")
 LATTICE_SHORTLISTS = ("full", "frspec")
 
 
-@dataclass
-class MedusaOptions:
-    """How a lattice source drafts in one call (resolved from `MedusaGenerationConfig` and the call's keyword
-    arguments): `draft` is the round kind ("auto": planned), `adaptive_length` ADL."""
-
-    draft: str = "tree"
-    num_assistant_tokens: int | None = None  # chain length / tree depth cap; None: every head
-    tree_top_k: int = 4  # children per node of a lattice tree
-    tree_total_tokens: int = 16  # draft nodes of a lattice tree
-    max_candidates: int = 15  # CPS's M_max
-    coverage: float = 0.8  # CPS's tau: per position, the candidates covering this much probability
-    cps_lambda: float = 0.5  # weight of the lattice's log-probability against the n-gram's
-    cps_beam: int = 4
-    ngram_order: int = 3
-    adaptive_length: bool = False  # ADL
-    adl_rho: float = 0.5
-    adl_delta: int = 1
-    shortlist: bool = False  # score the stored FR-Spec list only
-    choices: list | None = None  # Medusa's medusa_choices: per-position candidate ranks of each node
-    prompt_lookup_num_tokens: int = 0  # draft="auto": a prompt-lookup draft of up to this many tokens competes
-
-    @classmethod
-    def from_kwargs(cls, **kwargs) -> MedusaOptions:
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(kwargs) - known)
-        if unknown:
-            raise TypeError(f"unknown Medusa drafting options {unknown}; known: {sorted(known)}")
-        options = cls(**{k: v for k, v in kwargs.items() if v is not None})
-        options.validate()
-        return options
-
-    def validate(self) -> None:
-        if self.draft not in MEDUSA_DRAFTS:
-            raise ValueError(f"medusa draft must be one of {MEDUSA_DRAFTS}; got {self.draft!r}.")
-        if self.draft == "choices" and not self.choices:
-            raise ValueError("draft='choices' needs medusa_choices (e.g. [(0,), (1,), (0, 0)]): per-position ranks")
-        for name in ("tree_top_k", "tree_total_tokens", "max_candidates", "cps_beam", "ngram_order"):
-            if int(getattr(self, name)) < 1:
-                raise ValueError(f"Medusa option {name} must be >= 1; got {getattr(self, name)!r}.")
-        if self.draft == "auto" and self.adaptive_length:
-            raise ValueError("draft='auto' plans each round's length itself; drop adaptive_length (ADL), or pick a "
-                             "fixed draft kind ('chain', 'cps', 'tree') to adapt its length with ADL")
-        if int(self.prompt_lookup_num_tokens) < 0:
-            raise ValueError(f"prompt_lookup_num_tokens must be >= 0; got {self.prompt_lookup_num_tokens!r}.")
-        if self.num_assistant_tokens is not None and self.num_assistant_tokens < 0:
-            raise ValueError(f"Medusa option num_assistant_tokens must be >= 0; got {self.num_assistant_tokens!r}.")
-        if not 0.0 < self.coverage <= 1.0 or not 0.0 <= self.cps_lambda <= 1.0:
-            raise ValueError(f"coverage must be in (0, 1] and cps_lambda in [0, 1]; got {self.coverage!r}, "
-                             f"{self.cps_lambda!r}.")
-
-    @property
-    def uses_context(self) -> bool:
-        """The round's choice reads an n-gram model of the context (CPS, or a tree scored with it)."""
-        return self.draft == "cps" or (self.draft in ("tree", "auto") and self.cps_lambda < 1.0)
-
-
-# generation_config.json's option -> (its default, the MedusaOptions field it sets).
+# generation_config.json's options and their defaults.
 OPTION_DEFAULTS: dict[str, Any] = {
     "draft_plan": "fixed",
     "lattice_draft": "tree",
@@ -113,7 +57,7 @@ DEPRECATED_SPELLINGS = {
     **{f"medusa_{name}": name for name in ("tree_top_k", "tree_total_tokens", "max_candidates", "coverage",
                                            "cps_lambda", "cps_beam", "ngram_order", "adl_rho", "adl_delta")},
 }
-CALL_OPTIONS = (*OPTION_DEFAULTS, *DEPRECATED_SPELLINGS)  # every keyword argument medusa_generate reads
+CALL_OPTIONS = (*OPTION_DEFAULTS, *DEPRECATED_SPELLINGS)  # every keyword argument the lattice route reads
 _warned: set[str] = set()  # the deprecated spellings already warned about in this process
 
 
@@ -126,7 +70,7 @@ def current_spelling(name: str, value, configured_plan: str) -> tuple[str, Any]:
     option = DEPRECATED_SPELLINGS[name]
     if name not in _warned:
         _warned.add(name)
-        warnings.warn(f"medusa_generate's {name!r} is now the option {option!r} (MedusaGenerationConfig; "
+        warnings.warn(f"the Medusa option {name!r} is now the option {option!r} (MedusaGenerationConfig; "
                       "hf_dynaspec.modeling.medusa_options lists them); the old spelling goes in hf-dynaspec 0.2.",
                       FutureWarning, stacklevel=4)
     if name == "medusa_draft" and value == "auto":
@@ -145,11 +89,33 @@ class MedusaGenerationConfig(DraftingConfig):
     option_defaults = OPTION_DEFAULTS
 
     def validate_options(self) -> None:
-        self.lattice_options()
+        """Raise `ValueError` naming the bad option and the fix."""
+        if self.draft_plan not in DRAFT_PLANS:
+            raise ValueError(f"draft_plan (MedusaGenerationConfig.draft_plan) must be one of {DRAFT_PLANS}; "
+                             f"got {self.draft_plan!r}.")
+        if self.lattice_draft not in LATTICE_DRAFTS:
+            raise ValueError(f"lattice_draft (MedusaGenerationConfig.lattice_draft) must be one of {LATTICE_DRAFTS} "
+                             f"(for planned rounds: draft_plan='auto'); got {self.lattice_draft!r}.")
+        if self.shortlist not in LATTICE_SHORTLISTS:
+            raise ValueError(f"MedusaGenerationConfig.shortlist must be one of {LATTICE_SHORTLISTS}; "
+                             f"got {self.shortlist!r}.")
+        if self.lattice_kind == "choices" and not self.medusa_choices:
+            raise ValueError("lattice_draft='choices' needs medusa_choices (e.g. [(0,), (1,), (0, 0)]): per-position "
+                             "ranks")
+        for name in ("tree_top_k", "tree_total_tokens", "max_candidates", "cps_beam", "ngram_order"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"Medusa option {name} must be >= 1; got {getattr(self, name)!r}.")
+        if int(self.prompt_lookup_num_tokens) < 0:
+            raise ValueError(f"prompt_lookup_num_tokens must be >= 0; got {self.prompt_lookup_num_tokens!r}.")
+        if self.num_assistant_tokens is not None and self.num_assistant_tokens < 0:
+            raise ValueError(f"Medusa option num_assistant_tokens must be >= 0; got {self.num_assistant_tokens!r}.")
+        if not 0.0 < self.coverage <= 1.0 or not 0.0 <= self.cps_lambda <= 1.0:
+            raise ValueError(f"coverage must be in (0, 1] and cps_lambda in [0, 1]; got {self.coverage!r}, "
+                             f"{self.cps_lambda!r}.")
 
-    def lattice_options(self, **overrides) -> MedusaOptions:
-        """The checked `MedusaOptions` of a call: these options with `overrides` (medusa_generate's keyword
-        arguments, current or deprecated spellings; None values are ignored) applied."""
+    def with_options(self, **overrides) -> MedusaGenerationConfig:
+        """A checked copy with `overrides` (speculative_generate's keyword arguments, current or deprecated
+        spellings; None values are ignored) applied."""
         given: dict[str, tuple[str, Any]] = {}  # option -> (the spelling that set it, its value)
         for name, value in overrides.items():
             if value is None:
@@ -161,24 +127,20 @@ class MedusaGenerationConfig(DraftingConfig):
             given[option] = (name, value)
         values = self.drafting_options()
         values.update({option: value for option, (_, value) in given.items()})
-        return _resolved(values)
+        return MedusaGenerationConfig(**values)
 
+    # -- what a round reads ---------------------------------------------------------------------------------------
+    @property
+    def lattice_kind(self) -> str:
+        """The round kind: "auto" (planned), else `lattice_draft`."""
+        return "auto" if self.draft_plan == "auto" else self.lattice_draft
 
-def _resolved(values: dict[str, Any]) -> MedusaOptions:
-    """generation_config.json's options -> checked `MedusaOptions` (raises naming the bad option)."""
-    draft_plan, kind, shortlist = values["draft_plan"], values["lattice_draft"], values["shortlist"]
-    if draft_plan not in DRAFT_PLANS:
-        raise ValueError(f"draft_plan (MedusaGenerationConfig.draft_plan) must be one of {DRAFT_PLANS}; "
-                         f"got {draft_plan!r}.")
-    if kind not in MEDUSA_DRAFTS[:-1]:
-        raise ValueError(f"lattice_draft (MedusaGenerationConfig.lattice_draft) must be one of {MEDUSA_DRAFTS[:-1]} "
-                         f"(for planned rounds: draft_plan='auto'); got {kind!r}.")
-    if shortlist not in LATTICE_SHORTLISTS:
-        raise ValueError(f"MedusaGenerationConfig.shortlist must be one of {LATTICE_SHORTLISTS}; got {shortlist!r}.")
-    return MedusaOptions.from_kwargs(
-        draft="auto" if draft_plan == "auto" else kind, adaptive_length=draft_plan == "adl",
-        num_assistant_tokens=values["num_assistant_tokens"], shortlist=shortlist == "frspec",
-        choices=values["medusa_choices"],
-        **{name: values[name] for name in ("prompt_lookup_num_tokens", "tree_top_k", "tree_total_tokens",
-                                           "max_candidates", "coverage", "cps_lambda", "cps_beam", "ngram_order",
-                                           "adl_rho", "adl_delta")})
+    @property
+    def shortlisted(self) -> bool:
+        """The heads score their stored FR-Spec list only."""
+        return self.shortlist == "frspec"
+
+    @property
+    def uses_context(self) -> bool:
+        """The round's choice reads an n-gram model of the context (CPS, or a tree scored with it)."""
+        return self.lattice_kind == "cps" or (self.lattice_kind in ("tree", "auto") and self.cps_lambda < 1.0)

@@ -161,11 +161,11 @@ vocabulary: greedy output is the target's own (up to bf16 near-ties) and samplin
 
 ```python
 from transformers import AutoModelForCausalLM
-from hf_dynaspec import MedusaAssistant, medusa_generate
+from hf_dynaspec import MedusaAssistant, speculative_generate
 
 model = AutoModelForCausalLM.from_pretrained("{target}")
 heads = MedusaAssistant.from_pretrained("<this repo or directory>", target=model)
-out = model.generate(**inputs, custom_generate=medusa_generate, drafter=heads, lattice_draft="tree")
+out = model.generate(**inputs, custom_generate=speculative_generate, drafter=heads, lattice_draft="tree")
 ```
 
 ## Components

@@ -1,4 +1,4 @@
-"""The public routes users run, on a CUDA device: the batched loop, Medusa, `chain_generate`, sampled trees and
+"""The public routes users run, on a CUDA device: the batched loop, Medusa, `speculative_generate`, sampled trees and
 block verification. Greedy output is compared token for token (fp32); sampled rounds are enumerated exactly
 (tests/enumeration.py follows every random choice the code makes, on whatever device the tensors live), so a
 GPU-only fault in a sampled path (a residual computed on the wrong device, a draw that differs from its
@@ -27,7 +27,7 @@ from test_batched import left_padded, mixed_prompts  # noqa: E402
 from test_enumeration import PROMPT, TOLERANCE, VOCAB, processors  # noqa: E402
 from test_medusa import trained_heads  # noqa: E402
 
-from hf_dynaspec import chain_generate, medusa_generate, tree_generate  # noqa: E402
+from hf_dynaspec import speculative_generate  # noqa: E402
 from hf_dynaspec.modeling.medusa import MedusaAssistant  # noqa: E402
 
 SAMPLED = dict(do_sample=True, temperature=0.7, top_k=0, max_new_tokens=4)
@@ -61,9 +61,9 @@ def test_batched_rows_equal_their_own_plain_greedy_output(eagle_pair, route, bat
     target, assistant = eagle_pair
     prompts = mixed_prompts(batch, seed=batch)
     ids, mask = left_padded(prompts, extra=2 if batch == 1 else 0)
-    custom, extra = (chain_generate, {}) if route == "chain" else (
-        tree_generate, dict(tree_top_k=2, tree_depth=3, tree_total_tokens=6))
-    out = target.generate(input_ids=ids.cuda(), attention_mask=mask.cuda(), custom_generate=custom, drafter=assistant,
+    extra = {} if route == "chain" else dict(trees=True, tree_top_k=2, tree_depth=3, tree_total_tokens=6)
+    out = target.generate(input_ids=ids.cuda(), attention_mask=mask.cuda(), custom_generate=speculative_generate,
+                          drafter=assistant,
                           max_new_tokens=24, do_sample=False, pad_token_id=0, **extra)
     assert out.device.type == "cuda"
     _assert_rows_exact(target, prompts, out, ids.shape[1], 24)
@@ -84,11 +84,11 @@ def test_medusa_greedy_is_identical_one_row_and_batched(medusa_pair, draft):
                                            else dict(lattice_draft=draft)))
     prompts = mixed_prompts(4, seed=11)
     ids, mask = left_padded(prompts)
-    out = target.generate(input_ids=ids.cuda(), attention_mask=mask.cuda(), custom_generate=medusa_generate,
+    out = target.generate(input_ids=ids.cuda(), attention_mask=mask.cuda(), custom_generate=speculative_generate,
                           drafter=heads, max_new_tokens=24, do_sample=False, pad_token_id=0, **options)
     _assert_rows_exact(target, prompts, out, ids.shape[1], 24)
     single = prompts[0][None].cuda()
-    got = target.generate(single, attention_mask=torch.ones_like(single), custom_generate=medusa_generate,
+    got = target.generate(single, attention_mask=torch.ones_like(single), custom_generate=speculative_generate,
                           drafter=heads, max_new_tokens=24, do_sample=False, **options)
     assert torch.equal(got[0, single.shape[1]:].cpu(), _plain_rows(target, prompts[:1], 24)[0])
 
@@ -113,12 +113,12 @@ def test_sampled_routes_are_exact_on_the_device(route):
             for parameter in drafter.blocks.parameters():
                 generator = torch.Generator().manual_seed(parameter.numel())
                 parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.5)
-        kwargs = dict(custom_generate=medusa_generate, drafter=drafter, lattice_draft="tree")
+        kwargs = dict(custom_generate=speculative_generate, drafter=drafter, lattice_draft="tree")
     else:
         options = dict(num_assistant_tokens=3, verification="block") if route == "chain-block" else dict(
             num_assistant_tokens=2, tree_top_k=2, tree_depth=2, tree_total_tokens=4)
         drafter = imitating_assistant(target, noise=1.0, seed=3, **options)
-        kwargs = dict(custom_generate=tree_generate if route == "tree" else chain_generate, drafter=drafter)
+        kwargs = dict(custom_generate=speculative_generate, trees=route == "tree", drafter=drafter)
 
     def call():
         out = target.generate(prompt, attention_mask=torch.ones_like(prompt), **kwargs, **SAMPLED)
@@ -155,11 +155,11 @@ def test_medusa_and_batched_rounds_sync_only_where_named(eagle_pair, medusa_pair
     single = prompts[0][None].cuda()
 
     def batched():
-        target.generate(input_ids=ids, attention_mask=mask, custom_generate=chain_generate, drafter=assistant,
+        target.generate(input_ids=ids, attention_mask=mask, custom_generate=speculative_generate, drafter=assistant,
                         max_new_tokens=24, do_sample=False, pad_token_id=0)
 
     def medusa():
-        medusa_target.generate(single, attention_mask=torch.ones_like(single), custom_generate=medusa_generate,
+        medusa_target.generate(single, attention_mask=torch.ones_like(single), custom_generate=speculative_generate,
                                drafter=heads, max_new_tokens=24, do_sample=False, lattice_draft="tree")
 
     batched(), medusa()  # warm-up
@@ -182,13 +182,12 @@ def test_the_static_round_is_greedy_identical_with_cuda_graphs(route):
     target = one_layer_target("qwen2", seed=2).cuda()
     assistant = imitating_assistant(target, noise=0.2, seed=4, draft_plan="fixed", num_assistant_tokens=3)
     assistant.generation_config.verify_round = "static"
-    custom, extra = (chain_generate, {}) if route == "chain" else (
-        tree_generate, dict(tree_top_k=2, tree_depth=3, tree_total_tokens=6))
+    extra = {} if route == "chain" else dict(trees=True, tree_top_k=2, tree_depth=3, tree_total_tokens=6)
 
     def call(seed, length):
         ids = prompt(seed, length).cuda()
-        got = target.generate(ids, attention_mask=torch.ones_like(ids), custom_generate=custom, drafter=assistant,
-                              max_new_tokens=20, do_sample=False, **extra)
+        got = target.generate(ids, attention_mask=torch.ones_like(ids), custom_generate=speculative_generate,
+                              drafter=assistant, max_new_tokens=20, do_sample=False, **extra)
         plain = target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=20, do_sample=False)
         assert torch.equal(got, plain), (seed, length)
     skips = int(counters["inductor"]["cudagraph_skips"])

@@ -23,7 +23,7 @@ pytestmark = [
 
 from conftest import plain_generate  # noqa: E402
 
-from hf_dynaspec import DynaSpecAssistant, check_exactness, tree_generate  # noqa: E402
+from hf_dynaspec import DynaSpecAssistant, check_exactness, speculative_generate  # noqa: E402
 from hf_dynaspec.drafting.chain import ChainDraftSession  # noqa: E402
 from hf_dynaspec.drafting.runtime import runtime_head  # noqa: E402
 from hf_dynaspec.drafting.tree import TreeDraftSession  # noqa: E402
@@ -236,7 +236,7 @@ def test_greedy_is_exact_up_to_near_ties_on_a_real_shape(tmp_path, dtype, route)
     for seed in range(3):
         input_ids = torch.randint(0, 151_936, (1, 24), generator=torch.Generator().manual_seed(seed)).cuda()
         expected = plain_generate(target, input_ids, max_new_tokens=48)
-        kwargs = dict(assistant_model=assistant) if route == "chain" else dict(custom_generate=tree_generate,
+        kwargs = dict(assistant_model=assistant) if route == "chain" else dict(custom_generate=speculative_generate, trees=True,
                                                                                 drafter=assistant)
         got = target.generate(input_ids, attention_mask=torch.ones_like(input_ids), max_new_tokens=48, **kwargs)
         divergence = check_exactness(target, input_ids, expected[0, 24:], got[0, 24:])

@@ -7,7 +7,7 @@ this machine, measured by hf_dynaspec.generation.costs).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from hf_dynaspec.modeling.acceptance_prior import CONFIDENCE_BINS, AcceptancePrior
 
@@ -168,15 +168,17 @@ class LookupCandidate:
     num_tokens: int
 
 
-@dataclass
+@dataclass(frozen=True)
 class RoundPlan:
     """What a round drafts: "none", "drafter" (a chain of up to `num_tokens`, cut by the confidence table),
-    "tree" (a tree of depth `num_tokens`) or a lookup source (`num_tokens` of its tokens)."""
+    "tree" (a tree of depth `num_tokens`) or a lookup source (`num_tokens` of its tokens). Frozen: a round hands
+    its plan along inside its `Draft` (hf_dynaspec.drafting.contract), and what drafting adds to it (the drafted
+    positions' confidences, the next offered token) makes a new plan (`dataclasses.replace`)."""
 
     source: str
     num_tokens: int
     match_length: int = 0
-    confidences: list[float] = field(default_factory=list)  # drafter: per drafted position, for the tables
+    confidences: tuple[float, ...] = ()  # drafter: per drafted position, for the tables
     probe: bool = False  # a drafter round that keeps the tables learning: exactly `num_tokens`, whatever the confidence
     # A lookup drafted shorter than its source offered: the offered token after the drafted ones (see
     # SpeculationPlanner.record_past_the_draft), else None.

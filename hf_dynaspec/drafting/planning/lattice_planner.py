@@ -26,6 +26,8 @@ this round, so greedy output is identical and sampling exact (tests/test_medusa_
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hf_dynaspec.drafting.planning.core import (
     DRAFTER,
     LatticeCosts,
@@ -118,8 +120,7 @@ class LatticePlanner:
         candidates = [(1.0 / self.costs.verify(1), RoundPlan("none", 0))]
         candidates += self._lattice_options(priors, room, 0.0) + self._lookup_option(lookup, room)
         plan = max(candidates, key=lambda pair: pair[0])[1]
-        plan.confidences = list(confidences[:depth])
-        return plan
+        return replace(plan, confidences=tuple(confidences[:depth]))
 
     def _probe(self, depth: int) -> RoundPlan | None:
         schedule = self.memory.probe_schedule

@@ -25,7 +25,7 @@ such a drafter pays). A good drafter behind a pessimistic prior is found within 
 truly does not pay costs at most its extra rows once in 256 rounds. (A fresh fp32 0.5B pairing on this project's
 CPU sits on that edge: without probes, measuring noise decided whether the shipped assistant ever drafted.)
 
-Trees (`tree_generate` with `draft_plan="auto"`): an EAGLE-2 tree of the assistant's shape (`tree_top_k`,
+Trees (`speculative_generate(trees=True)` with `draft_plan="auto"`): an EAGLE-2 tree of the assistant's shape (`tree_top_k`,
 `tree_total_tokens`) cut to depth d joins the candidates. Its nodes grow with d (top_k at depth 1, then up to
 top_k^2 per depth, at most `tree_total_tokens`), so it is priced by the measured verify cost of its node count plus
 its drafting (the first token, then one frontier step of top_k rows per further depth); its expected tokens come

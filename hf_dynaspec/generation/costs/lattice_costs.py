@@ -35,7 +35,7 @@ def lattice_costs_key(target, source, options, max_tokens: int) -> str:
         **target_parts(target),
         "lattice_source": type(source).__name__,
         "source_config": source.config.to_json_string(use_diff=False),
-        "options": [options.shortlist, options.max_candidates, options.coverage, options.tree_top_k,
+        "options": [options.shortlisted, options.max_candidates, options.coverage, options.tree_top_k,
                     options.tree_total_tokens, options.cps_lambda < 1.0, options.ngram_order],
         "cpu_verify": verify_rows_patch.describe(target),
     }
@@ -80,7 +80,7 @@ def measure_lattice_costs(target, source, options, max_tokens: int) -> LatticeCo
     depth = max(1, min(max_tokens, source.num_positions))
 
     def lattice():
-        logits, columns = source.lattice_logits(context, hidden, depth, options.shortlist)
+        logits, columns = source.lattice_logits(context, hidden, depth, options.shortlisted)
         return Lattice.from_logits(logits, columns, options.max_candidates, options.coverage)
 
     read = lattice()

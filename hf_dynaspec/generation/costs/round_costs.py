@@ -10,7 +10,7 @@ assistant of a call, on this device, dtype and thread count:
 - `draft_step_seconds`: one more drafted token (a drafter step and the head through the call's shortlist);
 - `first_draft_seconds`: the head on the pass that consumed the verified positions (the first drafted token);
 - `tree_step_seconds`: one more depth of an EAGLE-2 tree of the assistant's shape (a drafter step over `tree_top_k`
-  frontier rows, the head over them, the top-k choices), which prices trees for `tree_generate`'s planner.
+  frontier rows, the head over them, the top-k choices), which prices trees for `speculative_generate(trees=True)`'s planner.
 
 Measuring takes a few seconds (hf_dynaspec.generation.costs.timing); the result is kept in the cost cache
 (hf_dynaspec.generation.costs.store), keyed by everything that changes it (shapes, dtype, device, threads,
