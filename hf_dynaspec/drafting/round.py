@@ -110,7 +110,7 @@ class EagleRound:
         else:
             draft = self._planned_draft(input_ids, target_hidden, room)
         draft = self._end_at_eos(draft)
-        if self.collect_draft_tokens and draft.plan.source == "drafter" and draft.token_ids.shape[1]:
+        if self.collect_draft_tokens and draft.token_ids.shape[1] and not draft.looked_up and draft.tree is None:
             self.stats.draft_token_ids.append(draft.token_ids[0])
         return draft
 

@@ -37,10 +37,8 @@ def lattice_route(model, input_ids, logits_processor, stopping_criteria, generat
     heads = _attached(drafter, model)
     config = getattr(heads, "generation_config", None)
     config = config if isinstance(config, MedusaGenerationConfig) else MedusaGenerationConfig()
-    if "tree_depth" in call_options:
-        call_options = {**call_options, "num_assistant_tokens": call_options["tree_depth"]}
-        del call_options["tree_depth"]
-    options = config.with_options(**call_options)  # a checked copy (options may be set one by one since loading)
+    renamed = {"num_assistant_tokens" if name == "tree_depth" else name: value for name, value in call_options.items()}
+    options = config.with_options(**renamed)  # a checked copy (options may be set one by one since loading)
     batch = check_public_inputs(model, heads, input_ids, generation_config, model_kwargs)
     planner = _planner(model, heads, options, bool(generation_config.do_sample))
     stats, vocab_size = start_stats(heads), model.get_output_embeddings().weight.shape[0]
