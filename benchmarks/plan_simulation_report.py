@@ -18,9 +18,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the replay harness the tests use
 
 from plan_simulation import MAX_DRAFT, Replay, auto_rate, fixed_rates, records_of  # noqa: E402
+from plans import Plan, Planning  # noqa: E402
 
-from hf_dynaspec.drafting.planning.core import PlannerMemory, RoundCosts, RoundPlan, TreeShape, best_length  # noqa: E402
-from hf_dynaspec.drafting.planning.planner import SpeculationPlanner  # noqa: E402
+from hf_dynaspec.drafting.planning.core import PlannerMemory, RoundCosts, TreeShape, best_length  # noqa: E402
 from hf_dynaspec.modeling.acceptance_prior import prior_for  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -76,11 +76,14 @@ def quickstart_first_rounds(trace: dict, tables: dict) -> list[dict]:
         if table["dtype"] != "fp32" or table["target"] != trace["target"]:
             continue
         costs = RoundCosts(**table["costs"])
-        planner = SpeculationPlanner(costs, PlannerMemory(prior), MAX_DRAFT)
-        k, rate = best_length(planner.drafter_priors(0, MAX_DRAFT), planner._drafter_seconds, smallest=1)
+        planner = Planning(costs, PlannerMemory(prior), MAX_DRAFT)
+        chain = planner.drafted[0]
+        k, rate = best_length(chain.proposer.priors(planner.planner, chain, MAX_DRAFT),
+                              lambda k, chain=chain, planner=planner: chain.proposer.seconds(planner.planner, chain, k),
+                              smallest=1)
         first = 1
         while planner.plan_round([], 16).source != "drafter":  # a round with no draft, recorded as such
-            planner.record(RoundPlan("none", 0), 0, 0)
+            planner.record(Plan("none", 0), 0, 0)
             first += 1
         out.append({"table": name, "chain_tokens": k, "chain_rate": rate, "none_rate": 1.0 / costs.verify(1),
                     "first_drafting_round": first})

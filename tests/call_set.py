@@ -24,8 +24,7 @@ KINDS = ("chain (assistant_model=)", "chain (speculative_generate)", "tree (tree
 @contextmanager
 def profiled_rounds(found: set):
     """Record (file, function) of every package function called from the second `propose` of any round on."""
-    from hf_dynaspec.drafting.medusa import LatticeRound
-    from hf_dynaspec.drafting.round import EagleRound
+    from hf_dynaspec.drafting.round import SpeculationRound
 
     package = str(PACKAGE)
     state = {"proposals": 0}
@@ -34,7 +33,7 @@ def profiled_rounds(found: set):
         if event == "call" and frame.f_code.co_filename.startswith(package):
             found.add((str(Path(frame.f_code.co_filename).relative_to(ROOT)), frame.f_code.co_qualname))
 
-    originals = {cls: cls.propose for cls in (EagleRound, LatticeRound)}
+    originals = {cls: cls.propose for cls in (SpeculationRound,)}
 
     def counting(original):
         def propose(self, *args, **kwargs):

@@ -22,10 +22,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 import torch
+from plans import LookupCandidate, Plan, Planning
 
 from hf_dynaspec.drafting.lookup import lookup_match
-from hf_dynaspec.drafting.planning.core import LookupCandidate, PlannerMemory, RoundPlan, TreeShape
-from hf_dynaspec.drafting.planning.planner import SpeculationPlanner
+from hf_dynaspec.drafting.planning.core import PlannerMemory, TreeShape
 
 MAX_DRAFT = 8
 
@@ -168,28 +168,28 @@ class Replay:
         """`draft_plan="auto"` with `memory` (kept by the caller across calls); `deferred`: the accelerator form
         (draft the cap, cut once at the end) instead of the CPU one (stop as soon as a position does not pay);
         `drafter=False`: a drafter-free assistant's planner (`DynaSpecAssistant.for_target`: lookups or nothing)."""
-        planner = SpeculationPlanner(self.costs, memory, MAX_DRAFT, tree=self.shape if trees else None,
+        planner = Planning(self.costs, memory, MAX_DRAFT, tree=self.shape if trees else None,
                                      drafter=drafter)
         call, position = SimulatedCall(), trace.start
         while position < trace.end:
             r, room = trace.at(position), trace.end - position - 1
             lookups = [r.lookup] if r.lookup is not None and room >= 1 else []
-            plan = planner.plan_round(lookups, room) if room >= 1 else RoundPlan("none", 0)
+            plan = planner.plan_round(lookups, room) if room >= 1 else Plan("none", 0)
             seconds, drafted, accepted, plan = self._play(planner, plan, r, deferred, room)
-            planner.record(plan, drafted, accepted)
+            # A tree round also teaches the chain's table what the chain inside it did.
+            outcome = ((min(r.chain_accepted, plan.num_tokens), min(r.chain_accepted + 1, plan.num_tokens))
+                       if plan.source == "tree" else None)
+            planner.record(plan, drafted, accepted, chain_outcome=outcome)
             if plan.source == "prompt-lookup" and accepted == drafted < r.lookup.num_tokens:
                 plan = replace(plan, next_offered=-1)  # offered (its value is not needed: the trace knows how far it matches)
                 planner.record_past_the_draft(plan, drafted, r.lookup_accepted > drafted)
             if r.lookup is not None and lookups and plan.source != "prompt-lookup":
                 planner.record_passed_over(r.lookup, r.lookup_accepted >= 1)
-            if plan.source == "tree":
-                planner.record_chain_outcome(min(r.chain_accepted, plan.num_tokens),
-                                             min(r.chain_accepted + 1, plan.num_tokens))
             position = self._commit(call, position, accepted, seconds, plan.source)
         return call
 
-    def _play(self, planner, plan: RoundPlan, r: Record, deferred: bool,
-              room: int) -> tuple[float, int, int, RoundPlan]:
+    def _play(self, planner, plan: Plan, r: Record, deferred: bool,
+              room: int) -> tuple[float, int, int, Plan]:
         """(seconds, drafted, accepted, the plan with its drafted confidences) of `plan` on record `r`, at most
         `room` draft tokens."""
         if plan.source == "none":

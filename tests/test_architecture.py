@@ -175,13 +175,16 @@ def contract_problems(implementation, protocol) -> list[str]:
 
 
 def test_every_drafter_kinds_rounds_implement_the_one_contract():
-    """The EAGLE round and the lattice round are both `DraftingRound`s: the same methods, the same parameters."""
-    from hf_dynaspec.drafting.contract import DraftingRound
-    from hf_dynaspec.drafting.medusa import LatticeRound
-    from hf_dynaspec.drafting.round import EagleRound
+    """The one round is a `DraftingRound`, and every proposer a `Proposer`: the same methods, the same parameters."""
+    from hf_dynaspec.drafting import lookup
+    from hf_dynaspec.drafting.contract import DraftingRound, Proposer
+    from hf_dynaspec.drafting.proposers import drafter, lattice
+    from hf_dynaspec.drafting.round import SpeculationRound
 
-    assert contract_problems(EagleRound, DraftingRound) == []
-    assert contract_problems(LatticeRound, DraftingRound) == []
+    assert contract_problems(SpeculationRound, DraftingRound) == []
+    proposers = [drafter.ChainProposer, drafter.TreeProposer, lookup.PromptLookup, lookup.SuffixCacheProposer,
+                 lattice.LatticeDraft, lattice.LatticeChain, lattice.LatticeTree]
+    assert [problem for cls in proposers for problem in contract_problems(cls, Proposer)] == []
 
     class Departing:  # mutation check: a renamed method and a renamed parameter are both reported
         def draft(self, input_ids, target_hidden, room): ...

@@ -234,22 +234,21 @@ def test_batched_verify_logits_equal_each_rows_own_forward():
 def test_a_rows_plan_is_priced_as_its_share_of_the_batch():
     """A machine where verifying up to 8 tokens costs one step and each token past 8 costs 30% more: one row
     drafts its whole chain, while in a batch of 8 rows (8 x n tokens per forward) each row drafts less."""
-    from hf_dynaspec.drafting.planning.core import PlannerMemory, RoundCosts, RoundPlan
-    from hf_dynaspec.drafting.planning.planner import BatchShare, SpeculationPlanner, share_costs
+    from plans import Plan, Planning
+
+    from hf_dynaspec.drafting.planning.core import PlannerMemory, RoundCosts
 
     table = [0.0] + [1.0 if n <= 8 else 1.0 + 0.3 * (n - 8) for n in range(1, 80)]
     costs = RoundCosts(table, consume_seconds=0.01, first_draft_seconds=0.02, draft_step_seconds=0.02)
     memory = PlannerMemory()
-    planner = SpeculationPlanner(costs, memory, max_draft_tokens=6)
+    planning = Planning(costs, memory, max_draft_tokens=6)
     for _ in range(40):  # a drafter right 80% of the time at every position
         for accepted in (6, 6, 6, 6, 0):
-            planner.record(RoundPlan("drafter", 6), 6, accepted)
-    alone = planner.plan_round([], 100).num_tokens
-    share_costs(planner, 8)
-    assert isinstance(planner.costs, BatchShare) and planner.costs.verify(2) == costs.verify(16) / 8
-    batched = planner.plan_round([], 100).num_tokens
-    share_costs(planner, 1)
-    assert planner.costs is costs
+            planning.record(Plan("drafter", 6), 6, accepted)
+    alone = planning.plan_round([], 100).num_tokens
+    batched = planning.plan_round([], 100, rows=8).num_tokens
+    assert planning.planner.verify(2) == costs.verify(16) / 8
+    assert planning.plan_round([], 100, rows=1).num_tokens == alone and planning.planner.verify(2) == costs.verify(2)
     assert alone == 6 and batched < alone, (alone, batched)
 
 

@@ -119,13 +119,14 @@ def test_kv_cache_keeps_its_history_through_every_growth():
 def captured_sessions(assistant, monkeypatch) -> list:
     """The ChainDraftSession of every generate() call with `assistant`, in order."""
     sessions = []
+    from hf_dynaspec.drafting.proposers.drafter import ChainProposer
     from hf_dynaspec.generation import hook
 
     make = hook.make_candidate_generator
 
     def capturing(*args, **kwargs):
         generator = make(*args, **kwargs)
-        sessions.append(generator.round.session)
+        sessions.append(next(p.session for p in generator.round.proposers if isinstance(p, ChainProposer)))
         return generator
 
     monkeypatch.setattr(hook, "make_candidate_generator", capturing)

@@ -105,7 +105,9 @@ def test_chain_round_with_three_drafts_is_exact(target):
 
 
 def spy_on_drafts(monkeypatch) -> list:
-    """Every Draft the chain session hands over (drafted, or a lookup draft), in order."""
+    """Every Draft the chain session or a copy hands over (drafted, or a lookup draft), in order."""
+    from hf_dynaspec.drafting.lookup import CopyProposer
+
     drafts = []
 
     def recording(original):
@@ -114,8 +116,8 @@ def spy_on_drafts(monkeypatch) -> list:
             return drafts[-1]
         return record
 
-    for name in ("draft", "lookup_draft"):
-        monkeypatch.setattr(ChainDraftSession, name, recording(getattr(ChainDraftSession, name)))
+    monkeypatch.setattr(ChainDraftSession, "draft", recording(ChainDraftSession.draft))
+    monkeypatch.setattr(CopyProposer, "draft", recording(CopyProposer.draft))
     return drafts
 
 

@@ -20,6 +20,7 @@ from hf_dynaspec import DynaSpecAssistant
 from hf_dynaspec.drafting.chain import ChainDraftSession
 from hf_dynaspec.drafting.planning.core import PlannerMemory, RoundCosts
 from hf_dynaspec.drafting.planning.planner import SpeculationPlanner
+from hf_dynaspec.drafting.proposers.drafter import ChainProposer, ConfidenceRule
 from hf_dynaspec.drafting.runtime import runtime_head
 from hf_dynaspec.drafting.tree import TreeDraftSession
 from hf_dynaspec.generation.attachment import ensure_attached
@@ -215,11 +216,11 @@ def test_deferred_host_decisions_read_the_device_once_per_round(stop):
         _to_fake_cuda(cuda, target, assistant)
         head = runtime_head(assistant, assistant.generation_config)
         confidence = 0.3 if stop == "confidence" else 0.0
-        planner = SpeculationPlanner(COSTS, PlannerMemory(), 6) if stop == "planner" else None
         session = _session(assistant, head, confidence=confidence)
+        rule = ConfidenceRule(SpeculationPlanner(COSTS, PlannerMemory()), 6)
         input_ids, hidden = _verified(target)
         with cuda.counting() as events:
-            session.draft(input_ids, hidden, 6, rule=planner)
+            session.draft(input_ids, hidden, 6, rule=rule if stop == "planner" else None)
         assert len(events.reads) == 1 and "_deferred_cut" in events.reads[0], events.reads
 
 
@@ -263,7 +264,9 @@ def test_a_planned_tree_round_never_reads_the_device(strategy):
     session's cache on the device."""
     from test_planned_trees import SHAPE, flat_tree_costs, trees_learnt
 
-    from hf_dynaspec.drafting.round import EagleRound
+    from hf_dynaspec.drafting.lookup import LookupSources
+    from hf_dynaspec.drafting.proposers.drafter import TreeProposer
+    from hf_dynaspec.drafting.round import SpeculationRound
     from hf_dynaspec.stats import start_stats
 
     target, assistant = _pair(strategy)
@@ -273,9 +276,9 @@ def test_a_planned_tree_round_never_reads_the_device(strategy):
         chain = _session(assistant, head)
         trees = TreeDraftSession(assistant.drafter, VOCAB, top_k=SHAPE.top_k, depth=SHAPE.max_depth,
                                  total_tokens=SHAPE.total_tokens, head=head, chain=chain)
-        planner = SpeculationPlanner(flat_tree_costs(), trees_learnt(PlannerMemory()), 4, tree=SHAPE)
-        speculation = EagleRound(chain, assistant.generation_config, start_stats(assistant), planner=planner,
-                                       trees=trees)
+        planner = SpeculationPlanner(flat_tree_costs(), trees_learnt(PlannerMemory()))
+        speculation = SpeculationRound([ChainProposer(chain, 4), TreeProposer(trees, SHAPE)], planner,
+                                       start_stats(assistant), assistant.drafter, LookupSources(False))
         input_ids, hidden = _verified(target)
         with cuda.counting() as events:
             draft = speculation.propose(input_ids, hidden, room=20)
@@ -289,7 +292,7 @@ def test_a_planned_tree_round_never_reads_the_device(strategy):
 def test_a_medusa_round_stays_on_the_device(draft, shortlist):
     """A Medusa chain reads nothing from the device and uploads nothing; a lattice round (tree, CPS) reads its
     lattice once and uploads the tree it chose once."""
-    from hf_dynaspec.drafting.medusa import LatticeRound
+    from hf_dynaspec.generation.medusa import lattice_round
     from hf_dynaspec.modeling.medusa import MedusaAssistant
     from hf_dynaspec.modeling.medusa_options import MedusaGenerationConfig
     from hf_dynaspec.stats import DraftStats
@@ -304,7 +307,7 @@ def test_a_medusa_round_stays_on_the_device(draft, shortlist):
         assert all(on_fake_cuda(t) for t in heads.state_dict().values())
         options = MedusaGenerationConfig(lattice_draft=draft, shortlist="frspec" if shortlist else "full",
                                          tree_total_tokens=6, cps_lambda=0.5)
-        drafts = LatticeRound(heads, options, DraftStats(), VOCAB)
+        drafts = lattice_round(heads, options, heads.num_positions, None, DraftStats(), VOCAB)
         input_ids, hidden = _verified(target)
         drafts.propose(input_ids, hidden, room=10)  # the n-gram scorer's first read of the prompt
         with cuda.counting() as events:
@@ -357,17 +360,16 @@ def test_block_verification_reads_the_device_once():
 
 
 # -- a whole round through the candidate generator ---------------------------------------------------------------
-def _generator(assistant, target, input_ids, planned: bool):
-    options = assistant.generation_config
-    session = _session(assistant, runtime_head(assistant, options))
-    from hf_dynaspec.drafting.round import EagleRound
-    from hf_dynaspec.drafting.runtime import suffix_cache
-    from hf_dynaspec.stats import start_stats
+def _generator(assistant, target, input_ids, monkeypatch):
+    """The call's round as the builder makes it (the planner's costs and tables fixed, no captured draft: the
+    reads of the step-by-step round are named), begun on the prompt (a read of the prompt, once per call)."""
+    from hf_dynaspec.generation import rounds
 
-    planner = SpeculationPlanner(COSTS, PlannerMemory(), 6) if planned else None
-    speculation = EagleRound(session, options, start_stats(assistant), planner=planner,
-                                   suffix=suffix_cache(assistant, options))
-    speculation.begin(input_ids)  # reads the prompt, once per generate() call
+    monkeypatch.setattr(rounds, "round_costs", lambda *a, **k: COSTS)
+    monkeypatch.setattr(rounds, "planner_memory", lambda *a, **k: PlannerMemory())
+    monkeypatch.setattr(rounds, "captured_draft", lambda *a, **k: None)
+    speculation = rounds.build_round(target, assistant, assistant.generation_config, input_ids, None,
+                                     do_sample=False, draws_drafts=False)
     return EagleCandidateGenerator(assistant, speculation, max_length=64, longest_draft=6)
 
 
@@ -379,7 +381,7 @@ class _Outputs:
 @pytest.mark.parametrize("planned,lookups,suffix", [(False, True, True), (False, True, False), (True, True, True),
                                                     (True, False, False)],
                          ids=["fixed", "fixed-prompt-lookup-only", "auto", "auto-drafter-only"])
-def test_a_round_names_its_reads(planned, lookups, suffix):
+def test_a_round_names_its_reads(planned, lookups, suffix, monkeypatch):
     """One round as transformers drives it (get_candidates, then update_candidate_strategy), with prompt
     lookup and the suffix cache on or off: the reads that remain are named here, and nothing else reads.
     (Fake ids read back as placeholders, so which source the planner picks is whatever they make it pick; the
@@ -390,7 +392,7 @@ def test_a_round_names_its_reads(planned, lookups, suffix):
     with FakeCuda() as cuda:
         _to_fake_cuda(cuda, target, assistant)
         input_ids = torch.randint(0, VOCAB, (1, 9), device="cuda")
-        generator = _generator(assistant, target, input_ids, planned)
+        generator = _generator(assistant, target, input_ids, monkeypatch)
         states = target(input_ids, output_hidden_states=True).hidden_states
         generator.get_candidates(input_ids, model_outputs=_Outputs(states), is_first_iteration=True)
         committed = torch.cat([input_ids, torch.randint(0, VOCAB, (1, 1), device="cuda")], dim=1)

@@ -1,4 +1,4 @@
-"""Medusa heads (hf_dynaspec.modeling.medusa, drafting.medusa, generation.medusa): exactness and losslessness of
+"""Medusa heads (hf_dynaspec.modeling.medusa, drafting.proposers.lattice, generation.medusa): exactness and losslessness of
 every draft kind, published layouts loaded as published, heads trained by the recipe's loss accepted.
 
 - greedy: chain, CPS, lattice trees, static trees, ADL, shortlisted heads: token-identical to plain generate();
@@ -129,12 +129,13 @@ def test_trained_heads_are_accepted_more_than_untrained_ones(medusa_pair):
 
 def test_each_head_drafts_its_own_position(medusa_pair):
     """The chain is head k's argmax at draft position k, computed here from the published forward."""
-    from hf_dynaspec.drafting.medusa import LatticeRound
+    from hf_dynaspec.generation.medusa import lattice_round
     from hf_dynaspec.stats import DraftStats
 
     target, heads = medusa_pair
     hidden = torch.randn(1, 3, target.config.hidden_size, generator=torch.Generator().manual_seed(0))
-    drafts = LatticeRound(heads, MedusaGenerationConfig(lattice_draft="chain"), DraftStats(), VOCAB)
+    drafts = lattice_round(heads, MedusaGenerationConfig(lattice_draft="chain"), heads.num_positions, None,
+                           DraftStats(), VOCAB)
     tree = drafts.propose(torch.tensor([[1, 2, 3]]), hidden, room=10).tree
     head = target.get_output_embeddings()
     expected = []
@@ -286,7 +287,6 @@ def test_saved_heads_load_with_every_value(tmp_path, medusa_pair):
 def test_saved_heads_draft_as_their_saved_options_say(tmp_path, medusa_pair, monkeypatch):
     """The drafting options are saved with the heads (generation_config.json), load back, reach the round, can be
     overridden at load and per call, and a bad saved value is refused naming the option."""
-    from hf_dynaspec.drafting.medusa import LatticeRound
     from hf_dynaspec.generation import medusa as medusa_route
 
     target, heads = medusa_pair
@@ -301,8 +301,9 @@ def test_saved_heads_draft_as_their_saved_options_say(tmp_path, medusa_pair, mon
     assert loaded.generation_config.drafting_options() == {**defaults.drafting_options(), **options}
     assert MedusaAssistant.from_pretrained(tmp_path, draft_plan="auto").generation_config.draft_plan == "auto"
     seen = []
-    monkeypatch.setattr(medusa_route, "LatticeRound", lambda source, kind, *rest: seen.append(kind)
-                        or LatticeRound(source, kind, *rest))
+    lattice_round = medusa_route.lattice_round
+    monkeypatch.setattr(medusa_route, "lattice_round", lambda source, options, *rest: seen.append(options)
+                        or lattice_round(source, options, *rest))
     prompt = torch.randint(0, VOCAB, (1, 8), generator=torch.Generator().manual_seed(4))
     expected = plain_generate(target, prompt, max_new_tokens=16)
     got = target.generate(prompt, custom_generate=speculative_generate, drafter=loaded, max_new_tokens=16, do_sample=False)

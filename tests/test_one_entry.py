@@ -16,8 +16,7 @@ from conftest import imitating_assistant, one_layer_target, plain_generate, tiny
 
 import hf_dynaspec
 from hf_dynaspec import DynaSpecAssistant, MedusaAssistant, speculative_generate
-from hf_dynaspec.drafting.medusa import LatticeRound
-from hf_dynaspec.drafting.round import EagleRound
+from hf_dynaspec.drafting.round import SpeculationRound
 from hf_dynaspec.generation import aliases
 from hf_dynaspec.generation.medusa import lattice_route
 from hf_dynaspec.generation.speculative import eagle_route, route_for
@@ -97,7 +96,7 @@ def test_an_eagle_round_keeps_nothing_between_propose_and_learn(route, monkeypat
     assistant = imitating_assistant(target, noise=0.3, seed=4, draft_plan="auto", prompt_lookup_num_tokens=4,
                                     auto_max_assistant_tokens=4)
     seen: list = []
-    _stateless(EagleRound, monkeypatch, seen)
+    _stateless(SpeculationRound, monkeypatch, seen)
     kwargs = (dict(assistant_model=assistant) if route == "assistant_model" else
               dict(custom_generate=speculative_generate, drafter=assistant, trees=route == "trees"))
     prompt = torch.cat([IDS, IDS], dim=1)  # a repeat: prompt lookup finds copies
@@ -113,7 +112,7 @@ def test_a_lattice_round_keeps_nothing_between_propose_and_learn(monkeypatch):
     target = tiny_target("llama", seed=3)
     heads = trained_heads(target, steps=20)
     seen: list = []
-    _stateless(LatticeRound, monkeypatch, seen)
+    _stateless(SpeculationRound, monkeypatch, seen)
     got = _generate(target, custom_generate=speculative_generate, drafter=heads, draft_plan="auto",
                     prompt_lookup_num_tokens=4)
     assert torch.equal(got, plain_generate(target, IDS, max_new_tokens=20)) and len(seen) >= 3
@@ -124,19 +123,22 @@ def test_learn_reads_the_plan_of_the_draft_it_is_handed(monkeypatch):
     handing `learn` the draft under another plan changes what is recorded."""
     from dataclasses import replace
 
-    from hf_dynaspec.drafting.planning.core import RoundPlan
+    from hf_dynaspec.drafting.lookup import CopyProposer
+    from hf_dynaspec.drafting.planning.core import Offer, RoundPlan
 
     target = one_layer_target("llama", seed=2)
     assistant = imitating_assistant(target, noise=0.3, seed=4, draft_plan="fixed", num_assistant_tokens=2,
                                     prompt_lookup_num_tokens=0, suffix_cache_num_tokens=0)
-    learn = EagleRound.learn
+    learn = SpeculationRound.learn
+    copies = CopyProposer(None, 8, target.config.vocab_size)
 
     def relabelled(self, draft, *args, **kwargs):
         if draft.token_ids.shape[1]:
-            draft = replace(draft, plan=RoundPlan("suffix-shared", draft.token_ids.shape[1]))
+            n = draft.token_ids.shape[1]
+            draft = replace(draft, plan=RoundPlan(Offer(copies, "suffix-shared", n, tokens=(0,) * n), n))
         return learn(self, draft, *args, **kwargs)
 
-    monkeypatch.setattr(EagleRound, "learn", relabelled)
+    monkeypatch.setattr(SpeculationRound, "learn", relabelled)
     _generate(target, custom_generate=speculative_generate, drafter=assistant)
     by_source = assistant.stats.passes_by_source
     assert set(by_source) <= {"suffix-shared", "none"} and "suffix-shared" in by_source, by_source

@@ -126,9 +126,9 @@ def test_drafts_end_at_their_first_eos_where_transformers_does_not_crop(monkeypa
     config = GenerationConfig(eos_token_id=[7, 9])
     monkeypatch.setattr(cg, "TRANSFORMERS_CROPS_AT_EOS", False)
     eos = cg._eos_token_ids_to_cut(config, torch.device("cpu"))
-    from hf_dynaspec.drafting.round import EagleRound
+    from hf_dynaspec.drafting.round import SpeculationRound
 
-    generator = EagleRound.__new__(EagleRound)
+    generator = SpeculationRound.__new__(SpeculationRound)
     generator.eos_token_ids = eos
     draft = Draft(token_ids=torch.tensor([[3, 9, 7, 4]]), logits=torch.randn(1, 4, 11))
     cut = generator._end_at_eos(draft)

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 from plan_simulation import MAX_DRAFT, Replay, auto_rate, fixed_rates, rate_of, records_of
+from plans import LatticePlanning, Planning
 
 from hf_dynaspec.drafting.planning.core import PROBE_FIRST, LatticeCosts, PlannerMemory, RoundCosts, TreeShape
-from hf_dynaspec.drafting.planning.lattice_planner import LatticePlanner, lattice_memory
-from hf_dynaspec.drafting.planning.planner import SpeculationPlanner
+from hf_dynaspec.drafting.proposers.lattice import lattice_memory
 from hf_dynaspec.modeling.acceptance_prior import prior_for
 from hf_dynaspec.modeling.options import DRAFTER_FREE_OPTIONS
 
@@ -124,13 +124,13 @@ def test_the_quickstart_pairing_drafts_from_its_first_rounds(table_name):
     pays before any round is seen, by the first probe where it is at the edge (fp32 on MKL: verifying 2 tokens
     costs twice 1, 5 cost less than 2)."""
     costs = costs_of(TABLES[table_name])
-    with_prior = first_drafting_round(SpeculationPlanner(costs, PlannerMemory(prior_of(TRACES["qwen05b"])), MAX_DRAFT))
+    with_prior = first_drafting_round(Planning(costs, PlannerMemory(prior_of(TRACES["qwen05b"])), MAX_DRAFT))
     assert with_prior <= PROBE_FIRST + 1, with_prior
     # Without the artifact's acceptance (0.5 everywhere) it drafts no earlier.
-    assert with_prior <= first_drafting_round(SpeculationPlanner(costs, PlannerMemory(), MAX_DRAFT))
+    assert with_prior <= first_drafting_round(Planning(costs, PlannerMemory(), MAX_DRAFT))
 
 
-def first_drafting_round(planner: SpeculationPlanner) -> int:
+def first_drafting_round(planner: Planning) -> int:
     """The number of the first round `planner` drafts with its drafter (rounds before draft nothing)."""
     for number in range(1, 10 * PROBE_FIRST):
         plan = planner.plan_round([], 16)
@@ -148,7 +148,7 @@ def test_the_lattice_planner_learns_lookup_on_summarization(trace_name, table_na
     costs = costs_of(table)
     calls = calls_of(trace, "summarization")
     lattice = LatticeCosts(costs.verify_seconds, costs.first_draft_seconds, 0.0)
-    planner = LatticePlanner(lattice, lattice_memory(), MAX_DRAFT, SHAPE)
+    planner = LatticePlanning(lattice, lattice_memory(), MAX_DRAFT, SHAPE)
     looked_up = offered = 0
     for call in calls:
         position = call.start
@@ -156,7 +156,7 @@ def test_the_lattice_planner_learns_lookup_on_summarization(trace_name, table_na
             r, room = call.at(position), call.end - position - 1
             offered += r.lookup is not None and r.lookup_accepted > 0
             plan = planner.plan_round(r.lookup, room)
-            if plan.source == "lattice":
+            if plan.source in ("chain", "tree") and not plan.probe:  # the lattice read: choose again
                 plan = planner.choose([0.05] * MAX_DRAFT, r.lookup, room)
             accepted = min(plan.num_tokens, r.lookup_accepted) if plan.source == "prompt-lookup" else 0
             looked_up += plan.source == "prompt-lookup"

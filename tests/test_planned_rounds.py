@@ -25,6 +25,7 @@ from hf_dynaspec.drafting.device_paths import accelerator_paths_on_cpu
 from hf_dynaspec.drafting.lookup import SuffixCache
 from hf_dynaspec.drafting.planning.core import RoundCosts
 from hf_dynaspec.drafting.planning.planner import SpeculationPlanner
+from hf_dynaspec.drafting.proposers.drafter import ConfidenceRule
 from hf_dynaspec.drafting.runtime import planner_memory, runtime_head
 from hf_dynaspec.generation import candidate_generator as cg
 from hf_dynaspec.generation import rounds
@@ -55,7 +56,7 @@ class RoundSpy:
 
     def __init__(self, monkeypatch):
         self.rounds, self._proposals = [], {}
-        plan_round, lookup_match, propose = SpeculationPlanner.plan_round, lookup_module.lookup_match, SuffixCache.draft
+        choose, lookup_match, propose = SpeculationPlanner.choose, lookup_module.lookup_match, SuffixCache.draft
         get_candidates = cg.EagleCandidateGenerator.get_candidates
         spy = self
 
@@ -69,8 +70,8 @@ class RoundSpy:
             spy._proposals["suffix"] = None if found is None else (found.source, list(found.tokens))
             return found
 
-        def recording_plan(self, lookups, room):
-            spy._plan = plan_round(self, lookups, room)
+        def recording_plan(self, offers, context, rows=1):
+            spy._plan = choose(self, offers, context, rows)
             return spy._plan
 
         def recording_candidates(self, input_ids, model_outputs=None, **kwargs):
@@ -83,7 +84,7 @@ class RoundSpy:
 
         monkeypatch.setattr(lookup_module, "lookup_match", recording_lookup)
         monkeypatch.setattr(SuffixCache, "draft", recording_propose)
-        monkeypatch.setattr(SpeculationPlanner, "plan_round", recording_plan)
+        monkeypatch.setattr(SpeculationPlanner, "choose", recording_plan)
         monkeypatch.setattr(cg.EagleCandidateGenerator, "get_candidates", recording_candidates)
 
 
@@ -149,16 +150,17 @@ def test_the_round_drafts_the_planned_source_where_the_sources_disagree(monkeypa
 
     monkeypatch.setattr(rounds, "round_costs", lambda *a, **k: flat_costs())
     spy = RoundSpy(monkeypatch)
-    planned = SpeculationPlanner.plan_round  # the spy's wrapper: it records the plan it returns
+    planned = SpeculationPlanner.choose  # the spy's wrapper: it records the plan it returns
 
-    def forced(self, lookups, room):
-        shared = [c for c in lookups if c.source == "suffix-shared"]
+    def forced(self, offers, context, rows=1):
+        shared = [offer for offer in offers if offer.source == "suffix-shared"]
         if not shared:
-            return planned(self, lookups, room)
-        spy._plan = RoundPlan("suffix-shared", min(3, shared[0].num_tokens), shared[0].match_length)
+            return planned(self, offers, context, rows)
+        copies = tuple(offer for offer in offers if not offer.proposer.reads_features)  # as the planner hands them
+        spy._plan = RoundPlan(shared[0], min(3, shared[0].num_tokens), copies=copies)
         return spy._plan
 
-    monkeypatch.setattr(SpeculationPlanner, "plan_round", forced)
+    monkeypatch.setattr(SpeculationPlanner, "choose", forced)
     target = one_layer_target("llama", seed=2)
     assistant = imitating_assistant(target, noise=0.6, seed=4, **{**AUTO, "prompt_lookup_num_tokens": 6,
                                                                    "prompt_lookup_min_ngram": 1,
@@ -188,7 +190,7 @@ def test_the_accelerator_form_applies_the_planners_cut(monkeypatch):
     cut of what was drafted, never the whole cap."""
     monkeypatch.setattr(rounds, "round_costs", lambda *a, **k: steep_costs())
     cuts, drafted = [], []
-    cut, propose = SpeculationPlanner.cut, ChainDraftSession.draft
+    cut, propose = ConfidenceRule.cut, ChainDraftSession.draft
 
     def recording_cut(self, confidences):
         cuts.append((len(confidences), cut(self, confidences)))
@@ -196,11 +198,11 @@ def test_the_accelerator_form_applies_the_planners_cut(monkeypatch):
 
     def recording_propose(self, *args, rule=None, **kwargs):
         draft = propose(self, *args, rule=rule, **kwargs)
-        if isinstance(rule, SpeculationPlanner):  # (probe rounds keep their whole length: no cut)
+        if isinstance(rule, ConfidenceRule):  # (probe rounds keep their whole length: no cut)
             drafted.append(draft.token_ids.shape[1])
         return draft
 
-    monkeypatch.setattr(SpeculationPlanner, "cut", recording_cut)
+    monkeypatch.setattr(ConfidenceRule, "cut", recording_cut)
     monkeypatch.setattr(ChainDraftSession, "draft", recording_propose)
     target = one_layer_target("qwen2", seed=2)
     assistant = imitating_assistant(target, noise=1.2, seed=4, **{**AUTO, "auto_max_assistant_tokens": 6})

@@ -14,13 +14,14 @@ import pytest
 import torch
 from conftest import imitating_assistant, one_layer_target, plain_generate
 from enumeration import TargetOracle, enumerate_paths, max_error, outcome_distribution, target_joint
+from plans import Plan, Planning
 from test_enumeration import PROMPT, TOLERANCE, VOCAB, processors
 from test_planned_rounds import repeating_prompt
 
 from hf_dynaspec import speculative_generate
 from hf_dynaspec.drafting.contract import DraftTree
 from hf_dynaspec.drafting.lookup import SuffixCache
-from hf_dynaspec.drafting.planning.core import DRAFTER, PROBE_FIRST, PlannerMemory, RoundCosts, RoundPlan, TreeShape
+from hf_dynaspec.drafting.planning.core import DRAFTER, PROBE_FIRST, PlannerMemory, RoundCosts, TreeShape
 from hf_dynaspec.drafting.planning.planner import SpeculationPlanner
 from hf_dynaspec.drafting.tree import TreeDraftSession
 from hf_dynaspec.generation import rounds as cg
@@ -46,35 +47,35 @@ def steep_tree_costs(max_tokens: int = 20) -> RoundCosts:
 def trees_learnt(memory: PlannerMemory, reach: float = 0.95, rounds: int = 60, shape: TreeShape = SHAPE):
     """`memory` after tree rounds of `shape` whose path passed each depth with probability `reach` and chain
     rounds that went about one depth less deep."""
-    planner = SpeculationPlanner(flat_tree_costs(), memory, 4, tree=shape)
+    planner = Planning(flat_tree_costs(), memory, 4, tree=shape)
     generator = torch.Generator().manual_seed(0)
     for _ in range(rounds):
         depth = 0
         while depth < shape.max_depth and torch.rand(1, generator=generator).item() < reach:
             depth += 1
-        planner.record(RoundPlan("tree", shape.max_depth, probe=True), num_drafted=shape.total_tokens,
+        planner.record(Plan("tree", shape.max_depth, probe=True), num_drafted=shape.total_tokens,
                        num_accepted=depth)
-        planner.record(RoundPlan("drafter", 4, probe=True), num_drafted=4, num_accepted=max(depth - 1, 0))
+        planner.record(Plan("drafter", 4, probe=True), num_drafted=4, num_accepted=max(depth - 1, 0))
     return memory
 
 
 def test_trees_are_planned_where_nodes_are_cheap_and_the_tree_is_accepted_deeper():
     memory = trees_learnt(PlannerMemory())
-    assert SpeculationPlanner(flat_tree_costs(), memory, 4, tree=SHAPE).plan_round([], room=100) \
-        == RoundPlan("tree", 4)
+    assert Planning(flat_tree_costs(), memory, 4, tree=SHAPE).plan_round([], room=100) \
+        == Plan("tree", 4)
     # Capped by the room left, like a chain.
-    assert SpeculationPlanner(flat_tree_costs(), memory, 4, tree=SHAPE).plan_round([], room=2) \
-        == RoundPlan("tree", 2)
+    assert Planning(flat_tree_costs(), memory, 4, tree=SHAPE).plan_round([], room=2) \
+        == Plan("tree", 2)
     # Where each node costs most of a step, ten nodes cost far more than the tokens they add.
-    assert SpeculationPlanner(steep_tree_costs(), memory, 4, tree=SHAPE).plan_round([], room=100).source != "tree"
+    assert Planning(steep_tree_costs(), memory, 4, tree=SHAPE).plan_round([], room=100).source != "tree"
     # Without the tree shape (chain_generate, the assistant_model= route) a tree is never a candidate.
-    assert SpeculationPlanner(flat_tree_costs(), memory, 4).plan_round([], room=100).source != "tree"
+    assert Planning(flat_tree_costs(), memory, 4).plan_round([], room=100).source != "tree"
     # A tree accepted no better than the chain costs more than the chain: the chain wins.
     same = PlannerMemory()
     for _ in range(60):
         for j in (1, 2, 3, 4):
             same.position.record(j, True)
-    assert SpeculationPlanner(flat_tree_costs(), same, 4, tree=SHAPE).plan_round([], room=100) == RoundPlan("drafter", 4)
+    assert Planning(flat_tree_costs(), same, 4, tree=SHAPE).plan_round([], room=100) == Plan("drafter", 4)
 
 
 def test_the_node_count_grows_with_depth_up_to_the_total():
@@ -84,20 +85,20 @@ def test_the_node_count_grows_with_depth_up_to_the_total():
 
 def test_a_tree_round_teaches_its_own_table_at_the_depths_its_path_reached():
     memory = PlannerMemory()
-    planner = SpeculationPlanner(flat_tree_costs(), memory, 4, tree=SHAPE)
-    planner.record(RoundPlan("tree", 3), num_drafted=10, num_accepted=1)
+    planner = Planning(flat_tree_costs(), memory, 4, tree=SHAPE)
+    planner.record(Plan("tree", 3), num_drafted=10, num_accepted=1)
     assert memory.tree_depth.counts == {(3, 10, 1): [1, 1], (3, 10, 2): [0, 1]}
     assert memory.position.counts == {} and memory.confidence.counts == {}
     # All three depths accepted: the path could not go deeper than the tree.
-    planner.record(RoundPlan("tree", 3), num_drafted=10, num_accepted=3)
+    planner.record(Plan("tree", 3), num_drafted=10, num_accepted=3)
     assert memory.tree_depth.counts[(3, 10, 3)] == [1, 1] and (3, 10, 4) not in memory.tree_depth.counts
     # Another shape learns apart.
-    SpeculationPlanner(flat_tree_costs(), memory, 4, tree=TreeShape(2, 4, 6)).record(RoundPlan("tree", 1), 2, 0)
+    Planning(flat_tree_costs(), memory, 4, tree=TreeShape(2, 4, 6)).record(Plan("tree", 1), 2, 0)
     assert memory.tree_depth.counts[(2, 6, 1)] == [0, 1] and memory.tree_depth.counts[(3, 10, 1)] == [2, 2]
 
 
 def test_probes_alternate_between_a_chain_and_a_tree():
-    planner = SpeculationPlanner(steep_tree_costs(), PlannerMemory(), 4, tree=SHAPE)
+    planner = Planning(steep_tree_costs(), PlannerMemory(), 4, tree=SHAPE)
     planner.costs.verify_seconds[1:] = [1.0 + 0.3 * (n - 1) for n in range(1, 22)]  # a perfect drafter pays
     probes = []
     while len(probes) < 4:
@@ -115,7 +116,7 @@ def test_planning_trees_needs_their_measured_cost():
     costs = flat_tree_costs()
     costs.tree_step_seconds = None
     with pytest.raises(ValueError, match="tree_step_seconds"):
-        SpeculationPlanner(costs, PlannerMemory(), 4, tree=SHAPE)
+        Planning(costs, PlannerMemory(), 4, tree=SHAPE).plan_round([], room=100)
 
 
 def fresh_tree_state(monkeypatch, memory_factory=lambda: trees_learnt(PlannerMemory())):
@@ -140,8 +141,8 @@ def test_the_round_drafts_exactly_the_planned_tree(monkeypatch):
 
     monkeypatch.setattr(TreeDraftSession, "draft_tree", spy)
     planned = []
-    original_plan = SpeculationPlanner.plan_round
-    monkeypatch.setattr(SpeculationPlanner, "plan_round",
+    original_plan = SpeculationPlanner.choose
+    monkeypatch.setattr(SpeculationPlanner, "choose",
                         lambda self, *a, **k: planned.append(original_plan(self, *a, **k)) or planned[-1])
     target = one_layer_target("llama", seed=2)
     assistant = imitating_assistant(target, noise=0.3, seed=4, **TREE_AUTO)

@@ -10,13 +10,13 @@ import pytest
 import torch
 from conftest import assisted_generate, imitating_assistant, one_layer_target, plain_generate, random_assistant
 from enumeration import TargetOracle, chain_round, extended_joint, max_error, target_joint
+from plans import LookupCandidate, Plan, Planning
 from test_enumeration import PROMPT, TOLERANCE, VOCAB, processors
 
 from hf_dynaspec import chain_generate, tree_generate
 from hf_dynaspec.drafting.chain import ChainDraftSession
 from hf_dynaspec.drafting.device_paths import accelerator_paths_on_cpu
-from hf_dynaspec.drafting.planning.core import LookupCandidate, PlannerMemory, RoundCosts, RoundPlan
-from hf_dynaspec.drafting.planning.planner import SpeculationPlanner
+from hf_dynaspec.drafting.planning.core import PlannerMemory, RoundCosts
 from hf_dynaspec.generation.costs import round_costs as calibration
 from hf_dynaspec.generation.costs import store, timing, verify_costs
 
@@ -37,9 +37,9 @@ def linear_costs(max_tokens: int = 20) -> RoundCosts:
 
 def test_flat_verification_plans_long_chains_and_linear_none():
     # a = 0.5 everywhere (the prior): E(k) = 2 - 2^-k, and past 4 tokens a drafter step costs more than it adds.
-    assert SpeculationPlanner(flat_costs(), PlannerMemory(), 8).plan_round([], room=100) == RoundPlan("drafter", 4)
-    assert SpeculationPlanner(linear_costs(), PlannerMemory(), 8).plan_round([], room=100).source == "none"
-    assert SpeculationPlanner(flat_costs(), PlannerMemory(), 8).plan_round([], room=3).num_tokens == 3
+    assert Planning(flat_costs(), PlannerMemory(), 8).plan_round([], room=100) == Plan("drafter", 4)
+    assert Planning(linear_costs(), PlannerMemory(), 8).plan_round([], room=100).source == "none"
+    assert Planning(flat_costs(), PlannerMemory(), 8).plan_round([], room=3).num_tokens == 3
 
 
 def test_learnt_acceptance_moves_the_plan():
@@ -51,16 +51,16 @@ def test_learnt_acceptance_moves_the_plan():
             good.position.record(j, True)
             good.position.record(j, torch.rand(1).item() < 0.95)
         bad.position.record(1, False)
-    assert SpeculationPlanner(linear_costs(), good, 8).plan_round([], 100).source == "drafter"
-    assert SpeculationPlanner(flat_costs(), bad, 8).plan_round([], 100).source == "none"
+    assert Planning(linear_costs(), good, 8).plan_round([], 100).source == "drafter"
+    assert Planning(flat_costs(), bad, 8).plan_round([], 100).source == "none"
     lookup = LookupCandidate("suffix-shared", match_length=4, num_tokens=12)
     memory = PlannerMemory()
-    planner = SpeculationPlanner(flat_costs(), memory, 8)
+    planner = Planning(flat_costs(), memory, 8)
     for _ in range(50):
-        planner.record(RoundPlan("suffix-shared", 12, 4), num_drafted=12, num_accepted=12)
+        planner.record(Plan("suffix-shared", 12, 4), num_drafted=12, num_accepted=12)
     # (50 rounds without a probe: the first plan is one, tests/test_planner_probes.py; then the lookup wins.)
     assert planner.plan_round([lookup], 100).probe
-    assert planner.plan_round([lookup], 100) == RoundPlan("suffix-shared", 12, 4)
+    assert planner.plan_round([lookup], 100) == Plan("suffix-shared", 12, 4)
     # A shorter match of the same source starts from the source's estimate (every match length together), then
     # learns its own: rejected there, it falls below the longer match's.
     assert memory.lookup.estimate(("suffix-shared", 2, 1)) == memory.lookup.pooled.estimate(("suffix-shared", 1)) > 0.9
@@ -71,8 +71,8 @@ def test_learnt_acceptance_moves_the_plan():
 
 def test_confidence_decides_each_position():
     memory = PlannerMemory()
-    flat = SpeculationPlanner(flat_costs(), memory, 8)
-    linear = SpeculationPlanner(linear_costs(), memory, 8)
+    flat = Planning(flat_costs(), memory, 8)
+    linear = Planning(linear_costs(), memory, 8)
     assert flat.keep_position([0.9, 0.15]) and flat.draft_more([0.9, 0.9], room=100)
     assert not linear.keep_position([0.15]) and linear.keep_position([0.99])
     assert not flat.draft_more([0.9] * 8, room=100) and not flat.draft_more([0.9, 0.9], room=2)
@@ -82,11 +82,11 @@ def test_confidence_decides_each_position():
 
 def test_record_learns_only_the_positions_that_were_reached():
     memory = PlannerMemory()
-    planner = SpeculationPlanner(flat_costs(), memory, 8)
-    planner.record(RoundPlan("drafter", 4, confidences=[0.95, 0.95, 0.15, 0.5]), num_drafted=4, num_accepted=1)
+    planner = Planning(flat_costs(), memory, 8)
+    planner.record(Plan("drafter", 4, confidences=[0.95, 0.95, 0.15, 0.5]), num_drafted=4, num_accepted=1)
     assert memory.position.counts == {1: [1, 1], 2: [0, 1]}  # 3 and 4 were never verified
     assert memory.confidence.counts == {9: [1, 2]}
-    planner.record(RoundPlan("prompt-lookup", 3, 2), num_drafted=3, num_accepted=3)
+    planner.record(Plan("prompt-lookup", 3, 2), num_drafted=3, num_accepted=3)
     assert memory.lookup.counts == {("prompt-lookup", 2, j): [1, 1] for j in (1, 2, 3)}
 
 

@@ -13,12 +13,12 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import assisted_generate, imitating_assistant, one_layer_target, plain_generate
+from plans import LookupCandidate, Plan, Planning
 from test_enumeration import TOLERANCE
 from test_planner import AUTO, linear_costs, planned_round_error
 
 from hf_dynaspec.drafting.planning import core as planning_core
-from hf_dynaspec.drafting.planning.core import DRAFTER, PROBE_FIRST, PROBE_LONGEST, PlannerMemory, RoundCosts, RoundPlan
-from hf_dynaspec.drafting.planning.planner import SpeculationPlanner
+from hf_dynaspec.drafting.planning.core import DRAFTER, PROBE_FIRST, PROBE_LONGEST, PlannerMemory, RoundCosts
 
 
 def hopeless_costs(max_tokens: int = 20) -> RoundCosts:
@@ -33,7 +33,7 @@ def edge_costs(max_tokens: int = 20) -> RoundCosts:
                       first_draft_seconds=0.02, draft_step_seconds=0.03)
 
 
-def rounds_until_probe(planner: SpeculationPlanner) -> tuple[int, RoundPlan]:
+def rounds_until_probe(planner: Planning) -> tuple[int, Plan]:
     """Plan (and record as drafting nothing) rounds until one drafts: (its number, its plan)."""
     for count in range(1, 10 * PROBE_LONGEST):
         plan = planner.plan_round([], room=100)
@@ -44,28 +44,28 @@ def rounds_until_probe(planner: SpeculationPlanner) -> tuple[int, RoundPlan]:
 
 
 def test_probes_follow_a_doubling_schedule_up_to_the_cap():
-    planner = SpeculationPlanner(linear_costs(), PlannerMemory(), 8)
+    planner = Planning(linear_costs(), PlannerMemory(), 8)
     # Under linear costs an always-right drafter's rate (k + 1) / T(k) grows with k: the probe drafts all 8.
     gaps = []
     for _ in range(9):
         count, plan = rounds_until_probe(planner)
-        assert plan == RoundPlan("drafter", 8, probe=True)
+        assert plan == Plan("drafter", 8, probe=True)
         gaps.append(count)
     # The probe is the round after `interval` rounds that drafted nothing.
     assert gaps == [min(PROBE_FIRST * 2**i, PROBE_LONGEST) + 1 for i in range(9)]
     # The probe is capped by the room left.
     schedule = planner.memory.probe_schedule.state[DRAFTER]
     schedule[0] = schedule[1]
-    assert planner.plan_round([], room=3) == RoundPlan("drafter", 3, probe=True)
+    assert planner.plan_round([], room=3) == Plan("drafter", 3, probe=True)
     # Every round that is not a probe counts towards the next one, whatever it drafted.
-    for plan in (RoundPlan("drafter", 4), RoundPlan("prompt-lookup", 3, 2), RoundPlan("drafter", 3, probe=True)):
+    for plan in (Plan("drafter", 4), Plan("prompt-lookup", 3, 2), Plan("drafter", 3, probe=True)):
         planner.record(plan, num_drafted=2, num_accepted=1)
     assert schedule[0] == 2
 
 
 def test_accepted_probes_unlock_drafting_on_their_own():
     memory = PlannerMemory()
-    planner = SpeculationPlanner(linear_costs(), memory, 8)
+    planner = Planning(linear_costs(), memory, 8)
     _, probe = rounds_until_probe(planner)
     assert memory.probe_schedule.interval(DRAFTER) == 2 * PROBE_FIRST
     for _ in range(40):  # probes all accepted (0.98 per position): the drafter now pays on its own
@@ -75,7 +75,7 @@ def test_accepted_probes_unlock_drafting_on_their_own():
 
 
 def test_no_probe_where_even_a_perfect_drafter_cannot_pay():
-    planner = SpeculationPlanner(hopeless_costs(), PlannerMemory(), 8)
+    planner = Planning(hopeless_costs(), PlannerMemory(), 8)
     for _ in range(4 * PROBE_LONGEST):
         plan = planner.plan_round([], room=100)
         assert plan.source == "none"
@@ -84,13 +84,12 @@ def test_no_probe_where_even_a_perfect_drafter_cannot_pay():
 
 def test_lookup_rounds_count_towards_a_probe():
     """A lookup source that keeps winning may win only because the drafter's estimate is the prior."""
-    from hf_dynaspec.drafting.planning.core import LookupCandidate
 
-    planner = SpeculationPlanner(linear_costs(), PlannerMemory(), 8)
+    planner = Planning(linear_costs(), PlannerMemory(), 8)
     for _ in range(30):
-        planner.record(RoundPlan("prompt-lookup", 6, 3), num_drafted=6, num_accepted=6)
+        planner.record(Plan("prompt-lookup", 6, 3), num_drafted=6, num_accepted=6)
     lookup = LookupCandidate("prompt-lookup", match_length=3, num_tokens=6)
-    assert planner.plan_round([lookup], room=100) == RoundPlan("drafter", 8, probe=True)
+    assert planner.plan_round([lookup], room=100) == Plan("drafter", 8, probe=True)
 
 
 def test_a_good_drafter_behind_a_pessimistic_prior_is_found_and_output_is_identical(family, fixed_costs):
@@ -126,11 +125,10 @@ def test_a_sampled_probe_round_is_exact(monkeypatch, form):
 def test_a_lookup_source_behind_a_pessimistic_table_is_probed_on_the_doubling_schedule(source):
     """Each lookup source has its own schedule: offered and passed over `interval` times, it is drafted whole once
     (a probe), whatever its table says; its interval then doubles. Drafting it normally resets its count."""
-    from hf_dynaspec.drafting.planning.core import LookupCandidate
 
     memory = PlannerMemory()
     memory.probe_schedule.state[DRAFTER] = [0, 10**9, 0]  # the drafter's own probes out of the way
-    planner = SpeculationPlanner(hopeless_costs(), memory, 8)
+    planner = Planning(hopeless_costs(), memory, 8)
     for _ in range(20):  # a bad stretch: every draft of this source rejected
         memory.lookup.record((source, 3, 1), False)
     lookup = LookupCandidate(source, match_length=3, num_tokens=5)
@@ -143,14 +141,14 @@ def test_a_lookup_source_behind_a_pessimistic_table_is_probed_on_the_doubling_sc
             if plan.source == source:
                 break
             planner.record(plan, num_drafted=0, num_accepted=0)
-        assert plan == RoundPlan(source, 5, 3, probe=True)
+        assert plan == Plan(source, 5, 3, probe=True)
         planner.record(plan, num_drafted=5, num_accepted=0)
         gaps.append(count)
     assert gaps == [PROBE_FIRST * 2**i + 1 for i in range(4)]
     # A probe is capped by the room left; a source not offered does not move its schedule.
     state = memory.probe_schedule.state[source]
     state[0] = state[1]
-    assert planner.plan_round([LookupCandidate(source, 3, 9)], room=4) == RoundPlan(source, 4, 3, probe=True)
+    assert planner.plan_round([LookupCandidate(source, 3, 9)], room=4) == Plan(source, 4, 3, probe=True)
     before = list(state)
     planner.plan_round([], room=100)
     assert state == before
@@ -175,8 +173,8 @@ def test_the_artifacts_measured_acceptance_is_where_the_tables_start(tmp_path):
         memory.position.record(1, False)
     assert memory.position.estimate(1) == pytest.approx(0.95 / 2)
     # On costs where 0.5 says "no draft", the measured drafter drafts from the first round (not a probe).
-    assert SpeculationPlanner(edge_costs(), PlannerMemory(), 8).plan_round([], 100).source == "none"
-    first = SpeculationPlanner(edge_costs(), PlannerMemory(prior), 8).plan_round([], 100)
+    assert Planning(edge_costs(), PlannerMemory(), 8).plan_round([], 100).source == "none"
+    first = Planning(edge_costs(), PlannerMemory(prior), 8).plan_round([], 100)
     assert first.source == "drafter" and not first.probe
 
     target = one_layer_target("llama", seed=2)
@@ -198,7 +196,7 @@ def test_a_tree_probe_that_cannot_pay_does_not_stop_the_chains_probes():
 
     costs = RoundCosts([0.0] + [1.0 + 0.35 * (n - 1) for n in range(1, 40)], consume_seconds=0.01,
                        first_draft_seconds=0.02, draft_step_seconds=0.03, tree_step_seconds=2.0)
-    planner = SpeculationPlanner(costs, PlannerMemory(), 8, tree=TreeShape(4, 4, 8))
+    planner = Planning(costs, PlannerMemory(), 8, tree=TreeShape(4, 4, 8))
     probes = []
     for _ in range(200):
         plan = planner.plan_round([], room=100)
@@ -212,7 +210,7 @@ def test_probes_shrink_as_rejections_accumulate():
     """A probe assumes each position's estimate plus its uncertainty: an untried drafter is probed as an
     always-right one (all 8), one whose probes keep being rejected is probed shorter, then not at all, so a
     drafter that does not pay on this workload stops costing probe rounds."""
-    planner = SpeculationPlanner(linear_costs(), PlannerMemory(), 8)
+    planner = Planning(linear_costs(), PlannerMemory(), 8)
     lengths = []
     for _ in range(10 * PROBE_LONGEST):
         plan = planner.plan_round([], room=100)
@@ -231,27 +229,18 @@ def test_a_lookup_drafted_short_learns_the_position_past_it_from_the_targets_own
     equals the offered token -- and greedy output stays identical. Without it a short lookup learns its later
     positions from probes alone (tests/test_plan_simulation.py: 0.957x of the best fixed plan on the 1.5B's bf16
     costs). Both outcomes must occur."""
+    from plans import one_copy_token_per_round
     from test_planner import flat_costs
 
-    from hf_dynaspec.drafting.round import EagleRound
+    from hf_dynaspec.drafting.round import SpeculationRound
     from hf_dynaspec.drafting.runtime import planner_memory
 
     fixed_costs(flat_costs())
     target = one_layer_target("llama", seed=2)
     assistant = imitating_assistant(target, noise=0.5, seed=4, **AUTO, prompt_lookup_num_tokens=5)
-    plan_round = SpeculationPlanner.plan_round
-
-    def one_lookup_token(self, lookups, room):
-        plan = plan_round(self, lookups, room)
-        return RoundPlan(lookups[0].source, 1, lookups[0].match_length) if lookups and room > 1 else plan
-
-    monkeypatch.setattr(SpeculationPlanner, "plan_round", one_lookup_token)
-    learnt = []
-    record = SpeculationPlanner.record_past_the_draft
-    monkeypatch.setattr(SpeculationPlanner, "record_past_the_draft",
-                        lambda self, plan, drafted, matched: (learnt.append(matched), record(self, plan, drafted, matched)))
+    learnt = one_copy_token_per_round(monkeypatch)
     expected_outcomes = []
-    learn = EagleRound.learn
+    learn = SpeculationRound.learn
 
     def checked_learn(self, draft, committed_ids, num_accepted, accepted_nodes=None):
         plan = draft.plan
@@ -260,7 +249,7 @@ def test_a_lookup_drafted_short_learns_the_position_past_it_from_the_targets_own
             expected_outcomes.append(int(committed_ids[0, -1]) == plan.next_offered)
         return learn(self, draft, committed_ids, num_accepted, accepted_nodes)
 
-    monkeypatch.setattr(EagleRound, "learn", checked_learn)
+    monkeypatch.setattr(SpeculationRound, "learn", checked_learn)
     # The tiny target falls into a cycle; each prompt ends with the cycle's first j tokens and a wrong one, so a
     # lookup there offers right tokens then a wrong one (a False), while lookups in the output's cycle match (Trues).
     base = torch.randint(0, target.config.vocab_size, (8,), generator=torch.Generator().manual_seed(3))
@@ -289,32 +278,38 @@ def test_a_copy_passed_over_learns_its_first_position_from_the_committed_token()
     """LookupSources.learn: a copy offered and not drafted learns whether its first token is the token committed at
     that position (matched and not, both seen); the copy the round drafted learns only from its own outcome; the
     planner records it as the source's position 1 under the candidate's match length."""
-    from hf_dynaspec.drafting.lookup import LookupSources
+    from dataclasses import replace
+
+    from hf_dynaspec.drafting.contract import RoundContext
+    from hf_dynaspec.drafting.lookup import LookupSources, PromptLookup
+    from hf_dynaspec.drafting.planning.core import RoundPlan
 
     memory = PlannerMemory()
-    planner = SpeculationPlanner(linear_costs(), memory, 8)
-    sources = LookupSources(prompt_lookup_num_tokens=5)
+    planning = Planning(linear_costs(), memory, 8)
+    sources = LookupSources(True)
+    lookup = PromptLookup(sources, 5, vocab_size=16)
     context = [4, 7, 3, 9, 1, 4, 7]  # ends with "4 7", which occurred before: prompt lookup offers "3 9 1 4 7"
     sources.begin(torch.tensor([context]))
     outcomes = []
-    for committed, plan in ((3, RoundPlan("drafter", 2)), (5, RoundPlan("none", 0))):
-        candidates, drafts = sources.offers(8)
-        assert [c.source for c in candidates] == ["prompt-lookup"] and drafts["prompt-lookup"][0] == 3
+    for committed, plan in ((3, planning.real(Plan("drafter", 2))), (5, planning.real(Plan("none", 0)))):
+        offers = lookup.offer(RoundContext(torch.tensor([context]), None, 8))
+        assert [o.source for o in offers] == ["prompt-lookup"] and offers[0].tokens[0] == 3
+        plan = replace(plan, copies=tuple(offers))  # the copies the planner saw beside the plan it chose
         context.append(committed)  # the round's first committed token: 3 (the copy's first token), then 5
         sources.read(torch.tensor([context]))
-        sources.learn(planner, plan, plan.num_tokens, 0)
+        sources.learn(planning.planner, plan, plan.num_tokens, 0)
         outcomes.append({key: list(counts) for key, counts in memory.lookup.counts.items()})
         context += [4, 7]  # later rounds commit the matched n-gram again, for the next offer
         sources.read(torch.tensor([context]))
-    key = ("prompt-lookup", candidates[0].match_length, 1)
+    key = ("prompt-lookup", offers[0].match_length, 1)
     assert outcomes[0] == {key: [1, 1]} and outcomes[1] == {key: [1, 2]}
     # The drafted copy is not passed over: only the planner's own record of the round learns from it.
-    candidates, drafts = sources.offers(8)
-    plan = RoundPlan("prompt-lookup", 2, candidates[0].match_length)
-    plan, _ = sources.take(plan, drafts["prompt-lookup"])
+    here = RoundContext(torch.tensor([context]), None, 8)
+    offer = lookup.offer(here)[0]
+    plan = lookup.draft(here, RoundPlan(offer, 2, copies=(offer,)), planning.planner).plan  # as the planner plans it
     context.append(6)
     sources.read(torch.tensor([context]))
-    sources.learn(planner, plan, 2, 0)
+    sources.learn(planning.planner, plan, 2, 0)
     assert memory.lookup.counts == outcomes[1]
 
 
@@ -322,17 +317,20 @@ def test_a_copy_drafted_whole_does_not_count_toward_its_sources_next_probe():
     """A lookup source the plan drafts whole learns as from a probe: those rounds reset its count, so once the plan
     passes it over, its probe comes after the full interval of passed-over rounds, not at once (extra probe rows
     for a source that was already learning)."""
-    from hf_dynaspec.drafting.planning.core import LookupCandidate, ProbeSchedule, lookup_probe
+    from plans import label
+
+    from hf_dynaspec.drafting.planning.core import ProbeSchedule, RoundPlan, lookup_probe
 
     probes = ProbeSchedule()
-    copy = LookupCandidate("prompt-lookup", match_length=2, num_tokens=6)
+    copy = Planning(linear_costs(), PlannerMemory(), 8).copy(LookupCandidate("prompt-lookup", match_length=2,
+                                                                             num_tokens=6))
     for _ in range(3 * PROBE_FIRST):  # the plan drafts the whole copy: never a probe, the count stays reset
-        assert lookup_probe(probes, [copy], RoundPlan("prompt-lookup", 6), room=100) is None
+        assert lookup_probe(probes, [copy], RoundPlan(copy, 6), room=100) is None
     assert probes.state["prompt-lookup"][0] == 0, probes.state
-    passed_over = [lookup_probe(probes, [copy], RoundPlan("none", 0), room=100) for _ in range(PROBE_FIRST + 1)]
+    passed_over = [lookup_probe(probes, [copy], RoundPlan(None, 0), room=100) for _ in range(PROBE_FIRST + 1)]
     assert all(plan is None for plan in passed_over[:PROBE_FIRST]), passed_over
-    assert passed_over[PROBE_FIRST] == RoundPlan("prompt-lookup", 6, 2, probe=True)
+    assert label(passed_over[PROBE_FIRST]) == Plan("prompt-lookup", 6, 2, probe=True)
     # A copy drafted shorter than offered is passed over: it counts toward the next probe.
     probes = ProbeSchedule()
-    short = [lookup_probe(probes, [copy], RoundPlan("prompt-lookup", 3), room=100) for _ in range(PROBE_FIRST + 1)]
+    short = [lookup_probe(probes, [copy], RoundPlan(copy, 3), room=100) for _ in range(PROBE_FIRST + 1)]
     assert short[PROBE_FIRST] is not None and short[PROBE_FIRST].probe, short

@@ -6,20 +6,19 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from plans import LookupCandidate, Plan, Planning
 
 from hf_dynaspec.drafting.planning import core
 from hf_dynaspec.drafting.planning.core import (
     MAX_MATCH_KEY,
     LatticeCosts,
-    LookupCandidate,
     LookupTable,
     PlannerMemory,
     RequestLookup,
     RoundCosts,
-    RoundPlan,
 )
-from hf_dynaspec.drafting.planning.lattice_planner import LatticePlanner, lattice_memory
 from hf_dynaspec.drafting.planning.planner import SpeculationPlanner
+from hf_dynaspec.drafting.proposers.lattice import lattice_memory
 
 SOURCE = "prompt-lookup"
 
@@ -116,9 +115,9 @@ def _request_of_failing_copies(session_only: bool) -> tuple[list[int], int]:
     memory = PlannerMemory()
     _taught(memory, (SOURCE,))
     candidate = LookupCandidate(SOURCE, match_length=2, num_tokens=10)
-    request = SpeculationPlanner(_steep_costs(), memory, 4, drafter=False)
+    request = Planning(_steep_costs(), memory, 4, drafter=False)
     if session_only:  # the session's tables alone, as before the request's view
-        request.lookup = memory.lookup
+        request.planner.lookup = memory.lookup
     drafted = []
     for _ in range(12):  # every copy's first token is wrong in this request
         chosen = request.plan_round([candidate], 50)
@@ -127,7 +126,7 @@ def _request_of_failing_copies(session_only: bool) -> tuple[list[int], int]:
             request.record(chosen, chosen.num_tokens, 0)
         else:
             request.record_passed_over(candidate, False)
-    next_call = SpeculationPlanner(_steep_costs(), memory, 4, drafter=False).plan_round([candidate], 50)
+    next_call = Planning(_steep_costs(), memory, 4, drafter=False).plan_round([candidate], 50)
     return drafted, next_call.num_tokens if next_call.source == SOURCE else 0
 
 
@@ -142,26 +141,34 @@ def test_a_request_whose_copies_fail_stops_drafting_them_and_the_next_request_tr
     assert min(session_only) > 0, session_only
 
 
-def test_the_lattice_planner_reads_lookups_through_the_request():
+def test_a_lattice_call_reads_copies_through_the_request():
+    """The one planner plans a lattice call's copies (on a lattice's tables and costs) through the request's view."""
     memory = lattice_memory(None)
-    _taught(memory, ())
+    _taught(memory, (SOURCE,))
     costs = _steep_costs()
-    planner = LatticePlanner(LatticeCosts(costs.verify_seconds, lattice_seconds=0.02, tree_seconds=0.01), memory, 4, None)
-    candidate = LookupCandidate(SOURCE, match_length=2, num_tokens=10)
-    before = planner._lookup_priors(candidate)
+    planning = Planning(LatticeCosts(costs.verify_seconds, lattice_seconds=0.02, tree_seconds=0.01), memory, 4,
+                        drafter=False)
+    assert isinstance(planning.planner, SpeculationPlanner)
+    copy = planning.copy(LookupCandidate(SOURCE, match_length=2, num_tokens=10))
+
+    def priors():  # what the planner prices the copy by (SpeculationPlanner.rate)
+        table = copy.proposer.table(planning.planner, copy)
+        return [table.estimate(copy.proposer.key(copy, j)) for j in range(1, 11)]
+
+    before = priors()
     for _ in range(4):
-        planner.record_passed_over(candidate, False)
-    after = planner._lookup_priors(candidate)
-    assert after[0] < memory.lookup.estimate((2, 1)) < before[0]
-    assert after[1:] == [memory.lookup.estimate((2, j)) for j in range(2, 11)]  # the continuation: the session's
+        planning.planner.record_passed_over(copy, False)
+    after = priors()
+    assert after[0] < memory.lookup.estimate((SOURCE, 2, 1)) < before[0]
+    assert after[1:] == [memory.lookup.estimate((SOURCE, 2, j)) for j in range(2, 11)]  # the continuation: the session's
 
 
 def test_the_request_calibration_learns_whatever_the_plan():
     """A round's outcomes reach the request's view through the planner's record calls: drafted, past the draft and
     passed over all count."""
     memory = PlannerMemory()
-    planner = SpeculationPlanner(_steep_costs(), memory, 4, drafter=False)
-    plan = RoundPlan(SOURCE, 3, 2)
+    planner = Planning(_steep_costs(), memory, 4, drafter=False)
+    plan = Plan(SOURCE, 3, 2)
     planner.record(plan, 3, 3)
     plan = replace(plan, next_offered=5)
     planner.record_past_the_draft(plan, 3, False)

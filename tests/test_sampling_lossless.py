@@ -189,7 +189,7 @@ def test_sampling_with_vetoed_prompt_lookup_matches_the_target_distribution(setu
 
 def test_fit_rejects_lookup_drafts_treated_as_certain(setup, monkeypatch):
     """The same test must catch lookup drafts verified as if the target agreed with them (q = p)."""
-    import hf_dynaspec.drafting.chain as drafting
+    import hf_dynaspec.drafting.lookup as drafting
 
     target, assistant, probs = setup
     assistant.generation_config.prompt_lookup_num_tokens, assistant.generation_config.prompt_lookup_min_ngram = 2, 1

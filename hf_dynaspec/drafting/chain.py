@@ -20,7 +20,6 @@ import torch
 import hf_dynaspec.sampling as sampling
 from hf_dynaspec.drafting.contract import Draft
 from hf_dynaspec.drafting.device_paths import use_accelerator_paths
-from hf_dynaspec.drafting.lookup import one_hot_logits
 from hf_dynaspec.drafting.row_processing import on_rows, process_rows, widen
 from hf_dynaspec.kernels.shortlist_head import ShortlistHeadOutput
 from hf_dynaspec.modeling.drafter import Drafter, causal_mask
@@ -145,7 +144,7 @@ class ChainDraftSession:
         `new_target_hidden` `[1, >=T_new, D or 3D]`: target features from the last verification pass, whose
         first `T_new = N - 1 - (pairs already cached)` positions are now verified (absorbed already where
         `overrules` ran this round). `rule`: the draft's length rule (`keep_position`, `draft_more`, `cut` over the
-        drafted positions' top probabilities: the `SpeculationPlanner`, or a probe's `ProbeDrafting`), read before
+        drafted positions' top probabilities: a planned chain's `ConfidenceRule`), read before
         each position's token is drawn, or once at the end where host decisions are deferred (accelerators). The
         drafted positions' top probabilities come back in `Draft.confidences`."""
         first, self._first = self._first, None
@@ -246,15 +245,6 @@ class ChainDraftSession:
             return keep, []
         host_tops = values[-1]
         return min(keep, rule.cut(host_tops)), host_tops
-
-    def lookup_draft(self, input_ids: torch.Tensor, new_target_hidden: torch.Tensor, lookup: torch.Tensor) -> Draft:
-        """`lookup` `[1, n]` as the round's draft; the drafter's pass over the verified positions is deferred (unless
-        `overrules` ran it this round)."""
-        if self.num_verified_pairs < input_ids.shape[1] - 1:
-            self.defer_verified(input_ids, new_target_hidden)
-        self._scored_ids = []
-        logits = one_hot_logits(lookup, self.vocab_size) if self.do_sample else None
-        return Draft(token_ids=lookup, logits=logits, looked_up=True)
 
     def defer_verified(self, input_ids: torch.Tensor, new_target_hidden: torch.Tensor) -> None:
         """Keep the features of the newly verified positions of `input_ids` `[1, N]` for the next

@@ -1,18 +1,16 @@
-"""The one contract between a decoding loop and a drafter's rounds: every drafter kind implements `DraftingRound`.
+"""The one contract between a decoding loop and a drafter's rounds (`DraftingRound`), and between a round and what
+it drafts from (`Proposer`).
 
-A loop (transformers' assisted loop through hf_dynaspec.generation.candidate_generator, the public loop, the
-batched loop) knows nothing else of what drafts: it asks the rounds which of the target's hidden states to
-return and which features to hand back (`TargetFeatures`), asks for a `Draft` (a chain, or a tree), verifies it,
-and tells the rounds the outcome. Two implementations:
+A loop (transformers' assisted loop through hf_dynaspec.generation.candidate_generator, the batched loop) knows
+nothing else of what drafts: it asks the rounds which of the target's hidden states to return and which features to
+hand back (`TargetFeatures`), asks for a `Draft` (a chain, or a tree), verifies it, and tells the rounds the outcome.
+One implementation, hf_dynaspec.drafting.round.SpeculationRound, for every drafter: its proposers
+(hf_dynaspec.drafting.proposers, the copies in hf_dynaspec.drafting.lookup) offer, a policy chooses, the chosen one
+drafts.
 
-- `hf_dynaspec.drafting.round.EagleRound`: an EAGLE drafter's rounds (chains and EAGLE-2 trees, prompt
-  lookup, the suffix cache, the planner);
-- `hf_dynaspec.drafting.medusa.LatticeRound`: a lattice source's rounds (Medusa heads, a diffusion LM: chains,
-  CPS paths, lattice trees, prompt lookup, the lattice planner).
-
-tests/test_architecture.py holds both to this protocol (names and parameters) and checks that no loop reaches
-past it into a drafter. A round keeps no state between `propose` and `learn`: the `Draft` carries its `RoundPlan`
-back to `learn`.
+tests/test_architecture.py holds the round and every proposer to these protocols (names and parameters) and checks
+that no loop reaches past them into a drafter. A round keeps no state between `propose` and `learn`: the `Draft`
+carries its `RoundPlan` back to `learn`.
 
 A `DraftTree`'s node 0 is the root (the newest committed token, not yet processed by the target); `parents[i] < i`
 for every draft node and `parents[0] == -1`. A node at depth d continues at position `past_length + d` and attends
@@ -29,9 +27,7 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
-from hf_dynaspec.drafting.planning.core import RoundPlan
-
-NO_PLAN = RoundPlan("none", 0)
+from hf_dynaspec.drafting.planning.core import NO_PLAN, Offer, RoundPlan
 
 
 def depths_of(parents: list[int]) -> list[int]:
@@ -151,6 +147,34 @@ def chain_tree(root: torch.Tensor, tokens: torch.Tensor) -> DraftTree:
                      max_depth=size - 1)
 
 
+@dataclass(frozen=True)
+class RoundContext:
+    """What a round's proposers read: the committed ids `[1, N]` (the last one the root), the drafter's features of
+    the positions verified last `[1, T, F]`, and `room`, the deepest draft the call still has room for."""
+
+    input_ids: torch.Tensor
+    hidden: torch.Tensor
+    room: int
+
+
+@runtime_checkable
+class Proposer(Protocol):
+    """One source of drafts (hf_dynaspec.drafting.proposers). `reads_features`: it drafts from the drafter's
+    features (a model); False: a copy, which costs nothing to offer and lets the verified positions wait
+    (`absorb`)."""
+
+    reads_features: bool
+
+    def offer(self, context: RoundContext) -> list[Offer]:
+        """What it offers this round (cheap: a copy's tokens and match, a chain's cap); [] for nothing."""
+
+    def draft(self, context: RoundContext, plan: RoundPlan, policy) -> Draft:
+        """The plan's draft (`plan.offer` is one of this proposer's), carrying the plan back for `learn`."""
+
+    def absorb(self, context: RoundContext) -> None:
+        """The round drafts no model tokens: catch up on (or keep waiting) the verified positions."""
+
+
 @runtime_checkable
 class TargetFeatures(Protocol):
     """What the target's verification pass must return for the drafter, and what of it the drafter reads."""
@@ -166,18 +190,16 @@ class TargetFeatures(Protocol):
 class DraftingRound(TargetFeatures, Protocol):
     """One generate() call's rounds for one sequence (a batch has one per row)."""
 
-    def propose(self, input_ids: torch.Tensor, target_hidden: torch.Tensor, room: int) -> Draft:
+    def propose(self, input_ids: torch.Tensor, target_hidden: torch.Tensor, room: int, rows: int = 1) -> Draft:
         """The next draft continuing `input_ids` `[1, N]` (its last token is the root), from the features of the
-        positions verified last `[1, T, F]`; at most `room` draft tokens deep (room < 1: no draft)."""
+        positions verified last `[1, T, F]`; at most `room` draft tokens deep (room < 1: no draft); `rows`: the
+        batch's active rows, which share the verify forward the draft is priced by."""
 
     def learn(self, draft: Draft, committed_ids: torch.Tensor, num_accepted: int,
               accepted_nodes: list[int] | None = None) -> None:
         """The verified outcome of `draft` (the last `propose`'s): `committed_ids` `[1, N']` ends with the
         `num_accepted` accepted draft tokens and the target's own token; `accepted_nodes`: a tree's accepted nodes
         (root excluded)."""
-
-    def share_costs(self, rows: int) -> None:
-        """In a batch of `rows` active rows: price the next draft as this row's share of the verify forward."""
 
     def finish(self) -> None:
         """The sequence is done (a batch row that stopped, or the call's end)."""

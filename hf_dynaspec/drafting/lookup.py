@@ -5,11 +5,7 @@ host work per drafted token and leave verification unchanged, so output stays ex
 
 Prompt lookup (Saxena 2023; transformers' `prompt_lookup_num_tokens`) is nearly free and strong exactly where a
 learned drafter is weak: summaries, retrieval answers and code edits that repeat spans of the prompt or of the
-answer so far. `hf_dynaspec` uses it as a first choice before the drafter (see `EagleCandidateGenerator`):
-when the context's last n-gram occurred before, the tokens that followed it are the draft; otherwise the
-drafter drafts.
-
-Written here rather than reusing transformers' `PromptLookupCandidateGenerator` because that class is a whole
+answer so far. Written here rather than reusing transformers' `PromptLookupCandidateGenerator` because that class is a whole
 candidate generator (its own stopping and length rules) and always falls back to 1-gram matches, which on a
 150k vocabulary are mostly common tokens whose continuations lose to the drafter.
 
@@ -26,8 +22,9 @@ Two indexes map every n-gram (n = 1..`max_ngram`) to the tokens that followed it
 
 A draft extends the context token by token: at each step the longest n-gram ending the context (and the draft
 so far) that either index holds picks the next token (the request's index when its match is at least as long).
-It generalises prompt lookup (a request index with n in [2, 3] and one continuation) at no training cost, and
-plugs into the planner (hf_dynaspec.drafting.planning.planner) as lookup sources with their own acceptance estimates.
+
+Both are proposers (`PromptLookup`, `SuffixCacheProposer`) that a round offers beside the drafter; the planner
+(hf_dynaspec.drafting.planning.planner) learns each source's acceptance apart.
 """
 
 from __future__ import annotations
@@ -37,7 +34,8 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from hf_dynaspec.drafting.planning.core import MAX_MATCH_KEY, LookupCandidate, RoundPlan
+from hf_dynaspec.drafting.contract import Draft, RoundContext
+from hf_dynaspec.drafting.planning.core import MAX_MATCH_KEY, Offer, RoundPlan, match_key, position_key
 
 
 def lookup_continuation(token_ids: torch.Tensor, max_tokens: int, min_ngram: int = 2, max_ngram: int = 3) -> torch.Tensor:
@@ -267,26 +265,16 @@ class RequestView(SuffixCache):
         self.parent._store(tokens)
 
 
-# -- one call's sources, held by both rounds ------------------------------------------------------------------
-# Written once for the EAGLE drafter's round (hf_dynaspec.drafting.round) and the lattice sources' rounds
-# (hf_dynaspec.drafting.medusa), none of it depending on a drafter: the host copy of the committed context (a round
-# reads only the few ids committed since the last one, and both lookups search the host copy, with no device read),
-# prompt lookup, the suffix cache, and past-the-draft learning (a copy drafted shorter than offered and accepted
-# whole tells the planner whether the next offered token matched the target's own token after it).
+# -- one call's host context: a round reads only the ids committed since the last one; lookups search it ------------
 class LookupSources:
-    """The lookup sources of one generate() call (one batch row): prompt lookup offering up to
-    `prompt_lookup_num_tokens` (0: off) from n-grams of `min_ngram`..`max_ngram` tokens, and `suffix` (None: no
-    suffix cache). `keep_context`: keep the host copy even with both off (a lattice's n-gram scorer reads it)."""
+    """The host side of one generate() call's copies (one batch row): the committed context (kept while `on`: a copy
+    proposer or a lattice's n-gram scorer reads it), `suffix` (None: no suffix cache) and `scorer` (a lattice's
+    n-gram scorer, None: none), which both read each committed id once."""
 
-    def __init__(self, prompt_lookup_num_tokens: int, min_ngram: int = 2, max_ngram: int = 3,
-                 suffix: SuffixCache | None = None, keep_context: bool = False):
-        self.prompt_lookup_num_tokens = prompt_lookup_num_tokens
-        self.min_ngram, self.max_ngram = min_ngram, max_ngram
-        self.suffix = suffix
-        self.on = prompt_lookup_num_tokens > 0 or suffix is not None or keep_context
+    def __init__(self, on: bool, suffix: SuffixCache | None = None, scorer=None):
+        self.suffix, self.scorer = suffix, scorer
+        self.on = on or suffix is not None
         self.context: list[int] = []  # host copy of the committed ids, kept while `on`
-        # The last `offers`: (the context's length then, [(candidate, its first token)]), for `learn`.
-        self._offered: tuple[int, list[tuple[LookupCandidate, int]]] = (0, [])
 
     def begin(self, input_ids: torch.Tensor) -> None:
         """A generate() call starts on the prompt `[1, N]` (one read of the prompt while `on`)."""
@@ -304,6 +292,8 @@ class LookupSources:
         self.context.extend(new)
         if self.suffix is not None:
             self.suffix.extend(new)
+        if self.scorer is not None:
+            self.scorer.extend(new)
         return new
 
     def finish(self) -> None:
@@ -312,45 +302,13 @@ class LookupSources:
         if isinstance(self.suffix, RequestView):
             self.suffix.end_request()
 
-    def prompt_lookup(self, longest: int) -> tuple[list[int], int]:
+    def prompt_lookup(self, longest: int, min_ngram: int, max_ngram: int) -> tuple[list[int], int]:
         """(host ids of the continuation, at most `longest`, of the context's last n-gram's earlier occurrence, n);
-        n = 0 when prompt lookup is off or finds nothing."""
-        if self.prompt_lookup_num_tokens <= 0 or longest < 1:
+        n = 0 when it finds nothing."""
+        if longest < 1:
             return [], 0
-        tokens, match = lookup_match(torch.tensor(self.context), longest, self.min_ngram, self.max_ngram)
+        tokens, match = lookup_match(torch.tensor(self.context), longest, min_ngram, max_ngram)
         return (tokens.tolist(), match) if match and len(tokens) else ([], 0)
-
-    def first_found(self, room: int, suffix_tokens: int) -> tuple[str, list[int]] | None:
-        """A fixed round's copy: the suffix cache's (up to `suffix_tokens`), else prompt lookup's (up to
-        `prompt_lookup_num_tokens`), at most `room` tokens: (source, tokens), or None."""
-        found = self.suffix.draft(min(suffix_tokens, room)) if self.suffix is not None else None
-        if found is not None:
-            return found.source, list(found.tokens)
-        tokens, match = self.prompt_lookup(min(self.prompt_lookup_num_tokens, room))
-        return ("prompt-lookup", tokens) if match else None
-
-    def offers(self, longest: int) -> tuple[list[LookupCandidate], dict[str, list[int]]]:
-        """What each source offers now, up to `longest` tokens: (candidates for a planner, tokens by source)."""
-        candidates, drafts, firsts = [], {}, []
-        tokens, match = self.prompt_lookup(longest)
-        if match:
-            candidates.append(LookupCandidate("prompt-lookup", match, len(tokens)))
-            drafts["prompt-lookup"] = tokens
-            firsts.append((candidates[-1], tokens[0]))
-        found = self.suffix.draft(longest) if self.suffix is not None and longest >= 1 else None
-        if found is not None:
-            candidates.append(LookupCandidate(found.source, found.match_length, len(found.tokens)))
-            drafts[found.source] = list(found.tokens)
-            firsts.append((candidates[-1], found.tokens[0]))
-        self._offered = len(self.context), firsts
-        return candidates, drafts
-
-    @staticmethod
-    def take(plan: RoundPlan, offered: list[int]) -> tuple[RoundPlan, list[int]]:
-        """(the plan, now holding the next offered token if any, for `learn`'s `record_past_the_draft`; the
-        `plan.num_tokens` tokens of `offered` the plan drafts)."""
-        next_offered = offered[plan.num_tokens] if len(offered) > plan.num_tokens else None
-        return replace(plan, next_offered=next_offered), offered[: plan.num_tokens]
 
     def learn(self, planner, plan: RoundPlan, num_drafted: int, num_accepted: int) -> None:
         """After `read` of the verified round, what the copies show beyond the plan's own outcome (host ids only, no
@@ -359,11 +317,80 @@ class LookupSources:
         token committed there (`record_passed_over`)."""
         if plan.next_offered is not None and num_accepted == num_drafted == plan.num_tokens:
             planner.record_past_the_draft(plan, num_accepted, self.context[-1] == plan.next_offered)
-        start, offered = self._offered
-        self._offered = (0, [])
-        for candidate, first in offered:
-            if (candidate.source != plan.source or not num_drafted) and len(self.context) > start:
-                planner.record_passed_over(candidate, self.context[start] == first)
+        for offer in plan.copies:
+            if (offer is not plan.offer or not num_drafted) and len(self.context) > offer.at:
+                planner.record_passed_over(offer, self.context[offer.at] == offer.tokens[0])
+
+
+# -- the copies as proposers (contract.Proposer): priced by their match and position, each source learning its own
+# rates through the request's view of the session's tables (`RequestLookup`); a copy costs the target's forward only.
+class CopyProposer:
+    """Copies of up to `longest` tokens from `sources`; `point_masses` (a verifier that takes the drafts'
+    distributions: `assistant_model=` when sampling): a copy's logits are the point masses it is drawn from."""
+
+    reads_features = False
+    smallest = 0  # a copy no length of which pays is not drafted
+
+    def __init__(self, sources: LookupSources, longest: int, vocab_size: int, point_masses: bool = False):
+        self.sources, self.longest, self.vocab_size, self.point_masses = sources, longest, vocab_size, point_masses
+
+    def absorb(self, context: RoundContext) -> None:
+        """Nothing: a copy reads no features."""
+
+    def draft(self, context: RoundContext, plan: RoundPlan, policy) -> Draft:
+        """The plan's first tokens of the copy, uploaded in one copy; the plan keeps the next offered token for
+        `learn` (`SpeculationPlanner.record_past_the_draft`)."""
+        tokens = plan.offer.tokens
+        next_offered = tokens[plan.num_tokens] if len(tokens) > plan.num_tokens else None
+        ids = as_ids(list(tokens[: plan.num_tokens]), context.input_ids)[None]
+        logits = one_hot_logits(ids, self.vocab_size) if self.point_masses else None
+        return Draft(token_ids=ids, logits=logits, looked_up=True, plan=replace(plan, next_offered=next_offered))
+
+    # -- pricing and learning (hf_dynaspec.drafting.planning.planner) -------------------------------------------
+    @staticmethod
+    def table(planner, offer: Offer):
+        return planner.lookup
+
+    @staticmethod
+    def key(offer: Offer, position: int):
+        return offer.source, match_key(offer.match_length), position_key(position)
+
+    @staticmethod
+    def seconds(planner, offer: Offer, k: int) -> float:
+        return planner.verify(k + 1)
+
+    def record(self, planner, plan: RoundPlan, num_drafted: int, num_accepted: int, draft=None,
+               accepted_nodes=None) -> None:
+        for j in range(1, min(num_accepted + 1, num_drafted) + 1):
+            planner.lookup.record(self.key(plan.offer, j), j <= num_accepted)
+
+
+class PromptLookup(CopyProposer):
+    """What followed an earlier occurrence of the context's last `min_ngram`..`max_ngram` ids (the longest agreeing,
+    `lookup_match`)."""
+
+    def __init__(self, sources: LookupSources, longest: int, vocab_size: int, point_masses: bool = False,
+                 min_ngram: int = 2, max_ngram: int = 3):
+        super().__init__(sources, longest, vocab_size, point_masses)
+        self.min_ngram, self.max_ngram = min_ngram, max_ngram
+
+    def offer(self, context: RoundContext) -> list[Offer]:
+        tokens, match = self.sources.prompt_lookup(min(self.longest, context.room), self.min_ngram, self.max_ngram)
+        if not match:
+            return []
+        return [Offer(self, "prompt-lookup", len(tokens), match, tuple(tokens), len(self.sources.context))]
+
+
+class SuffixCacheProposer(CopyProposer):
+    """The suffix cache's draft (`SuffixCache`), labelled by the index its first token
+    came from ("suffix-request" or "suffix-shared")."""
+
+    def offer(self, context: RoundContext) -> list[Offer]:
+        found = self.sources.suffix.draft(min(self.longest, context.room))
+        if found is None:
+            return []
+        return [Offer(self, found.source, len(found.tokens), found.match_length, tuple(found.tokens),
+                      len(self.sources.context))]
 
 
 def as_ids(tokens: list[int], like: torch.Tensor) -> torch.Tensor:

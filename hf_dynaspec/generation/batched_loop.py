@@ -8,9 +8,9 @@ length per step, so it cannot carry rows that accept different numbers of tokens
 
 One target KV cache holds every active row. Each round:
 
-1. each row's rounds (its own `EagleRound` / `LatticeRound`: its own source, length and plan,
+1. each row's rounds (its own `SpeculationRound`: its own source, length and plan,
    the planner's tables shared) propose a tree from that row's context and target hidden states; a planner
-   prices the row's draft as its share of the batch's verify forward (`planner.BatchShare`: A rows of n tokens
+   prices the row's draft as its share of the batch's verify forward (`SpeculationPlanner.verify`: A rows of n tokens
    cost what the measured table says for A x n tokens), its drafting as its own;
 2. the trees are padded to the largest (padding nodes see only themselves and are never accepted) and read in one
    target forward: per-row positions (the row's own length: left padding does not count), one additive mask
@@ -92,10 +92,9 @@ def run_batched_rounds(model, input_ids, batch, logits_processor, stopping_crite
         row.drafts.finish()
     cache, valid = _keep(cache, valid, rows, active)
     while active:
-        for row in active:  # the planners price each row's draft as its share of this batch's verify forward
-            row.drafts.share_costs(len(active))
-        drafts = [row.drafts.propose(row.ids, row.hidden, max(lockstep.length - row.sequence.shape[1] - 1, 0))
-                  for row in active]
+        # the planners price each row's draft as its share of this batch's verify forward
+        drafts = [row.drafts.propose(row.ids, row.hidden, max(lockstep.length - row.sequence.shape[1] - 1, 0),
+                                     len(active)) for row in active]
         trees = [draft.as_tree(row.sequence[0, -1:]) for draft, row in zip(drafts, active)]
         out = _verify(model, features, active, trees, valid, slots)
         # Processors see the left-padded row, as plain batched generate() hands it to them (min_new_tokens counts

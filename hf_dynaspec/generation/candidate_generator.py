@@ -14,7 +14,7 @@ from transformers.generation.candidate_generator import CandidateGenerator
 from transformers.utils import logging
 
 import hf_dynaspec.generation.block_verify as block_verify
-from hf_dynaspec.drafting.round import EagleRound
+from hf_dynaspec.drafting.round import SpeculationRound
 from hf_dynaspec.generation.attachment import ensure_attached
 from hf_dynaspec.generation.checks import check_chain_inputs
 from hf_dynaspec.generation.rounds import build_round, longest_draft
@@ -100,7 +100,7 @@ def _eos_token_ids_to_cut(generation_config, device: torch.device) -> torch.Tens
 
 
 class EagleCandidateGenerator(CandidateGenerator):
-    """transformers' candidate-generator contract over `EagleRound` (hf_dynaspec.drafting.round), fed with
+    """transformers' candidate-generator contract over `SpeculationRound` (hf_dynaspec.drafting.round), fed with
     the target's verification outputs.
 
     The first call returns no candidates so that the target runs the prefill (and returns its hidden states);
@@ -109,7 +109,7 @@ class EagleCandidateGenerator(CandidateGenerator):
 
     requires_model_outputs = True
 
-    def __init__(self, assistant, speculation: EagleRound, max_length: int, longest_draft: int):
+    def __init__(self, assistant, speculation: SpeculationRound, max_length: int, longest_draft: int):
         self.assistant = assistant
         self.round = speculation
         self.max_length = max_length

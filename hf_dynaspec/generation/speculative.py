@@ -6,7 +6,7 @@
     out = model.generate(**inputs, custom_generate=speculative_generate, drafter=heads)        # Medusa, diffusion LM
 
 Which rounds a drafter drafts with is its kind's route, registered in `ROUTES` (one line per artifact class, read
-along the drafter's class hierarchy): an EAGLE assistant's rounds (`eagle_route`: hf_dynaspec.drafting.round.EagleRound,
+along the drafter's class hierarchy): an EAGLE assistant's rounds (`eagle_route`: hf_dynaspec.drafting.round.SpeculationRound with
 the drafter, prompt lookup, the suffix cache, the confidence stop and `draft_plan="auto"`, as the assistant's options
 say; with `trees=True` EAGLE-2 trees, under `draft_plan="auto"` the planner's choice among trees, chains, lookups and
 nothing), or a lattice source's (hf_dynaspec.generation.medusa.lattice_route). The one loop

@@ -1,3 +1,4 @@
-"""Planning a round's draft from measured costs and learnt acceptance: the shared core (acceptance tables, the
-rate-maximising length, round plans, probe schedules), the cost tables, the EAGLE drafter's planner and the
-lattice sources' planner. Everything here imports from the core; nothing here drafts or verifies."""
+"""The policies a round chooses its draft by: the shared core (acceptance tables, the rate-maximising length, offers
+and round plans, probe schedules, the cost tables), the planner of `draft_plan="auto"` (every drafter's offers,
+priced from measured costs and learnt acceptance) and the fixed order. Everything here imports from the core;
+nothing here drafts or verifies."""

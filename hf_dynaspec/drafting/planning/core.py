@@ -1,13 +1,13 @@
-"""The planning core both planners share (the EAGLE drafter's, hf_dynaspec.drafting.planning.planner, and the lattice
-sources', hf_dynaspec.drafting.planning.lattice_planner): Beta-smoothed acceptance tables, the rate-maximising draft length,
-the plan of a round, the tree shape, the probe schedules that keep every source learning, and the cost tables the
-planners weigh draft lengths by (`RoundCosts` for the EAGLE drafter, `LatticeCosts` for lattice sources; seconds on
-this machine, measured by hf_dynaspec.generation.costs).
+"""The planning core the policies share (hf_dynaspec.drafting.planning.planner, .fixed): Beta-smoothed acceptance
+tables, the rate-maximising draft length, what a proposer offers and what a round plans, the tree shape, the probe
+schedules that keep every source learning, and the cost tables offers are priced by (`RoundCosts` for an EAGLE
+drafter, `LatticeCosts` for a lattice source; seconds on this machine, measured by hf_dynaspec.generation.costs).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from hf_dynaspec.modeling.acceptance_prior import CONFIDENCE_BINS, AcceptancePrior
 
@@ -158,32 +158,61 @@ def best_length(probabilities: list[float], seconds, smallest: int = 0) -> tuple
     return best_k, best_rate
 
 
-@dataclass
-class LookupCandidate:
-    """A draft found by lookup: `source` ("prompt-lookup", "suffix-request", "suffix-shared"), the length of the
-    match it continues, and its `num_tokens` tokens."""
+@dataclass(frozen=True)
+class Offer:
+    """What a proposer (hf_dynaspec.drafting.proposers) offers a round: up to `num_tokens` tokens, labelled `source` in
+    the statistics and the lookup tables' keys. A copy (prompt lookup, the suffix cache) carries its host `tokens`,
+    the length of the match it continues and `at`, the context's length when it was offered (what it is checked
+    against once committed); a lattice read carries the lattice and each position's top probability
+    (`confidences`)."""
 
+    proposer: Any
     source: str
-    match_length: int
     num_tokens: int
+    match_length: int = 0
+    tokens: tuple[int, ...] = ()
+    at: int = 0
+    confidences: tuple[float, ...] = ()
+    read: Any = None  # what the proposer read for it (a lattice), else None
+
+    @property
+    def probe_key(self) -> str:
+        """The probe schedule's key: `DRAFTER` for every drafted (model) offer, a copy's own source."""
+        return DRAFTER if self.proposer.reads_features else self.source
 
 
 @dataclass(frozen=True)
 class RoundPlan:
-    """What a round drafts: "none", "drafter" (a chain of up to `num_tokens`, cut by the confidence table),
-    "tree" (a tree of depth `num_tokens`) or a lookup source (`num_tokens` of its tokens). Frozen: a round hands
-    its plan along inside its `Draft` (hf_dynaspec.drafting.contract), and what drafting adds to it (the drafted
-    positions' confidences, the next offered token) makes a new plan (`dataclasses.replace`)."""
+    """What a round drafts: `num_tokens` of `offer` (None: no draft) (a drafter's chain is cut further by the
+    confidence table, a tree is grown to that depth). Frozen: a round hands its plan along inside its `Draft`
+    (hf_dynaspec.drafting.contract), and what drafting adds to it (the drafted positions' confidences, the next
+    offered token) makes a new plan (`dataclasses.replace`); `copies`: the copies on offer (a planner's rounds),
+    which `learn` checks against what was committed where they were not drafted."""
 
-    source: str
+    offer: Offer | None
     num_tokens: int
-    match_length: int = 0
     confidences: tuple[float, ...] = ()  # drafter: per drafted position, for the tables
-    probe: bool = False  # a drafter round that keeps the tables learning: exactly `num_tokens`, whatever the confidence
-    # A lookup drafted shorter than its source offered: the offered token after the drafted ones (see
+    probe: bool = False  # a round that keeps the tables learning: exactly `num_tokens`, whatever the confidence
+    # A copy drafted shorter than its source offered: the offered token after the drafted ones (see
     # SpeculationPlanner.record_past_the_draft), else None.
     next_offered: int | None = None
+    copies: tuple[Offer, ...] = ()
 
+    @property
+    def proposer(self):
+        return self.offer.proposer if self.offer is not None else None
+
+    @property
+    def source(self) -> str:
+        """The statistics' label ("none": no draft)."""
+        return self.offer.source if self.offer is not None else "none"
+
+    @property
+    def match_length(self) -> int:
+        return self.offer.match_length if self.offer is not None else 0
+
+
+NO_PLAN = RoundPlan(None, 0)
 
 DRAFTER = "drafter"  # the probe schedule's key for the drafter's chains and trees (an EAGLE drafter or a lattice source)
 
@@ -245,22 +274,21 @@ class PlannerMemory:
         return measured if measured is not None else self.position.estimate(key[-1])
 
 
-def lookup_probe(probes: ProbeSchedule, lookups: list[LookupCandidate], chosen: RoundPlan,
-                 room: int) -> RoundPlan | None:
-    """The round's lookup probe, if one is due: the first offered source whose schedule says so (not the one the
-    plan drafts whole), drafted whole up to MAX_POSITION_KEY tokens; every offered source's schedule moves on. A
-    source drafted shorter than that counts as passed over: its later positions are learnt only when drafted, so
-    they get probes too."""
+def lookup_probe(probes: ProbeSchedule, copies: list[Offer], chosen: RoundPlan, room: int) -> RoundPlan | None:
+    """The round's copy probe, if one is due: the first offered copy whose schedule says so (not the one the plan
+    drafts whole), drafted whole up to MAX_POSITION_KEY tokens; every offered source's schedule moves on. A copy
+    drafted shorter than that counts as passed over: its later positions are learnt only when drafted, so they get
+    probes too."""
     probe = None
-    for candidate in lookups:
+    for offer in copies:
         # Positions past MAX_POSITION_KEY share one estimate: a probe that long learns every one of them.
-        whole = min(candidate.num_tokens, room, MAX_POSITION_KEY)
-        drafted = candidate.source == chosen.source and chosen.num_tokens >= whole
-        if probe is None and not drafted and candidate.num_tokens and probes.due(candidate.source):
-            probe = RoundPlan(candidate.source, whole, candidate.match_length, probe=True)
-            probes.probed(candidate.source)
+        whole = min(offer.num_tokens, room, MAX_POSITION_KEY)
+        drafted = offer is chosen.offer and chosen.num_tokens >= whole
+        if probe is None and not drafted and offer.num_tokens and probes.due(offer.source):
+            probe = RoundPlan(offer, whole, probe=True)
+            probes.probed(offer.source)
         else:
-            probes.passed(candidate.source, drafted)
+            probes.passed(offer.source, drafted)
     return probe
 
 

@@ -41,164 +41,98 @@ token), so greedy output is identical and sampling exact (tests/test_planner.py)
 
 from __future__ import annotations
 
+from dataclasses import replace
+from functools import partial
+
 from hf_dynaspec.drafting.planning.core import (
     DRAFTER,
     AcceptanceTable,
-    LookupCandidate,
+    Offer,
     PlannerMemory,
     RequestLookup,
     RoundPlan,
-    TreeShape,
     best_length,
-    confidence_bin,
     lookup_probe,
-    match_key,
-    position_key,
 )
 
 
 class SpeculationPlanner:
-    """Picks each round's draft from `costs` (a `RoundCosts`) and the acceptance tables in `memory`; `tree` (a
-    `TreeShape`, needs `costs.tree_step_seconds`) adds trees to the candidates; `drafter=False` (a drafter-free
-    assistant) leaves only the lookup sources and no draft."""
+    """Picks each round's draft among the proposers' offers (hf_dynaspec.drafting.proposers) from `costs` (a
+    `RoundCosts` or `LatticeCosts`) and the acceptance tables in `memory`. Each proposer prices its own offer
+    (`priors`, `seconds`) and teaches its own tables (`record`); the planner compares rates, probes, and keeps the
+    request's view of the copies' tables (`lookup`). A batched round prices a row's tokens as its share of the
+    batch's verify forward (`choose(..., rows=)`)."""
 
-    def __init__(self, costs, memory: PlannerMemory, max_draft_tokens: int, tree: TreeShape | None = None,
-                 drafter: bool = True):
-        if tree is not None and costs.tree_step_seconds is None:
-            raise ValueError("planning trees needs the measured cost of a tree depth (RoundCosts.tree_step_seconds)")
-        if tree is not None and not drafter:
-            raise ValueError("trees are grown by the drafter: a drafter-free planner plans none")
-        self.costs, self.memory, self.max_draft_tokens, self.tree, self.drafter = costs, memory, max_draft_tokens, tree, drafter
+    def __init__(self, costs, memory: PlannerMemory):
+        self.costs, self.memory = costs, memory
         self.lookup = RequestLookup(memory.lookup)  # a planner plans one call (one batch row): its request
+        self.rows = 1
 
-    # -- expected tokens and rates ---------------------------------------------------------------------------
-    def _drafter_seconds(self, k: int) -> float:
-        return self.costs.consume_seconds + self.costs.drafting(k) + self.costs.verify(k + 1)
+    def verify(self, num_tokens: int) -> float:
+        """This row's share of the target's forward over `num_tokens` new tokens per row (`rows` rows verify about
+        as many each; the measured table is extrapolated linearly past its end)."""
+        return self.costs.verify(self.rows * num_tokens) / self.rows
 
-    def _lookup_seconds(self, k: int) -> float:
-        # A lookup round (or none, k = 0) defers the drafter's pass to the next drafter round
-        # (ChainDraftSession.defer_verified), which absorbs every deferred position in one pass: not paid here.
-        return self.costs.verify(k + 1)
+    def rate(self, offer: Offer, room: int) -> tuple[int, float]:
+        """(tokens, expected committed tokens per second) of the best length of `offer`, at most `room`: each
+        position's acceptance from the proposer's table (`table`, `key`), its seconds from the proposer."""
+        proposer = offer.proposer
+        table, priors = proposer.table(self, offer), []
+        for j in range(1, min(offer.num_tokens, room) + 1):
+            priors.append(table.estimate(proposer.key(offer, j)))
+        return best_length(priors, partial(proposer.seconds, self, offer), smallest=proposer.smallest)
 
-    def _tree_seconds(self, depth: int) -> float:
-        costs = self.costs
-        drafting = costs.first_draft_seconds + (depth - 1) * costs.tree_step_seconds
-        return costs.consume_seconds + drafting + costs.verify(self.tree.nodes(depth) + 1)
-
-    def _tree_key(self, depth: int) -> tuple[int, int, int]:
-        return (self.tree.top_k, self.tree.total_tokens, position_key(depth))
-
-    def tree_priors(self, count: int) -> list[float]:
-        """a_d for tree depths 1..count: P(the accepted path passes depth d | it reached depth d - 1)."""
-        return [self.memory.tree_depth.estimate(self._tree_key(d)) for d in range(1, count + 1)]
-
-    def drafter_priors(self, start: int, count: int) -> list[float]:
-        """a_j for draft positions start+1 .. start+count, by position only."""
-        table = self.memory.position
-        return [table.estimate(position_key(j)) for j in range(start + 1, start + count + 1)]
-
-    def lookup_probabilities(self, candidate: LookupCandidate) -> list[float]:
-        table = self.lookup
-        match = match_key(candidate.match_length)
-        return [table.estimate((candidate.source, match, position_key(j)))
-                for j in range(1, candidate.num_tokens + 1)]
-
-    # -- decisions ------------------------------------------------------------------------------------------
-    def plan_round(self, lookups: list[LookupCandidate], room: int) -> RoundPlan:
-        """The round's draft: the best of the drafter (planned from position estimates), each lookup candidate,
-        and no draft at all; at most `room` tokens."""
-        best, best_rate = RoundPlan("none", 0), 1.0 / self._lookup_seconds(0)
-        if self.drafter:
-            drafter_k, drafter_rate = best_length(self.drafter_priors(0, min(self.max_draft_tokens, room)),
-                                                 self._drafter_seconds, smallest=1)
-            if drafter_rate > best_rate:
-                best, best_rate = RoundPlan("drafter", drafter_k), drafter_rate
-        if self.tree is not None:
-            depth, tree_rate = best_length(self.tree_priors(min(self.tree.max_depth, room)), self._tree_seconds,
-                                          smallest=1)
-            if tree_rate > best_rate:
-                best, best_rate = RoundPlan("tree", depth), tree_rate
-        for candidate in lookups:
-            probabilities = self.lookup_probabilities(candidate)[:room]
-            k, rate = best_length(probabilities, self._lookup_seconds)
+    def best(self, offers: list[Offer], room: int) -> RoundPlan:
+        """The best of every offer and no draft at all, at most `room` tokens (no probe)."""
+        best, best_rate = RoundPlan(None, 0), 1.0 / self.verify(1)
+        for offer in offers:
+            k, rate = self.rate(offer, room)
             if k and rate > best_rate:
-                best, best_rate = RoundPlan(candidate.source, k, candidate.match_length), rate
-        probe = self._probe_or(best, room)
-        if probe.probe:
-            return probe
-        return lookup_probe(self.memory.probe_schedule, lookups, best, room) or best
+                best, best_rate = RoundPlan(offer, k), rate
+        return best
 
-    def _probe_or(self, plan: RoundPlan, room: int) -> RoundPlan:
-        """`plan`, or a probe when the drafter's is due (`ProbeSchedule`) (see the module docstring): a chain, or
-        with trees every other probe a tree, of the length an optimistic drafter would be given (each position's
-        estimate raised by its uncertainty, `_optimistic`: an untried table probes as an always-right drafter,
-        one that has seen many rejections probes short or not at all). Where the kind whose turn it is would not
-        pay even so (trees on an AVX2 CPU), the other is probed: a refused tree probe must not stop the chain's
-        probes. `memory.measuring`: every round probes, whole, whatever the costs."""
+    def choose(self, offers: list[Offer], context, rows: int = 1) -> RoundPlan:
+        """The round's draft: the best offer (`best`) at most `context.room` tokens, or a probe (the drafter's,
+        else a copy's)."""
+        self.rows, room = rows, context.room
+        copies = [offer for offer in offers if not offer.proposer.reads_features]
+        best = self.best(offers, room)
+        probe = self._drafter_probe([offer for offer in offers if offer.proposer.reads_features], room)
+        probe = probe or lookup_probe(self.memory.probe_schedule, copies, best, room)
+        return replace(probe or best, copies=tuple(copies))
+
+    def _drafter_probe(self, drafted: list[Offer], room: int) -> RoundPlan | None:
+        """A probe when the drafter's is due (`ProbeSchedule`) (see the module docstring): a chain, or with trees every
+        other probe a tree, of the length an optimistic drafter would be given (each position's estimate raised by
+        its uncertainty, `_optimistic`: an untried table probes as an always-right drafter, one that has seen many
+        rejections probes short or not at all). Where the kind whose turn it is would not pay even so (trees on an
+        AVX2 CPU), the other is probed: a refused tree probe must not stop the chain's probes.
+        `memory.measuring`: every round probes, whole, whatever the costs."""
         memory = self.memory
         if not memory.probe_schedule.due(DRAFTER) and not memory.measuring:
-            return plan
-        kinds = (["drafter", "tree"] if self.tree is not None else ["drafter"]) if self.drafter else []
+            return None
         if memory.probe_schedule.count(DRAFTER) % 2:
-            kinds.reverse()
-        for source in kinds:
-            if source == "tree":
-                longest, seconds = min(room, self.tree.max_depth), self._tree_seconds
-                optimistic = [_optimistic(memory.tree_depth, self._tree_key(d)) for d in range(1, longest + 1)]
-            else:
-                longest, seconds = min(room, self.max_draft_tokens), self._drafter_seconds
-                optimistic = [_optimistic(memory.position, position_key(j)) for j in range(1, longest + 1)]
-            probe_tokens, rate = best_length(optimistic, seconds, smallest=1)
+            drafted = drafted[::-1]
+        for offer in drafted:
+            proposer, longest = offer.proposer, min(room, offer.num_tokens)
+            table, optimistic = proposer.table(self, offer), []
+            for j in range(1, longest + 1):
+                optimistic.append(_optimistic(table, proposer.key(offer, j)))
+            probe_tokens, rate = best_length(optimistic, partial(proposer.seconds, self, offer), smallest=1)
             if memory.measuring:
                 probe_tokens = longest
-            elif rate <= 1.0 / self._lookup_seconds(0):  # not even an optimistic drafter would pay here
+            elif rate <= 1.0 / self.verify(1):  # not even an optimistic drafter would pay here
                 continue
             memory.probe_schedule.probed(DRAFTER)
-            return RoundPlan(source, probe_tokens, probe=True)
-        return plan
+            return RoundPlan(offer, probe_tokens, probe=True)
+        return None
 
-    def drafted_probabilities(self, confidences: list[float]) -> list[float]:
-        table = self.memory.confidence
-        return [table.estimate(confidence_bin(c)) for c in confidences]
+    plans_lengths = True  # a drafter's chain is cut by the planner's rule (ConfidenceRule), a probe's is not
 
-    def keep_position(self, confidences: list[float]) -> bool:
-        """With the drafter's confidence at every position so far (the last one not drawn yet): does including
-        the last position raise the round's rate, counting the best continuation past it (positions beyond priced
-        from the position table, each with its drafter step)? Its own drafter step is already paid in both cases.
-        Looking past it matters where verification is not monotone in tokens (fp32 on MKL: 2 tokens cost twice 1,
-        5 cost less than 2): position 1 alone would not pay there, positions 1-4 do."""
-        j = len(confidences)
-        costs = self.costs
-        probabilities = self.drafted_probabilities(confidences)
-        sunk = costs.consume_seconds + costs.drafting(j)
-        without = _expected(probabilities[: j - 1]) / (sunk + costs.verify(j))
-        future = self.drafter_priors(j, max(self.max_draft_tokens - j, 0))
-        _, with_it = best_length(probabilities + future,
-                                 lambda k: costs.consume_seconds + costs.drafting(max(k, j)) + costs.verify(k + 1),
-                                 smallest=j)
-        return with_it > without
-
-    def draft_more(self, confidences: list[float], room: int) -> bool:
-        """After drafting positions 1..j (their confidences known): is another drafter step expected to pay?"""
-        j = len(confidences)
-        if j >= min(self.max_draft_tokens, room):
-            return False
-        known = self.drafted_probabilities(confidences)
-        future = self.drafter_priors(j, min(self.max_draft_tokens, room) - j)
-        k, _ = best_length(known + future, self._drafter_seconds, smallest=j)
-        return k > j
-
-    def cut(self, confidences: list[float]) -> int:
-        """Deferred form (accelerators read a round's confidences once, at its end): how many of the drafted
-        positions to keep: the prefix length with the best rate, every drafter step already paid."""
-        probabilities = self.drafted_probabilities(confidences)
-        sunk = self.costs.consume_seconds + self.costs.drafting(len(confidences))
-        k, _ = best_length(probabilities, lambda k: sunk + self.costs.verify(k + 1))
-        return k
-
-    def record(self, plan: RoundPlan, num_drafted: int, num_accepted: int) -> None:
-        """Learn from a verified round: positions 1..min(num_accepted + 1, num_drafted) were reached, the first
-        num_accepted accepted (a tree: depths 1..min(num_accepted + 1, its depth))."""
+    def record(self, plan: RoundPlan, num_drafted: int, num_accepted: int, draft=None, accepted_nodes=None) -> None:
+        """Learn from a verified round: positions 1..min(num_accepted + 1, reached) were reached, the first
+        num_accepted accepted (the plan's proposer keeps the tables; a tree's reads what the chain inside it would
+        have done from `draft` and `accepted_nodes`, DraftTree.greedy_chain_outcome)."""
         memory = self.memory
         if memory.log is not None:
             memory.log.append({"source": plan.source, "depth": plan.num_tokens, "drafted": num_drafted,
@@ -206,88 +140,33 @@ class SpeculationPlanner:
                                "probe": plan.probe})
         if not plan.probe:
             memory.probe_schedule.passed(DRAFTER)
-        reachable = plan.num_tokens if plan.source == "tree" else num_drafted
-        for j in range(1, min(num_accepted + 1, reachable) + 1):
-            accepted = j <= num_accepted
-            if plan.source == "tree":
-                memory.tree_depth.record(self._tree_key(j), accepted)
-            elif plan.source == "drafter":
-                memory.position.record(position_key(j), accepted)
-                if j <= len(plan.confidences):
-                    memory.confidence.record(confidence_bin(plan.confidences[j - 1]), accepted)
-            elif plan.source != "none":
-                self.lookup.record((plan.source, match_key(plan.match_length), position_key(j)), accepted)
+        if plan.offer is not None:
+            plan.proposer.record(self, plan, num_drafted, num_accepted, draft, accepted_nodes)
 
     def record_past_the_draft(self, plan: RoundPlan, num_drafted: int, matched: bool) -> None:
-        """A lookup round drafted `num_drafted` of the tokens its source offered, and the target accepted them all:
-        the target's own token after them is what the next offered token faced. `matched` (it equals that token)
-        is learnt as the acceptance of position num_drafted + 1. Exact in greedy decoding (acceptance of a lookup
-        token is equality with the target's choice) and unbiased in sampling (a point-mass draft x is accepted with
-        p(x), and the target's own token after an all-accepted draft is drawn from p: it is x with p(x)). Without
-        it a lookup drafted short learns its later positions only from probes: on costs where a 1-token draft is
-        nearly free (the rows kernel's bf16 verify), `auto` kept drafting lookups 1 token long where 5 paid."""
-        if plan.source in ("drafter", "tree", "none") or plan.next_offered is None:
-            return
-        key = (plan.source, match_key(plan.match_length), position_key(num_drafted + 1))
-        self.lookup.record(key, matched)
+        """A copy drafted `num_drafted` of the tokens its source offered, and the target accepted them all: the
+        target's own token after them is what the next offered token faced. `matched` (it equals that token) is
+        learnt as the acceptance of position num_drafted + 1. Exact in greedy decoding (acceptance of a lookup token
+        is equality with the target's choice) and unbiased in sampling (a point-mass draft x is accepted with p(x),
+        and the target's own token after an all-accepted draft is drawn from p: it is x with p(x)). Without it a
+        lookup drafted short learns its later positions only from probes: on costs where a 1-token draft is nearly
+        free (the rows kernel's bf16 verify), `auto` kept drafting lookups 1 token long where 5 paid."""
+        self.lookup.record(plan.proposer.key(plan.offer, num_drafted + 1), matched)
 
-    def record_passed_over(self, candidate: LookupCandidate, matched: bool) -> None:
-        """A lookup source offered `candidate` and the round drafted none of it: `matched` (its first token equals
-        the token the round committed at that position) is learnt as its position 1. Exact in greedy decoding and
-        unbiased in sampling (the committed token is drawn from the target's distribution p whatever was drafted,
-        so it equals a point-mass draft x with probability p(x), the chance x is accepted), as for
-        `record_past_the_draft`. A source the plan passes over keeps learning at no cost: otherwise only probes
-        teach it, and a request that copies (or stops copying) is noticed late."""
-        self.lookup.record((candidate.source, match_key(candidate.match_length), position_key(1)), matched)
-
-    def record_chain_outcome(self, num_accepted: int, num_reached: int) -> None:
-        """Learn the chain's position table from what a chain would have done in a tree round (the tree's first
-        children: DraftTree.greedy_chain_outcome): positions 1..num_reached verified, the first num_accepted
-        accepted. Keeps the chain's estimates current while trees are drafted: otherwise a chain that had a bad
-        stretch would stay priced low (and trees drafted where chains pay more) until the next chain probe."""
-        for j in range(1, num_reached + 1):
-            self.memory.position.record(position_key(j), j <= num_accepted)
+    def record_passed_over(self, offer: Offer, matched: bool) -> None:
+        """A copy offered and not drafted: `matched` (its first token equals the token the round committed at that
+        position) is learnt as its position 1. Exact in greedy decoding and unbiased in sampling (the committed
+        token is drawn from the target's distribution p whatever was drafted, so it equals a point-mass draft x with
+        probability p(x), the chance x is accepted), as for `record_past_the_draft`. A source the plan passes over
+        keeps learning at no cost: otherwise only probes teach it, and a request that copies (or stops copying) is
+        noticed late."""
+        self.lookup.record(offer.proposer.key(offer, 1), matched)
 
 
-class ProbeDrafting:
-    """Stands in for the planner in a probe round: every position up to the probe's length is kept, and the
-    session still reports their confidences, so the confidence table learns too."""
-
-    @staticmethod
-    def keep_position(confidences: list[float]) -> bool:
-        return True
-
-    @staticmethod
-    def draft_more(confidences: list[float], room: int) -> bool:
-        return len(confidences) < room
-
-    @staticmethod
-    def cut(confidences: list[float]) -> int:
-        return len(confidences)
-
-
-class BatchShare:
-    """One row's share of a batched round's costs (hf_dynaspec.generation.batched_loop): the verify forward is
-    shared by `rows` rows that each verify about as many tokens, so a row's n tokens cost `verify(rows * n) / rows`
-    (the measured table, extrapolated linearly past it); everything else (its drafting, its lattice) the row pays
-    alone. `rows = 1` is the cost itself."""
-
-    def __init__(self, costs, rows: int):
-        self.base, self.rows = costs, rows
-
-    def verify(self, num_tokens: int) -> float:
-        return self.base.verify(self.rows * num_tokens) / self.rows
-
-    def __getattr__(self, name):
-        return getattr(self.base, name)
-
-
-def share_costs(planner, rows: int) -> None:
-    """Price `planner`'s rounds (a `SpeculationPlanner` or a lattice planner; None: nothing) as one row of `rows`."""
-    if planner is None:
-        return
-    base = planner.costs.base if isinstance(planner.costs, BatchShare) else planner.costs
-    planner.costs = base if rows == 1 else BatchShare(base, rows)
+def record_reached(table: AcceptanceTable, key, num_reached: int, num_accepted: int) -> None:
+    """Positions 1..`num_reached` (their keys `key(j)`) were reached, the first `num_accepted` accepted."""
+    for j in range(1, num_reached + 1):
+        table.record(key(j), j <= num_accepted)
 
 
 def _optimistic(table: AcceptanceTable, key) -> float:
@@ -295,11 +174,3 @@ def _optimistic(table: AcceptanceTable, key) -> float:
     what a probe assumes, so that a position is probed while its evidence could still make drafting it pay."""
     reached = table.counts.get(key, (0, 0))[1]
     return min(1.0, table.estimate(key) + (reached + table.prior_weight) ** -0.5)
-
-
-def _expected(probabilities: list[float]) -> float:
-    expected, reach = 1.0, 1.0
-    for a in probabilities:
-        reach *= a
-        expected += reach
-    return expected
