@@ -1,26 +1,34 @@
 """Self-distillation data: the target answers the training prompts itself, in batches, resumably.
 
     python -m recipes.self_distill --target qwen2.5-coder-0.5b-instruct --out outputs/self_distill/qwen05 \
-        --max-new-tokens 256 --batch-size 64 --features-out outputs/features/qwen05-sd2
+        --max-new-tokens 256 --batch-size auto --features-out outputs/features/qwen05-sd2
+    # sampled answers at the checkpoint's published settings, into a directory of their own:
+    python -m recipes.self_distill --target qwen2.5-coder-0.5b-instruct --out outputs/self_distill/qwen05-s1 \
+        --sample --seed 1 --max-prompts 20000 --batch-size auto
 
 An EAGLE drafter is judged on the target's own (greedy) continuations; trained on other models' responses it
 sees a different distribution of contexts (on the 0.5B target: top-1 agreement 0.48 on held-out training
 text vs 0.31 on the target's own answers to the eval prompts, benchmarks/results/drafter_agreement_05b.json).
-Here the target writes the responses: greedy, chat template applied, left-padded batches of similar-length
-prompts (one batched step costs far less per token than a single stream on CPU as on GPU).
+Here the target writes the responses: greedy (or sampled with `--sample`), chat template applied, left-padded
+batches of similar-length prompts (one batched step costs far less per token than a single stream on CPU as on
+GPU), bf16 where the host multiplies it natively (`--dtype auto`).
 
 Prompts: the user's (`--data FILE_OR_DATASET`, recipes.user_data: chats or prompt rows; the responses, if any, are
 replaced by the target's own), a Spec-Bench-format file (`--prompts FILE`, such as recipes.task_prompts' output), or
 by default, for this repository's own builds:
 `spec_train_prompts.jsonl` (chat, code, roleplay, math; its 30 prompts flagged for 10-gram
 overlap with HumanEval are dropped; code prompts are capped at `--code-fraction` of the mix) interleaved
-with GSM8K questions. Output: `responses_00000.jsonl`, ... with one `{"prompt", "response", "source"}` per
-line; a finished file is never rewritten, so an interrupted run resumes at the next one. Feed them to
+with GSM8K questions, then the rest of both (`--max-prompts 20000` answers all ~16.8k). Output:
+`responses_00000.jsonl`, ... with one `{"prompt", "response", "source"}` per line; a finished file is never
+rewritten, so an interrupted run resumes at the next one. Feed them to
 `recipes.build_features --conversations DIR`, or pass `--features-out DIR`: the hidden states the generation
 computes anyway are then written as drafter-training shards directly (one per responses file), which saves
 the second target pass over prompt and answer (on 2 cores: 13 minutes for the first 128 answers, against
 13-18 minutes to generate 64 answers at batch 64). Batch size: one fp32 decoding step of the 0.5B target on
-2 cores gives 16 tok/s at batch 16 and 30 tok/s at batch 64 (benchmarks/results/self_distill_batch_05b.txt).
+2 cores gives 16 tok/s at batch 16 and 30 tok/s at batch 64 (benchmarks/results/self_distill_batch_05b.txt); in
+bf16 on an AMX host, 101, 166 and 200 tok/s at batch 16, 32 and 64
+(benchmarks/results/round_93/batch_rates_05b_bf16.txt). `OUT/progress.jsonl` records each file's answer tokens,
+seconds and host kind: the recipe's rate where it ran.
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ import argparse
 import itertools
 import json
 import random
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,15 +46,21 @@ import torch
 from safetensors.torch import save_file
 from tqdm.auto import tqdm
 
-from hf_dynaspec.loading import encode_prompt, load_target
+from hf_dynaspec.bench.results_table import host_description
+from hf_dynaspec.bench.summary import host_kind
+from hf_dynaspec.loading import encode_prompt, load_target, resolve_device
+from hf_dynaspec.zoo import published_sampling
 from recipes.build_features import pack_shard, shard_path
 from recipes.data_paths import shared_data_dir
+from recipes.training_schedule import native_cpu_bf16
 from recipes.user_data import add_data_arguments, user_prompts
 
 
-def training_prompts(data_dir: Path | None = None, code_fraction: float = 0.35, seed: int = 0) -> Iterator[dict]:
-    """`{"prompt", "source", "license"}` rows, a fixed shuffled mix (the same order on every run, so resuming is
-    exact, and file N of any run holds the same prompts)."""
+def prompt_mix(data_dir: Path | None = None, code_fraction: float = 0.35, seed: int = 0) -> tuple[list, list]:
+    """(the balanced mix, the rest) of the training prompts as `{"prompt", "source", "license"}` rows, each in a
+    fixed shuffled order (the same on every run, so resuming is exact, and file N of any run holds the same
+    prompts). The mix caps code prompts at `code_fraction` and GSM8K questions at a quarter of the rest; the rest
+    is every clean prompt past those caps."""
     data_dir = data_dir if data_dir is not None else shared_data_dir() / "train"
     rows = [json.loads(line) for line in (data_dir / "spec_train_prompts.jsonl").read_text().split("\n") if line.strip()]
     rows = [r for r in rows if not r.get("eval_10gram_overlap")]
@@ -53,12 +68,25 @@ def training_prompts(data_dir: Path | None = None, code_fraction: float = 0.35, 
     code = [r for r in rows if r["category"] == "code"]
     other = [r for r in rows if r["category"] != "code"]
     keep_code = int(len(other) * code_fraction / (1 - code_fraction))
-    mix = [{"prompt": r["turns"][0], "source": r["source"], "license": r["license"]}
-           for r in other + rng.sample(code, min(keep_code, len(code)))]
+    kept_code = rng.sample(code, min(keep_code, len(code)))
+    mix = [{"prompt": r["turns"][0], "source": r["source"], "license": r["license"]} for r in other + kept_code]
     gsm8k = [json.loads(line) for line in (data_dir / "gsm8k_train.jsonl").read_text().split("\n") if line.strip()]
-    mix += [{"prompt": r["question"], "source": "gsm8k", "license": "MIT"} for r in gsm8k[: len(mix) // 4]]
+    gsm8k = [{"prompt": r["question"], "source": "gsm8k", "license": "MIT"} for r in gsm8k]
+    taken_gsm8k = len(mix) // 4
+    mix += gsm8k[:taken_gsm8k]
     rng.shuffle(mix)
-    return iter(mix)
+    kept = {id(r) for r in kept_code}
+    rest = [{"prompt": r["turns"][0], "source": r["source"], "license": r["license"]} for r in code if id(r) not in kept]
+    rest += gsm8k[taken_gsm8k:]
+    random.Random(seed + 1).shuffle(rest)  # its own generator: the mix's order does not depend on the rest
+    return mix, rest
+
+
+def training_prompts(data_dir: Path | None = None, code_fraction: float = 0.35, seed: int = 0) -> Iterator[dict]:
+    """Every training prompt: the balanced mix first (the files earlier runs wrote hold its prompts), then the
+    rest (more code and GSM8K), for runs that answer all ~16k."""
+    mix, rest = prompt_mix(data_dir, code_fraction, seed)
+    return iter(mix + rest)
 
 
 def prompt_file_rows(path: Path) -> Iterator[dict]:
@@ -87,6 +115,7 @@ class Answer:
     token_ids: list[int]
     response_start: int
     hidden: torch.Tensor | None = None
+    num_generated: int = 0  # answer tokens the target produced, the final EOS included (the recipe's rate)
 
 
 class _FinalNormRecorder:
@@ -103,9 +132,10 @@ class _FinalNormRecorder:
 
 @torch.no_grad()
 def generate_batch(model, tokenizer, prompts: list[str], max_new_tokens: int, max_prompt_tokens: int,
-                   capture_hidden: bool = False) -> list[Answer]:
-    """The target's greedy answers to `prompts` (one left-padded batch); with `capture_hidden`, also the hidden
-    states the generation computed anyway, so that no second target pass is needed for drafter features."""
+                   capture_hidden: bool = False, sampling: dict | None = None) -> list[Answer]:
+    """The target's answers to `prompts` (one left-padded batch): greedy, or sampled with `sampling` (generate()'s
+    keyword arguments, e.g. the checkpoint's published settings); with `capture_hidden`, also the hidden states the
+    generation computed anyway, so that no second target pass is needed for drafter features."""
     # Chat template when the tokenizer has one, else plain text (base models), exactly as the benchmark encodes.
     encoded = [encode_prompt(tokenizer, p, None)[0].tolist()[-max_prompt_tokens:] for p in prompts]
     length = max(len(e) for e in encoded)
@@ -118,8 +148,8 @@ def generate_batch(model, tokenizer, prompts: list[str], max_new_tokens: int, ma
     recorder = _FinalNormRecorder(model) if capture_hidden else None
     try:
         device = model.get_input_embeddings().weight.device
-        out = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), do_sample=False,
-                             max_new_tokens=max_new_tokens, pad_token_id=pad).cpu()
+        out = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device),
+                             **(sampling or {"do_sample": False}), max_new_tokens=max_new_tokens, pad_token_id=pad).cpu()
     finally:
         hidden = recorder.close() if recorder is not None else None
     eos = model.generation_config.eos_token_id
@@ -130,7 +160,8 @@ def generate_batch(model, tokenizer, prompts: list[str], max_new_tokens: int, ma
         end = next((i + 1 for i, token in enumerate(generated) if token in eos), len(generated))
         generated = generated[:end]
         token_ids = prompt_ids + generated[:-1]
-        answer = Answer(tokenizer.decode(generated, skip_special_tokens=True).strip(), token_ids, len(prompt_ids))
+        answer = Answer(tokenizer.decode(generated, skip_special_tokens=True).strip(), token_ids, len(prompt_ids),
+                        num_generated=len(generated))
         if hidden is not None:
             start = length - len(prompt_ids)
             answer.hidden = hidden[row, start : start + len(token_ids)].cpu().clone()
@@ -143,14 +174,61 @@ def answer_batch(model, tokenizer, prompts: list[str], max_new_tokens: int, max_
     return [a.text for a in generate_batch(model, tokenizer, prompts, max_new_tokens, max_prompt_tokens)]
 
 
-def main(argv=None) -> None:
+def generation_dtype(choice: str, device: torch.device) -> str:
+    """--dtype auto: bf16 on GPUs with bf16 tensor cores (sm_80+) and on CPUs that multiply bf16 natively
+    (avx512_bf16 / AMX), fp16 on older GPUs (a T4), fp32 on other CPUs (AVX2 runs bf16 products ~6x slower)."""
+    if choice != "auto":
+        return choice
+    if device.type == "cuda":
+        return "bf16" if torch.cuda.get_device_capability(device) >= (8, 0) else "fp16"
+    return "bf16" if native_cpu_bf16() else "fp32"
+
+
+def sampling_settings(target: str, model) -> dict:
+    """generate()'s sampling arguments for --sample: the zoo model's published settings (its GGUF copy does not
+    carry them), else the checkpoint's own generation config; an error when it has none."""
+    settings = published_sampling(target)
+    if settings is None:
+        config = model.generation_config
+        if not config.do_sample:
+            raise SystemExit(f"--sample: {target}'s generation_config.json does not sample (do_sample is false), so "
+                             "it publishes no sampling settings: add them there (do_sample, temperature, top_p, ...)")
+        settings = {"do_sample": True, "temperature": config.temperature, "top_p": config.top_p,
+                    "top_k": config.top_k, "repetition_penalty": config.repetition_penalty}
+    return {k: v for k, v in settings.items() if v is not None}
+
+
+@torch.no_grad()
+def measured_batch_size(model, candidates=(8, 16, 32, 64), context: int = 320, steps: int = 4) -> tuple[int, dict]:
+    """--batch-size auto: (the batch size, {batch: decoded tokens/s}). One-token steps over a `context`-token cache
+    (a prompt and half an answer) are timed at each size; the smallest within 10% of the best wins, since a
+    larger batch waits longer for its longest answer and pads more."""
+    device = model.get_input_embeddings().weight.device
+    generator = torch.Generator().manual_seed(0)
+    rates = {}
+    for batch in candidates:
+        ids = torch.randint(100, 10000, (batch, context), generator=generator).to(device)
+        cache = model(ids, use_cache=True).past_key_values
+        token, times = ids[:, -1:], []
+        for _ in range(steps):
+            start = time.perf_counter()
+            logits = model(token, past_key_values=cache, use_cache=True).logits
+            token = logits[:, -1:].argmax(-1)  # the next step needs it: this waits for the device too
+            times.append(time.perf_counter() - start)
+        rates[batch] = batch / sorted(times)[steps // 2]
+    best = max(rates.values())
+    return min(b for b, rate in rates.items() if rate >= 0.9 * best), rates
+
+
+def parse_arguments(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--target", required=True)
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--max-prompts", type=int, default=4000, help="stop at this prompt of the fixed order")
     parser.add_argument("--max-new-tokens", type=int, default=256)
     parser.add_argument("--max-prompt-tokens", type=int, default=512, help="keep the last N tokens of long prompts")
-    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--batch-size", default="16",
+                        help="answers per batched generate(), or auto: the size with the best measured tokens/s")
     parser.add_argument("--prompts-per-file", type=int, default=64)
     parser.add_argument("--first-file", type=int, default=0,
                         help="start at responses file N of the fixed prompt order (prompts N*per-file onwards): new "
@@ -159,9 +237,14 @@ def main(argv=None) -> None:
     parser.add_argument("--prompts", type=Path, default=None,
                         help="answer the prompts of this Spec-Bench-format file (in its order) instead of the "
                              "default training mix, e.g. recipes.task_prompts' output")
-    parser.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], default="fp32",
-                        help="fp16 on GPUs without bf16 (a T4); fp32 on CPUs without native bf16 (AVX2)")
+    parser.add_argument("--dtype", choices=["auto", "fp32", "bf16", "fp16"], default="auto",
+                        help="auto: bf16 on sm_80+ GPUs and native-bf16 CPUs (avx512_bf16 / AMX), fp16 on older "
+                             "GPUs (a T4), fp32 on other CPUs (AVX2)")
     parser.add_argument("--device", default="auto", help="auto (CUDA when available), cpu, cuda or cuda:N")
+    parser.add_argument("--sample", action="store_true",
+                        help="sampled answers at the checkpoint's published settings (sampled acceptance learns the "
+                             "target's distribution, not only its argmax), seeded per file: --seed * 1000003 + N")
+    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--features-out", type=Path, default=None,
                         help="also write drafter-training shards (recipes.build_features' format) from the hidden "
                              "states the generation computed, one shard per responses file: no second target pass")
@@ -170,54 +253,83 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     if args.data and args.prompts:
         parser.error("--data and --prompts both name the prompts: give one")
+    if args.batch_size != "auto" and not args.batch_size.isdigit():
+        parser.error(f"--batch-size takes a positive integer or auto, got {args.batch_size!r}")
+    return args
 
-    model, tokenizer = load_target(args.target, args.dtype, args.device)
+
+def prompt_rows(args: argparse.Namespace) -> Iterator[dict]:
+    """The run's prompts, from --first-file's first prompt up to --max-prompts."""
+    if args.prompts:
+        rows = list(prompt_file_rows(args.prompts))
+    elif args.data:
+        rows = list(user_prompts(args.data, args.split))
+    else:
+        rows = list(training_prompts(code_fraction=args.code_fraction))
+    return itertools.islice(rows, args.first_file * args.prompts_per_file, min(args.max_prompts, len(rows)))
+
+
+def write_file(model, tokenizer, args, index: int, chunk: list[dict], sampling: dict | None, progress) -> dict:
+    """Answer one file's prompts and write it (its shard first, with --features-out); its progress record."""
+    start = time.perf_counter()
+    if sampling is not None:  # per file: a resumed run samples file N exactly as an uninterrupted one
+        torch.manual_seed(args.seed * 1_000_003 + index)
+    # Similar lengths in a batch: less padding, and fewer finished rows waiting for the longest answer.
+    chunk = sorted(chunk, key=lambda r: len(r["prompt"]))
+    lines, answers, generated = [], [], 0
+    for first in range(0, len(chunk), args.batch_size):
+        batch = chunk[first : first + args.batch_size]
+        batch_answers = generate_batch(model, tokenizer, [r["prompt"] for r in batch], args.max_new_tokens,
+                                       args.max_prompt_tokens, args.features_out is not None, sampling)
+        lines += [json.dumps({**r, "response": a.text}) for r, a in zip(batch, batch_answers)]
+        answers += [a for a in batch_answers if a.text and len(a.token_ids) >= 3]
+        generated += sum(a.num_generated for a in batch_answers)
+        progress.update(len(batch))
+    if args.features_out is not None:  # the shard first: a responses file without its shard is never left
+        tensors = pack_shard(model, [(a.token_ids, a.response_start) for a in answers],
+                             [a.hidden for a in answers], args.topk)
+        shard = shard_path(args.features_out, index)
+        save_file(tensors, str(shard.with_suffix(".tmp")))
+        shard.with_suffix(".tmp").rename(shard)
+    path = args.out / f"responses_{index:05d}.jsonl"
+    path.with_suffix(".tmp").write_text("\n".join(lines) + "\n")
+    path.with_suffix(".tmp").rename(path)
+    seconds = time.perf_counter() - start
+    return {"file": index, "prompts": len(chunk), "answer_tokens": generated, "seconds": round(seconds, 1),
+            "tokens_per_hour": round(generated * 3600 / seconds), "dtype": args.dtype,
+            "batch_size": args.batch_size, "host_kind": host_kind({"host": host_description()}),
+            "host": host_description(), "sample": sampling is not None}
+
+
+def main(argv=None) -> None:
+    args = parse_arguments(argv)
+    device = resolve_device(args.device)
+    args.dtype = generation_dtype(args.dtype, device)
+    model, tokenizer = load_target(args.target, args.dtype, str(device))
+    sampling = sampling_settings(args.target, model) if args.sample else None
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "meta.json").write_text(json.dumps({k: str(v) for k, v in vars(args).items()}, indent=2) + "\n")
+    log = args.out / "progress.jsonl"  # one record per file written: the rate per host kind, kept with the data
+    if args.batch_size == "auto":
+        args.batch_size, rates = measured_batch_size(model, [b for b in (8, 16, 32, 64) if b <= args.prompts_per_file])
+        print(f"batch size {args.batch_size} (decoded tokens/s by batch: {rates})", flush=True)
+    args.batch_size = int(args.batch_size)
+    (args.out / "meta.json").write_text(json.dumps({**{k: str(v) for k, v in vars(args).items()},
+                                                    "sampling": sampling}, indent=2) + "\n")
     if args.features_out is not None:
         args.features_out.mkdir(parents=True, exist_ok=True)
         (args.features_out / "meta.json").write_text(json.dumps(
             {"target": args.target, "dtype": args.dtype, "topk": args.topk, "conversations": str(args.out),
              "captured_during_generation": True}))
-    first_prompt = args.first_file * args.prompts_per_file
-    if args.prompts:
-        rows = list(prompt_file_rows(args.prompts))
-        last_prompt = min(args.max_prompts, len(rows))
-    elif args.data:
-        rows = list(user_prompts(args.data, args.split))
-        last_prompt = min(args.max_prompts, len(rows))
-    else:
-        rows, last_prompt = training_prompts(code_fraction=args.code_fraction), args.max_prompts
-    prompts = itertools.islice(rows, first_prompt, last_prompt)
-    progress = tqdm(total=max(0, last_prompt - first_prompt), unit="prompt", desc="self-distillation")
-    for index in itertools.count(args.first_file):
-        chunk = list(itertools.islice(prompts, args.prompts_per_file))
-        if not chunk:
-            break
-        path = args.out / f"responses_{index:05d}.jsonl"
-        if path.exists():  # files from a run without --features-out keep no shard: build_features makes them
-            progress.update(len(chunk))
+    prompts = list(prompt_rows(args))
+    progress = tqdm(total=len(prompts), unit="prompt", desc="self-distillation")
+    for number, first in enumerate(range(0, len(prompts), args.prompts_per_file)):
+        index, chunk = args.first_file + number, prompts[first : first + args.prompts_per_file]
+        if (args.out / f"responses_{index:05d}.jsonl").exists():  # a run without --features-out keeps no shard
+            progress.update(len(chunk))  # (build_features makes them)
             continue
-        # Similar lengths in a batch: less padding, and fewer finished rows waiting for the longest answer.
-        chunk.sort(key=lambda r: len(r["prompt"]))
-        lines, answers = [], []
-        for start in range(0, len(chunk), args.batch_size):
-            batch = chunk[start : start + args.batch_size]
-            batch_answers = generate_batch(model, tokenizer, [r["prompt"] for r in batch], args.max_new_tokens,
-                                           args.max_prompt_tokens, capture_hidden=args.features_out is not None)
-            lines += [json.dumps({**r, "response": a.text}) for r, a in zip(batch, batch_answers)]
-            answers += [a for a in batch_answers if a.text and len(a.token_ids) >= 3]
-            progress.update(len(batch))
-        if args.features_out is not None:  # the shard first: a responses file without its shard is never left
-            args.features_out.mkdir(parents=True, exist_ok=True)
-            tensors = pack_shard(model, [(a.token_ids, a.response_start) for a in answers],
-                                 [a.hidden for a in answers], args.topk)
-            shard = shard_path(args.features_out, index)
-            save_file(tensors, str(shard.with_suffix(".tmp")))
-            shard.with_suffix(".tmp").rename(shard)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text("\n".join(lines) + "\n")
-        tmp.rename(path)
+        record = write_file(model, tokenizer, args, index, chunk, sampling, progress)
+        with log.open("a") as table:
+            table.write(json.dumps(record) + "\n")
     progress.close()
 
 

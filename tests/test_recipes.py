@@ -290,18 +290,77 @@ def test_router_examples_take_the_features_directories_in_turn(tmp_path):
 
 
 def test_self_distillation_prompt_mix_is_fixed_balanced_and_clean():
-    from recipes.self_distill import training_prompts
+    from recipes.self_distill import prompt_mix, training_prompts
 
-    first = list(training_prompts(code_fraction=0.35))
-    assert first == list(training_prompts(code_fraction=0.35))  # same order every run: resuming is exact
+    first, rest = prompt_mix(code_fraction=0.35)
+    assert (first, rest) == prompt_mix(code_fraction=0.35)  # same order every run: resuming is exact
+    assert list(training_prompts(code_fraction=0.35)) == first + rest  # files of earlier runs keep their prompts
     rows = [json.loads(line) for line in (shared_data_dir() / "train" / "spec_train_prompts.jsonl").open()]
     flagged = {r["turns"][0] for r in rows if r.get("eval_10gram_overlap")}
-    assert flagged and not flagged & {r["prompt"] for r in first}
+    assert flagged and not flagged & {r["prompt"] for r in first + rest}
     code = sum(r["source"] == "gpteacher-code" for r in first)
     spec = sum(r["source"] != "gsm8k" for r in first)
     assert 0.25 < code / spec < 0.40
     assert 0 < sum(r["source"] == "gsm8k" for r in first) <= spec // 4
     assert {r["license"] for r in first} == {"Apache-2.0", "MIT"}  # each answer file row carries its prompt's licence
+    # The rest is every other clean prompt, once: all of them are answered by a run to the end.
+    gsm8k = [json.loads(line)["question"] for line in (shared_data_dir() / "train" / "gsm8k_train.jsonl").open()]
+    clean = [r["turns"][0] for r in rows if not r.get("eval_10gram_overlap")] + gsm8k
+    assert sorted(r["prompt"] for r in first + rest) == sorted(clean)
+
+
+def test_self_distillation_samples_each_file_alike_when_resumed(tmp_path, monkeypatch):
+    """--sample: the published settings reach generate(), and file N's draws do not depend on the files the run
+    wrote before it (a killed run that resumes writes what an uninterrupted one would)."""
+    import recipes.self_distill as self_distill
+    from hf_dynaspec.zoo import published_sampling
+
+    seen = []
+
+    def fake_batch(model, tokenizer, prompts, max_new_tokens, max_prompt_tokens, capture_hidden, sampling):
+        seen.append(sampling)
+        return [self_distill.Answer(str(torch.randint(0, 10**9, ()).item()), [0, 1, 2], 1, num_generated=2)
+                for _ in prompts]
+
+    monkeypatch.setattr(self_distill, "load_target", lambda name, dtype, device="cpu": (None, None))
+    monkeypatch.setattr(self_distill, "generate_batch", fake_batch)
+    common = ["--target", "qwen2.5-coder-0.5b-instruct", "--prompts-per-file", "3", "--batch-size", "2", "--sample",
+              "--seed", "4", "--dtype", "fp32"]
+    self_distill.main([*common, "--out", str(tmp_path / "whole"), "--max-prompts", "9"])
+    self_distill.main([*common, "--out", str(tmp_path / "resumed"), "--max-prompts", "3"])
+    self_distill.main([*common, "--out", str(tmp_path / "resumed"), "--max-prompts", "9"])
+    assert seen and all(s == published_sampling("qwen2.5-coder-0.5b-instruct") for s in seen)
+    files = [f"responses_{i:05d}.jsonl" for i in range(3)]
+    whole = [(tmp_path / "whole" / f).read_text() for f in files]
+    assert whole == [(tmp_path / "resumed" / f).read_text() for f in files]
+    assert len(set(whole)) == 3  # and the files differ from each other: each has its own seed
+    records = [json.loads(line) for line in (tmp_path / "whole" / "progress.jsonl").read_text().splitlines()]
+    assert [(r["file"], r["answer_tokens"], r["sample"]) for r in records] == [(i, 6, True) for i in range(3)]
+
+
+def test_self_distillation_picks_bf16_only_where_the_cpu_multiplies_it_natively(monkeypatch):
+    import recipes.self_distill as self_distill
+
+    cpu = torch.device("cpu")
+    for native, expected in ((True, "bf16"), (False, "fp32")):
+        monkeypatch.setattr(self_distill, "native_cpu_bf16", lambda native=native: native)
+        assert self_distill.generation_dtype("auto", cpu) == expected
+        assert self_distill.generation_dtype("fp16", cpu) == "fp16"  # an explicit choice stands
+
+
+def test_self_distillation_refuses_to_sample_without_published_settings():
+    from types import SimpleNamespace
+
+    from transformers import GenerationConfig
+
+    from recipes.self_distill import sampling_settings
+
+    greedy = SimpleNamespace(generation_config=GenerationConfig())
+    with pytest.raises(SystemExit, match="does not sample"):
+        sampling_settings("my-org/my-model", greedy)
+    published = {"do_sample": True, "temperature": 0.6, "top_p": 0.9, "top_k": 40, "repetition_penalty": 1.05}
+    sampled = SimpleNamespace(generation_config=GenerationConfig(**published))
+    assert sampling_settings("my-org/my-model", sampled) == published
 
 
 def test_self_distillation_first_file_starts_at_that_files_prompts(tmp_path, monkeypatch):
