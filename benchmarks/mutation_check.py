@@ -474,7 +474,7 @@ MUTATIONS = [
              "    return lam * lattice_lp + (1.0 - lam) * causal_lp", "    return lattice_lp", [LATTICE],
              select="causal_score or full_beam"),
     Mutation("the drafter's veto of a lookup draft never asked", "hf_dynaspec/drafting/planning/fixed.py",
-             "if not (drafted and self.veto < 1.0 and", "if not (drafted and self.veto < 0.0 and",
+             "if not (drafted and self.veto < 1.0):", "if not (drafted and self.veto < 0.0):",
              ["tests/test_enumeration.py"], select="prompt_lookup"),
     Mutation("a call's plan does not override the heads' configured ADL", "hf_dynaspec/modeling/medusa_options.py",
              "        values.update({option: value for option, (_, value) in given.items()})\n",

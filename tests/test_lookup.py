@@ -172,18 +172,27 @@ def test_greedy_identical_when_the_drafter_vetoes_lookup_drafts(family, veto):
 
 
 def test_veto_compares_the_drafters_top_token_id_and_its_probability():
-    from hf_dynaspec.drafting.chain import ChainDraftSession
+    from types import SimpleNamespace
+
+    from hf_dynaspec.drafting.planning.fixed import vetoes
+    from hf_dynaspec.drafting.proposers.drafter import ChainProposer
     from hf_dynaspec.kernels.shortlist_head import ShortlistHeadOutput
 
     logits = torch.log(torch.tensor([[0.1, 0.6, 0.3]]))
-    full = ShortlistHeadOutput(logits, None)
-    assert not ChainDraftSession._vetoes(full, 1, veto=0.0)  # the drafter agrees: never a veto
-    assert ChainDraftSession._vetoes(full, 2, veto=0.0)
-    assert ChainDraftSession._vetoes(full, 2, veto=0.5) and not ChainDraftSession._vetoes(full, 2, veto=0.7)
+
+    def first_offer(token_ids):
+        session = SimpleNamespace(first_position=lambda ids, hidden: ("h", "c", ShortlistHeadOutput(logits, token_ids)))
+        return ChainProposer(session, 3).first_offer(SimpleNamespace(input_ids=None, hidden=None))
+
+    full = first_offer(None)
+    assert full.read[0] == "h" and full.num_tokens == 3  # drafting it continues from the scored position
+    assert not vetoes(full, 1, veto=0.0)  # the drafter agrees: never a veto
+    assert vetoes(full, 2, veto=0.0)
+    assert vetoes(full, 2, veto=0.5) and not vetoes(full, 2, veto=0.7)
     # Over a shortlist the argmax is a row index; what counts is the vocabulary id of that row.
-    shortlisted = ShortlistHeadOutput(logits, torch.tensor([40, 17, 8]))
-    assert not ChainDraftSession._vetoes(shortlisted, 17, veto=0.0)
-    assert ChainDraftSession._vetoes(shortlisted, 1, veto=0.0)
+    shortlisted = first_offer(torch.tensor([40, 17, 8]))
+    assert not vetoes(shortlisted, 17, veto=0.0)
+    assert vetoes(shortlisted, 1, veto=0.0)
 
 
 def test_a_vetoing_drafter_keeps_wrong_lookup_drafts_out(monkeypatch):

@@ -135,26 +135,27 @@ class ChainDraftSession:
         # The fixed-shape K-token draft (drafting/captured.py), for greedy drafting without processors.
         self.captured = captured if not do_sample and self.logits_processor is None else None
         self._router_inputs: tuple[torch.Tensor, torch.Tensor] | None = None  # of the last verified position
-        self._first = None  # (hidden, clusters, scores) of a first position `overrules` scored, for `draft`
 
     @torch.no_grad()
-    def draft(self, input_ids: torch.Tensor, new_target_hidden: torch.Tensor, cap: int, rule=None) -> Draft:
+    def draft(self, input_ids: torch.Tensor, new_target_hidden: torch.Tensor, cap: int, rule=None,
+              first=None) -> Draft:
         """Draft up to `cap` tokens continuing `input_ids` `[1, N]` (fewer under `confidence` or `rule`).
 
         `new_target_hidden` `[1, >=T_new, D or 3D]`: target features from the last verification pass, whose
-        first `T_new = N - 1 - (pairs already cached)` positions are now verified (absorbed already where
-        `overrules` ran this round). `rule`: the draft's length rule (`keep_position`, `draft_more`, `cut` over the
-        drafted positions' top probabilities: a planned chain's `ConfidenceRule`), read before
-        each position's token is drawn, or once at the end where host decisions are deferred (accelerators). The
-        drafted positions' top probabilities come back in `Draft.confidences`."""
-        first, self._first = self._first, None
+        first `T_new = N - 1 - (pairs already cached)` positions are now verified. `first`: this round's
+        `first_position` (the verified positions absorbed, the first position scored), continued from. `rule`:
+        the draft's length rule (`keep_position`, `draft_more`, `cut` over the drafted positions' top
+        probabilities: a planned chain's `ConfidenceRule`), read before each position's token is drawn, or once at
+        the end where host decisions are deferred (accelerators). The drafted positions' top probabilities come back
+        in `Draft.confidences`."""
         if first is None and self.captured is not None and cap >= 1:
             return self._captured_draft(input_ids, new_target_hidden, cap, rule)
         if first is None:
             self._scored_ids = []
             hidden, clusters = self.consume_verified(input_ids, new_target_hidden)
         else:
-            hidden, clusters, _ = first
+            hidden, clusters, scores = first
+            self._scored_ids = [scores.token_ids]
         host_rule = rule is not None and not self.defer_host_decisions
         tokens, logits, confident, tops = [], [], [], []  # per drafted position (confident, tops: see _cut)
         context = input_ids
@@ -178,21 +179,11 @@ class ChainDraftSession:
             hidden, clusters = self._step(token_id, hidden, input_ids.shape[1], k)
         return self._cut(input_ids, tokens, logits, confident, tops, rule)
 
-    def overrules(self, input_ids: torch.Tensor, new_target_hidden: torch.Tensor, lookup_token: int,
-                  veto: float) -> bool:
-        """Does the drafter overrule a lookup draft starting with `lookup_token` (`prompt_lookup_veto`): its own
-        most likely first token differs and has a probability above `veto`? Runs the drafter over the verified
-        positions; when it overrules, the next `draft` continues from that first position. The check reads the
-        drafter's argmax, never a sample, so the choice between the two drafts is a fixed function of the context
-        and sampling stays exact."""
-        self._scored_ids = []
+    def first_position(self, input_ids: torch.Tensor, new_target_hidden: torch.Tensor):
+        """The drafter run over the verified positions of `input_ids` `[1, N]` and scored at the first draft
+        position: `(hidden, clusters, scores)`, which a policy reads (the veto) and `draft(first=...)` continues."""
         hidden, clusters = self.consume_verified(input_ids, new_target_hidden)
-        scores = self._score(hidden, clusters)
-        if not self._vetoes(scores, lookup_token, veto):
-            self._scored_ids = []  # the check's shortlist drafted nothing: keep it out of the stats
-            return False
-        self._first = hidden, clusters, scores
-        return True
+        return hidden, clusters, self._score(hidden, clusters)
 
     def _step(self, token_id: torch.Tensor, hidden: torch.Tensor, seq_len: int, k: int):
         """The drafter's step on draft `k`, `token_id` `[1, 1]`, continuing a context of `seq_len` tokens: (hidden
@@ -308,14 +299,6 @@ class ChainDraftSession:
             scores = ShortlistHeadOutput(self.drafter.draft_vocab_logits(hidden)[:, -1].float(), self.shortlist_ids)
         self._scored_ids.append(scores.token_ids)
         return scores
-
-    @staticmethod
-    def _vetoes(scores: ShortlistHeadOutput, lookup_token: int, veto: float) -> bool:
-        """Does the drafter's most likely token, differing from `lookup_token` with a probability above `veto`
-        (softmax over the rows scored), overrule a lookup draft?"""
-        if int(scores.argmax_token_ids[0]) == lookup_token:
-            return False
-        return veto <= 0.0 or float(scores.scores[0].softmax(dim=-1)[scores.argmax[0]]) > veto
 
     def _choose(self, scores: ShortlistHeadOutput, context, with_top: bool = False):
         """-> (draft token id `[1, 1]`, or None to stop the round under `confidence`; the full-vocabulary logits

@@ -22,8 +22,10 @@ class FixedOrder:
         copies = [offer for offer in offers if not offer.proposer.reads_features]
         if copies:
             copy = copies[0]
-            # The veto compares the copy's first token on the host (the copy is host ids): no read of the device.
-            if not (drafted and self.veto < 1.0 and drafted[0].proposer.overrules(context, copy.tokens[0], self.veto)):
+            if not (drafted and self.veto < 1.0):
+                return RoundPlan(copy, copy.num_tokens)
+            drafted = [drafted[0].proposer.first_offer(context)]  # the chain, its first position scored
+            if not vetoes(drafted[0], copy.tokens[0], self.veto):
                 return RoundPlan(copy, copy.num_tokens)
             self.stats.lookup_vetoes += 1
         if not drafted:
@@ -43,3 +45,10 @@ class FixedOrder:
 
     def record_passed_over(self, offer: Offer, matched: bool) -> None:
         """A fixed order learns nothing from the copies."""
+
+
+def vetoes(first: Offer, copy_token: int, veto: float) -> bool:
+    """Does the drafter overrule a copy starting with `copy_token`: its own most likely first token (`first`, a
+    chain's `first_offer`) differs and has a probability above `veto`? It reads the drafter's argmax, never a
+    sample, so the choice between the two drafts is a fixed function of the context and sampling stays exact."""
+    return first.tokens[0] != copy_token and (veto <= 0.0 or first.confidences[0] > veto)

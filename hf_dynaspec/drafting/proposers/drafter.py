@@ -38,9 +38,13 @@ class ChainProposer:
         if self.session.num_verified_pairs < context.input_ids.shape[1] - 1:
             self.session.defer_verified(context.input_ids, context.hidden)
 
-    def overrules(self, context: RoundContext, copy_token: int, veto: float) -> bool:
-        """The drafter's veto of a copy starting with `copy_token` (ChainDraftSession.overrules)."""
-        return self.session.overrules(context.input_ids, context.hidden, copy_token, veto)
+    def first_offer(self, context: RoundContext) -> Offer:
+        """The chain's offer with its first position scored: the drafter's most likely token there (a vocabulary id)
+        and its probability over the rows scored, read on the host for a rule that weighs a copy against it (the
+        veto); drafted, the chain continues from that position."""
+        hidden, clusters, scores = self.session.first_position(context.input_ids, context.hidden)
+        return Offer(self, "drafter", self.max_tokens, tokens=(int(scores.argmax_token_ids[0]),),
+                     confidences=(float(scores.top_probability[0]),), read=(hidden, clusters, scores))
 
     def draft(self, context: RoundContext, plan: RoundPlan, policy) -> Draft:
         """`plan.num_tokens` tokens, or under a planner up to the chain's cap, each position kept while the
@@ -48,7 +52,7 @@ class ChainProposer:
         rule = ConfidenceRule(policy, self.max_tokens, plan.probe) if policy.plans_lengths else None
         capped = rule is None or plan.probe or self.session.defer_host_decisions
         cap = plan.num_tokens if capped else min(self.max_tokens, context.room)
-        draft = self.session.draft(context.input_ids, context.hidden, cap, rule=rule)
+        draft = self.session.draft(context.input_ids, context.hidden, cap, rule=rule, first=plan.offer.read)
         return replace(draft, plan=replace(plan, confidences=tuple(draft.confidences)))
 
     # -- pricing and learning (hf_dynaspec.drafting.planning.planner) -------------------------------------------
