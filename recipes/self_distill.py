@@ -27,7 +27,7 @@ the second target pass over prompt and answer (on 2 cores: 13 minutes for the fi
 13-18 minutes to generate 64 answers at batch 64). Batch size: one fp32 decoding step of the 0.5B target on
 2 cores gives 16 tok/s at batch 16 and 30 tok/s at batch 64 (benchmarks/results/self_distill_batch_05b.txt); in
 bf16 on an AMX host, 101, 166 and 200 tok/s at batch 16, 32 and 64
-(benchmarks/results/round_93/batch_rates_05b_bf16.txt). `OUT/progress.jsonl` records each file's answer tokens,
+(benchmarks/results/round_93/batch_rates_05b_bf16.txt). `OUT/progress.log` records each file's answer tokens,
 seconds and host kind: the recipe's rate where it ran.
 """
 
@@ -308,7 +308,9 @@ def main(argv=None) -> None:
     model, tokenizer = load_target(args.target, args.dtype, str(device))
     sampling = sampling_settings(args.target, model) if args.sample else None
     args.out.mkdir(parents=True, exist_ok=True)
-    log = args.out / "progress.jsonl"  # one record per file written: the rate per host kind, kept with the data
+    # One JSON record per file written (the rate per host kind, kept with the data); not a .jsonl file, which a
+    # directory of answers read as user data (`--data OUT`, recipes.user_data) would take for prompts.
+    log = args.out / "progress.log"
     if args.batch_size == "auto":
         args.batch_size, rates = measured_batch_size(model, [b for b in (8, 16, 32, 64) if b <= args.prompts_per_file])
         print(f"batch size {args.batch_size} (decoded tokens/s by batch: {rates})", flush=True)

@@ -15,7 +15,7 @@ targets stay the post-norm `f`. Added to an `--init` drafter, `fuse` starts as a
 
 Sampled-row loss: the shards keep the target's top-k next tokens, so the loss needs the head only over the
 union of the batch's top-k ids plus `--negatives` uniformly sampled rows (a few thousand rows instead of
-151,936). The target's distribution is the top-k renormalised. Validation always uses the full head:
+151,936). The target's distribution is the top-k renormalised (`--teacher-top-k 1`: its argmax alone). Validation always uses the full head:
 top-1 agreement of the drafter's full-vocabulary argmax with the target's, at draft position 1 and (on its
 own features) position 2.
 
@@ -166,6 +166,9 @@ def parse_arguments(argv=None) -> argparse.Namespace:
     parser.add_argument("--cls-weight", type=float, default=1.0)
     parser.add_argument("--reg-weight", type=float, default=1.0,
                         help="weight of the feature regression (EAGLE-1/2 use 1; EAGLE-3 drops it, 0)")
+    parser.add_argument("--teacher-top-k", type=int, default=None,
+                        help="learn the target's distribution over its k most likely next tokens, renormalised (1: "
+                             "its argmax alone; default: all the shards keep, --topk of build_features)")
     parser.add_argument("--unroll", type=int, default=1, help="drafter steps per position (2 = training-time test)")
     parser.add_argument("--negatives", type=int, default=4096,
                         help="random head rows per batch in the sampled loss; -1 = full-vocabulary loss")

@@ -60,8 +60,10 @@ def classification_loss(predicted: torch.Tensor, head_weight: torch.Tensor, rows
 
 
 def drafter_loss(drafter, batch: Batch, *, noise: float, cls_weight: float, unroll: int, negatives: int,
-                 generator, reg_weight: float = 1.0) -> tuple[torch.Tensor, dict]:
-    """EAGLE loss over a batch (all valid positions; see the module docstring). Returns (loss, metrics)."""
+                 generator, reg_weight: float = 1.0, teacher_top_k: int | None = None) -> tuple[torch.Tensor, dict]:
+    """EAGLE loss over a batch (all valid positions; see the module docstring). `teacher_top_k`: the target's
+    distribution renormalised over its k most likely tokens (1: its argmax alone; None: all the shards keep).
+    Returns (loss, metrics)."""
     features = batch.hidden
     mask = batch.valid[:, 1:] & batch.valid[:, :-1]  # pair t: inputs f_t and x_{t+1}, labels at t+1
     embeds = drafter.embed(batch.input_ids[:, 1:])
@@ -78,8 +80,8 @@ def drafter_loss(drafter, batch: Batch, *, noise: float, cls_weight: float, unro
             embeds, predicted, mask = embeds[:, 1:], draft_pass(drafter, embeds[:, 1:], predicted[:, :-1]), mask[:, 1:] & mask[:, :-1]
         target = features[:, depth:]
         regression = F.smooth_l1_loss(predicted[mask], target[mask])
-        cls, agree = classification_loss(predicted[mask], head, rows, batch.topk_ids[:, depth:][mask],
-                                         batch.topk_logp[:, depth:][mask])
+        cls, agree = classification_loss(predicted[mask], head, rows, batch.topk_ids[:, depth:][mask][:, :teacher_top_k],
+                                         batch.topk_logp[:, depth:][mask][:, :teacher_top_k])
         total = total + reg_weight * regression + cls_weight * cls
         metrics.update({f"reg{depth}": regression.item(), f"cls{depth}": cls.item(), f"top1_{depth}": agree.item()})
     metrics["rows"] = head.shape[0] if rows is None else len(rows)
@@ -96,7 +98,7 @@ class DrafterLoss(torch.nn.Module):
         super().__init__()
         self.drafter = drafter
         self.options = dict(noise=args.noise, cls_weight=args.cls_weight, unroll=args.unroll,
-                            negatives=args.negatives, reg_weight=args.reg_weight)
+                            negatives=args.negatives, reg_weight=args.reg_weight, teacher_top_k=args.teacher_top_k)
 
     def forward(self, batch: Batch, generator: torch.Generator) -> tuple[torch.Tensor, dict]:
         return drafter_loss(self.drafter, batch, generator=generator, **self.options)

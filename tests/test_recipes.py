@@ -171,6 +171,29 @@ def test_drafter_loss_weighs_regression_and_classification_as_asked(tmp_path):
     assert all(p.grad is None or not p.grad.any() for p in drafter.parameters())
 
 
+def test_teacher_top_k_learns_the_targets_distribution_over_its_k_likeliest_tokens(tmp_path):
+    """`teacher_top_k=1` is cross-entropy on the target's argmax: the loss of a batch whose top-k keeps all its
+    mass on the first token; the default learns the renormalised top-k, which differs."""
+    from dataclasses import replace
+
+    from recipes.training_objective import drafter_loss
+
+    target = one_layer_target("qwen2", seed=6)
+    _, _, to_batch = _cached_batch(target)
+    batch = to_batch(tmp_path / "shard.safetensors")
+    drafter = DynaSpecAssistant.from_target(target).drafter
+    common = dict(noise=0.0, cls_weight=1.0, unroll=2, negatives=-1, reg_weight=0.0)
+
+    def loss(of_batch, **options):
+        return drafter_loss(drafter, of_batch, generator=torch.Generator().manual_seed(0), **common, **options)[0].item()
+
+    hard = batch.topk_logp.clone()
+    hard[..., 1:] = -1e9
+    assert loss(batch, teacher_top_k=1) == pytest.approx(loss(replace(batch, topk_logp=hard)), rel=1e-6)
+    assert loss(batch, teacher_top_k=1) != pytest.approx(loss(batch), rel=1e-3)
+    assert loss(batch, teacher_top_k=batch.topk_ids.shape[-1]) == loss(batch)
+
+
 def test_router_objective_learns_a_learnable_mapping():
     torch.manual_seed(0)
     router = ClusterRouter(8, 8, num_clusters=5, router_hidden_size=32)
@@ -334,8 +357,12 @@ def test_self_distillation_samples_each_file_alike_when_resumed(tmp_path, monkey
     whole = [(tmp_path / "whole" / f).read_text() for f in files]
     assert whole == [(tmp_path / "resumed" / f).read_text() for f in files]
     assert len(set(whole)) == 3  # and the files differ from each other: each has its own seed
-    records = [json.loads(line) for line in (tmp_path / "whole" / "progress.jsonl").read_text().splitlines()]
+    records = [json.loads(line) for line in (tmp_path / "whole" / "progress.log").read_text().splitlines()]
     assert [(r["file"], r["answer_tokens"], r["sample"]) for r in records] == [(i, 6, True) for i in range(3)]
+    # The directory still reads as user data (`--data DIR`): only the answers are rows.
+    from recipes.user_data import user_prompts
+
+    assert len(list(user_prompts(tmp_path / "whole"))) == 9
 
 
 def test_self_distillation_picks_bf16_only_where_the_cpu_multiplies_it_natively(monkeypatch):

@@ -24,7 +24,6 @@ from dataclasses import dataclass
 import torch
 from transformers.cache_utils import StaticCache, StaticLayer, StaticSlidingWindowLayer
 
-VERIFY_ROUNDS = ("eager", "static")
 # Room past max_length for one round's tree: the widest bucket a round may read.
 MAX_WIDTH = 64
 _COMPILED = "_dynaspec_static_verify"  # the compiled forward, cached on the target across calls

@@ -175,11 +175,6 @@ class Offer:
     confidences: tuple[float, ...] = ()
     read: Any = None  # what the proposer read for it (a lattice), else None
 
-    @property
-    def probe_key(self) -> str:
-        """The probe schedule's key: `DRAFTER` for every drafted (model) offer, a copy's own source."""
-        return DRAFTER if self.proposer.reads_features else self.source
-
 
 @dataclass(frozen=True)
 class RoundPlan:
