@@ -128,6 +128,14 @@ def read_categories(path: Path, sequences: dict[str, list]) -> list[str]:
     return [row["category"] for row in rows]
 
 
+def built_fused(source: str) -> bool:
+    """Whether a --features source (a directory, or a shard in one) was built with fused hidden states: they are
+    loaded then, for the fused drafters among the assistants (the others ignore them)."""
+    path = Path(source)
+    meta = (path if path.is_dir() else path.parent) / "meta.json"
+    return meta.is_file() and bool(json.loads(meta.read_text()).get("fused_hidden_state_ids"))
+
+
 def prompt_key(sequence) -> tuple[int, ...]:
     """The conversation's prompt tokens (everything before the first answer token)."""
     return tuple(sequence.input_ids[~sequence.response].tolist())
@@ -156,7 +164,7 @@ def main(argv=None):
         parser.error("--categories needs every sequence of a source in order: it cannot go with --same-prompts")
 
     sources = dict(item.split("=", 1) for item in args.features)
-    sequences = {label: [s for shard in feature_shards([Path(src)]) for s in load_sequences(shard)]
+    sequences = {label: [s for shard in feature_shards([Path(src)]) for s in load_sequences(shard, built_fused(src))]
                  for label, src in sources.items()}
     if args.same_prompts:
         common = set.intersection(*({prompt_key(s) for s in seqs} for seqs in sequences.values()))
@@ -170,6 +178,8 @@ def main(argv=None):
     for item in args.assistant:
         name, path = item.split("=", 1)
         drafter = DynaSpecAssistant.from_pretrained(path, target=target).drafter.eval()  # fp32, as the target
+        if drafter.config.fused_hidden_state_ids:  # the sources must hold the layers it fuses (or a clear error)
+            feature_shards([Path(src) for src in sources.values()], drafter.config.fused_hidden_state_ids)
         for label, seqs in sequences.items():
             groups = {"": seqs}
             for category in dict.fromkeys(categories or []):

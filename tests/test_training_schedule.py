@@ -214,6 +214,42 @@ def _feature_agreement_module():
     return module
 
 
+def test_agreement_of_a_fused_drafter_reads_the_fused_states_its_features_hold(tmp_path, monkeypatch):
+    """Features built with fused hidden states score a fused drafter on them (and a plain one beside it); a source
+    without the layers a drafter fuses is refused by name, not scored on missing inputs."""
+    from safetensors.torch import save_file
+
+    from hf_dynaspec import DynaSpecAssistant
+    from recipes.build_features import shard_tensors
+    from recipes.training_data import load_sequences
+
+    feature_agreement = _feature_agreement_module()
+    target, plain_features = _features(tmp_path, num_sequences=4)
+    generator = torch.Generator().manual_seed(1)
+    tokenized = [(torch.randint(0, VOCAB, (30 + i,), generator=generator).tolist(), 5) for i in range(4)]
+    features = tmp_path / "fused-features"
+    features.mkdir()
+    save_file(shard_tensors(target, tokenized, 8, tokens_per_batch=128, fused_ids=[0, 1]),
+              str(features / "shard_00000.safetensors"))
+    (features / "meta.json").write_text(json.dumps({"fused_hidden_state_ids": [0, 1]}))
+    DynaSpecAssistant.from_target(target, fused_hidden_state_ids=[0, 1]).save_pretrained(tmp_path / "fused")
+    DynaSpecAssistant.from_target(target).save_pretrained(tmp_path / "plain")
+    monkeypatch.setattr(feature_agreement, "load_target", lambda name, dtype: (target, None))
+    common = ["--target", "tiny", "--depths", "2", "--json", str(tmp_path / "out.json")]
+    feature_agreement.main([*common, "--assistant", f"fused={tmp_path / 'fused'}", f"plain={tmp_path / 'plain'}",
+                            "--features", f"f={features}"])
+    results = json.loads((tmp_path / "out.json").read_text())["results"]
+    args = feature_agreement.argparse.Namespace(tokens_per_batch=2048, depths=2, answers_only=False, chain_tau="",
+                                                copy_split=False)
+    sequences = load_sequences(features / "shard_00000.safetensors", fused=True)
+    for name in ("fused", "plain"):
+        drafter = DynaSpecAssistant.from_pretrained(tmp_path / name, target=target).drafter.eval()
+        assert results[f"{name} on f"] == pytest.approx(feature_agreement.score(drafter, sequences, args))
+    with pytest.raises(SystemExit, match="fuses"):
+        feature_agreement.main([*common, "--assistant", f"fused={tmp_path / 'fused'}", "--features",
+                                f"g={plain_features}"])
+
+
 def test_per_category_agreement_scores_exactly_each_categorys_sequences(tmp_path, monkeypatch):
     from hf_dynaspec import DynaSpecAssistant
     from recipes.training_data import load_sequences
