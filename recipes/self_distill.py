@@ -52,7 +52,7 @@ from hf_dynaspec.loading import encode_prompt, load_target, resolve_device
 from hf_dynaspec.zoo import published_sampling
 from recipes.build_features import pack_shard, shard_path
 from recipes.data_paths import shared_data_dir
-from recipes.training_schedule import native_cpu_bf16
+from recipes.training_schedule import native_dtype
 from recipes.user_data import add_data_arguments, user_prompts
 
 
@@ -172,16 +172,6 @@ def generate_batch(model, tokenizer, prompts: list[str], max_new_tokens: int, ma
 def answer_batch(model, tokenizer, prompts: list[str], max_new_tokens: int, max_prompt_tokens: int) -> list[str]:
     """The target's greedy answers to `prompts` as text (one left-padded batch)."""
     return [a.text for a in generate_batch(model, tokenizer, prompts, max_new_tokens, max_prompt_tokens)]
-
-
-def generation_dtype(choice: str, device: torch.device) -> str:
-    """--dtype auto: bf16 on GPUs with bf16 tensor cores (sm_80+) and on CPUs that multiply bf16 natively
-    (avx512_bf16 / AMX), fp16 on older GPUs (a T4), fp32 on other CPUs (AVX2 runs bf16 products ~6x slower)."""
-    if choice != "auto":
-        return choice
-    if device.type == "cuda":
-        return "bf16" if torch.cuda.get_device_capability(device) >= (8, 0) else "fp16"
-    return "bf16" if native_cpu_bf16() else "fp32"
 
 
 def sampling_settings(target: str, model) -> dict:
@@ -304,7 +294,7 @@ def write_file(model, tokenizer, args, index: int, chunk: list[dict], sampling: 
 def main(argv=None) -> None:
     args = parse_arguments(argv)
     device = resolve_device(args.device)
-    args.dtype = generation_dtype(args.dtype, device)
+    args.dtype = native_dtype(device) if args.dtype == "auto" else args.dtype
     model, tokenizer = load_target(args.target, args.dtype, str(device))
     sampling = sampling_settings(args.target, model) if args.sample else None
     args.out.mkdir(parents=True, exist_ok=True)

@@ -365,14 +365,19 @@ def test_self_distillation_samples_each_file_alike_when_resumed(tmp_path, monkey
     assert len(list(user_prompts(tmp_path / "whole"))) == 9
 
 
-def test_self_distillation_picks_bf16_only_where_the_cpu_multiplies_it_natively(monkeypatch):
+def test_self_distillation_picks_bf16_only_where_the_cpu_multiplies_it_natively(tmp_path, monkeypatch):
+    """--dtype auto loads the target in the precision the host computes natively; an explicit choice stands."""
     import recipes.self_distill as self_distill
+    import recipes.training_schedule as schedule
 
-    cpu = torch.device("cpu")
-    for native, expected in ((True, "bf16"), (False, "fp32")):
-        monkeypatch.setattr(self_distill, "native_cpu_bf16", lambda native=native: native)
-        assert self_distill.generation_dtype("auto", cpu) == expected
-        assert self_distill.generation_dtype("fp16", cpu) == "fp16"  # an explicit choice stands
+    loaded = []
+    monkeypatch.setattr(self_distill, "load_target", lambda name, dtype, device="cpu": loaded.append(dtype) or (None, None))
+    common = ["--target", "x", "--out", str(tmp_path), "--max-prompts", "0", "--device", "cpu"]
+    for native in (True, False):
+        monkeypatch.setattr(schedule, "native_cpu_bf16", lambda native=native: native)
+        self_distill.main(common)
+        self_distill.main([*common, "--dtype", "fp16"])
+    assert loaded == ["bf16", "fp16", "fp32", "fp16"]
 
 
 def test_self_distillation_refuses_to_sample_without_published_settings():
