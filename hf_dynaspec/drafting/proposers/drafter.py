@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import partial
 
+import torch
+
 from hf_dynaspec.drafting.contract import Draft, RoundContext
 from hf_dynaspec.drafting.planning.core import Offer, RoundPlan, TreeShape, best_length, confidence_bin, position_key
 from hf_dynaspec.drafting.planning.planner import record_reached
@@ -43,8 +45,10 @@ class ChainProposer:
         and its probability over the rows scored, read on the host for a rule that weighs a copy against it (the
         veto); drafted, the chain continues from that position."""
         hidden, clusters, scores = self.session.first_position(context.input_ids, context.hidden)
-        return Offer(self, "drafter", self.max_tokens, tokens=(int(scores.argmax_token_ids[0]),),
-                     confidences=(float(scores.top_probability[0]),), read=(hidden, clusters, scores))
+        # One read for both (float64 holds any vocabulary id exactly).
+        token, top = torch.stack((scores.argmax_token_ids[0].double(), scores.top_probability[0].double())).tolist()
+        return Offer(self, "drafter", self.max_tokens, tokens=(int(token),), confidences=(top,),
+                     read=(hidden, clusters, scores))
 
     def draft(self, context: RoundContext, plan: RoundPlan, policy) -> Draft:
         """`plan.num_tokens` tokens, or under a planner up to the chain's cap, each position kept while the
