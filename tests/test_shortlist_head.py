@@ -7,7 +7,7 @@ import pathlib
 import pytest
 import torch
 
-from hf_dynaspec.kernels.shortlist_head.torch_paths import shortlist_head_blocks, shortlist_head_reference
+from hf_dynaspec.kernels.shortlist_head.torch_paths import shortlist_head, shortlist_head_reference
 
 TOLERANCE = {torch.float32: dict(rtol=1e-5, atol=1e-5), torch.bfloat16: dict(rtol=2e-2, atol=2e-2)}
 
@@ -26,7 +26,7 @@ def test_block_path_matches_reference(dtype, batch, blocks):
     starts, ends = [a for a, _ in chosen], [b for _, b in chosen]
     hidden = torch.randn(batch, hidden_size, generator=generator).to(dtype)
     expected_scores, expected_ids = shortlist_head_reference(hidden, weight, starts, ends, token_order)
-    scores, ids = shortlist_head_blocks(hidden, weight, starts, ends, token_order)
+    scores, ids = shortlist_head(hidden, weight, starts, ends, token_order)
     assert torch.equal(ids, expected_ids) and scores.dtype == torch.float32
     torch.testing.assert_close(scores, expected_scores, **TOLERANCE[dtype])
     # The chosen row must be the reference's best, up to the dtype's rounding (bf16 may swap near-ties only).
@@ -72,7 +72,7 @@ def test_every_backend_returns_one_type_with_the_reductions():
     token_order = torch.randperm(300, generator=generator)
     starts, ends = [0, 120, 250], [64, 200, 300]
     outputs = [f(hidden, weight, starts, ends, token_order)
-               for f in (shortlist_head_reference, shortlist_head_blocks, shortlist_head)]
+               for f in (shortlist_head_reference, shortlist_head)]
     for out in outputs:
         assert isinstance(out, ShortlistHeadOutput)
         assert torch.equal(out.argmax, out.scores.argmax(-1))
@@ -80,6 +80,12 @@ def test_every_backend_returns_one_type_with_the_reductions():
         torch.testing.assert_close(out.logsumexp, torch.logsumexp(out.scores, -1))
         assert torch.equal(out.argmax_token_ids, out.token_ids[out.scores.argmax(-1)])
     torch.testing.assert_close(outputs[1].logsumexp, outputs[0].logsumexp)
+    # What a kernel fused is kept, not recomputed from the scores (values no reduction of these scores gives).
+    fused = [torch.tensor([7, 8]), torch.tensor([1.5, 2.5]), torch.tensor([3.0, 4.0]), torch.tensor([70, 80]),
+             torch.tensor([0.25, 0.75])]
+    given = ShortlistHeadOutput(outputs[0].scores, token_order, *fused)
+    kept = [given.argmax, given.max, given.logsumexp, given.argmax_token_ids, given.top_probability]
+    assert all(torch.equal(a, b) for a, b in zip(kept, fused))
 
 
 @pytest.mark.parametrize("batch", [1, 5, 8, 9])
@@ -96,12 +102,12 @@ def test_bf16_head_kernel_and_blas_blocks_agree_with_a_float32_product(batch, mo
     token_order = torch.randperm(vocab, generator=generator)
     starts, ends = [5, 700, 701, 2990], [600, 701, 1500, 3001]  # a one-row block and the last row included
     expected = torch.cat([hidden.float() @ weight[a:b].float().T for a, b in zip(starts, ends)], dim=1)
-    scores, ids = shortlist_head_blocks(hidden, weight, starts, ends, token_order)
+    scores, ids = shortlist_head(hidden, weight, starts, ends, token_order)
     assert torch.equal(ids, torch.cat([token_order[a:b] for a, b in zip(starts, ends)]))
     tight = loader.available() and batch <= torch_paths.KERNEL_MAX_ROWS
     torch.testing.assert_close(scores, expected, **(dict(rtol=1e-5, atol=1e-4) if tight else TOLERANCE[torch.bfloat16]))
     monkeypatch.setattr(loader, "available", lambda: False)
-    blas, _ = shortlist_head_blocks(hidden, weight, starts, ends, token_order)
+    blas, _ = shortlist_head(hidden, weight, starts, ends, token_order)
     torch.testing.assert_close(blas, expected, **TOLERANCE[torch.bfloat16])
 
 

@@ -15,7 +15,7 @@ from hf_dynaspec.bench.results_table import append_records, make_record
 from hf_dynaspec.bench.runner import DTYPES
 from hf_dynaspec.bench.timer import interleaved_medians
 from hf_dynaspec.kernels.shortlist_head import triton_available
-from hf_dynaspec.kernels.shortlist_head.torch_paths import shortlist_head_blocks, shortlist_head_reference
+from hf_dynaspec.kernels.shortlist_head.torch_paths import shortlist_head, shortlist_head_reference
 
 
 def cluster_blocks(vocab: int, num_clusters: int, shortlist: int, seed: int = 0) -> tuple[list[int], list[int]]:
@@ -70,7 +70,7 @@ def run(hidden_size: int, vocab: int, shortlist: int, dtype: str, batch: int, cl
     paths = {
         "full": lambda: (hidden @ weight.T).argmax(-1),
         "reference": lambda: shortlist_head_reference(hidden, weight, starts, ends, token_order).scores.argmax(-1),
-        "cpu_blocks": lambda: shortlist_head_blocks(hidden, weight, starts, ends, token_order).scores.argmax(-1),
+        "cpu_blocks": lambda: shortlist_head(hidden, weight, starts, ends, token_order).scores.argmax(-1),
     }
     if compiled:
         gather_head = _compiled_gather_head()

@@ -317,7 +317,9 @@ class ChainDraftSession:
                 if self.logits_processor is not None:
                     full = self.logits_processor(context, full)
         processed = full if rows is None else rows
-        confident = self._confident(scores.scores if processed is None else processed)
+        confident = None  # is the largest probability at least `confidence`? (over the rows scored: renormalised)
+        if self.confidence > 0.0:
+            confident = (scores.scores if processed is None else processed).float().softmax(-1).max() >= self.confidence
         if confident is not None and not self.defer_host_decisions and not bool(confident):
             return None, None, None, None
         top = None
@@ -332,13 +334,6 @@ class ChainDraftSession:
         if self.do_sample:
             return sampling.sample(full.softmax(dim=-1)), full, confident, top
         return full.argmax(dim=-1, keepdim=True), None, confident, top
-
-    def _confident(self, logits: torch.Tensor) -> torch.Tensor | None:
-        """Is the largest probability of softmax(logits `[1, S]`) at least `confidence`? A 0-d bool tensor on the
-        logits' device (over the rows scored: a shortlist's mass is renormalised); None with `confidence` off."""
-        if self.confidence <= 0.0:
-            return None
-        return logits.float().softmax(dim=-1).max() >= self.confidence
 
     def _to_full_vocab(self, logits: torch.Tensor, shortlist_ids: torch.Tensor | None) -> torch.Tensor:
         """Shortlist logits `[1, S]` -> `[1, V]` with -inf outside the shortlist (padding columns, id -1, land in

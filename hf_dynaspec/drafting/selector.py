@@ -219,11 +219,12 @@ class ClusterHead:
             self.permuted_weight = head_weight[self.token_order].contiguous()
 
     def choose_clusters(self, token_embed: torch.Tensor, prev_hidden: torch.Tensor, position: int,
-                        inline: bool = False) -> tuple[Pending, int]:
+                        inline: bool = False) -> tuple[torch.Tensor | Pending, int]:
         """Start the router on this step's inputs `[R, D]`, `[R, H]` (before the drafter's layer runs): on the
-        side stream where there is one, unless `inline` (a captured draft: drafting/captured.py)."""
-        if inline:
-            return Pending(self.router(token_embed, prev_hidden)), position
+        side stream where there is one (its scores `Pending`), else, or with `inline` (a captured draft:
+        drafting/captured.py), here (the scores themselves)."""
+        if inline or self.side_stream.stream is None:
+            return self.router(token_embed, prev_hidden), position
         return self.side_stream.launch(self.router, token_embed, prev_hidden), position
 
     @staticmethod
@@ -249,13 +250,15 @@ class ClusterHead:
         return torch.cat([self.token_order[a:b] for a, b in zip(starts, ends)])
 
     @torch.no_grad()
-    def scores(self, hidden: torch.Tensor, clusters: tuple[Pending, int]) -> ShortlistHeadOutput:
-        """Hidden `[R, H]` and the clusters the router chose for this step (`choose_clusters`: its scores pending,
-        the draft position) -> scores `[R, R(t) + A]` of the budget's rows."""
-        pending, position = clusters
+    def scores(self, hidden: torch.Tensor, clusters: tuple[torch.Tensor | Pending, int]) -> ShortlistHeadOutput:
+        """Hidden `[R, H]` and the clusters the router chose for this step (`choose_clusters`: its scores, or pending
+        on the side stream; the draft position) -> scores `[R, R(t) + A]` of the budget's rows."""
+        cluster_scores, position = clusters
+        if isinstance(cluster_scores, Pending):
+            cluster_scores = cluster_scores.result()
         if self.indexed:
-            return self.rows.scores(hidden, self.head_weight, self.ranking(pending.result()), self.budget.at(position))
-        starts, ends = self._blocks(pending.result(), position)
+            return self.rows.scores(hidden, self.head_weight, self.ranking(cluster_scores), self.budget.at(position))
+        starts, ends = self._blocks(cluster_scores, position)
         return shortlist_head(hidden, self.permuted_weight, starts, ends, self.token_order)
 
 

@@ -42,8 +42,7 @@ class SideStream:
         self.stream = torch.cuda.Stream(device) if device.type == "cuda" and enabled else None
 
     def launch(self, fn: Callable[..., torch.Tensor], *args: torch.Tensor) -> Pending:
-        if self.stream is None:
-            return Pending(fn(*args))
+        """`fn(*args)` on the side stream (its caller runs `fn` itself where `stream` is None)."""
         main = torch.cuda.current_stream(self.stream.device)
         self.stream.wait_stream(main)  # the inputs were produced on the main stream
         for tensor in args:

@@ -50,12 +50,14 @@ def position_table(prior: AcceptancePrior | None) -> AcceptanceTable:
     return AcceptanceTable(prior.at_position, prior.weight)
 
 
-def confidence_table(prior: AcceptancePrior | None, bin_of=lambda key: key) -> AcceptanceTable:
-    """Acceptance by the drafted position's top probability (`bin_of(key)`: the key's confidence bin), starting at
-    the measured bins of `prior` (with its weight), else at each bin's middle."""
+def confidence_table(prior: AcceptancePrior | None, bin_at: int | None = None) -> AcceptanceTable:
+    """Acceptance by the drafted position's top probability, keyed by its confidence bin (or by tuples holding it
+    at index `bin_at`), starting at the measured bins of `prior` (with its weight), else at each bin's middle."""
     if prior is None or not prior.confidence:
-        return AcceptanceTable(lambda key: (bin_of(key) + 0.5) / CONFIDENCE_BINS, UNINFORMED_WEIGHT)
-    return AcceptanceTable(lambda key: prior.at_confidence(bin_of(key)), prior.weight)
+        at_bin, weight = (lambda b: (b + 0.5) / CONFIDENCE_BINS), UNINFORMED_WEIGHT
+    else:
+        at_bin, weight = prior.at_confidence, prior.weight
+    return AcceptanceTable(at_bin if bin_at is None else lambda key: at_bin(key[bin_at]), weight)
 
 
 class LookupTable(AcceptanceTable):
@@ -134,22 +136,20 @@ def match_key(match_length: int) -> int:
     return min(match_length, MAX_MATCH_KEY)
 
 
-def extrapolated_seconds(table: list[float], num_tokens: int) -> float:
-    """`table[n]`: seconds of a forward over n tokens (index 0 unused); past its end, linear in the last step."""
-    if num_tokens < len(table):
-        return table[num_tokens]
-    return table[-1] + (table[-1] - table[-2]) * (num_tokens - len(table) + 1)
+def expected_tokens(probabilities: list[float]) -> list[float]:
+    """E(k) for k = 0..len(probabilities): a round's expected committed tokens with k drafts, `probabilities[j-1]`
+    being a_j, the chance position j is accepted once every earlier one was (1 + sum_{j<=k} prod_{i<=j} a_i)."""
+    totals, reach = [1.0], 1.0
+    for a in probabilities:
+        reach *= a
+        totals.append(totals[-1] + reach)
+    return totals
 
 
 def best_length(probabilities: list[float], seconds, smallest: int = 0) -> tuple[int, float]:
-    """(k, rate) maximising E(k) / seconds(k) over smallest <= k <= len(probabilities); `probabilities[j-1]` is
-    a_j. (A call's length is fixed, so its time is least when each round's seconds per committed token is.)"""
-    expected, totals = 1.0, [1.0]
-    reach = 1.0
-    for a in probabilities:
-        reach *= a
-        expected += reach
-        totals.append(expected)
+    """(k, rate) maximising E(k) / seconds(k) over smallest <= k <= len(probabilities) (`expected_tokens`). (A
+    call's length is fixed, so its time is least when each round's seconds per committed token is.)"""
+    totals = expected_tokens(probabilities)
     best_k, best_rate = smallest, totals[smallest] / seconds(smallest)
     for k in range(smallest + 1, len(probabilities) + 1):
         rate = totals[k] / seconds(k)
@@ -248,13 +248,13 @@ class PlannerMemory:
     """The acceptance tables of one drafter, and the lookup sources beside it, kept across generate() calls (one
     per greedy / sampled decoding, whose acceptance differs), and their probe schedule. `prior`: the drafter's
     measured acceptance (`AcceptancePrior`, stored with the artifact), where the tables start with its weight;
-    None: 0.5 at every position, the confidence bin's middle. `confidence_bin_of(key)`: the bin of a confidence
-    key (the EAGLE planner keys by bin, the lattice planner by (position, bin))."""
+    None: 0.5 at every position, the confidence bin's middle. `confidence_bin_at`: where a confidence key holds its
+    bin (None: the key is the bin, as the EAGLE planner keys; the lattice planner's keys are (position, bin): 1)."""
 
-    def __init__(self, prior: AcceptancePrior | None = None, confidence_bin_of=lambda key: key):
+    def __init__(self, prior: AcceptancePrior | None = None, confidence_bin_at: int | None = None):
         self.prior = prior
         self.position = position_table(prior)
-        self.confidence = confidence_table(prior, bin_of=confidence_bin_of)
+        self.confidence = confidence_table(prior, bin_at=confidence_bin_at)
         # keyed by (top_k, total_tokens, depth): a tree's acceptance depends on its shape
         self.tree_depth = AcceptanceTable(self._tree_prior, self.position.prior_weight)
         self.lookup = LookupTable()  # keyed (..., match length, position): see each planner
@@ -302,19 +302,29 @@ class TreeShape:
 
 
 @dataclass
-class RoundCosts:
-    """Seconds of the parts of a round (see the module docstring); `verify_seconds[n]` for n = 0..max (index 0
-    unused)."""
+class VerifyCosts:
+    """What every round pays: `verify_seconds[n]`, the target's forward over n new tokens on this machine (index 0
+    unused), measured up to the longest draft planned."""
 
     verify_seconds: list[float]
+
+    def verify(self, num_tokens: int) -> float:
+        """Seconds of a target forward over `num_tokens` new tokens (past the table's end, linear in its last step)."""
+        table = self.verify_seconds
+        if num_tokens < len(table):
+            return table[num_tokens]
+        return table[-1] + (table[-1] - table[-2]) * (num_tokens - len(table) + 1)
+
+
+@dataclass
+class RoundCosts(VerifyCosts):
+    """Seconds of an EAGLE drafter's round (see the module docstring): the verify table, the drafter's pass over the
+    verified positions, its first draft step and each further one, and a tree depth's step."""
+
     consume_seconds: float
     first_draft_seconds: float
     draft_step_seconds: float
     tree_step_seconds: float | None = None  # None: not measured (trees are then not planned)
-
-    def verify(self, num_tokens: int) -> float:
-        """Seconds of a target forward over `num_tokens` new tokens (extrapolated linearly past the table)."""
-        return extrapolated_seconds(self.verify_seconds, num_tokens)
 
     def drafting(self, num_tokens: int) -> float:
         """Seconds to draft `num_tokens` tokens with the drafter, beyond the consume pass."""
@@ -324,15 +334,10 @@ class RoundCosts:
 
 
 @dataclass
-class LatticeCosts:
+class LatticeCosts(VerifyCosts):
     """Seconds of a lattice round's parts on this machine (hf_dynaspec.generation.costs.lattice_costs measures them):
-    `verify_seconds[n]` the target's forward over n new tokens (index 0 unused), `lattice_seconds` the source's
-    scores for every position, `tree_seconds` the host search of a lattice tree."""
+    the verify table, `lattice_seconds` the source's scores for every position, `tree_seconds` the host search of a
+    lattice tree."""
 
-    verify_seconds: list[float]
     lattice_seconds: float
     tree_seconds: float
-
-    def verify(self, num_tokens: int) -> float:
-        """Seconds of a target forward over `num_tokens` new tokens (extrapolated linearly past the table)."""
-        return extrapolated_seconds(self.verify_seconds, num_tokens)

@@ -18,7 +18,15 @@ from functools import partial
 import torch
 
 from hf_dynaspec.drafting.contract import Draft, RoundContext
-from hf_dynaspec.drafting.planning.core import Offer, RoundPlan, TreeShape, best_length, confidence_bin, position_key
+from hf_dynaspec.drafting.planning.core import (
+    Offer,
+    RoundPlan,
+    TreeShape,
+    best_length,
+    confidence_bin,
+    expected_tokens,
+    position_key,
+)
 from hf_dynaspec.drafting.planning.planner import record_reached
 
 
@@ -152,6 +160,11 @@ class ConfidenceRule:
                          else memory.position.estimate(position_key(j)))
         return known
 
+    def _seconds(self, k: int, drafted: int) -> float:
+        """A round's seconds verifying `k` of its drafts when `drafted` drafter steps are paid for (at least k)."""
+        costs = self.planner.costs
+        return costs.consume_seconds + costs.drafting(max(k, drafted)) + self.planner.verify(k + 1)
+
     def keep_position(self, confidences: list[float]) -> bool:
         """With the drafter's confidence at every position so far (the last one not drawn yet): does including
         the last position raise the round's rate, counting the best continuation past it (positions beyond priced
@@ -160,12 +173,10 @@ class ConfidenceRule:
         5 cost less than 2): position 1 alone would not pay there, positions 1-4 do."""
         if self.probe:
             return True
-        j, costs, verify = len(confidences), self.planner.costs, self.planner.verify
+        j = len(confidences)
         known = self._estimates(confidences, self.max_tokens)
-        without = _expected(known[: j - 1]) / (costs.consume_seconds + costs.drafting(j) + verify(j))
-        _, with_it = best_length(known,
-                                 lambda k: costs.consume_seconds + costs.drafting(max(k, j)) + verify(k + 1),
-                                 smallest=j)
+        without = expected_tokens(known[: j - 1])[-1] / self._seconds(j - 1, j)
+        _, with_it = best_length(known, partial(self._seconds, drafted=j), smallest=j)
         return with_it > without
 
     def draft_more(self, confidences: list[float], room: int) -> bool:
@@ -173,9 +184,7 @@ class ConfidenceRule:
         j, longest = len(confidences), min(self.max_tokens, room)
         if self.probe or j >= longest:
             return self.probe and j < room
-        costs, verify = self.planner.costs, self.planner.verify
-        k, _ = best_length(self._estimates(confidences, longest),
-                           lambda k: costs.consume_seconds + costs.drafting(k) + verify(k + 1), smallest=j)
+        k, _ = best_length(self._estimates(confidences, longest), partial(self._seconds, drafted=j), smallest=j)
         return k > j
 
     def cut(self, confidences: list[float]) -> int:
@@ -183,15 +192,5 @@ class ConfidenceRule:
         positions to keep: the prefix length with the best rate, every drafter step already paid."""
         if self.probe:
             return len(confidences)
-        costs, verify = self.planner.costs, self.planner.verify
-        sunk = costs.consume_seconds + costs.drafting(len(confidences))
-        k, _ = best_length(self._estimates(confidences), lambda k: sunk + verify(k + 1))
+        k, _ = best_length(self._estimates(confidences), partial(self._seconds, drafted=len(confidences)))
         return k
-
-
-def _expected(probabilities: list[float]) -> float:
-    expected, reach = 1.0, 1.0
-    for a in probabilities:
-        reach *= a
-        expected += reach
-    return expected

@@ -46,7 +46,7 @@ from hf_dynaspec.modeling.acceptance_prior import AcceptancePrior
 def lattice_memory(prior: AcceptancePrior | None = None) -> PlannerMemory:
     """A lattice source's tables (`prior`: its measured acceptance, stored with the heads): confidence is keyed
     (position, bin), since a head's top probability means more or less at each position."""
-    return PlannerMemory(prior, confidence_bin_of=lambda key: key[1])
+    return PlannerMemory(prior, confidence_bin_at=1)
 
 
 class LatticeReader:

@@ -28,7 +28,6 @@ from hf_dynaspec.kernels.shortlist_head.torch_paths import (
     ShortlistHeadOutput,
     indexed_head_reference,
     ranked_head_reference,
-    shortlist_head_blocks,
 )
 
 logger = logging.get_logger(__name__)
@@ -47,13 +46,6 @@ def triton_available() -> bool:
     if os.environ.get("TRITON_INTERPRET") == "1":
         return True
     return torch.cuda.is_available()
-
-
-def shortlist_head(hidden: torch.Tensor, permuted_weight: torch.Tensor, block_starts: list[int],
-                   block_ends: list[int], token_order: torch.Tensor) -> ShortlistHeadOutput:
-    """Scores `[B, S]` (float32) and target ids `[S]` of the selected row blocks of a permuted head `[V, D]`
-    (block matmuls into one output; the CPU form)."""
-    return shortlist_head_blocks(hidden, permuted_weight, block_starts, block_ends, token_order)
 
 
 def indexed_head(hidden: torch.Tensor, weight: torch.Tensor, row_ids: torch.Tensor) -> ShortlistHeadOutput:

@@ -3,7 +3,7 @@
 - `ShortlistHeadOutput`: scores, column ids and the row-wise reductions. The Triton kernel fuses argmax, its
   token id, max, log-sum-exp and top probability into the matmul's epilogue; the torch paths compute them from
   the scores only when asked (a pass over `[B, S]` greedy drafting, which reads the scores anyway, skips).
-- `shortlist_head_blocks` (CPU): the selected row blocks of a cluster-permuted head, no row gather. A bf16 head
+- `shortlist_head` (CPU): the selected row blocks of a cluster-permuted head, no row gather. A bf16 head
   with at most `KERNEL_MAX_ROWS` hidden rows goes to the C kernel (`kernels/verify_rows`, `bf16_blocks_matmul`):
   one call streams every selected row once with float32 accumulation; otherwise each block is one BLAS matmul
   into its slice of one output. Why the kernel: on CPUs with native bf16 matmuls the full head runs at memory
@@ -27,7 +27,9 @@ class ShortlistHeadOutput:
     """scores `[B, S]` float32, token_ids `[S]` (target id of each column; -1 marks a padding column, scored
     -inf; None when the columns are the whole vocabulary in order), and the reductions over S: `argmax` `[B]`
     (first column on ties), `max` `[B]`, `logsumexp` `[B]` float32, and from them `argmax_token_ids` `[B]` and
-    `top_probability` `[B]` (the largest probability of the softmax over the columns scored)."""
+    `top_probability` `[B]` (the largest probability of the softmax over the columns scored). Reductions a kernel
+    fused are given; the others are computed from the scores when first read (plain properties: functools'
+    cached_property takes a lock on Python 3.11, which a compiled draft, drafting/captured.py, cannot trace)."""
 
     def __init__(self, scores: torch.Tensor, token_ids: torch.Tensor | None, argmax: torch.Tensor | None = None,
                  max: torch.Tensor | None = None, logsumexp: torch.Tensor | None = None,
@@ -130,7 +132,7 @@ def use_rows_kernel(hidden: torch.Tensor, permuted_weight: torch.Tensor) -> bool
 
 
 @torch.no_grad()
-def shortlist_head_blocks(
+def shortlist_head(
     hidden: torch.Tensor, permuted_weight: torch.Tensor, block_starts: list[int], block_ends: list[int],
     token_order: torch.Tensor,
 ) -> ShortlistHeadOutput:
