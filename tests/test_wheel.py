@@ -28,6 +28,9 @@ ASSISTANT = ROOT / "assistants" / TARGET
 
 QUICKSTART = textwrap.dedent('''
     import sys
+    import tempfile
+    from pathlib import Path
+
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
     import hf_dynaspec
@@ -43,6 +46,9 @@ QUICKSTART = textwrap.dedent('''
     out = model.generate(**inputs, assistant_model=assistant, max_new_tokens=32)
     plain = model.generate(**inputs, max_new_tokens=32)
     assert torch.equal(out, plain), "assisted output differs from plain generate()"
+    with tempfile.TemporaryDirectory() as saved:  # the model card's template is package data the wheel must carry
+        assistant.save_pretrained(saved)
+        assert "# hf-dynaspec assistant for" in (Path(saved) / "README.md").read_text()
     print("exact tau", assistant.stats.tau)
 ''')
 

@@ -1,4 +1,5 @@
-"""Model cards (README.md) for assistant artifacts, with huggingface_hub's ModelCard.
+"""Model cards (README.md) for assistant artifacts, with huggingface_hub's ModelCard: the text is a Jinja template
+(card_templates/assistant.md, medusa.md) that ModelCard renders.
 
 What the card says comes from the artifact itself: its config (target, drafter kind, shortlist components)
 and `card.json`, which the recipes fill with how the artifact was made (`training`: data, tokens, steps, wall
@@ -9,6 +10,7 @@ card without measurements says that none were recorded.
 from __future__ import annotations
 
 import json
+from importlib import resources
 from pathlib import Path
 
 CARD_DATA_NAME = "card.json"
@@ -72,7 +74,7 @@ def _training_text(training) -> str:
 
 def render_model_card(config, options, card_data: dict) -> str:
     """README.md text for an assistant with `config` (DynaSpecConfig) and `card_data` (see module docstring)."""
-    from huggingface_hub import ModelCard, ModelCardData
+    from huggingface_hub import ModelCardData
 
     target = config.target_name_or_path or "unknown"
     metadata = ModelCardData(
@@ -101,45 +103,16 @@ def render_model_card(config, options, card_data: dict) -> str:
         components.append(f"- FR-Spec frequency list: {config.frequency_list_size:,} ranked tokens")
     if config.vocabtrim_list_size:
         components.append(f"- VocabTrim list: {config.vocabtrim_list_size:,} ranked tokens")
-    training_text = _training_text(card_data.get("training"))
     results = card_data.get("results")
-    results_text = _results_table(results) if results else "No measurements were recorded with this artifact."
-    body = f"""
-# hf-dynaspec assistant for {target}
-
-A speculative-decoding assistant for `{target}` ({config.vocab_size:,}-token vocabulary): drafter {kind},
-{options.num_assistant_tokens} draft tokens per step. Verification uses the target's full vocabulary, so greedy
-output is the target's own (up to bf16 near-ties) and sampling keeps its distribution.
-
-## Use
-
-```python
-from transformers import AutoModelForCausalLM, AutoTokenizer
-from hf_dynaspec import DynaSpecAssistant
-
-model = AutoModelForCausalLM.from_pretrained("{target}")
-assistant = DynaSpecAssistant.from_pretrained("<this repo or directory>", target=model)
-out = model.generate(**inputs, assistant_model=assistant, max_new_tokens=128)
-```
-
-## Components
-
-{chr(10).join(components)}
-
-## How it was made
-
-{training_text}
-
-## Results
-
-{results_text}
-"""
-    return str(ModelCard.from_template(metadata, template_str="---\n{{ card_data }}\n---\n" + body))
+    return _rendered("assistant.md", metadata, target=target, vocab_size=f"{config.vocab_size:,}", kind=kind,
+                     num_assistant_tokens=options.num_assistant_tokens, components="\n".join(components),
+                     training=_training_text(card_data.get("training")),
+                     results=_results_table(results) if results else "No measurements were recorded with this artifact.")
 
 
 def render_medusa_card(config, card_data: dict) -> str:
     """README.md text for Medusa heads (`MedusaConfig`), from `card_data` as for assistants."""
-    from huggingface_hub import ModelCard, ModelCardData
+    from huggingface_hub import ModelCardData
 
     target = config.target_name_or_path or "unknown"
     metadata = ModelCardData(library_name="hf-dynaspec", tags=["speculative-decoding", "medusa"],
@@ -150,34 +123,16 @@ def render_medusa_card(config, card_data: dict) -> str:
     shortlist = (f"- FR-Spec list for shortlisted heads: {config.frequency_list_size:,} tokens"
                  if config.frequency_list_size else "- no shortlist stored")
     results = card_data.get("results")
-    body = f"""
-# Medusa heads for {target}
+    return _rendered("medusa.md", metadata, target=target, num_heads=config.num_heads, num_layers=config.num_layers,
+                     projection=projection, vocab_size=f"{config.vocab_size:,}", shortlist=shortlist,
+                     training=_training_text(card_data.get("training")),
+                     results=_results_table(results) if results else "No measurements were recorded with these heads.")
 
-{config.num_heads} Medusa heads ({config.num_layers} residual block(s) each, head k guessing the token k + 2 steps
-ahead) scoring {projection}; {config.vocab_size:,}-token vocabulary. Verification uses the target's full
-vocabulary: greedy output is the target's own (up to bf16 near-ties) and sampling keeps its distribution.
 
-## Use
+def _rendered(template: str, metadata, **values) -> str:
+    """The card from its Jinja template (card_templates/, package data), rendered by huggingface_hub's ModelCard:
+    the metadata as the YAML header, `values` in the body."""
+    from huggingface_hub import ModelCard
 
-```python
-from transformers import AutoModelForCausalLM
-from hf_dynaspec import MedusaAssistant, speculative_generate
-
-model = AutoModelForCausalLM.from_pretrained("{target}")
-heads = MedusaAssistant.from_pretrained("<this repo or directory>", target=model)
-out = model.generate(**inputs, custom_generate=speculative_generate, drafter=heads, lattice_draft="tree")
-```
-
-## Components
-
-{shortlist}
-
-## How it was made
-
-{_training_text(card_data.get("training"))}
-
-## Results
-
-{_results_table(results) if results else "No measurements were recorded with these heads."}
-"""
-    return str(ModelCard.from_template(metadata, template_str="---\n{{ card_data }}\n---\n" + body))
+    text = resources.files("hf_dynaspec.modeling").joinpath("card_templates", template).read_text()
+    return str(ModelCard.from_template(metadata, template_str=text, **values))
