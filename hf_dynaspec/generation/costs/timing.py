@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
 import torch
 
 from hf_dynaspec.generation.tree_verify import cache_kwargs
@@ -64,15 +65,7 @@ def verify_seconds(target, ids, cache, sizes, device) -> dict[int, float]:
 
 
 def interpolate(measured: dict[int, float], largest: int) -> list[float]:
-    """{n: seconds} at some n -> seconds for n = 1..largest, linear between measured sizes."""
+    """{n: seconds} at some n -> seconds for n = 1..largest, linear between measured sizes (the last one's past
+    them)."""
     sizes = sorted(measured)
-    values = []
-    for n in range(1, largest + 1):
-        low = max(s for s in sizes if s <= n)
-        high = min((s for s in sizes if s >= n), default=low)
-        if high == low:
-            values.append(measured[low])
-        else:
-            weight = (n - low) / (high - low)
-            values.append(measured[low] * (1 - weight) + measured[high] * weight)
-    return values
+    return np.interp(range(1, largest + 1), sizes, [measured[n] for n in sizes]).tolist()
