@@ -45,9 +45,11 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 from tqdm.auto import tqdm
+from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
 from hf_dynaspec.bench.results_table import host_description
 from hf_dynaspec.bench.summary import host_kind
+from hf_dynaspec.drafting.row_processing import SparseTopKTopP
 from hf_dynaspec.loading import encode_prompt, load_target, resolve_device
 from hf_dynaspec.zoo import published_sampling
 from recipes.build_features import pack_shard, shard_path
@@ -149,7 +151,8 @@ def generate_batch(model, tokenizer, prompts: list[str], max_new_tokens: int, ma
     try:
         device = model.get_input_embeddings().weight.device
         out = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device),
-                             **(sampling or {"do_sample": False}), max_new_tokens=max_new_tokens, pad_token_id=pad).cpu()
+                             **(sparse_sampling(sampling) if sampling else {"do_sample": False}),
+                             max_new_tokens=max_new_tokens, pad_token_id=pad).cpu()
     finally:
         hidden = recorder.close() if recorder is not None else None
     eos = model.generation_config.eos_token_id
@@ -167,6 +170,23 @@ def generate_batch(model, tokenizer, prompts: list[str], max_new_tokens: int, ma
             answer.hidden = hidden[row, start : start + len(token_ids)].cpu().clone()
         answers.append(answer)
     return answers
+
+
+def sparse_sampling(sampling: dict) -> dict:
+    """generate()'s keyword arguments for `sampling` with its temperature, top-k and top-p given as processors, the
+    pair as `SparseTopKTopP` (hf_dynaspec.drafting.row_processing: the same floats as transformers' pair, from the
+    few logits the top-k keeps): transformers' top-p sorts every row's whole vocabulary at each step, most of a
+    sampled step of a batch of 64 on a 150k vocabulary here. The same samples from the same seed
+    (tests/test_self_distill.py); transformers' own warpers where there is no top-k and top-p pair."""
+    if not sampling.get("top_k") or sampling.get("top_p", 1.0) >= 1.0:
+        return sampling
+    warpers = LogitsProcessorList()
+    if sampling.get("temperature", 1.0) != 1.0:
+        warpers.append(TemperatureLogitsWarper(sampling["temperature"]))
+    warpers.append(SparseTopKTopP(TopKLogitsWarper(sampling["top_k"]), TopPLogitsWarper(sampling["top_p"])))
+    # transformers adds no warper of its own at these values, and puts the given ones after its processors (the
+    # repetition penalty), where its own warpers would be.
+    return {**sampling, "temperature": 1.0, "top_k": 0, "top_p": 1.0, "logits_processor": warpers}
 
 
 def answer_batch(model, tokenizer, prompts: list[str], max_new_tokens: int, max_prompt_tokens: int) -> list[str]:

@@ -365,6 +365,36 @@ def test_self_distillation_samples_each_file_alike_when_resumed(tmp_path, monkey
     assert len(list(user_prompts(tmp_path / "whole"))) == 9
 
 
+@pytest.mark.parametrize("published", [
+    {"do_sample": True, "temperature": 0.7, "top_p": 0.8, "top_k": 20, "repetition_penalty": 1.1},  # Qwen2.5-Coder
+    {"do_sample": True, "top_k": 64, "top_p": 0.95},  # Gemma 3
+])
+def test_self_distillation_samples_through_the_sparse_warpers_as_transformers_does(published):
+    """--sample's warpers (`sparse_sampling`: the top-k and top-p pair computed from the kept logits) draw the very
+    samples transformers' own warpers draw from the same seed: the same distribution, only faster."""
+    from conftest import one_layer_target
+
+    from hf_dynaspec.drafting.row_processing import SparseTopKTopP
+    from recipes.self_distill import sparse_sampling
+
+    target = one_layer_target("qwen2", seed=3)
+    prompts = torch.randint(0, target.config.vocab_size, (3, 6), generator=torch.Generator().manual_seed(1))
+    sparse = sparse_sampling(published)
+    assert isinstance(sparse["logits_processor"][-1], SparseTopKTopP) and (sparse["top_k"], sparse["top_p"]) == (0, 1.0)
+    outputs = []
+    for settings in (published, sparse):
+        torch.manual_seed(11)
+        outputs.append(target.generate(prompts, attention_mask=torch.ones_like(prompts), **settings, max_new_tokens=40,
+                                       pad_token_id=0))
+    assert torch.equal(outputs[0], outputs[1])
+    # The check sees a difference in the distribution: the temperature left out draws other samples.
+    torch.manual_seed(11)
+    hotter = {**sparse, "logits_processor": sparse["logits_processor"][-1:]}
+    if published.get("temperature", 1.0) != 1.0:
+        assert not torch.equal(outputs[0], target.generate(prompts, attention_mask=torch.ones_like(prompts), **hotter,
+                                                           max_new_tokens=40, pad_token_id=0))
+
+
 def test_self_distillation_picks_bf16_only_where_the_cpu_multiplies_it_natively(tmp_path, monkeypatch):
     """--dtype auto loads the target in the precision the host computes natively; an explicit choice stands."""
     import recipes.self_distill as self_distill
