@@ -368,31 +368,35 @@ def test_self_distillation_samples_each_file_alike_when_resumed(tmp_path, monkey
 @pytest.mark.parametrize("published", [
     {"do_sample": True, "temperature": 0.7, "top_p": 0.8, "top_k": 20, "repetition_penalty": 1.1},  # Qwen2.5-Coder
     {"do_sample": True, "top_k": 64, "top_p": 0.95},  # Gemma 3
+    {"do_sample": True, "temperature": 1.3, "top_k": 40},  # a top-k alone
 ])
-def test_self_distillation_samples_through_the_sparse_warpers_as_transformers_does(published):
-    """--sample's warpers (`sparse_sampling`: the top-k and top-p pair computed from the kept logits) draw the very
-    samples transformers' own warpers draw from the same seed: the same distribution, only faster."""
+def test_self_distillation_samples_what_transformers_samples(published, monkeypatch):
+    """--sample's fast path (`sparse_sampling`: the sparse top-k/top-p warpers, then the package's draw under greedy
+    selection) draws the samples transformers' own sampling draws from the same seed when its draw,
+    torch.multinomial, is the package's (the same law: tests/test_enumeration.py): the same processed distribution
+    at every step, so the same law of answers."""
     from conftest import one_layer_target
 
-    from hf_dynaspec.drafting.row_processing import SparseTopKTopP
-    from recipes.self_distill import sparse_sampling
+    import hf_dynaspec.sampling as sampling
+    from recipes.self_distill import DrawnToken, sparse_sampling
 
     target = one_layer_target("qwen2", seed=3)
     prompts = torch.randint(0, target.config.vocab_size, (3, 6), generator=torch.Generator().manual_seed(1))
-    sparse = sparse_sampling(published)
-    assert isinstance(sparse["logits_processor"][-1], SparseTopKTopP) and (sparse["top_k"], sparse["top_p"]) == (0, 1.0)
-    outputs = []
-    for settings in (published, sparse):
+    fast = sparse_sampling(published, target.generation_config)
+    assert fast["do_sample"] is False and isinstance(fast["logits_processor"][-1], DrawnToken)
+    # Without a top-k transformers fills in its own default: its own sampling then (as with warpers of other kinds).
+    assert sparse_sampling({"do_sample": True, "top_p": 0.9}, target.generation_config) == {"do_sample": True, "top_p": 0.9}
+
+    def generated(settings):
         torch.manual_seed(11)
-        outputs.append(target.generate(prompts, attention_mask=torch.ones_like(prompts), **settings, max_new_tokens=40,
-                                       pad_token_id=0))
-    assert torch.equal(outputs[0], outputs[1])
-    # The check sees a difference in the distribution: the temperature left out draws other samples.
-    torch.manual_seed(11)
-    hotter = {**sparse, "logits_processor": sparse["logits_processor"][-1:]}
-    if published.get("temperature", 1.0) != 1.0:
-        assert not torch.equal(outputs[0], target.generate(prompts, attention_mask=torch.ones_like(prompts), **hotter,
-                                                           max_new_tokens=40, pad_token_id=0))
+        return target.generate(prompts, attention_mask=torch.ones_like(prompts), **settings, max_new_tokens=40,
+                               pad_token_id=0)
+
+    drawn = generated(fast)
+    monkeypatch.setattr(torch, "multinomial", lambda probs, num_samples: sampling.sample(probs))
+    assert torch.equal(drawn, generated(published))
+    # The check sees the distribution: a warper left out (the temperature, or the top-k) draws other samples.
+    assert not torch.equal(drawn, generated({**fast, "logits_processor": fast["logits_processor"][1:]}))
 
 
 def test_self_distillation_picks_bf16_only_where_the_cpu_multiplies_it_natively(tmp_path, monkeypatch):
