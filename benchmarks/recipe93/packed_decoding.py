@@ -16,7 +16,6 @@ from hf_dynaspec.bench.summary import host_kind
 from hf_dynaspec.kernels.verify_rows import patch
 from hf_dynaspec.loading import load_target
 
-
 PACKED_ROWS = (1, 512)  # a decoding step's rows: one per answer of the batch
 
 
