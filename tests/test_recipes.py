@@ -399,6 +399,25 @@ def test_self_distillation_samples_what_transformers_samples(published, monkeypa
     assert not torch.equal(drawn, generated({**fast, "logits_processor": fast["logits_processor"][1:]}))
 
 
+def test_the_drawn_token_is_the_package_samplers_draw_from_the_processed_distribution(monkeypatch):
+    """`DrawnToken` hands the package's sampler (whose law tests/test_sampler.py checks exactly) softmax(scores)
+    itself, and leaves the token it drew as the only finite score, the one greedy selection takes."""
+    import hf_dynaspec.sampling as sampling
+    from recipes.self_distill import DrawnToken
+
+    scores = torch.tensor([[0.5, float("-inf"), 2.0, -1.0], [float("-inf"), 0.0, 0.0, float("-inf")]])
+    seen = []
+
+    def chooser(probs, generator=None):
+        seen.append(probs)
+        return torch.tensor([[3], [1]])
+
+    monkeypatch.setattr(sampling, "sample", chooser)
+    drawn = DrawnToken()(None, scores)
+    assert torch.equal(seen[0], scores.softmax(-1))
+    assert drawn.argmax(-1).tolist() == [3, 1] and torch.isinf(drawn).sum().item() == 6
+
+
 def test_self_distillation_picks_bf16_only_where_the_cpu_multiplies_it_natively(tmp_path, monkeypatch):
     """--dtype auto loads the target in the precision the host computes natively; an explicit choice stands."""
     import recipes.self_distill as self_distill
