@@ -102,6 +102,48 @@ def copy_split(drafter, batches) -> dict:
             "top1_1_copyable": hits[True] / max(counts[True], 1), "top1_1_fresh": hits[False] / max(counts[False], 1)}
 
 
+def processed_probabilities(logits: torch.Tensor, temperature: float, top_k: int, top_p: float) -> torch.Tensor:
+    """Rows of a distribution's largest logits `[N, k]` (sorted, descending) -> the probabilities `[N, k]` that
+    transformers' temperature, top-k and top-p warpers leave (0 where they remove a token; top-p as TopPLogitsWarper:
+    the smallest-first tokens whose cumulative probability is at most 1 - top_p go, the largest always stays)."""
+    kept = logits[:, :top_k] / temperature
+    probs = kept.softmax(-1)
+    smallest_first = probs.flip(-1).cumsum(-1).flip(-1)  # at column i: the mass of tokens i.. (i and every smaller)
+    remove = smallest_first <= 1 - top_p
+    remove[:, 0] = False
+    probs = probs.masked_fill(remove, 0.0)
+    return torch.nn.functional.pad(probs / probs.sum(-1, keepdim=True), (0, logits.shape[1] - kept.shape[1]))
+
+
+@torch.no_grad()
+def sampled_acceptance(drafter, batches, depths: int, settings: tuple[float, int, float]) -> dict:
+    """Teacher-forced acceptance of a drawn draft at positions 1 .. `depths` under sampling with `settings`
+    (temperature, top-k, top-p): the mean over answer positions of sum_x min(p(x), q(x)), p the target's processed
+    distribution, q the drafter's (full-vocabulary logits through the same warpers), what speculative sampling accepts
+    a drawn token with. p is read from the features' top-k log-probabilities (the target's largest 16 at temperature
+    1: top-k 20 is applied to those 16, which leaves out at most the mass of ranks 17-20); the repetition penalty is
+    not applied. Position d > 1 runs on validate's passes (the drafter's own features, teacher-forced tokens)."""
+    temperature, top_k, top_p = settings
+    head = drafter.target.lm_head.weight
+    totals, counts = [0.0] * depths, [0] * depths
+    for batch in batches:
+        mask = batch.valid[:, 1:] & batch.valid[:, :-1]
+        for depth, predicted in enumerate(teacher_forced_passes(drafter, batch, depths)):
+            if depth:  # pass d pairs positions whose d earlier pairs are valid too (as validate)
+                mask = mask[:, 1:] & mask[:, :-1]
+            scored = mask & batch.response[:, depth + 1 :]
+            p = processed_probabilities(batch.topk_logp[:, depth + 1 :][scored], temperature, top_k, top_p)
+            p_ids = batch.topk_ids[:, depth + 1 :][scored]
+            for rows, row_p, row_ids in zip(predicted[scored].split(512), p.split(512), p_ids.split(512)):
+                values, ids = (rows @ head.T).float().topk(max(top_k, 1), dim=-1)
+                q = processed_probabilities(values, temperature, top_k, top_p)
+                # q at p's ids: q is 0 outside its own kept ids
+                q_at = torch.where(row_ids[:, :, None] == ids[:, None, :], q[:, None, :], 0.0).sum(-1)
+                totals[depth] += float(torch.minimum(row_p, q_at).sum())
+                counts[depth] += row_p.shape[0]
+    return {f"sampled_accept_{d + 1}": totals[d] / max(counts[d], 1) for d in range(depths)}
+
+
 def score(drafter, seqs, args) -> dict:
     """validate's agreement (+ simulated chain tau with --chain-tau) on `seqs`, with counts and target confidence."""
     batches = [collate(b, "cpu") for b in make_batches(seqs, args.tokens_per_batch, 0)]
@@ -110,6 +152,9 @@ def score(drafter, seqs, args) -> dict:
         metrics |= simulated_chain_tau(drafter, batches, [int(k) for k in args.chain_tau.split(",")])
     if args.copy_split:
         metrics |= copy_split(drafter, batches)
+    if args.sampled:
+        temperature, top_k, top_p = args.sampled.split(",")
+        metrics |= sampled_acceptance(drafter, batches, args.depths, (float(temperature), int(top_k), float(top_p)))
     answer_top1 = torch.cat([s.topk_logp[s.response][:, 0] for s in seqs]).exp()
     return metrics | {"target_top1_prob": float(answer_top1.mean()), "sequences": len(seqs),
                       "answer_tokens": len(answer_top1)}
@@ -156,6 +201,9 @@ def main(argv=None):
     parser.add_argument("--copy-split", action="store_true",
                         help="also split position-1 agreement on answers by whether the token repeats a bigram of "
                              "the text so far (see copy_split)")
+    parser.add_argument("--sampled", default="", metavar="T,K,P",
+                        help="also score acceptance of drawn drafts under temperature T, top-k K, top-p P (the "
+                             "target's published settings; see sampled_acceptance)")
     parser.add_argument("--categories", type=Path, default=None,
                         help="JSONL with a 'category' per sequence (in order): also report per category")
     parser.add_argument("--json", type=Path, default=None)

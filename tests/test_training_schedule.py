@@ -203,6 +203,44 @@ def test_simulated_chain_tau_counts_rounds_of_accepted_drafts_plus_the_targets_t
     assert tau == pytest.approx(generated / -(-generated // 2))
 
 
+def test_sampled_acceptance_sums_the_smaller_of_the_two_processed_distributions(tmp_path):
+    """Where the target's stored distribution is the drafter's own, a drawn draft is always accepted (1 at both
+    positions); moved by one position, the score equals sum_x min(p, q) computed with transformers' own warpers over
+    the whole vocabulary, position by position (an off-by-one in the pairing, or warpers that differ, fail here)."""
+    from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+    from hf_dynaspec import DynaSpecAssistant
+    from recipes.train_drafter import teacher_forced_passes
+    from recipes.training_data import collate, load_sequences
+
+    feature_agreement = _feature_agreement_module()
+    target, features = _features(tmp_path, num_sequences=3)
+    batch = collate(load_sequences(features / "shard_00000.safetensors"), "cpu")
+    drafter = DynaSpecAssistant.from_target(target).drafter.eval()
+    settings = (0.7, 6, 0.9)
+    with torch.no_grad():
+        logits = [(hidden @ target.lm_head.weight.T).float() for hidden in teacher_forced_passes(drafter, batch, 2)]
+    for depth in (1, 2):  # the target's distribution after x_{t+depth} is the drafter's depth-d guess there
+        top = logits[depth - 1].log_softmax(-1).topk(8, dim=-1)
+        batch.topk_logp[:, depth:], batch.topk_ids[:, depth:] = top.values, top.indices
+        scored = feature_agreement.sampled_acceptance(drafter, [batch], 2, settings)
+        assert scored[f"sampled_accept_{depth}"] == pytest.approx(1.0)
+    top = logits[0].log_softmax(-1).topk(8, dim=-1)
+    batch.topk_logp[:, 1:-1], batch.topk_ids[:, 1:-1] = top.values[:, 1:], top.indices[:, 1:]  # one position late
+
+    def warped(rows):
+        for warper in (TemperatureLogitsWarper(0.7), TopKLogitsWarper(6), TopPLogitsWarper(0.9)):
+            rows = warper(None, rows)
+        return rows.softmax(-1)
+
+    scored_rows = (batch.valid[:, 1:] & batch.valid[:, :-1] & batch.response[:, 1:])
+    stored = torch.full(logits[0].shape, float("-inf")).scatter_(-1, batch.topk_ids[:, 1:], batch.topk_logp[:, 1:])
+    p, q = warped(stored[scored_rows]), warped(logits[0][scored_rows])
+    expected = float(torch.minimum(p, q).sum(-1).mean())
+    measured = feature_agreement.sampled_acceptance(drafter, [batch], 1, settings)["sampled_accept_1"]
+    assert measured == pytest.approx(expected, abs=1e-5) and measured < 0.9
+
+
 def _feature_agreement_module():
     import importlib.util
     from pathlib import Path
@@ -240,7 +278,7 @@ def test_agreement_of_a_fused_drafter_reads_the_fused_states_its_features_hold(t
                             "--features", f"f={features}"])
     results = json.loads((tmp_path / "out.json").read_text())["results"]
     args = feature_agreement.argparse.Namespace(tokens_per_batch=2048, depths=2, answers_only=False, chain_tau="",
-                                                copy_split=False)
+                                                copy_split=False, sampled="")
     sequences = load_sequences(features / "shard_00000.safetensors", fused=True)
     for name in ("fused", "plain"):
         drafter = DynaSpecAssistant.from_pretrained(tmp_path / name, target=target).drafter.eval()
