@@ -236,11 +236,47 @@ def test_fused_top_k_top_p_at_a_real_vocabulary():
         assert torch.equal(SparseTopKTopP(*pair)(torch.zeros(1, 1, dtype=torch.long), scores.clone()), expected)
 
 
-@pytest.mark.parametrize("case", ["nan", "+inf", "fewer finite than k", "dense", "filter value"])
+def _dense_top_p_calls(monkeypatch) -> list:
+    """The rows transformers' own top-p was called on (`[B, V]` copies), in order."""
+    rows, dense = [], TopPLogitsWarper.__call__
+
+    def recorded(self, input_ids, scores):
+        rows.append(scores.clone())
+        return dense(self, input_ids, scores)
+
+    monkeypatch.setattr(TopPLogitsWarper, "__call__", recorded)
+    return rows
+
+
+@pytest.mark.parametrize("case", ["cut through equal logits", "dense"])
+def test_a_top_p_the_fused_path_cannot_prove_is_transformers_own_on_the_top_k(case, monkeypatch):
+    """Where the top-p cut falls between equal logits (torch.sort's own order decides) or the top-k keeps too many
+    for the sparse cut, the fused path finds the top-k itself and hands its result to transformers' top-p, once:
+    the row it hands over is the top-k's, bit for bit, and the result the pair's."""
+    calls, dense = _fused_calls(monkeypatch), _dense_top_p_calls(monkeypatch)
+    if case == "dense":
+        scores, top_k, top_p = _tempered(1, seed=5), TopKLogitsWarper(ROW // 4), TopPLogitsWarper(0.8)
+    else:
+        scores = torch.full((1, ROW), -5.0)
+        scores[0, [3, 900, 1700, 2500, 4000]] = 1.0  # five equal tokens, 0.2 each of the kept mass
+        scores[0, 50] = 2.0
+        top_k, top_p = TopKLogitsWarper(6), TopPLogitsWarper(0.5)
+    ids = torch.zeros(1, 1, dtype=torch.long)
+    after_top_k = top_k(ids, scores.clone())
+    expected = top_p(ids, after_top_k.clone())
+    if case != "dense":
+        assert 1 < int((expected > float("-inf")).sum()) < 6, "the cut must fall among the equal tokens"
+    dense.clear()
+    got = SparseTopKTopP(top_k, top_p)(ids, scores.clone())
+    assert torch.equal(got, expected) and len(calls) == 1 and calls[0] is not None
+    assert len(dense) == 1 and torch.equal(dense[0], after_top_k)
+
+
+@pytest.mark.parametrize("case", ["nan", "+inf", "fewer finite than k", "filter value"])
 def test_rows_the_fused_path_cannot_prove_go_to_transformers(case, monkeypatch):
     calls = _fused_calls(monkeypatch)
     scores = _tempered(1, seed=5)
-    top_k = TopKLogitsWarper(ROW // 4 if case == "dense" else 20)
+    top_k = TopKLogitsWarper(20)
     top_p = TopPLogitsWarper(0.8, filter_value=-1e4 if case == "filter value" else float("-inf"))
     if case == "nan":
         scores[0, 7] = float("nan")

@@ -137,8 +137,18 @@ class SparseTopKTopP(LogitsProcessor):
         if not bool(torch.isfinite(top.values[0]) & torch.isfinite(top.values[k - 1])):
             return None
         if top.values.shape[0] > k and bool(top.values[k] < top.values[k - 1]):
-            return self.top_p.cut(row, top.indices[:k])  # exactly k entries are >= the k-th value
-        return self.top_p.cut(row, (row >= top.values[k - 1]).nonzero().squeeze(1))
+            kept = top.indices[:k]  # exactly k entries are >= the k-th value
+        else:
+            kept = (row >= top.values[k - 1]).nonzero().squeeze(1)
+        cut = self.top_p.cut(row, kept)
+        if cut is not None:
+            return cut
+        # The top-p cut cannot be proven from the kept entries (it splits equal logits, or they are many): transformers'
+        # top-p on the top-k's result, which is `kept` in a row of -inf (no second top-k pass over the row, no second
+        # sparse attempt): 31% of a sampled Gemma-3-270M call's rows, bf16 logits being often equal.
+        top_k_result = row.new_full(row.shape, self.top_k.filter_value)
+        top_k_result[kept] = row[kept]
+        return TopPLogitsWarper.__call__(self.top_p, None, top_k_result[None])[0]
 
 
 # The processors whose result on a row set equals their result on the widened logits, restricted to the rows.
