@@ -35,6 +35,7 @@ import copy
 from dataclasses import dataclass
 
 import torch
+from torch.nn.utils.rnn import pad_sequence
 from transformers.cache_utils import DynamicCache
 from transformers.generation.logits_process import LogitsProcessorList, PrefixConstrainedLogitsProcessor
 from transformers.generation.utils import GenerateDecoderOnlyOutput
@@ -274,13 +275,8 @@ def _accepted_paths(rows: list, trees: list, logits: torch.Tensor, processors: l
         return [accept_path(tree, row_logits, row.sequence, processors[row.index], do_sample)
                 for row, tree, row_logits in zip(rows, trees, rows_logits)]
     walks = [GreedyWalk.on_device(tree, row_logits) for tree, row_logits in zip(trees, rows_logits)]
-    host = torch.cat([walk.host for walk in walks]).tolist()  # the round's one read of every row's path
-    paths, start = [], 0
-    for walk in walks:
-        size = walk.host.shape[0]
-        paths.append(walk.finish(host[start : start + size]))
-        start += size
-    return paths
+    host = _read_rows([walk.host for walk in walks])  # the round's one read of every row's path
+    return [walk.finish(row) for walk, row in zip(walks, host)]
 
 
 def _stop_flags(rows: list, paths: list, stopping_criteria) -> list[list[bool]]:
@@ -292,12 +288,12 @@ def _stop_flags(rows: list, paths: list, stopping_criteria) -> list[list[bool]]:
         length = row.sequence.shape[1]
         flags.append(torch.stack([stopping_criteria(extended[:, : length + i + 1], processed).any()
                                   for i, processed in enumerate(path.scores)]))
-    host = torch.cat(flags).tolist()
-    split, start = [], 0
-    for row_flags in flags:
-        split.append(host[start : start + row_flags.shape[0]])
-        start += row_flags.shape[0]
-    return split
+    return _read_rows(flags)
+
+
+def _read_rows(rows: list[torch.Tensor]) -> list[list]:
+    """Each of `rows` (1-D, on the device) as a host list, read in one copy for them all."""
+    return [row.tolist() for row in torch.cat(rows).cpu().split([row.shape[0] for row in rows])]
 
 
 class _Lockstep:
@@ -359,8 +355,5 @@ def _pad_token(generation_config, input_ids: torch.Tensor) -> int:
 
 
 def _pad_together(rows: list, pad: int) -> torch.Tensor:
-    """Every row's sequence, right-padded with `pad` to the longest, in the caller's order `[B, L + n]`."""
-    longest = max(row.sequence.shape[1] for row in rows)
-    ordered = sorted(rows, key=lambda row: row.index)
-    return torch.cat([torch.nn.functional.pad(row.sequence, (0, longest - row.sequence.shape[1]), value=pad)
-                      for row in ordered])
+    """Every row's sequence (`rows` in the caller's order), right-padded with `pad` to the longest `[B, L + n]`."""
+    return pad_sequence([row.sequence[0] for row in rows], batch_first=True, padding_value=pad)
