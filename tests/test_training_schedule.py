@@ -308,7 +308,7 @@ def test_per_category_agreement_scores_exactly_each_categorys_sequences(tmp_path
     sequences = load_sequences(features / "shard_00000.safetensors")
     drafter = DynaSpecAssistant.from_pretrained(tmp_path / "drafter", target=target).drafter.eval()
     args = feature_agreement.argparse.Namespace(tokens_per_batch=2048, depths=2, answers_only=False, chain_tau="2",
-                                                copy_split=True)
+                                                copy_split=True, sampled="")
     for category in ("code", "chat", "math"):
         alone = feature_agreement.score(drafter, [s for s, c in zip(sequences, labels) if c == category], args)
         assert results[f"d on f [{category}]"] == pytest.approx(alone)

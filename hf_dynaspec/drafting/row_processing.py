@@ -143,10 +143,8 @@ class SparseTopKTopP(LogitsProcessor):
         cut = self.top_p.cut(row, kept)
         if cut is not None:
             return cut
-        # The top-p cut cannot be proven from the kept entries (it splits equal logits, or they are many): transformers'
-        # top-p on the top-k's result, which is `kept` in a row of -inf (no second top-k pass over the row, no second
-        # sparse attempt): 121 of 445 rows of sampled Gemma-3-270M calls, bf16 logits being often equal
-        # (benchmarks/results/round_93/sampled_round_profile_gemma.txt).
+        # A cut not proven (it splits equal logits: 121 of 445 sampled Gemma-3-270M rows, round_93/sampled_round_profile_gemma.txt):
+        # transformers' top-p on the top-k's result, `kept` in a row of -inf (no second top-k over the row).
         top_k_result = row.new_full(row.shape, self.top_k.filter_value)
         top_k_result[kept] = row[kept]
         return TopPLogitsWarper.__call__(self.top_p, None, top_k_result[None])[0]

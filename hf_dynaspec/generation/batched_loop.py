@@ -32,6 +32,7 @@ Legend: B rows, A active rows, L padded prompt length, T cache slots, N nodes of
 from __future__ import annotations
 
 import copy
+import itertools
 from dataclasses import dataclass
 
 import torch
@@ -293,7 +294,8 @@ def _stop_flags(rows: list, paths: list, stopping_criteria) -> list[list[bool]]:
 
 def _read_rows(rows: list[torch.Tensor]) -> list[list]:
     """Each of `rows` (1-D, on the device) as a host list, read in one copy for them all."""
-    return [row.tolist() for row in torch.cat(rows).cpu().split([row.shape[0] for row in rows])]
+    host, ends = torch.cat(rows).tolist(), list(itertools.accumulate(row.shape[0] for row in rows))
+    return [host[end - row.shape[0] : end] for row, end in zip(rows, ends)]
 
 
 class _Lockstep:
