@@ -32,7 +32,6 @@ Legend: B rows, A active rows, L padded prompt length, T cache slots, N nodes of
 from __future__ import annotations
 
 import copy
-import itertools
 from dataclasses import dataclass
 
 import torch
@@ -294,8 +293,11 @@ def _stop_flags(rows: list, paths: list, stopping_criteria) -> list[list[bool]]:
 
 def _read_rows(rows: list[torch.Tensor]) -> list[list]:
     """Each of `rows` (1-D, on the device) as a host list, read in one copy for them all."""
-    host, ends = torch.cat(rows).tolist(), list(itertools.accumulate(row.shape[0] for row in rows))
-    return [host[end - row.shape[0] : end] for row, end in zip(rows, ends)]
+    host, start, split = torch.cat(rows).tolist(), 0, []
+    for row in rows:
+        split.append(host[start : start + row.shape[0]])
+        start += row.shape[0]
+    return split
 
 
 class _Lockstep:
