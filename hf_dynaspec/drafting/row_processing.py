@@ -145,8 +145,7 @@ class SparseTopKTopP(LogitsProcessor):
             return cut
         # A cut not proven (it splits equal logits: 121 of 445 sampled Gemma-3-270M rows, round_93/sampled_round_profile_gemma.txt):
         # transformers' top-p on the top-k's result, `kept` in a row of -inf (no second top-k over the row).
-        top_k_result = row.new_full(row.shape, self.top_k.filter_value)
-        top_k_result[kept] = row[kept]
+        top_k_result = row.new_full(row.shape, self.top_k.filter_value).index_copy_(0, kept, row[kept])
         return TopPLogitsWarper.__call__(self.top_p, None, top_k_result[None])[0]
 
 
