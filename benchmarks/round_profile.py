@@ -3,7 +3,7 @@
     python benchmarks/round_profile.py --target qwen2.5-coder-0.5b-instruct --drafter-row-cap 16 \
         --json benchmarks/results/round_profile_05b.json
 
-Wraps the target's forward, the drafter's steps (shortlist head included) and prompt lookup with wall-clock timers
+Wraps the target's forward, the drafter's steps (shortlist head included) and the lookups (prompt lookup, suffix cache) with wall-clock timers
 during greedy assisted generation (bf16, the CPU verification kernel on), and plain generation on the same
 prompts, interleaved. "other" is the rest of the generate() loop: transformers' candidate verification, cache
 cropping, stopping criteria, our candidate generator's bookkeeping. It answers: how far is the measured
@@ -24,7 +24,7 @@ import torch
 from hf_dynaspec.bench.prompts import encode_prompt, load_prompts
 from hf_dynaspec.bench.runner import load_assistant, load_target
 from hf_dynaspec.drafting.chain import ChainDraftSession
-from hf_dynaspec.generation.candidate_generator import EagleCandidateGenerator
+from hf_dynaspec.drafting.lookup import CopyProposer, PromptLookup, SuffixCacheProposer
 from hf_dynaspec.kernels.verify_rows import patch as cpu_verify
 
 PROMPT_FILES = "../shared/data/eval/spec_bench_dev.jsonl,../shared/data/eval/humaneval_dev.jsonl"
@@ -78,7 +78,9 @@ def main(argv=None):
     timers = Timers()
     timers.wrap(ChainDraftSession, "consume_verified", "drafter: verified positions")
     timers.wrap(ChainDraftSession, "draft", "drafter: draft steps")
-    timers.wrap(EagleCandidateGenerator, "_look_up", "prompt lookup")
+    for owner in (PromptLookup, SuffixCacheProposer):  # the copies' matching (each round) and their drafts
+        timers.wrap(owner, "offer", "lookups")
+    timers.wrap(CopyProposer, "draft", "lookups")
     forward = model.forward
     target_seconds = defaultdict(list)  # new tokens per forward -> seconds
 
