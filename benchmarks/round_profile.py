@@ -3,9 +3,9 @@
     python benchmarks/round_profile.py --target qwen2.5-coder-0.5b-instruct --drafter-row-cap 16 \
         --json benchmarks/results/round_profile_05b.json
 
-Wraps the target's forward, the drafter's steps (shortlist head included) and the lookups (prompt lookup, suffix cache) with wall-clock timers
-during greedy assisted generation (bf16, the CPU verification kernel on), and plain generation on the same
-prompts, interleaved. "other" is the rest of the generate() loop: transformers' candidate verification, cache
+Wraps the target's forward, the drafter's steps (shortlist head included) and the lookups (prompt lookup, suffix
+cache) with wall-clock timers during greedy assisted generation (bf16, the CPU verification kernel on), and plain
+generation on the same prompts, interleaved. "other" is the rest of the generate() loop: transformers' candidate verification, cache
 cropping, stopping criteria, our candidate generator's bookkeeping. It answers: how far is the measured
 decode speed from what tau and the forward costs alone would give?
 """

@@ -241,8 +241,11 @@ def compiled_steps(model) -> dict | None:
     drops the Python but runs PyTorch's Linear layers (benchmarks/results/compiled_91/). Prefills stay eager.
 
     `dynamic=None` (dynamo's automatic dynamic shapes): the first cache capacity compiles static shapes, a second
-    one recompiles once with the capacity symbolic, and no later capacity recompiles. The first call pays the
-    compile (a 0.5B on 2 cores: ~40 s cold, ~12 s from Inductor's on-disk cache in later processes; logged).
+    one recompiles once with the capacity symbolic, and no later capacity recompiles; a model with sliding-window
+    layers (Gemma-3: 512 tokens) recompiles once more the first time such a layer's cache is full and rolls (a prompt
+    and its new tokens past the window; ~11 s for Gemma-3-270M here, benchmarks/results/round_93/sampled_gemma_warm.md).
+    The first call pays the compile (a 0.5B on 2 cores: ~40 s cold, ~12 s from Inductor's on-disk cache in later
+    processes; logged).
     Returns the generation-config values it replaced (for `undo`), or None where a compile does not apply (logged)."""
     from transformers import CompileConfig
 
