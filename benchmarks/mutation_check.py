@@ -687,7 +687,7 @@ MUTATIONS = [
              "    spare = logits.new_zeros((logits.shape[0], 1))", ["tests/test_row_processing.py"], select="spare_column"),
     Mutation("assistant_model= route: the target's top-k / top-p left to transformers' sort",
              "hf_dynaspec/generation/hook.py",
-             "            args, kwargs = _with_sparse_warpers(signature, self, args, kwargs)\n", "",
+             "            args, kwargs = _with_sparse_warpers(bound)\n", "",
              ["tests/test_row_processing.py"], select="fused_warpers"),
     Mutation("for_target: the drafter-free defaults override the caller's options", "hf_dynaspec/modeling/assistant.py",
              "{**DRAFTER_FREE_OPTIONS, **options}", "{**options, **DRAFTER_FREE_OPTIONS}", ["tests/test_drafter_free.py"],

@@ -188,15 +188,15 @@ def _wrap_speculative_sampling() -> str | None:
     return None
 
 
-def _batched_call(model, signature, args, kwargs):
+def _batched_call(model, bound):
     """A batch (several prompts, or a padded one) on the `assistant_model=` route: transformers' assisted loop keeps
     one accepted length per step for the whole batch, so it cannot let rows accept different numbers of tokens.
     The call goes to the public chain route instead (hf_dynaspec.generation.batched_loop), with the same
-    processors, stopping criteria and options; -> a thunk running it, or None for one unpadded prompt."""
+    processors, stopping criteria and options (`bound`: the call's arguments bound to `_assisted_decoding`'s
+    signature); -> a thunk running it, or None for one unpadded prompt."""
     from hf_dynaspec.generation.public_loop import is_batched
     from hf_dynaspec.generation.speculative import speculative_generate
 
-    bound = signature.bind(model, *args, **kwargs)
     arguments = dict(bound.arguments)
     model_kwargs = dict(arguments.pop("model_kwargs", {}) or {})
     if not is_batched(arguments["input_ids"], model_kwargs):
@@ -213,11 +213,10 @@ def _batched_call(model, signature, args, kwargs):
                              drafter=arguments["assistant_model"], **model_kwargs)
 
 
-def _with_sparse_warpers(signature, model, args, kwargs):
-    """The call's arguments with its top-k and top-p processors as `SparseTopKTopP` / `SparseTopP` (transformers'
-    results from the few logits a top-k keeps, hf_dynaspec.drafting.row_processing): the target's verification runs
-    them per position."""
-    bound = signature.bind(model, *args, **kwargs)
+def _with_sparse_warpers(bound):
+    """The call's arguments (`bound`, as above; -> args without the model, kwargs) with its top-k and top-p
+    processors as `SparseTopKTopP` / `SparseTopP` (transformers' results from the few logits a top-k keeps,
+    hf_dynaspec.drafting.row_processing): the target's verification runs them per position."""
     bound.arguments["logits_processor"] = with_sparse_warpers(bound.arguments["logits_processor"])
     return bound.args[1:], bound.kwargs
 
@@ -230,17 +229,18 @@ def _wrap_assisted_decoding() -> str | None:
     if problem:
         return problem
     original = GenerationMixin._assisted_decoding
-    signature = inspect.signature(original)  # read once: ~0.13 ms of every call otherwise
+    signature = inspect.signature(original)  # read once, and a call's arguments bound once
 
     @functools.wraps(original)
     def _assisted_decoding(self, *args, **kwargs):
         assistant = kwargs.get("assistant_model")
         refuse_if_route_disabled(assistant)
         if isinstance(assistant, DynaSpecAssistant):
-            batched = _batched_call(self, signature, args, kwargs)
+            bound = signature.bind(self, *args, **kwargs)
+            batched = _batched_call(self, bound)
             if batched is not None:
                 return batched()
-            args, kwargs = _with_sparse_warpers(signature, self, args, kwargs)
+            args, kwargs = _with_sparse_warpers(bound)
         options = getattr(assistant, "generation_config", None)
         if (isinstance(assistant, DynaSpecAssistant) and options.draft_plan == "auto"
                 and options.target_verify_kernel == "auto"):
