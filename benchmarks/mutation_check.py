@@ -24,6 +24,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 import xml.etree.ElementTree as ElementTree
 from dataclasses import dataclass
 from pathlib import Path
@@ -141,11 +142,11 @@ MUTATIONS = [
     Mutation("tree drafting: a frontier node sees every earlier node", "hf_dynaspec/drafting/tree.py",
              "            tree_rows = tree_rows[best // k]\n",
              "            tree_rows = torch.ones_like(tree_rows[best // k])\n", ["tests/test_tree.py"],
-             select="not sampling and not residual"),
+             select="not sampl and not residual"),
     Mutation("tree greedy path: the shallowest matching node ends the path", "hf_dynaspec/generation/tree_verify.py",
              "last = torch.where(on_path, tree.depths, -1).argmax(dim=0, keepdim=True)",
              "last = torch.where(on_path, -tree.depths, -99).argmax(dim=0, keepdim=True)", ["tests/test_tree.py"],
-             select="not sampling and not residual"),
+             select="not sampl and not residual"),
     Mutation("tree sibling trial not renormalised (a later sibling tried with its plain p)",
              "hf_dynaspec/generation/tree_verify.py",
              "mass / remaining.clamp(min=torch.finfo(probs.dtype).tiny)", "mass", ["tests/test_enumeration.py"],
@@ -901,17 +902,18 @@ def run_all(chosen: list[Mutation], jobs: int, threads: dict, report) -> list[di
     gc.collect()
     gc.freeze()
     results: dict[int, dict] = {}
-    running: dict[int, tuple[int, tempfile.TemporaryDirectory]] = {}  # pid -> (index, its folder)
+    running: dict[int, tuple[int, tempfile.TemporaryDirectory, float]] = {}  # pid -> (index, its folder, start)
     pending = list(enumerate(chosen))
     reported = 0
     while pending or running:
         while pending and len(running) < max(jobs, 1):
             index, mutation = pending.pop(0)
             folder = tempfile.TemporaryDirectory()
-            running[start(mutation, Path(folder.name), threads)] = (index, folder)
+            began = time.perf_counter()
+            running[start(mutation, Path(folder.name), threads)] = (index, folder, began)
         pid, _ = os.wait()
-        index, folder = running.pop(pid)
-        results[index] = collect(chosen[index], Path(folder.name))
+        index, folder, began = running.pop(pid)
+        results[index] = {**collect(chosen[index], Path(folder.name)), "seconds": round(time.perf_counter() - began, 1)}
         folder.cleanup()
         while reported in results:
             report(results[reported])
@@ -937,7 +939,8 @@ def main() -> None:
     threads = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"} if args.jobs > 1 else {}
 
     def report(result: dict) -> None:
-        print(f"{'CAUGHT' if result['caught'] else 'MISSED'}  {result['mutation']}: {result['summary']}", flush=True)
+        print(f"{'CAUGHT' if result['caught'] else 'MISSED'}  {result['mutation']}: {result['summary']} "
+              f"({result['seconds']} s)", flush=True)
         for test in result["by_assertion"]:
             print(f"    assert  {test}")
         for test in result["crashes"]:

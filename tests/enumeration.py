@@ -191,7 +191,8 @@ def outcome_distribution(weighted: list[tuple[float, tuple]]) -> dict[tuple, flo
 
 
 def max_error(joint: dict[tuple, float], reference: dict[tuple, float]) -> float:
-    return max(abs(joint[k] - reference[k]) for k in reference)
+    """The largest difference over every outcome either gives a probability (an outcome one lacks has 0)."""
+    return max(abs(joint.get(k, 0.0) - reference.get(k, 0.0)) for k in joint.keys() | reference.keys())
 
 
 # -- one chain round (model.generate(assistant_model=...)'s code path) --------------------------------------

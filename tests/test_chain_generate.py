@@ -6,8 +6,10 @@ on the public route, greedy token-identical to plain generate() and sampling exa
   every lookup source and the confidence stop, with each source shown to have drafted;
 - the exact enumeration of whole sampled chain_generate calls (every random choice followed: the prefill's
   token, the verifier's accept tests, the residual draws), fixed and planned, against the target's joint
-  distribution of the new tokens;
-- each shipped assistant as loaded (real models, fp32): token-identical on both routes.
+  distribution of the new tokens.
+
+Each shipped assistant as loaded (real models, fp32) is token-identical on both routes in tests/test_real_model.py
+(Qwen2.5-Coder-0.5B) and tests/test_real_families.py (Gemma-3-270M).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from test_enumeration import PROMPT, TOLERANCE, VOCAB, processors
 from test_planned_rounds import repeating_prompt
 from test_planner import flat_costs
 
-from hf_dynaspec import DynaSpecAssistant, speculative_generate, zoo
+from hf_dynaspec import speculative_generate
 from hf_dynaspec.drafting.lookup import SuffixCache
 from hf_dynaspec.drafting.planning.core import PlannerMemory
 from hf_dynaspec.generation import rounds as cg
@@ -122,28 +124,6 @@ def test_sampled_chain_generate_is_exact(monkeypatch, options):
     oracle = TargetOracle(target, processors("temperature"))
     assert max_error(outcomes, target_joint(oracle, PROMPT, 4)) < TOLERANCE
     assert max(drafted) >= 2, "the calls must have verified drafts"
-
-
-@pytest.mark.real_model
-@pytest.mark.parametrize("name", ["qwen2.5-coder-0.5b-instruct", "gemma-3-270m"])
-def test_each_shipped_assistant_as_loaded_is_exact_on_the_public_route(name):
-    from pathlib import Path
-
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    path, shipped = zoo.cached_path(name), Path(__file__).resolve().parents[1] / "assistants" / name
-    if path is None:
-        pytest.fail(f"{name} is not cached: run `hf-dynaspec models fetch {name}` first (.ci/run does).")
-    target = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    assistant = DynaSpecAssistant.from_pretrained(shipped, target=target)
-    assert assistant.generation_config.prompt_lookup_num_tokens > 0  # as shipped: the option the route refused
-    for text in ("def fibonacci(n):", "Write a haiku about the sea."):
-        prompt = tokenizer(text, return_tensors="pt")["input_ids"]
-        expected = target.generate(prompt, attention_mask=torch.ones_like(prompt), do_sample=False, max_new_tokens=40)
-        assert torch.equal(public(target, assistant, prompt, do_sample=False, max_new_tokens=40), expected)
-        assert torch.equal(target.generate(prompt, attention_mask=torch.ones_like(prompt), do_sample=False,
-                                           max_new_tokens=40, assistant_model=assistant), expected)
 
 
 @pytest.mark.parametrize("asked", [False, True], ids=["not-asked", "output_scores"])

@@ -6,6 +6,8 @@ not cached these tests are deselected by the marker, never silently passed.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from transformers import StoppingCriteriaList, StopStringCriteria
@@ -58,18 +60,28 @@ def generate(model, ids, **kwargs):
     return model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=32, **kwargs)[0, ids.shape[1]:]
 
 
-def plain_and_assisted(model_dir, dtype):
-    """(prompt ids, plain greedy tokens, assisted greedy tokens) for each prompt."""
+def plain_and_assisted(model_dir, dtype, routes: tuple[str, ...] = ("assistant_model",)):
+    """(model, prompt ids, plain greedy tokens, assisted greedy tokens of each route) for each prompt; the routes:
+    "assistant_model" (`assistant_model=`) and "custom_generate" (`custom_generate=speculative_generate`)."""
     model, tokenizer = load(model_dir, dtype)
     assistant = assistant_for(model)
+    by_route = {"assistant_model": dict(assistant_model=assistant),
+                "custom_generate": dict(custom_generate=speculative_generate, drafter=assistant)}
     for text in PROMPTS:
         ids = prompt_ids(tokenizer, text)
-        yield model, ids, generate(model, ids), generate(model, ids, assistant_model=assistant)
+        yield model, ids, generate(model, ids), *(generate(model, ids, **by_route[route]) for route in routes)
 
 
 def test_fp32_greedy_identical(model_dir):
-    for _, ids, plain, assisted in plain_and_assisted(model_dir, torch.float32):
-        assert torch.equal(plain, assisted), (ids, plain, assisted)
+    """The shipped assistant as loaded (prompt lookup and the suffix cache on), on both chain routes."""
+    from hf_dynaspec.bench.runner import shipped_assistant_dir
+
+    options = json.loads((shipped_assistant_dir(NAME) / "generation_config.json").read_text())
+    assert options["prompt_lookup_num_tokens"] > 0 and options["suffix_cache_num_tokens"] > 0  # as shipped
+    for _, ids, plain, chained, public in plain_and_assisted(model_dir, torch.float32,
+                                                              ("assistant_model", "custom_generate")):
+        assert torch.equal(plain, chained), (ids, plain, chained)
+        assert torch.equal(plain, public), (ids, plain, public)
 
 
 def assert_every_token_near_greedy(model, ids, tokens, tolerance=1.0):

@@ -1,32 +1,47 @@
-"""Sampling with the assistant must leave the target's distribution unchanged.
+"""Sampling with the assistant must leave the target's distribution unchanged, through whole
+`generate(assistant_model=...)` calls: several rounds, with the drafter's state carried between them.
 
-On a target with an 8-token vocabulary the exact distribution of the tokens that go through the
-accept/reject step is computed by enumeration; thousands of assisted samples must fit it (chi-square).
-The same test must reject two deliberately broken samplers, which shows it is strong enough to catch a
-wrong residual distribution or draft logits that are not the ones the draft was sampled from.
+- Every option, exactly. Each call's random choices are enumerated (tests/enumeration.py: the drafts, the
+  verifier's accept tests, the residual and bonus draws), at top-k 3 on an 8-token vocabulary, so that a call of
+  4 new tokens has at most a few thousand paths. The distribution of the 4 tokens must equal the target's joint
+  distribution to 1e-6 (a 5% shift of one cell was what a chi-square fit of 6,000 samples could see). Broken
+  rules (the old confidence rule, lookup drafts verified as certain) are seen far above that. The residual over
+  the whole vocabulary is enumerated round by round in test_enumeration.py, for every option.
+- The real draws, sampled. 6,000 whole calls at temperature 0.8 and no top-k must fit the target's exact
+  distribution (chi-square). The same fit must reject two deliberately broken samplers from 1,500 samples, which
+  shows it is strong enough to catch a wrong residual distribution or draft logits that are not the ones the
+  draft was sampled from.
 """
 
 from __future__ import annotations
 
+import copy
 import itertools
 
 import pytest
 import torch
 import transformers.generation.utils as generation_utils
 from conftest import imitating_assistant, one_layer_target
+from enumeration import TargetOracle, enumerate_paths, max_error, outcome_distribution, target_joint
 from scipy.stats import chisquare
+from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper
 
 from hf_dynaspec.drafting.chain import ChainDraftSession
 
 VOCAB = 8
 PROMPT = torch.tensor([[1, 4, 2]])
-# Enough to see a 5% shift of a cell's probability: the old confidence rule (a shift of 0.05 on a 0.5 cell) fit
-# with p = 0.058 at 1,500 samples; at 6,000 test_fit_rejects_the_old_confidence_rule shows it is caught.
+# Enough to see a 5% shift of a cell's probability (the old confidence rule, a shift of 0.05 on a 0.5 cell, fit
+# with p = 0.058 at 1,500 samples and was rejected at 6,000).
 NUM_SAMPLES = 6000
 # A broken sampler far from the target's distribution is rejected from fewer samples; rejecting it at 1,500 is the
-# harder bar (power only grows with the sample count), so the matching tests' 6,000 would reject it too.
+# harder bar (power only grows with the sample count), so the matching test's 6,000 would reject it too.
 FEWER_SAMPLES = 1500
 TEMPERATURE = 0.8
+# The enumerated calls: top-k 3 bounds each draw to 3 branches (a whole call ~1,000 paths, ~6 ms each).
+TOP_K = 3
+NEW_TOKENS = 4
+MAX_PATHS = 6000
+TOLERANCE = 1e-6
 
 
 def sampling_target():
@@ -47,32 +62,19 @@ def exact_distribution(target) -> torch.Tensor:
     return joint.sum(0)
 
 
-def sampled_counts(target, assistant, num_samples: int = NUM_SAMPLES) -> tuple[torch.Tensor, float, int, int]:
-    """Counts of (x2, x3) `[VOCAB, VOCAB]` over `num_samples` assisted generations, the acceptance rate, the
-    number of passes drafted by prompt lookup and the number of lookup drafts the drafter vetoed."""
+def sampled_counts(target, assistant, num_samples: int = NUM_SAMPLES) -> tuple[torch.Tensor, float]:
+    """Counts of (x2, x3) `[VOCAB, VOCAB]` over `num_samples` assisted generations, and the acceptance rate."""
     counts = torch.zeros(VOCAB, VOCAB)
-    drafted = accepted = looked_up = vetoed = 0
-    # Seed 1234 (used at 1,500 samples) gave the vetoed-lookup fit p = 7e-4 at 6,000: a false alarm, since seeds 1
-    # and 2 give 0.30 and 0.10 and that option's exact enumeration (test_enumeration.py) is within 1e-6.
-    torch.manual_seed(1)
+    drafted = accepted = 0
+    torch.manual_seed(1)  # the same samples on every run of the same code
     for _ in range(num_samples):
-        out = target.generate(
-            PROMPT,
-            attention_mask=torch.ones_like(PROMPT),
-            assistant_model=assistant,
-            do_sample=True,
-            temperature=TEMPERATURE,
-            top_k=0,
-            top_p=1.0,
-            max_new_tokens=4,
-        )
+        out = target.generate(PROMPT, attention_mask=torch.ones_like(PROMPT), assistant_model=assistant, do_sample=True,
+                              temperature=TEMPERATURE, top_k=0, top_p=1.0, max_new_tokens=4)
         x2, x3 = out[0, PROMPT.shape[1] + 1 : PROMPT.shape[1] + 3].tolist()
         counts[x2, x3] += 1
         drafted += assistant.stats.drafted
         accepted += assistant.stats.accepted
-        looked_up += assistant.stats.lookup_passes
-        vetoed += assistant.stats.lookup_vetoes
-    return counts, accepted / drafted, looked_up, vetoed
+    return counts, accepted / drafted
 
 
 def fit_p_value(counts: torch.Tensor, probs: torch.Tensor) -> float:
@@ -96,7 +98,7 @@ def setup():
 
 def test_sampling_matches_the_target_distribution(setup):
     target, assistant, probs = setup
-    counts, acceptance_rate, *_ = sampled_counts(target, assistant)
+    counts, acceptance_rate = sampled_counts(target, assistant)
     # The drafts must be doing something: some accepted, some rejected.
     assert 0.2 < acceptance_rate < 0.95, acceptance_rate
     assert fit_p_value(counts, probs) > 1e-3
@@ -134,81 +136,110 @@ def test_fit_rejects_draft_logits_that_were_not_sampled_from(setup, monkeypatch)
     assert fit_p_value(sampled_counts(target, assistant, FEWER_SAMPLES)[0], probs) < 1e-3
 
 
-def test_sampling_with_a_confidence_threshold_matches_the_target_distribution(setup):
-    """Rounds cut short (or left empty) by the drafter's own confidence must not bias the samples."""
-    target, assistant, probs = setup
-    assistant.generation_config.assistant_confidence_threshold = 0.5
-    try:
-        counts, acceptance_rate, *_ = sampled_counts(target, assistant)
-    finally:
-        assistant.generation_config.assistant_confidence_threshold = 0.0
-    assert 0.2 < acceptance_rate < 0.99, acceptance_rate
-    assert fit_p_value(counts, probs) > 1e-3
+# -- every option, enumerated -----------------------------------------------------------------------------------
+def enumerated_calls(target, assistant) -> tuple[float, list]:
+    """The largest difference between the exact distribution of a whole call's new tokens and the target's joint
+    distribution (both at TEMPERATURE and top-k TOP_K), and the assistant's statistics of each path's call."""
+    stats = []
+
+    def call():
+        out = target.generate(PROMPT, attention_mask=torch.ones_like(PROMPT), assistant_model=assistant, do_sample=True,
+                              temperature=TEMPERATURE, top_k=TOP_K, top_p=1.0, max_new_tokens=NEW_TOKENS)
+        stats.append(copy.copy(assistant.stats))
+        return tuple(out[0, PROMPT.shape[1]:].tolist())
+
+    outcomes = outcome_distribution(enumerate_paths(call, max_paths=MAX_PATHS))
+    oracle = TargetOracle(target, LogitsProcessorList([TemperatureLogitsWarper(TEMPERATURE), TopKLogitsWarper(TOP_K)]))
+    return max_error(outcomes, target_joint(oracle, PROMPT[0].tolist(), NEW_TOKENS)), stats
 
 
-def test_fit_rejects_the_old_confidence_rule(setup, monkeypatch):
+def some_accepted_and_some_rejected(stats) -> bool:
+    """The drafts must be doing something: on some paths a drafted token is accepted, on others rejected."""
+    return any(s.accepted > 0 for s in stats) and any(s.drafted > s.accepted for s in stats)
+
+
+@pytest.fixture
+def options(setup):
+    """The module's assistant with drafting options set for one test, and set back after it."""
+    config = setup[1].generation_config
+    saved = config.to_dict()
+
+    def apply(**values):
+        for name, value in values.items():
+            setattr(config, name, value)
+        return setup[1]
+
+    yield apply
+    for name in ("assistant_confidence_threshold", "prompt_lookup_num_tokens", "prompt_lookup_min_ngram",
+                 "prompt_lookup_veto"):
+        setattr(config, name, saved[name])
+
+
+def test_every_call_is_exact(setup, options):
+    target, _, _ = setup
+    error, stats = enumerated_calls(target, options())
+    assert some_accepted_and_some_rejected(stats)
+    assert error < TOLERANCE, error
+
+
+def test_calls_with_a_confidence_threshold_are_exact(setup, options):
+    """Rounds cut short (or left empty) by the drafter's own confidence must not bias the tokens."""
+    target, _, _ = setup
+    error, stats = enumerated_calls(target, options(assistant_confidence_threshold=0.5))
+    assert some_accepted_and_some_rejected(stats)
+    assert any(s.drafted < 2 * s.verify_passes for s in stats), "the threshold must cut some rounds short"
+    assert error < TOLERANCE, error
+
+
+def test_enumeration_sees_the_old_confidence_rule(setup, options, monkeypatch):
     """The rule shipped before: draw x from q, then stop the draft when q(x) < threshold (the draw decides)."""
     from test_enumeration import _old_confidence_rule
 
-    target, assistant, probs = setup
+    target, _, _ = setup
     monkeypatch.setattr(ChainDraftSession, "_choose", _old_confidence_rule)
-    assistant.generation_config.assistant_confidence_threshold = 0.5
-    try:
-        counts = sampled_counts(target, assistant)[0]
-    finally:
-        assistant.generation_config.assistant_confidence_threshold = 0.0
-    assert fit_p_value(counts, probs) < 1e-3
+    error, _ = enumerated_calls(target, options(assistant_confidence_threshold=0.5))
+    assert error > 1e-3, error
 
 
-def test_sampling_with_prompt_lookup_matches_the_target_distribution(setup):
+def test_calls_with_prompt_lookup_are_exact(setup, options):
     """Lookup drafts are deterministic (one-hot q): accepting x with p(x) and resampling from p without x on
-    rejection must leave the distribution unchanged. With 1-grams on 8 tokens, lookup drafts most rounds."""
-    target, assistant, probs = setup
-    assistant.generation_config.prompt_lookup_num_tokens, assistant.generation_config.prompt_lookup_min_ngram = 2, 1
-    try:
-        counts, acceptance_rate, looked_up, _ = sampled_counts(target, assistant)
-    finally:
-        assistant.generation_config.prompt_lookup_num_tokens, assistant.generation_config.prompt_lookup_min_ngram = 0, 2
-    assert looked_up > 0 and 0.05 < acceptance_rate < 0.95, (looked_up, acceptance_rate)
-    assert fit_p_value(counts, probs) > 1e-3
+    rejection must leave the distribution unchanged. With 1-grams on 8 tokens, lookup drafts on many paths."""
+    target, _, _ = setup
+    error, stats = enumerated_calls(target, options(prompt_lookup_num_tokens=2, prompt_lookup_min_ngram=1))
+    assert any(s.lookup_passes > 0 for s in stats) and some_accepted_and_some_rejected(stats)
+    assert error < TOLERANCE, error
 
 
-def test_sampling_with_vetoed_prompt_lookup_matches_the_target_distribution(setup):
+def test_calls_with_vetoed_prompt_lookup_are_exact(setup, options):
     """The drafter overrules some lookup drafts. The choice reads its argmax, not a sample, so each round's draft
-    still comes from the distribution its logits describe (one-hot for lookup, the drafter's otherwise)."""
-    target, assistant, probs = setup
-    config = assistant.generation_config
-    config.prompt_lookup_num_tokens, config.prompt_lookup_min_ngram, config.prompt_lookup_veto = 2, 1, 0.2
-    try:
-        counts, acceptance_rate, looked_up, vetoed = sampled_counts(target, assistant)
-    finally:
-        config.prompt_lookup_num_tokens, config.prompt_lookup_min_ngram, config.prompt_lookup_veto = 0, 2, 1.0
-    assert looked_up > 0 and vetoed > 0 and 0.05 < acceptance_rate < 0.95, (looked_up, vetoed, acceptance_rate)
-    assert fit_p_value(counts, probs) > 1e-3
+    still comes from the distribution its logits describe (one-hot for lookup, the drafter's otherwise). At 0.4
+    the drafter overrules the copy on 126 of the 459 paths and lets it draft on 141 (at 0.2: every copy)."""
+    target, _, _ = setup
+    assistant = options(prompt_lookup_num_tokens=2, prompt_lookup_min_ngram=1, prompt_lookup_veto=0.4)
+    error, stats = enumerated_calls(target, assistant)
+    assert any(s.lookup_passes > 0 for s in stats) and any(s.lookup_vetoes > 0 for s in stats)
+    assert some_accepted_and_some_rejected(stats)
+    assert error < TOLERANCE, error
 
 
-def test_fit_rejects_lookup_drafts_treated_as_certain(setup, monkeypatch):
-    """The same test must catch lookup drafts verified as if the target agreed with them (q = p)."""
+def test_enumeration_sees_lookup_drafts_treated_as_certain(setup, options, monkeypatch):
+    """The same comparison must catch lookup drafts verified as if the target agreed with them (q = p)."""
     import hf_dynaspec.drafting.lookup as drafting
 
-    target, assistant, probs = setup
-    assistant.generation_config.prompt_lookup_num_tokens, assistant.generation_config.prompt_lookup_min_ngram = 2, 1
+    target, _, _ = setup
     # Uniform q instead of one-hot: accepts x with min(1, p(x) * V) -- far too often.
     monkeypatch.setattr(drafting, "one_hot_logits", lambda ids, vocab: torch.zeros(1, ids.shape[1], vocab))
-    try:
-        counts = sampled_counts(target, assistant, FEWER_SAMPLES)[0]
-    finally:
-        assistant.generation_config.prompt_lookup_num_tokens, assistant.generation_config.prompt_lookup_min_ngram = 0, 2
-    assert fit_p_value(counts, probs) < 1e-3
+    error, _ = enumerated_calls(target, options(prompt_lookup_num_tokens=2, prompt_lookup_min_ngram=1))
+    assert error > 1e-3, error
 
 
 @pytest.mark.parametrize("strategy", ["frspec", "dynaspec"])
-def test_sampling_through_a_shortlist_matches_the_target_distribution(setup, tmp_path, strategy):
+def test_calls_through_a_shortlist_are_exact(setup, tmp_path, strategy):
     """Drafts come from a shortlist (-inf outside it): the residual must still restore the target's distribution."""
     from hf_dynaspec import DynaSpecAssistant
     from hf_dynaspec.modeling.shortlist import cluster_vocabulary
 
-    target, assistant, probs = setup
+    target, assistant, _ = setup
     head = target.get_output_embeddings().weight.detach()
     assistant.shortlists.set_frequency_list(torch.tensor([3, 5, 6, 2]), kind="frspec")
     assistant.shortlists.set_clusters(cluster_vocabulary(head, 3, always_ids=[0], seed=0))
@@ -217,7 +248,7 @@ def test_sampling_through_a_shortlist_matches_the_target_distribution(setup, tmp
             p.normal_(0, 1.0)
     assistant.save_pretrained(tmp_path)
     shortlisted = DynaSpecAssistant.from_pretrained(tmp_path, target=target, shortlist=strategy, max_clusters=1)
-    counts, acceptance_rate, *_ = sampled_counts(target, shortlisted)
-    assert 0.1 < acceptance_rate < 0.95, acceptance_rate
-    assert shortlisted.stats.avg_shortlist < VOCAB
-    assert fit_p_value(counts, probs) > 1e-3
+    error, stats = enumerated_calls(target, shortlisted)
+    assert some_accepted_and_some_rejected(stats)
+    assert all(s.avg_shortlist < VOCAB for s in stats if s.drafted)
+    assert error < TOLERANCE, error

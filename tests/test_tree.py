@@ -7,8 +7,16 @@ import random
 import pytest
 import torch
 from conftest import VOCAB, imitating_assistant, one_layer_target, plain_generate, random_assistant, tiny_target
-from enumeration import tree_attention_mask, tree_position_ids
-from transformers import StoppingCriteria
+from enumeration import (
+    TargetOracle,
+    enumerate_paths,
+    max_error,
+    outcome_distribution,
+    target_joint,
+    tree_attention_mask,
+    tree_position_ids,
+)
+from transformers import LogitsProcessorList, StoppingCriteria, TemperatureLogitsWarper
 
 from hf_dynaspec import speculative_generate
 from hf_dynaspec.drafting.contract import DraftTree
@@ -344,57 +352,46 @@ SAMPLING_PROMPT = torch.tensor([[1, 4, 2]])
 TEMPERATURE = 0.8
 
 
-@torch.no_grad()
-def exact_pair_distribution(target) -> torch.Tensor:
-    """P(x1, x2) `[V, V]` of the first two generated tokens at TEMPERATURE (the second goes through the tree)."""
-    firsts = torch.arange(SAMPLING_VOCAB)[:, None]
-    logits = target(torch.cat([SAMPLING_PROMPT.expand(SAMPLING_VOCAB, -1), firsts], dim=1)).logits.float()
-    probs = (logits[:, -2:] / TEMPERATURE).softmax(-1)
-    return probs[0, 0][:, None] * probs[:, 1]
+def enumerated_tree_calls(target, assistant) -> tuple[float, list[tuple[int, int]]]:
+    """The largest difference between the exact distribution of a whole tree call's 3 new tokens (every random choice
+    enumerated, tests/enumeration.py: the sibling trials, the residual and bonus draws; the tree's own drafts are
+    its top-k, no draw) and the target's joint at TEMPERATURE over the whole vocabulary (512 paths), and each
+    path's (drafted, accepted)."""
+    counts = []
 
+    def call():
+        out = target.generate(**TREE, drafter=assistant, input_ids=SAMPLING_PROMPT, do_sample=True, temperature=TEMPERATURE,
+                              top_k=0, top_p=1.0, max_new_tokens=3, tree_top_k=3, tree_depth=2, tree_total_tokens=5)
+        counts.append((assistant.stats.drafted, assistant.stats.accepted))
+        return tuple(out[0, SAMPLING_PROMPT.shape[1]:].tolist())
 
-def sampled_pairs(target, assistant, num_samples: int) -> tuple[torch.Tensor, float]:
-    counts = torch.zeros(SAMPLING_VOCAB, SAMPLING_VOCAB)
-    drafted = accepted = 0
-    torch.manual_seed(4321)
-    for _ in range(num_samples):
-        out = target.generate(**TREE, drafter=assistant, input_ids=SAMPLING_PROMPT, do_sample=True, temperature=TEMPERATURE, top_k=0,
-                                 top_p=1.0, max_new_tokens=3, tree_top_k=3, tree_depth=2, tree_total_tokens=5)
-        x1, x2 = out[0, 3:5].tolist()
-        counts[x1, x2] += 1
-        drafted += assistant.stats.drafted
-        accepted += assistant.stats.accepted
-    return counts, accepted / drafted
+    outcomes = outcome_distribution(enumerate_paths(call, max_paths=4 * SAMPLING_VOCAB**3))
+    oracle = TargetOracle(target, LogitsProcessorList([TemperatureLogitsWarper(TEMPERATURE)]))
+    return max_error(outcomes, target_joint(oracle, SAMPLING_PROMPT[0].tolist(), 3)), counts
 
 
 @pytest.fixture(scope="module")
 def sampling_setup():
     target = one_layer_target("llama", seed=5, vocab_size=SAMPLING_VOCAB)
-    assistant = imitating_assistant(target, noise=1.0, seed=3)
-    return target, assistant, exact_pair_distribution(target)
+    return target, imitating_assistant(target, noise=1.0, seed=3)
 
 
-def test_tree_sampling_matches_the_target_distribution(sampling_setup):
-    from test_sampling_lossless import fit_p_value
-
-    target, assistant, probs = sampling_setup
-    counts, acceptance = sampled_pairs(target, assistant, 6000)
-    assert 0.05 < acceptance < 0.9, acceptance
-    assert fit_p_value(counts, probs) > 1e-3
+def test_every_sampled_tree_call_is_exact(sampling_setup):
+    error, counts = enumerated_tree_calls(*sampling_setup)
+    assert any(accepted > 0 for _, accepted in counts) and any(drafted > accepted for drafted, accepted in counts)
+    assert error < 1e-6, error
 
 
-def test_fit_rejects_a_tree_walk_without_the_residual(sampling_setup, monkeypatch):
+def test_enumeration_sees_a_tree_walk_without_the_residual(sampling_setup, monkeypatch):
     """Sampling from p itself after a rejected child (instead of p without it) biases the output."""
-    from test_sampling_lossless import fit_p_value
-
     trial = tree_verify.sibling_trial
 
     def no_residual(tree, node, probs):
         return trial(tree, node, probs)[0], probs
 
-    target, assistant, probs = sampling_setup
     monkeypatch.setattr(tree_verify, "sibling_trial", no_residual)
-    assert fit_p_value(sampled_pairs(target, assistant, 6000)[0], probs) < 1e-3
+    error, _ = enumerated_tree_calls(*sampling_setup)
+    assert error > 1e-3, error
 
 
 def test_greedy_walk_commits_the_argmax_of_every_visited_node():

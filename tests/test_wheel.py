@@ -38,18 +38,18 @@ QUICKSTART = textwrap.dedent('''
 
     assert hf_dynaspec.__file__.startswith(sys.prefix), hf_dynaspec.__file__  # the wheel's copy, not the checkout
     target_path = zoo.fetch("qwen2.5-coder-0.5b-instruct")
-    assistant_path = sys.argv[1]  # a directory or a Hub repo id
     model = AutoModelForCausalLM.from_pretrained(target_path, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(target_path)
-    assistant = DynaSpecAssistant.from_pretrained(assistant_path, target=model)
     inputs = tokenizer("def fibonacci(n):", return_tensors="pt")
-    out = model.generate(**inputs, assistant_model=assistant, max_new_tokens=32)
     plain = model.generate(**inputs, max_new_tokens=32)
-    assert torch.equal(out, plain), "assisted output differs from plain generate()"
-    with tempfile.TemporaryDirectory() as saved:  # the model card's template is package data the wheel must carry
-        assistant.save_pretrained(saved)
-        assert "# hf-dynaspec assistant for" in (Path(saved) / "README.md").read_text()
-    print("exact tau", assistant.stats.tau)
+    for assistant_path in sys.argv[1:]:  # directories or Hub repo ids
+        assistant = DynaSpecAssistant.from_pretrained(assistant_path, target=model)
+        out = model.generate(**inputs, assistant_model=assistant, max_new_tokens=32)
+        assert torch.equal(out, plain), f"assisted output differs from plain generate() ({assistant_path})"
+        with tempfile.TemporaryDirectory() as saved:  # the model card's template is package data the wheel must carry
+            assistant.save_pretrained(saved)
+            assert "# hf-dynaspec assistant for" in (Path(saved) / "README.md").read_text()
+        print("exact tau", assistant.stats.tau)
 ''')
 
 
@@ -101,22 +101,20 @@ def test_the_wheel_carries_the_package_data_and_no_assistant(wheel_env):
     assert listing[0] != "[]" and listing[1] == "True"  # the CPU kernel's source and the starter prompts ship
 
 
-def test_quickstart_from_the_wheel_is_exact_with_an_assistant_directory(wheel_env):
-    work, python, _ = wheel_env
-    out = run([python, "quickstart.py", ASSISTANT], cwd=work, env=clean_env()).stdout
-    assert "exact tau" in out and float(out.split("exact tau")[1].split()[0]) > 1.0  # a trained assistant drafts
-
-
-def test_quickstart_from_the_wheel_is_exact_with_a_hub_repo_id(wheel_env):
+def test_quickstart_from_the_wheel_is_exact_with_an_assistant_directory_and_a_hub_repo_id(wheel_env):
+    """One process (the model loaded and plain generate() run once): the shipped directory, then the same files as
+    a Hub repo served by the local endpoint."""
     from hub_server import FakeHub
 
     work, python, _ = wheel_env
     with FakeHub() as hub:
         hub.add_repo("hf-dynaspec/qwen2.5-coder-0.5b-instruct-assistant", ASSISTANT)
         env = clean_env(HF_ENDPOINT=hub.endpoint, HF_HUB_CACHE=str(work / "hub-cache"))
-        out = run([python, "quickstart.py", "hf-dynaspec/qwen2.5-coder-0.5b-instruct-assistant"], cwd=work, env=env)
+        out = run([python, "quickstart.py", ASSISTANT, "hf-dynaspec/qwen2.5-coder-0.5b-instruct-assistant"], cwd=work,
+                  env=env).stdout
         fetched = {path.rsplit("/", 1)[-1] for method, path in hub.requests if method == "GET" and "/resolve/" in path}
-    assert "exact tau" in out.stdout
+    taus = [float(part.split()[0]) for part in out.split("exact tau")[1:]]
+    assert len(taus) == 2 and all(tau > 1.0 for tau in taus), out  # a trained assistant drafts, from both
     assert {"config.json", "model.safetensors"} <= fetched
 
 
