@@ -139,8 +139,8 @@ def test_fit_rejects_draft_logits_that_were_not_sampled_from(setup, monkeypatch)
 # -- every option, enumerated -----------------------------------------------------------------------------------
 def enumerated_calls(target, assistant) -> tuple[float, list]:
     """The largest difference between the exact distribution of a whole call's new tokens and the target's joint
-    distribution (both at TEMPERATURE and top-k TOP_K), and the assistant's statistics of each path's call."""
-    stats = []
+    distribution (both at TEMPERATURE and top-k TOP_K), and (probability, the assistant's statistics) of each path."""
+    stats = []  # one per call, in the order enumerate_paths returns the paths
 
     def call():
         out = target.generate(PROMPT, attention_mask=torch.ones_like(PROMPT), assistant_model=assistant, do_sample=True,
@@ -148,46 +148,51 @@ def enumerated_calls(target, assistant) -> tuple[float, list]:
         stats.append(copy.copy(assistant.stats))
         return tuple(out[0, PROMPT.shape[1]:].tolist())
 
-    outcomes = outcome_distribution(enumerate_paths(call, max_paths=MAX_PATHS))
+    paths = enumerate_paths(call, max_paths=MAX_PATHS)
     oracle = TargetOracle(target, LogitsProcessorList([TemperatureLogitsWarper(TEMPERATURE), TopKLogitsWarper(TOP_K)]))
-    return max_error(outcomes, target_joint(oracle, PROMPT[0].tolist(), NEW_TOKENS)), stats
+    error = max_error(outcome_distribution(paths), target_joint(oracle, PROMPT[0].tolist(), NEW_TOKENS))
+    return error, [(weight, path_stats) for (weight, _), path_stats in zip(paths, stats, strict=True)]
 
 
-def some_accepted_and_some_rejected(stats) -> bool:
+def some_accepted_and_some_rejected(paths) -> bool:
     """The drafts must be doing something: on some paths a drafted token is accepted, on others rejected."""
-    return any(s.accepted > 0 for s in stats) and any(s.drafted > s.accepted for s in stats)
+    return any(s.accepted > 0 for _, s in paths) and any(s.drafted > s.accepted for _, s in paths)
+
+
+def expected_drafted(paths) -> float:
+    return sum(weight * s.drafted for weight, s in paths)
 
 
 @pytest.fixture
 def options(setup):
     """The module's assistant with drafting options set for one test, and set back after it."""
-    config = setup[1].generation_config
-    saved = config.to_dict()
+    config, saved = setup[1].generation_config, {}
 
     def apply(**values):
         for name, value in values.items():
+            saved.setdefault(name, getattr(config, name))
             setattr(config, name, value)
         return setup[1]
 
     yield apply
-    for name in ("assistant_confidence_threshold", "prompt_lookup_num_tokens", "prompt_lookup_min_ngram",
-                 "prompt_lookup_veto"):
-        setattr(config, name, saved[name])
+    for name, value in saved.items():
+        setattr(config, name, value)
 
 
 def test_every_call_is_exact(setup, options):
     target, _, _ = setup
-    error, stats = enumerated_calls(target, options())
-    assert some_accepted_and_some_rejected(stats)
+    error, paths = enumerated_calls(target, options())
+    assert some_accepted_and_some_rejected(paths)
     assert error < TOLERANCE, error
 
 
 def test_calls_with_a_confidence_threshold_are_exact(setup, options):
     """Rounds cut short (or left empty) by the drafter's own confidence must not bias the tokens."""
     target, _, _ = setup
-    error, stats = enumerated_calls(target, options(assistant_confidence_threshold=0.5))
-    assert some_accepted_and_some_rejected(stats)
-    assert any(s.drafted < 2 * s.verify_passes for s in stats), "the threshold must cut some rounds short"
+    unstopped = expected_drafted(enumerated_calls(target, options())[1])
+    error, paths = enumerated_calls(target, options(assistant_confidence_threshold=0.5))
+    assert some_accepted_and_some_rejected(paths)
+    assert expected_drafted(paths) < 0.9 * unstopped, "the threshold must cut rounds short"
     assert error < TOLERANCE, error
 
 
@@ -205,8 +210,8 @@ def test_calls_with_prompt_lookup_are_exact(setup, options):
     """Lookup drafts are deterministic (one-hot q): accepting x with p(x) and resampling from p without x on
     rejection must leave the distribution unchanged. With 1-grams on 8 tokens, lookup drafts on many paths."""
     target, _, _ = setup
-    error, stats = enumerated_calls(target, options(prompt_lookup_num_tokens=2, prompt_lookup_min_ngram=1))
-    assert any(s.lookup_passes > 0 for s in stats) and some_accepted_and_some_rejected(stats)
+    error, paths = enumerated_calls(target, options(prompt_lookup_num_tokens=2, prompt_lookup_min_ngram=1))
+    assert any(s.lookup_passes > 0 for _, s in paths) and some_accepted_and_some_rejected(paths)
     assert error < TOLERANCE, error
 
 
@@ -216,9 +221,9 @@ def test_calls_with_vetoed_prompt_lookup_are_exact(setup, options):
     the drafter overrules the copy on 126 of the 459 paths and lets it draft on 141 (at 0.2: every copy)."""
     target, _, _ = setup
     assistant = options(prompt_lookup_num_tokens=2, prompt_lookup_min_ngram=1, prompt_lookup_veto=0.4)
-    error, stats = enumerated_calls(target, assistant)
-    assert any(s.lookup_passes > 0 for s in stats) and any(s.lookup_vetoes > 0 for s in stats)
-    assert some_accepted_and_some_rejected(stats)
+    error, paths = enumerated_calls(target, assistant)
+    assert any(s.lookup_passes > 0 for _, s in paths) and any(s.lookup_vetoes > 0 for _, s in paths)
+    assert some_accepted_and_some_rejected(paths)
     assert error < TOLERANCE, error
 
 
@@ -248,7 +253,7 @@ def test_calls_through_a_shortlist_are_exact(setup, tmp_path, strategy):
             p.normal_(0, 1.0)
     assistant.save_pretrained(tmp_path)
     shortlisted = DynaSpecAssistant.from_pretrained(tmp_path, target=target, shortlist=strategy, max_clusters=1)
-    error, stats = enumerated_calls(target, shortlisted)
-    assert some_accepted_and_some_rejected(stats)
-    assert all(s.avg_shortlist < VOCAB for s in stats if s.drafted)
+    error, paths = enumerated_calls(target, shortlisted)
+    assert some_accepted_and_some_rejected(paths)
+    assert all(s.avg_shortlist < VOCAB for _, s in paths if s.drafted)
     assert error < TOLERANCE, error
