@@ -1,0 +1,40 @@
+#!/bin/bash
+# Issue 93: the data curve's next point. The shipped 0.5B drafter (version 10) continues for one pass over all the
+# new own answers in the repository: the target's greedy bf16 answers, files 38 to LAST_GREEDY of
+# data/self_distill/$T-bf16, and its sampled ones (published settings, seed 1), files 38 to LAST_SAMPLED of $T-bf16-s1.
+# Trained as continue.sh and sampled_vs_greedy.sh train (EAGLE-1 loss, unroll 2, lr 2e-4, warmup-stable-decay with
+# the last fifth decaying, 2,048 tokens per batch); then teacher-forced agreement at draft positions 1-3, simulated
+# greedy tau and drawn-draft acceptance at the published warpers on the dev answers (greedy and sampled), beside the
+# shipped drafter. Resumable: every step skips what exists, and training resumes from its last checkpoint.
+# Usage: scale.sh LAST_GREEDY [LAST_SAMPLED]  (without LAST_SAMPLED greedy answers only; training runs one pass: as
+#   many tokens as the feature sets hold)
+set -e
+cd "$(dirname "$0")/../.." && { [ -f .venv/bin/activate ] && . .venv/bin/activate; true; }
+lg=$1; ls=$2; O=outputs/recipe93; T=qwen2.5-coder-0.5b-instruct
+sets=$O/greedy-38-$lg; [ -n "$ls" ] && sets="$sets $O/sampled-38-$ls"
+mkdir -p $O
+[ -f $O/dev_prompts.jsonl ] || python -c "import json; from hf_dynaspec.bench.prompts import load_prompts; [print(json.dumps({'question_id': p.prompt_id, 'category': p.category, 'turns': [p.text]})) for p in load_prompts(['../shared/data/eval/spec_bench_dev.jsonl', '../shared/data/eval/humaneval_dev.jsonl'], 4)]" > $O/dev_prompts.jsonl
+dev() { name=$1; shift; [ -f $O/$name-feat/shard_00000.safetensors ] && return
+  python -m recipes.self_distill --target $T --prompts $O/dev_prompts.jsonl --out $O/$name-answers --batch-size 28 \
+    --prompts-per-file 28 --max-new-tokens 128 --max-prompt-tokens 2048 --dtype bf16 "$@"
+  python -m recipes.build_features --target $T --out $O/$name-feat --conversations $O/$name-answers --dtype bf16 \
+    --max-length 4096 --sequences-per-shard 64; }
+features() { out=$1; data=$2; last=$3; [ -f $out/done ] || { python -m recipes.build_features --target $T --out $out \
+  --conversations data/self_distill/$data --first-file 38 --last-file $last --dtype bf16 --max-length 1024 \
+  --max-tokens 100000000 --sequences-per-shard 128 && touch $out/done; }; }
+features $O/greedy-38-$lg $T-bf16 $lg
+[ -n "$ls" ] && features $O/sampled-38-$ls $T-bf16-s1 $ls
+dev dev; dev dev-s1 --sample --seed 1
+name=M-$lg${ls:+-$ls}
+max=$(python -c "import sys; from pathlib import Path; from safetensors import safe_open
+print(sum(safe_open(str(p), 'pt').get_slice('input_ids').get_shape()[0] for d in sys.argv[1:] for p in Path(d).glob('shard_*.safetensors')))" \
+  $sets)
+echo "one pass: $max tokens"
+[ -f $O/runs/$name/done ] || { python -m recipes.train_drafter --target $T --init assistants/$T --lr 2e-4 --warmup-steps 10 \
+  --tokens-per-batch 2048 --val-tokens 2000 --validate-every 100000 --checkpoint-every 25 --schedule wsd \
+  --mixed-precision auto --unroll 2 --reg-weight 1.0 --features $sets \
+  --max-tokens $max --decay-tokens $((max / 5)) --out $O/runs/$name && touch $O/runs/$name/done; }
+python benchmarks/feature_agreement.py --target $T --assistant shipped=assistants/$T $name=$O/runs/$name/assistant \
+  --features dev=$O/dev-feat dev-s1=$O/dev-s1-feat --depths 3 --answers-only --chain-tau 2,4 --sampled 0.7,20,0.8 \
+  --json benchmarks/results/round_93/scale_05b_agreement.json
+echo done
