@@ -12,19 +12,13 @@ set -e
 cd "$(dirname "$0")/../.." && { [ -f .venv/bin/activate ] && . .venv/bin/activate; true; }
 lg=$1; ls=$2; O=outputs/recipe93; T=qwen2.5-coder-0.5b-instruct
 sets=$O/greedy-38-$lg; [ -n "$ls" ] && sets="$sets $O/sampled-38-$ls"
-mkdir -p $O
-[ -f $O/dev_prompts.jsonl ] || python -c "import json; from hf_dynaspec.bench.prompts import load_prompts; [print(json.dumps({'question_id': p.prompt_id, 'category': p.category, 'turns': [p.text]})) for p in load_prompts(['../shared/data/eval/spec_bench_dev.jsonl', '../shared/data/eval/humaneval_dev.jsonl'], 4)]" > $O/dev_prompts.jsonl
-dev() { name=$1; shift; [ -f $O/$name-feat/shard_00000.safetensors ] && return
-  python -m recipes.self_distill --target $T --prompts $O/dev_prompts.jsonl --out $O/$name-answers --batch-size 28 \
-    --prompts-per-file 28 --max-new-tokens 128 --max-prompt-tokens 2048 --dtype bf16 "$@"
-  python -m recipes.build_features --target $T --out $O/$name-feat --conversations $O/$name-answers --dtype bf16 \
-    --max-length 4096 --sequences-per-shard 64; }
+. benchmarks/recipe93/dev_answers.sh
 features() { out=$1; data=$2; last=$3; [ -f $out/done ] || { python -m recipes.build_features --target $T --out $out \
   --conversations data/self_distill/$data --first-file 38 --last-file $last --dtype bf16 --max-length 1024 \
   --max-tokens 100000000 --sequences-per-shard 128 && touch $out/done; }; }
 features $O/greedy-38-$lg $T-bf16 $lg
 [ -n "$ls" ] && features $O/sampled-38-$ls $T-bf16-s1 $ls
-dev dev; dev dev-s1 --sample --seed 1
+dev_answers dev; dev_answers dev-s1 --sample --seed 1
 name=M-$lg${ls:+-$ls}
 max=$(python -c "import sys; from pathlib import Path; from safetensors import safe_open
 print(sum(safe_open(str(p), 'pt').get_slice('input_ids').get_shape()[0] for d in sys.argv[1:] for p in Path(d).glob('shard_*.safetensors')))" \
