@@ -5,8 +5,9 @@
 # 2. Version 10's options (generation_config.json) with the priors re-measured, greedy and sampled (run on 2026-12-06
 #    with the recipe's then default of 16 starter prompts; it now takes all 48: round_93/priors48.txt).
 # 3. One interleaved run each, greedy and sampled at the published settings: vanilla, vanilla-fast, both versions'
-#    default (version 11 first: the results summary takes the first default of a run); the dev prompts (3 per
-#    category), 64 new tokens, bf16.
+#    default; the dev prompts (3 per category), 64 new tokens, bf16. Kept as JSON only, not in results.jsonl: the
+#    results summary shows a run's first default, which must be the shipped assistant alone (run on 2026-12-06
+#    with --results, and the rows taken out again).
 # 4. The package (model card with the data, the commands and the greedy run).
 # Resumable: every step skips what exists. Usage: ship_05b.sh  (after scale.sh 125)
 set -e
@@ -25,7 +26,7 @@ keys = ['shortlists.cluster_offsets', 'shortlists.cluster_token_order', 'shortli
 bench() { out=$1; shift; [ -f $out ] || hf-dynaspec bench --target $T --assistant v10=assistants/$T --assistant v11=$S/v11 \
   --methods vanilla,vanilla-fast,v11/dynaspec+lookup:5+suffix+auto,v10/dynaspec+lookup:5+suffix+auto \
   --prompts ../shared/data/eval/spec_bench_dev.jsonl,../shared/data/eval/humaneval_dev.jsonl --limit-per-category 3 \
-  --max-new-tokens 64 --dtype bf16 "$@" --json $out --results benchmarks/results/results.jsonl; }
+  --max-new-tokens 64 --dtype bf16 "$@" --json $out; }
 bench $R/ship_05b_v11_greedy.json
 bench $R/ship_05b_v11_sampled.json --sample
 [ -f $S/package/model.safetensors ] || python -m recipes.package_assistant --assistant $S/v11 --out $S/package --train-dir $M \
