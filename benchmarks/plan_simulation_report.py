@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the re
 from plan_simulation import MAX_DRAFT, Replay, auto_rate, fixed_rates, records_of  # noqa: E402
 from plans import Plan, Planning  # noqa: E402
 
-from hf_dynaspec.drafting.planning.core import PlannerMemory, RoundCosts, TreeShape, best_length  # noqa: E402
+from hf_dynaspec.drafting.planning.core import PlannerMemory, RoundCosts, TreeShape  # noqa: E402
 from hf_dynaspec.modeling.acceptance_prior import prior_for  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -78,9 +78,7 @@ def quickstart_first_rounds(trace: dict, tables: dict) -> list[dict]:
         costs = RoundCosts(**table["costs"])
         planner = Planning(costs, PlannerMemory(prior), MAX_DRAFT)
         chain = planner.drafted[0]
-        k, rate = best_length(chain.proposer.priors(planner.planner, chain, MAX_DRAFT),
-                              lambda k, chain=chain, planner=planner: chain.proposer.seconds(planner.planner, chain, k),
-                              smallest=1)
+        k, rate = planner.planner.rate(chain, MAX_DRAFT)  # the chain's best length, as the planner prices it
         first = 1
         while planner.plan_round([], 16).source != "drafter":  # a round with no draft, recorded as such
             planner.record(Plan("none", 0), 0, 0)

@@ -530,6 +530,17 @@ def test_bench_results_table_records_one_row_per_method_with_host_and_command(tm
     assert [r["method"] for r in rows] == ["vanilla", "dynaspec:8"]
     assert rows[1]["metrics"]["tau"] == 2.5 and rows[1]["metrics"]["file"] == "run.json"
     assert rows[1]["command"] == "hf-dynaspec bench ..." and rows[1]["host"]["cores"] >= 1
+    assert rows[0]["assistant_version"] == "a"  # no saved artifact there: the path alone
+
+
+def test_a_results_record_names_the_weights_of_a_saved_assistant(tmp_path):
+    """assistants/ is rewritten when a version ships: the record carries the weights' sha256 beside the path."""
+    from hf_dynaspec.bench.command import report_records
+
+    (tmp_path / "checksums.json").write_text(json.dumps({"sha256": {"model.safetensors": "ab" * 32}}))
+    report = {"target": "t", "dtype": "bf16", "n_prompts": 1, "max_new_tokens": 4, "assistant": str(tmp_path),
+              "methods": {"vanilla": {"tokens_per_s": 1.0}}}
+    assert report_records(report)[0]["assistant_version"] == f"{tmp_path} (weights sha256 {'ab' * 6})"
 
 
 def test_a_timed_run_synchronises_the_device_at_its_start_its_prefill_and_its_end(monkeypatch):

@@ -225,9 +225,22 @@ def report_records(report: dict, json_path: str | None = None) -> list[dict]:
                       sampling=report.get("sampling"), acceptance=metrics.get("acceptance"),
                       categories=report.get("categories"))
         records.append(make_record("generate", method, values, target=report["target"],
-                                   assistant_version=str(assistant) if assistant else None,
+                                   assistant_version=assistant_version(assistant),
                                    command=report.get("command") or "-"))
     return records
+
+
+def assistant_version(assistant) -> str | None:
+    """The timed assistant's path and, where it has a checksums.json (every saved artifact does), the first 12 hex
+    digits of its weights' sha256: a path alone does not say which weights ran (assistants/ is rewritten when one
+    ships)."""
+    if not assistant or not isinstance(assistant, (str, Path)):
+        return str(assistant) if assistant else None
+    checksums = Path(assistant) / "checksums.json"
+    if not checksums.is_file():
+        return str(assistant)
+    digests = json.loads(checksums.read_text()).get("sha256", {})
+    return f"{assistant} (weights sha256 {' '.join(d[:12] for _, d in sorted(digests.items()))})"
 
 
 def parse_assistant_options(values: list[str] | None) -> dict[str | None, str]:
