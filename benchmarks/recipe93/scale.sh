@@ -8,16 +8,21 @@
 # shipped drafter. Resumable: every step skips what exists, and training resumes from its last checkpoint.
 # Usage: scale.sh LAST_GREEDY [LAST_SAMPLED]  (without LAST_SAMPLED greedy answers only; training runs one pass: as
 #   many tokens as the feature sets hold)
+# Another target (each has its defaults below; the 0.5B's are the ones above):
+#   T=gemma-3-270m O=outputs/recipe93/dev-gemma-3-270m FIRST=35 ANSWERS=gemma-3-270m WARPERS=1.0,64,0.95 scale.sh LAST
 set -e
 cd "$(dirname "$0")/../.." && { [ -f .venv/bin/activate ] && . .venv/bin/activate; true; }
-lg=$1; ls=$2; O=outputs/recipe93; T=qwen2.5-coder-0.5b-instruct
-sets=$O/greedy-38-$lg; [ -n "$ls" ] && sets="$sets $O/sampled-38-$ls"
+lg=$1; ls=$2; T=${T:-qwen2.5-coder-0.5b-instruct}; O=${O:-outputs/recipe93}; FIRST=${FIRST:-38}
+ANSWERS=${ANSWERS:-$T-bf16}; WARPERS=${WARPERS:-0.7,20,0.8}  # the answers' folder; the published top-k/top-p warpers
+AGREEMENT=benchmarks/results/round_93/scale_05b_agreement.json
+[ $T = qwen2.5-coder-0.5b-instruct ] || AGREEMENT=benchmarks/results/round_93/scale_${T}_agreement.json
+sets=$O/greedy-$FIRST-$lg; [ -n "$ls" ] && sets="$sets $O/sampled-$FIRST-$ls"
 . benchmarks/recipe93/dev_answers.sh
 features() { out=$1; data=$2; last=$3; [ -f $out/done ] || { python -m recipes.build_features --target $T --out $out \
-  --conversations data/self_distill/$data --first-file 38 --last-file $last --dtype bf16 --max-length 1024 \
+  --conversations data/self_distill/$data --first-file $FIRST --last-file $last --dtype bf16 --max-length 1024 \
   --max-tokens 100000000 --sequences-per-shard 128 && touch $out/done; }; }
-features $O/greedy-38-$lg $T-bf16 $lg
-[ -n "$ls" ] && features $O/sampled-38-$ls $T-bf16-s1 $ls
+features $O/greedy-$FIRST-$lg $ANSWERS $lg
+[ -n "$ls" ] && features $O/sampled-$FIRST-$ls $ANSWERS-s1 $ls
 dev_answers dev; dev_answers dev-s1 --sample --seed 1
 name=M-$lg${ls:+-$ls}
 max=$(python -c "import sys; from pathlib import Path; from safetensors import safe_open
@@ -29,6 +34,6 @@ echo "one pass: $max tokens"
   --mixed-precision auto --unroll 2 --reg-weight 1.0 --features $sets \
   --max-tokens $max --decay-tokens $((max / 5)) --out $O/runs/$name && touch $O/runs/$name/done; }
 python benchmarks/feature_agreement.py --target $T --assistant shipped=assistants/$T $name=$O/runs/$name/assistant \
-  --features dev=$O/dev-feat dev-s1=$O/dev-s1-feat --depths 3 --answers-only --chain-tau 2,4 --sampled 0.7,20,0.8 \
-  --json benchmarks/results/round_93/scale_05b_agreement.json
+  --features dev=$O/dev-feat dev-s1=$O/dev-s1-feat --depths 3 --answers-only --chain-tau 2,4 --sampled $WARPERS \
+  --json $AGREEMENT
 echo done
