@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from hf_dynaspec.bench.results_table import append_records, make_record
+from hf_dynaspec.modeling.integrity import CHECKSUMS_NAME
 
 # The generation settings a sampled bench takes from the target's generation config, each overridable by an option.
 SAMPLING_OPTIONS = {"temperature": float, "top_p": float, "top_k": int, "min_p": float, "repetition_penalty": float}
@@ -234,13 +235,13 @@ def assistant_version(assistant) -> str | None:
     """The timed assistant's path and, where it has a checksums.json (every saved artifact does), the first 12 hex
     digits of its weights' sha256: a path alone does not say which weights ran (assistants/ is rewritten when one
     ships)."""
-    if not assistant or not isinstance(assistant, (str, Path)):
+    if not assistant or not isinstance(assistant, (str, Path)):  # none, or several labelled ones (a dict)
         return str(assistant) if assistant else None
-    checksums = Path(assistant) / "checksums.json"
+    checksums = Path(assistant) / CHECKSUMS_NAME
     if not checksums.is_file():
         return str(assistant)
     digests = json.loads(checksums.read_text()).get("sha256", {})
-    return f"{assistant} (weights sha256 {' '.join(d[:12] for _, d in sorted(digests.items()))})"
+    return f"{assistant} (weights sha256 {' '.join(digests[name][:12] for name in sorted(digests))})"
 
 
 def parse_assistant_options(values: list[str] | None) -> dict[str | None, str]:
