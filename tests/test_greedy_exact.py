@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import VOCAB, assisted_generate, imitating_assistant, one_layer_target, plain_generate, random_assistant
+from transformers.generation.stopping_criteria import StoppingCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 
 
@@ -106,6 +107,55 @@ def test_eos_inside_an_accepted_draft(family):
         if eos_index > 0 and assistant.stats.accepted_per_pass and assistant.stats.accepted_per_pass[-1] >= 1:
             eos_inside_accepted_chunk += 1
     assert eos_inside_accepted_chunk >= 3
+
+
+class EndsWith(StoppingCriteria):
+    """Stops once the sequence ends with `tokens`: a stop string of len(tokens) tokens, as the tiny vocabulary
+    has no tokenizer (StopStringCriteria is a function of the sequence's last tokens too)."""
+
+    def __init__(self, tokens: list[int]):
+        self.tokens = torch.tensor(tokens)
+
+    def __call__(self, input_ids, scores, **kwargs):
+        width = len(self.tokens)
+        return (input_ids[:, -width:] == self.tokens).all(dim=1)
+
+
+def chunk_ends(assistant, prompt_length: int) -> set[int]:
+    """The sequence lengths at which the last call's passes ended (the prefill commits one token)."""
+    ends, length = set(), prompt_length + 1
+    ends.add(length)
+    for accepted in assistant.stats.accepted_per_pass:
+        length += accepted + 1
+        ends.add(length)
+    return ends
+
+
+def test_a_stop_sequence_completed_inside_an_accepted_draft(family):
+    # transformers' assisted loop checks stopping criteria other than EOS and max length on the sequence's end
+    # only: a stop completed mid-round must still end the output where plain decoding ends it, with the streamer
+    # and the per-token scores ending there too.
+    target = one_layer_target(family)
+    assistant = imitating_assistant(target, noise=0.0, num_assistant_tokens=6)
+    input_ids = prompt(11, 6)
+    length = input_ids.shape[1]
+    assisted_generate(target, assistant, input_ids, max_new_tokens=30)
+    ends = chunk_ends(assistant, length)
+    free_run = plain_generate(target, input_ids, max_new_tokens=30)[0, length:].tolist()
+    inside = 0
+    for index in range(2, 14):
+        stop = StoppingCriteriaList([EndsWith(free_run[index - 1 : index + 1])])
+        options = dict(max_new_tokens=30, output_scores=True, return_dict_in_generate=True)
+        expected = plain_generate(target, input_ids, stopping_criteria=stop, **options)
+        streamer = CollectingStreamer()
+        got = assisted_generate(target, assistant, input_ids, stopping_criteria=stop, streamer=streamer, **options)
+        assert torch.equal(got.sequences, expected.sequences), index
+        assert torch.equal(torch.cat(streamer.chunks), got.sequences[0]) and streamer.ended
+        assert len(got.scores) == len(expected.scores) == expected.sequences.shape[1] - length
+        assert torch.equal(got.scores[-1].argmax(-1), expected.sequences[:, -1])
+        assert got.cache.get_seq_length() == expected.cache.get_seq_length()
+        inside += expected.sequences.shape[1] not in ends
+    assert inside >= 4, (inside, ends)
 
 
 def test_logits_processors_are_honoured(family):

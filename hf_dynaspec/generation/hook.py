@@ -19,6 +19,7 @@ reason.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 
@@ -32,6 +33,7 @@ import hf_dynaspec.generation.block_verify as block_verify
 from hf_dynaspec.drafting.row_processing import with_sparse_warpers
 from hf_dynaspec.generation.candidate_generator import PUBLIC_ROUTE, make_candidate_generator
 from hf_dynaspec.generation.costs.verify_kernel import target_verify_kernel
+from hf_dynaspec.generation.every_token_stops import check_every_token, cut
 from hf_dynaspec.modeling.assistant import DynaSpecAssistant
 
 # `requires_model_outputs` (hidden states of the verification pass handed to the candidate generator) appeared
@@ -51,7 +53,8 @@ _SERVES = {
     "_get_candidate_generator": f"the assistant_model= route (use the public route: {PUBLIC_ROUTE})",
     "_validate_generation_mode": "the refusal of beam search with an assistant (transformers would drop it)",
     "_speculative_sampling": "verification='block' (sampled drafts are verified token by token instead)",
-    "_assisted_decoding": "the CPU rows kernel for the target's verification under draft_plan='auto'",
+    "_assisted_decoding": "the CPU rows kernel for the target's verification under draft_plan='auto', stop strings "
+                          "checked at every accepted token, and batches",
 }
 # Wrappers that could not be installed on this transformers release: private name -> why.
 DISABLED: dict[str, str] = {}
@@ -222,9 +225,11 @@ def _with_sparse_warpers(bound):
 
 
 def _wrap_assisted_decoding() -> str | None:
-    """Around an assisted call with a DynaSpecAssistant planning its rounds (`draft_plan="auto"`,
-    `target_verify_kernel="auto"`): the target's verification forwards through the CPU rows kernel where measured
-    faster (hf_dynaspec.generation.costs.verify_kernel.target_verify_kernel), restored when the call ends."""
+    """Around an assisted call with a DynaSpecAssistant: a batch goes to the batched loop (`_batched_call`); one
+    row's stopping criteria are checked at every accepted token (hf_dynaspec.generation.every_token_stops); with
+    its rounds planned (`draft_plan="auto"`, `target_verify_kernel="auto"`) the target's verification forwards
+    through the CPU rows kernel where measured faster (hf_dynaspec.generation.costs.verify_kernel), restored when
+    the call ends."""
     problem = _needs(GenerationMixin, "_assisted_decoding")
     if problem:
         return problem
@@ -240,12 +245,12 @@ def _wrap_assisted_decoding() -> str | None:
             batched = _batched_call(self, bound)
             if batched is not None:
                 return batched()
+            checker = check_every_token(bound.arguments)
             args, kwargs = _with_sparse_warpers(bound)
-        options = getattr(assistant, "generation_config", None)
-        if (isinstance(assistant, DynaSpecAssistant) and options.draft_plan == "auto"
-                and options.target_verify_kernel == "auto"):
-            with target_verify_kernel(self):
-                return original(self, *args, **kwargs)
+            options = assistant.generation_config
+            planned = options.draft_plan == "auto" and options.target_verify_kernel == "auto"
+            with target_verify_kernel(self) if planned else contextlib.nullcontext():
+                return cut(original(self, *args, **kwargs), checker, bound.arguments["input_ids"].shape[1])
         return original(self, *args, **kwargs)
 
     GenerationMixin._assisted_decoding = _assisted_decoding
