@@ -54,9 +54,17 @@ def sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> tor
         flat = probs.reshape(-1, probs.shape[-1])
         rows, columns = flat.nonzero(as_tuple=True)
         if columns.shape[0] * SPARSE_SHARE <= flat.numel():  # after a top-k: k Exp(1) draws instead of V
-            noise = exponential(columns.shape, probs.device, generator)
-            race = torch.zeros_like(flat)
-            race[rows, columns] = flat[rows, columns] / noise.clamp_(min=_SMALLEST)
-            return race.argmax(dim=-1).view(*probs.shape[:-1], 1)
+            return race_among(flat[rows, columns], rows, columns, flat.shape, generator).view(*probs.shape[:-1], 1)
     noise = exponential(probs.shape, probs.device, generator)
     return (probs / noise.clamp_(min=_SMALLEST)).argmax(dim=-1, keepdim=True)
+
+
+def race_among(values: torch.Tensor, rows: torch.Tensor, columns: torch.Tensor, shape: torch.Size,
+               generator: torch.Generator | None = None) -> torch.Tensor:
+    """The race over the positive entries `values` `[n]` at (`rows`, `columns`) of a `[R, C]` matrix (`shape`), in
+    row-major order as `nonzero` lists them -> each row's winning column `[R]`. The Exp(1) draws go to the entries
+    in that order, so a caller listing the same entries in the same order draws what `sample` draws."""
+    noise = exponential(columns.shape, values.device, generator)
+    race = torch.zeros(shape, dtype=torch.float32, device=values.device)
+    race[rows, columns] = values / noise.clamp_(min=_SMALLEST)
+    return race.argmax(dim=-1)

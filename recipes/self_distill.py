@@ -45,22 +45,14 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 from tqdm.auto import tqdm
-from transformers import (
-    LogitsProcessor,
-    LogitsProcessorList,
-    TemperatureLogitsWarper,
-    TopKLogitsWarper,
-    TopPLogitsWarper,
-)
 
-import hf_dynaspec.sampling as sampling_module
 from hf_dynaspec.bench.results_table import host_description
 from hf_dynaspec.bench.summary import host_kind
-from hf_dynaspec.drafting.row_processing import with_sparse_warpers
 from hf_dynaspec.loading import encode_prompt, load_target, resolve_device
 from hf_dynaspec.zoo import published_sampling
 from recipes.build_features import pack_shard, shard_path
 from recipes.data_paths import shared_data_dir
+from recipes.sampled_answers import sparse_sampling
 from recipes.training_schedule import native_dtype
 from recipes.user_data import add_data_arguments, user_prompts
 
@@ -177,44 +169,6 @@ def generate_batch(model, tokenizer, prompts: list[str], max_new_tokens: int, ma
             answer.hidden = hidden[row, start : start + len(token_ids)].cpu().clone()
         answers.append(answer)
     return answers
-
-
-class DrawnToken(LogitsProcessor):
-    """The last processor of a sampled call run as greedy decoding: each row's token drawn from softmax(scores)
-    (hf_dynaspec.sampling.sample: an exponential race over the tokens the top-k and top-p kept) and left the only
-    finite score, so that greedy's argmax takes it. The same law as transformers' draw, torch.multinomial, which
-    walks the whole vocabulary of every row (298 ms per step of a batch of 64 on a 150k vocabulary here, against
-    111 ms for this: benchmarks/results/round_93/sampled_generation_05b.txt)."""
-
-    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        token = sampling_module.sample(scores.float().softmax(dim=-1))  # looked up per call: tests replace it
-        return torch.full_like(scores, float("-inf")).scatter_(1, token, 0.0)
-
-
-SPARSE_SETTINGS = ("temperature", "top_k", "top_p", "repetition_penalty")
-OTHER_WARPERS = {"min_p": None, "typical_p": 1.0, "epsilon_cutoff": 0.0, "eta_cutoff": 0.0, "top_h": None}  # (off)
-
-
-def sparse_sampling(sampling: dict, defaults=None) -> dict:
-    """generate()'s keyword arguments drawing what `sampling` (generate()'s sampling arguments, over `defaults`: the
-    model's generation config, as transformers reads it) draws, faster: its temperature, top-k and top-p as
-    processors, the top-k/top-p pair computed from the few logits the top-k keeps (`with_sparse_warpers`:
-    transformers' floats), then `DrawnToken` under greedy selection. transformers' top-p sorts every row's whole
-    vocabulary and its draw walks it: together most of a sampled step of a batch of 64 here. Without a top-k (which
-    transformers would fill with its own default) or with other warpers, transformers' own sampling."""
-    value = {name: sampling.get(name, getattr(defaults, name, None)) for name in SPARSE_SETTINGS}
-    others = any(getattr(defaults, name, off) not in (off, None) for name, off in OTHER_WARPERS.items())
-    if not sampling.get("do_sample") or set(sampling) - {"do_sample", *SPARSE_SETTINGS} or not value["top_k"] or others:
-        return sampling
-    warpers = LogitsProcessorList()
-    if value["temperature"] not in (None, 1.0):
-        warpers.append(TemperatureLogitsWarper(value["temperature"]))
-    warpers.append(TopKLogitsWarper(value["top_k"]))
-    if value["top_p"] not in (None, 1.0):
-        warpers.append(TopPLogitsWarper(value["top_p"]))
-    # transformers puts given processors after its own (the repetition penalty), where its warpers would be.
-    processors = LogitsProcessorList([*with_sparse_warpers(warpers), DrawnToken()])
-    return {"do_sample": False, "repetition_penalty": value["repetition_penalty"], "logits_processor": processors}
 
 
 def answer_batch(model, tokenizer, prompts: list[str], max_new_tokens: int, max_prompt_tokens: int) -> list[str]:

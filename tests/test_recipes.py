@@ -371,19 +371,20 @@ def test_self_distillation_samples_each_file_alike_when_resumed(tmp_path, monkey
     {"do_sample": True, "temperature": 1.3, "top_k": 40},  # a top-k alone
 ])
 def test_self_distillation_samples_what_transformers_samples(published, monkeypatch):
-    """--sample's fast path (`sparse_sampling`: the sparse top-k/top-p warpers, then the package's draw under greedy
-    selection) draws the samples transformers' own sampling draws from the same seed when its draw,
-    torch.multinomial, is the package's (the same law: tests/test_enumeration.py): the same processed distribution
-    at every step, so the same law of answers."""
+    """--sample's fast path (`sparse_sampling`: `KeptDraw` under greedy selection) draws the samples transformers'
+    own sampling draws from the same seed when its draw, torch.multinomial, is the package's (the same law:
+    tests/test_enumeration.py): the same processed distribution at every step, so the same law of answers."""
     from conftest import one_layer_target
 
     import hf_dynaspec.sampling as sampling
-    from recipes.self_distill import DrawnToken, sparse_sampling
+    from recipes.sampled_answers import KeptDraw, sparse_sampling
 
-    target = one_layer_target("qwen2", seed=3)
+    # A vocabulary over 8x the kept tokens, so that the package's race runs over them only in both calls.
+    target = one_layer_target("qwen2", seed=3, vocab_size=1024)
     prompts = torch.randint(0, target.config.vocab_size, (3, 6), generator=torch.Generator().manual_seed(1))
     fast = sparse_sampling(published, target.generation_config)
-    assert fast["do_sample"] is False and isinstance(fast["logits_processor"][-1], DrawnToken)
+    draw = fast["logits_processor"][-1]
+    assert fast["do_sample"] is False and isinstance(draw, KeptDraw)
     # Without a top-k transformers fills in its own default: its own sampling then (as with warpers of other kinds).
     assert sparse_sampling({"do_sample": True, "top_p": 0.9}, target.generation_config) == {"do_sample": True, "top_p": 0.9}
 
@@ -395,27 +396,48 @@ def test_self_distillation_samples_what_transformers_samples(published, monkeypa
     drawn = generated(fast)
     monkeypatch.setattr(torch, "multinomial", lambda probs, num_samples: sampling.sample(probs))
     assert torch.equal(drawn, generated(published))
-    # The check sees the distribution: a warper left out (the temperature, or the top-k) draws other samples.
-    assert not torch.equal(drawn, generated({**fast, "logits_processor": fast["logits_processor"][1:]}))
+    # The check sees the distribution: a warper left out (the temperature, the top-p or the top-k) draws others.
+    head = list(fast["logits_processor"][:-1])  # the temperature, where there is one
+    variants = [head + [KeptDraw(target.config.vocab_size, draw.top_p)]]  # the top-k left out
+    variants += [head + [KeptDraw(draw.top_k)]] if draw.top_p < 1.0 else []  # the top-p left out
+    variants += [[draw]] if head else []  # the temperature left out
+    for processors in variants:
+        assert not torch.equal(drawn, generated({**fast, "logits_processor": processors}))
 
 
-def test_the_drawn_token_is_the_package_samplers_draw_from_the_processed_distribution(monkeypatch):
-    """`DrawnToken` hands the package's sampler (whose law tests/test_sampler.py checks exactly) softmax(scores)
-    itself, and leaves the token it drew as the only finite score, the one greedy selection takes."""
-    import hf_dynaspec.sampling as sampling
-    from recipes.self_distill import DrawnToken
+def test_the_kept_draw_keeps_what_transformers_top_k_and_top_p_keep():
+    """`KeptDraw.kept`: the probabilities transformers' top-k then top-p leave (softmax of the processed row), on
+    random rows, rows whose k-th value is tied (every tie kept) and rows whose top-p cut falls between equal scores
+    (transformers' unstable sort picks which; the same number of them and the same mass here)."""
+    from transformers import TopKLogitsWarper, TopPLogitsWarper
 
-    scores = torch.tensor([[0.5, float("-inf"), 2.0, -1.0], [float("-inf"), 0.0, 0.0, float("-inf")]])
-    seen = []
+    from recipes.sampled_answers import KeptDraw
 
-    def chooser(probs, generator=None):
-        seen.append(probs)
-        return torch.tensor([[3], [1]])
-
-    monkeypatch.setattr(sampling, "sample", chooser)
-    drawn = DrawnToken()(None, scores)
-    assert torch.equal(seen[0], scores.softmax(-1))
-    assert drawn.argmax(-1).tolist() == [3, 1] and torch.isinf(drawn).sum().item() == 6
+    generator = torch.Generator().manual_seed(0)
+    random_rows = torch.randn(16, 500, generator=generator) * 3
+    tied_kth = torch.randint(0, 12, (16, 500), generator=generator).float()  # many entries share the k-th value
+    few_tied = random_rows.clone()  # three entries past the 20th share its value: ties a short read sees
+    order = few_tied.argsort(dim=-1, descending=True)
+    few_tied.scatter_(1, order[:, 20:23], few_tied.gather(1, order[:, 19:20]).expand(-1, 3))
+    for scores, top_k, top_p in [(random_rows, 20, 0.8), (random_rows, 64, 0.95), (random_rows, 40, 1.0),
+                                 (random_rows, 20, 1e-9),  # the most likely token kept however small top_p
+                                 (tied_kth, 20, 1.0), (tied_kth, 30, 0.5), (few_tied, 20, 1.0), (few_tied, 20, 0.9)]:
+        processed = TopKLogitsWarper(top_k)(None, scores.clone())
+        if top_p < 1.0:
+            processed = TopPLogitsWarper(top_p)(None, processed)
+        expected = processed.softmax(dim=-1)
+        ids, probs = KeptDraw(top_k, top_p).kept(scores)
+        got = torch.zeros_like(expected).scatter_(1, ids, probs)
+        if scores is random_rows:
+            torch.testing.assert_close(got, expected, rtol=1e-6, atol=0)
+        else:  # the same mass on the same number of tokens of each score
+            assert torch.equal((got > 0).sum(-1), (expected > 0).sum(-1))
+            for row in range(scores.shape[0]):
+                for value in scores[row].unique():
+                    at = scores[row] == value
+                    torch.testing.assert_close(got[row, at].sum(), expected[row, at].sum(), rtol=1e-6, atol=1e-7)
+        if scores is not random_rows:
+            assert ((scores >= scores.topk(top_k).values[:, -1:]).sum(-1) > top_k).all()  # the ties happened
 
 
 def test_self_distillation_picks_bf16_only_where_the_cpu_multiplies_it_natively(tmp_path, monkeypatch):

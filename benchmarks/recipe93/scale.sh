@@ -10,19 +10,23 @@
 #   many tokens as the feature sets hold)
 # Another target (each has its defaults below; the 0.5B's are the ones above):
 #   T=gemma-3-270m O=outputs/recipe93/dev-gemma-3-270m FIRST=35 ANSWERS=gemma-3-270m WARPERS=1.0,64,0.95 scale.sh LAST
+# FIRST_SAMPLED: the sampled answers' first file where it is not FIRST; AGREEMENT: the record's path (a new one for a
+# new try, so that an earlier try's record stays).
 set -e
 cd "$(dirname "$0")/../.." && { [ -f .venv/bin/activate ] && . .venv/bin/activate; true; }
 lg=$1; ls=$2; T=${T:-qwen2.5-coder-0.5b-instruct}; O=${O:-outputs/recipe93}; FIRST=${FIRST:-38}
 ANSWERS=${ANSWERS:-$T-bf16}; WARPERS=${WARPERS:-0.7,20,0.8}  # the answers' folder; the published top-k/top-p warpers
-AGREEMENT=benchmarks/results/round_93/scale_05b_agreement.json
-[ $T = qwen2.5-coder-0.5b-instruct ] || AGREEMENT=benchmarks/results/round_93/scale_${T}_agreement.json
-sets=$O/greedy-$FIRST-$lg; [ -n "$ls" ] && sets="$sets $O/sampled-$FIRST-$ls"
+FIRST_SAMPLED=${FIRST_SAMPLED:-$FIRST}
+default_record=benchmarks/results/round_93/scale_05b_agreement.json
+[ $T = qwen2.5-coder-0.5b-instruct ] || default_record=benchmarks/results/round_93/scale_${T}_agreement.json
+AGREEMENT=${AGREEMENT:-$default_record}
+sets=$O/greedy-$FIRST-$lg; [ -n "$ls" ] && sets="$sets $O/sampled-$FIRST_SAMPLED-$ls"
 . benchmarks/recipe93/dev_answers.sh
-features() { out=$1; data=$2; last=$3; [ -f $out/done ] || { python -m recipes.build_features --target $T --out $out \
-  --conversations data/self_distill/$data --first-file $FIRST --last-file $last --dtype bf16 --max-length 1024 \
+features() { out=$1; data=$2; first=$3; last=$4; [ -f $out/done ] || { python -m recipes.build_features --target $T --out $out \
+  --conversations data/self_distill/$data --first-file $first --last-file $last --dtype bf16 --max-length 1024 \
   --max-tokens 100000000 --sequences-per-shard 128 && touch $out/done; }; }
-features $O/greedy-$FIRST-$lg $ANSWERS $lg
-[ -n "$ls" ] && features $O/sampled-$FIRST-$ls $ANSWERS-s1 $ls
+features $O/greedy-$FIRST-$lg $ANSWERS $FIRST $lg
+[ -n "$ls" ] && features $O/sampled-$FIRST_SAMPLED-$ls $ANSWERS-s1 $FIRST_SAMPLED $ls
 dev_answers dev; dev_answers dev-s1 --sample --seed 1
 name=M-$lg${ls:+-$ls}
 max=$(python -c "import sys; from pathlib import Path; from safetensors import safe_open
