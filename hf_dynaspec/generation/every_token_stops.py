@@ -73,12 +73,11 @@ class EveryTokenStops(StoppingCriteriaList):
         return done
 
 
-def check_every_token(arguments: dict) -> EveryTokenStops | None:
+def check_every_token(arguments: dict) -> EveryTokenStops:
     """Swap the call's stopping criteria (and streamer) in `arguments` (an `_assisted_decoding` call's, bound by
-    name) for per-token checks; -> the checker, or None where only criteria transformers crops itself are set."""
+    name) for per-token checks; -> the checker. (The hook calls it only where a criterion is not one of
+    `CROPPED_BY_TRANSFORMERS`.)"""
     criteria = arguments["stopping_criteria"]
-    if all(isinstance(criterion, CROPPED_BY_TRANSFORMERS) for criterion in criteria):
-        return None
     streamer = arguments.get("streamer")
     held = HeldStreamer(streamer) if streamer is not None else None
     if held is not None:
@@ -88,9 +87,9 @@ def check_every_token(arguments: dict) -> EveryTokenStops | None:
     return checker
 
 
-def cut(output, checker: EveryTokenStops | None, prompt_length: int):
+def cut(output, checker: EveryTokenStops, prompt_length: int):
     """`output` of the assisted loop (ids `[1, N]` or a GenerateDecoderOnlyOutput) ended at the checker's stop."""
-    if checker is None or checker.stop_length is None:
+    if checker.stop_length is None:
         return output
     stop = checker.stop_length
     if isinstance(output, torch.Tensor):

@@ -33,7 +33,7 @@ import hf_dynaspec.generation.block_verify as block_verify
 from hf_dynaspec.drafting.row_processing import with_sparse_warpers
 from hf_dynaspec.generation.candidate_generator import PUBLIC_ROUTE, make_candidate_generator
 from hf_dynaspec.generation.costs.verify_kernel import target_verify_kernel
-from hf_dynaspec.generation.every_token_stops import check_every_token, cut
+from hf_dynaspec.generation.every_token_stops import CROPPED_BY_TRANSFORMERS, check_every_token, cut
 from hf_dynaspec.modeling.assistant import DynaSpecAssistant
 
 # `requires_model_outputs` (hidden states of the verification pass handed to the candidate generator) appeared
@@ -245,12 +245,15 @@ def _wrap_assisted_decoding() -> str | None:
             batched = _batched_call(self, bound)
             if batched is not None:
                 return batched()
-            checker = check_every_token(bound.arguments)
+            # Criteria beyond the EOS and max length transformers crops at: checked at every accepted token.
+            every_token = not all(isinstance(c, CROPPED_BY_TRANSFORMERS) for c in bound.arguments["stopping_criteria"])
+            checker = check_every_token(bound.arguments) if every_token else None
             args, kwargs = _with_sparse_warpers(bound)
             options = assistant.generation_config
             planned = options.draft_plan == "auto" and options.target_verify_kernel == "auto"
             with target_verify_kernel(self) if planned else contextlib.nullcontext():
-                return cut(original(self, *args, **kwargs), checker, bound.arguments["input_ids"].shape[1])
+                output = original(self, *args, **kwargs)
+            return output if checker is None else cut(output, checker, bound.arguments["input_ids"].shape[1])
         return original(self, *args, **kwargs)
 
     GenerationMixin._assisted_decoding = _assisted_decoding
