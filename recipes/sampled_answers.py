@@ -12,7 +12,7 @@ the draw is the package's exponential race over the kept tokens, handed the Exp(
 `hf_dynaspec.sampling.sample` hands them (row-major, token ids ascending), so that from one seed it draws what
 generate()'s own sampling draws when its `torch.multinomial` is the package's race (tests/test_recipes.py). Where
 the top-p's cut falls between equal scores, which of them transformers keeps is its unstable sort's choice
-(tests/test_row_processing.py shows it is not index order); here it is topk's: the same number of them, the same
+(measured on this torch: not index order); here it is topk's: the same number of them, the same
 mass, possibly other tokens of the same score.
 """
 

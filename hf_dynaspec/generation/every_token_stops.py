@@ -8,8 +8,8 @@ as plain decoding would, stops the loop at the first that meets a criterion, and
 the streamer until they are checked; `cut` then ends the output there. The sequence's tokens up to the cut are the
 ones the loop committed, so greedy output and sampled distributions stay those of plain decoding.
 
-A criterion is called once per accepted token rather than once per round, with a host sync each (plain decoding
-syncs once per token too); calls whose only criteria transformers already crops (EOS, max length) are left alone.
+A criterion is called once per accepted token rather than once per round, read back once per round (plain
+decoding syncs once per token); calls whose only criteria transformers already crops (EOS, max length) are left alone.
 """
 
 from __future__ import annotations
@@ -55,17 +55,16 @@ class EveryTokenStops(StoppingCriteriaList):
 
     def __call__(self, input_ids: torch.Tensor, scores, **kwargs) -> torch.Tensor:
         length = input_ids.shape[1]
-        for prefix in range(self.checked_length + 1, length):  # the round's tokens before its last
-            if bool(super().__call__(input_ids[:, :prefix], scores, **kwargs).any()):
-                self.stop_length = prefix
-                break
+        # Every token committed since the last check (a call with none new, as transformers 5.8 makes, checks the
+        # last one again).
+        first = min(self.checked_length, length - 1) + 1
+        prefixes = range(first, length + 1)
+        met = torch.stack([super(EveryTokenStops, self).__call__(input_ids[:, :prefix], scores, **kwargs).any()
+                           for prefix in prefixes]).tolist()  # one read per round
         self.checked_length = length
-        if self.stop_length is None:
-            done = super().__call__(input_ids, scores, **kwargs)
-            if bool(done.any()):
-                self.stop_length = length
-        else:
-            done = torch.ones(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+        if True in met:
+            self.stop_length = prefixes[met.index(True)]
+        done = torch.full((input_ids.shape[0],), self.stop_length is not None, device=input_ids.device)
         if self.streamer is not None:
             cut_off = 0 if self.stop_length is None else length - self.stop_length
             held = 0 if self.streamer.held is None else self.streamer.held.shape[-1]
