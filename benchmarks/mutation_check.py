@@ -441,11 +441,11 @@ MUTATIONS = [
              "do_sample=bool(generation_config.do_sample), draws_drafts=False, with_trees=trees,",
              "do_sample=bool(generation_config.do_sample), draws_drafts=bool(generation_config.do_sample), "
              "with_trees=trees,",
-             [CHAIN_GENERATE], select="sampled"),
+             [CHAIN_GENERATE], select="sampled and fixed"),
     Mutation("public chain route: lookup drafts ignore the room left", "hf_dynaspec/generation/batched_loop.py",
              "row.drafts.propose(row.ids, row.hidden, max(lockstep.length - row.sequence.shape[1] - 1, 0),",
              "row.drafts.propose(row.ids, row.hidden, max(lockstep.length - row.sequence.shape[1] - 1, 0) + 3,",
-             [CHAIN_GENERATE], select="sampled_chain_generate_is_exact"),
+             [CHAIN_GENERATE], select="sampled_chain_generate_is_exact and auto"),
     Mutation("deferred positions absorbed after the new ones", "hf_dynaspec/drafting/chain.py",
              "new_target_hidden = torch.cat([self.pending_hidden, new_target_hidden], dim=1)",
              "new_target_hidden = torch.cat([new_target_hidden, self.pending_hidden], dim=1)",
