@@ -11,8 +11,8 @@ entries whose ascending cumulative probability is <= 1 - top_p, keeping the most
 the draw is the package's exponential race over the kept tokens, handed the Exp(1) draws in the order
 `hf_dynaspec.sampling.sample` hands them (row-major, token ids ascending), so that from one seed it draws what
 generate()'s own sampling draws when its `torch.multinomial` is the package's race (tests/test_recipes.py). Where
-the top-p's cut falls between equal scores, which of them transformers keeps is its unstable sort's choice
-(measured on this torch: not index order); here it is topk's: the same number of them, the same
+the top-p's cut falls between equal scores, which of them transformers keeps is its sort's choice (`torch.sort`
+without `stable=True`: no order among equals is promised); here it is topk's: the same number of them, the same
 mass, possibly other tokens of the same score.
 """
 
