@@ -9,7 +9,10 @@ exception). A mutation counts as caught only by an assertion; its run ends at th
 (`-p mutation_stop`, benchmarks/mutation_stop.py), since the rest of its tests could only repeat the catch. Every
 snippet must occur exactly once in the current source: a stale snippet stops the run before anything is mutated,
 and tests/test_mutation_check.py checks it in the test suite, so the list cannot rot silently. CI runs the whole
-check (.ci/run). Host-independent; the mutations run `--jobs` at a time (default: one per core, each pytest on one
+check (.ci/run). A mutation of a path that only some hosts run (`needs`: oneDNN's packed bf16 weights and the rows
+kernel's AVX-512 BF16 form need such a CPU) is reported as not run on a host without it (an AVX2 CI machine) and
+is caught on the hosts that have it: its tests skip there because the path cannot run, not because the rule is
+unguarded. The mutations run `--jobs` at a time (default: one per core, each pytest on one
 thread: the tiny models' tests are Python-bound, so two single-threaded runs take about half the time of two
 two-threaded ones in a row), each in a process forked from the checker after it imported torch, transformers and
 pytest once (PRELOADED), so that no mutation pays for those imports again.
@@ -22,6 +25,7 @@ import gc
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -63,12 +67,36 @@ class Mutation:
     tests: list[str]
     also: tuple[str, str, str] | None = None  # a second file's (path, old, new), for a bug spread over two files
     select: str | None = None  # a pytest -k expression: only the tests that guard this rule
+    needs: str | None = None  # a host capability (HOST_CAPABILITIES) the mutated path runs only with
 
     def edits(self) -> list[tuple[str, str, str]]:
         """Every (path, old snippet, new snippet) of the mutation."""
         olds, news = (self.old, self.new) if isinstance(self.old, list) else ([self.old], [self.new])
         edits = [(self.path, old, new) for old, new in zip(olds, news)]
         return edits + ([self.also] if self.also is not None else [])
+
+
+# What a mutation's path may need of the host (`Mutation.needs`), and what it is.
+HOST_CAPABILITIES = {
+    "packed": "oneDNN with native bf16 products (AMX or AVX-512 BF16)",
+    "avx512_bf16": "the rows kernel's AVX-512 BF16 form (a CPU with AVX-512 BF16)",
+}
+# Asked of the package itself, in a process of its own: the checker never imports hf_dynaspec (importing it patches
+# transformers' generate(), and each child imports its own mutated copy).
+CAPABILITIES_HERE = """
+import json
+from hf_dynaspec.kernels.verify_rows import loader, packed
+print(json.dumps(sorted(name for name, present in {
+    "packed": packed.available(), "avx512_bf16": loader.available() and loader.isa() == "avx512_bf16"}.items()
+    if present)))
+"""
+
+
+def capabilities_here() -> set[str]:
+    """The HOST_CAPABILITIES this host has, as the package finds them."""
+    found = subprocess.run([sys.executable, "-c", CAPABILITIES_HERE], capture_output=True, text=True, check=True,
+                           cwd=ROOT)
+    return set(json.loads(found.stdout.strip().splitlines()[-1]))
 
 
 MUTATIONS = [
@@ -289,10 +317,10 @@ MUTATIONS = [
              "        lo = sizes[first]\n", [FAST_CPU], select="unbroken_run"),
     Mutation("packed weights: repacked on every call", "hf_dynaspec/kernels/verify_rows/packed.py",
              "    return entry[1] if entry is not None and entry[0] == weight_key(module) else None",
-             "    return None", [FAST_CPU], select="packed_weights_take"),
+             "    return None", [FAST_CPU], select="packed_weights_take", needs="packed"),
     Mutation("packed weights: the copy kept after the weight changed", "hf_dynaspec/kernels/verify_rows/packed.py",
              "    return entry[1] if entry is not None and entry[0] == weight_key(module) else None",
-             "    return entry[1] if entry is not None else None", [FAST_CPU], select="current_weights"),
+             "    return entry[1] if entry is not None else None", [FAST_CPU], select="current_weights", needs="packed"),
     Mutation("--cpu-verify auto measures the kernels afresh on every run", "hf_dynaspec/generation/costs/verify_kernel.py",
              "        enable_kernels(model, measured_kernels(model))", "        enable_kernels(model, fastest_kernels(model))",
              [FAST_CPU], select="measures_once"),
@@ -312,10 +340,11 @@ MUTATIONS = [
     Mutation("AVX-512 BF16 kernel: the row tail's mask drops its last element",
              "hf_dynaspec/kernels/verify_rows/bf16_rows.c",
              "            __mmask32 m = (__mmask32)((1u << (in - i)) - 1u);",
-             "            __mmask32 m = (__mmask32)((1u << (in - i - 1)) - 1u);", [VERIFY_ROWS], select="float64_product"),
+             "            __mmask32 m = (__mmask32)((1u << (in - i - 1)) - 1u);", [VERIFY_ROWS], select="float64_product",
+             needs="avx512_bf16"),
     Mutation("AVX-512 kernels: a 16-row block computes only its first row", "hf_dynaspec/kernels/verify_rows/bf16_rows.c",
              "            CASE(NAME, 16) CASE(NAME, 15)", "            CASE(NAME, 15)", [VERIFY_ROWS],
-             select="float64_product"),
+             select="float64_product", needs="avx512_bf16"),
     # One verify table per target and routing (hf_dynaspec.generation.costs.verify_costs).
     Mutation("verify costs: one table for every CPU routing of a target", "hf_dynaspec/generation/costs/verify_costs.py",
              "key = verify_key(target, verify_rows_patch.describe(target))", "key = verify_key(target, None)",
@@ -327,7 +356,7 @@ MUTATIONS = [
              "hf_dynaspec/generation/costs/verify_kernel.py",
              'verify_rows_patch.description("kernel", kernels.kernel, kernels.packed) if kernels else None',
              'verify_rows_patch.description("kernel", kernels.kernel) if kernels else None',
-             [VERIFY_COSTS], select="seeded_routing"),
+             [VERIFY_COSTS], select="seeded_routing", needs="packed"),
     Mutation("verify costs: a stored size measured again", "hf_dynaspec/generation/costs/verify_costs.py",
              "missing = [size for size in sizes if size not in known]", "missing = sizes",
              [VERIFY_COSTS], select="one_verify_table"),
@@ -723,7 +752,7 @@ MUTATIONS = [
              [VERIFY_COSTS], select="per_tree_shape"),
     Mutation("fast_cpu: release_packed leaves the routing that packs again", "hf_dynaspec/generation/costs/verify_kernel.py",
              "        self.undo()\n        return packed_weights.release(self.model)",
-             "        return packed_weights.release(self.model)", [FAST_CPU], select="release_packed"),
+             "        return packed_weights.release(self.model)", [FAST_CPU], select="release_packed", needs="packed"),
     Mutation("the eager round pads a tree to its power-of-two width", "hf_dynaspec/generation/static_round.py",
              "return width_bucket(nodes) if self.static else nodes", "return width_bucket(nodes)", [STATIC],
              select="pads_a_tree"),
@@ -788,7 +817,7 @@ MUTATIONS = [
     Mutation("compiled step: oneDNN's packed product traced into the graph", "hf_dynaspec/kernels/verify_rows/patch.py",
              "                if torch.compiler.is_compiling():\n                    return packed_weights.compiled_linear",
              "                if False:\n                    return packed_weights.compiled_linear", [FAST_CPU],
-             select="packed_weights_call"),
+             select="packed_weights_call", needs="packed"),
 ]
 
 
@@ -945,6 +974,12 @@ def main() -> None:
     if stale:
         raise SystemExit("stale mutations (update benchmarks/mutation_check.py):\n  " + "\n  ".join(stale))
     chosen = [m for m in MUTATIONS if not args.only or args.only in m.name]
+    here = capabilities_here() if any(m.needs for m in chosen) else set()
+    not_here = [m for m in chosen if m.needs is not None and m.needs not in here]
+    for mutation in not_here:
+        print(f"NOT RUN {mutation.name}: its path needs {HOST_CAPABILITIES[mutation.needs]}, which this host "
+              "lacks (its tests skip here; hosts that have it catch it)", flush=True)
+    chosen = [m for m in chosen if m not in not_here]
     threads = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"} if args.jobs > 1 else {}
 
     def report(result: dict) -> None:
@@ -959,7 +994,8 @@ def main() -> None:
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
     missed = [r["mutation"] for r in results if not r["caught"]]
-    print(f"{len(results) - len(missed)}/{len(results)} mutations caught by an assertion")
+    print(f"{len(results) - len(missed)}/{len(results)} mutations caught by an assertion"
+          + (f"; {len(not_here)} not run: their paths need what this host lacks" if not_here else ""))
     if missed:
         raise SystemExit(1)
 

@@ -581,8 +581,9 @@ def test_the_readme_summary_picks_each_hosts_latest_default_run():
                record(fast, "later_no_auto.json", "vanilla", 1.0, "2026-01-03"),
                record(fast, "later_no_auto.json", "eagle", 0.9, "2026-01-03"),
                record(avx2, "slow.json", "vanilla", 1.0, "2026-01-01"),
-               record(avx2, "slow.json", "dynaspec:8+auto", 1.3, "2026-01-01")]
-    assert [host_kind(r) for r in records[-2:]] == ["AVX2", "AVX2"] and host_kind(records[0]) == "AVX-512 BF16"
+               record(avx2, "slow.json", "dynaspec:8+auto", 1.3, "2026-01-01"),
+               record(avx2, "slow.json", "llama.cpp:/home/someone/models/t-bf16.gguf", 2.9, "2026-01-01")]
+    assert [host_kind(r) for r in records[-3:]] == ["AVX2"] * 3 and host_kind(records[0]) == "AVX-512 BF16"
     tables = summary_tables(records)
     fast_part, slow_part = tables.split("**AVX2 CPU host**")
     assert "`with_auto.json`" in fast_part and "later_no_auto" not in fast_part and "old.json" not in fast_part
@@ -591,6 +592,7 @@ def test_the_readme_summary_picks_each_hosts_latest_default_run():
     assert "`dynaspec:8+auto` 1.80x / 1.20x" in fast_part and "`dynaspec:8+draft:3` 1.40x / 0.93x" in fast_part
     assert "| 10.00 (1.50x) |" in fast_part and "`vanilla-fast`" not in fast_part
     assert "`slow.json`" in slow_part and "1.30x / -" in slow_part and "not timed" in slow_part
+    assert "`llama.cpp:t-bf16.gguf` 2.90x" in slow_part and "/home/someone" not in slow_part  # the file, not its path
     sampled = [record(fast, "sampled.json", "vanilla", 1.0, "2026-01-04"),
                record(fast, "sampled.json", "dynaspec:8+auto", 1.6, "2026-01-04")]
     for one in sampled:

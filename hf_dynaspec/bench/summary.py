@@ -53,6 +53,13 @@ def runs(records: list[dict]) -> OrderedDict:
     return grouped
 
 
+def label(method: str) -> str:
+    """A method as the table names it: llama.cpp's by its GGUF file's name, not the path it had on the host that ran
+    it (the run's record keeps the path)."""
+    engine, _, path = method.partition(":")
+    return f"llama.cpp:{Path(path).name}" if engine == "llama.cpp" else method
+
+
 def _row(target: str, dtype: str, file: str, run: list[dict]) -> str:
     by_method = {r["method"]: r["metrics"] for r in run}
     vanilla, fast = by_method.get("vanilla", {}), by_method.get("vanilla-fast", {})
@@ -67,7 +74,7 @@ def _row(target: str, dtype: str, file: str, run: list[dict]) -> str:
         tau = f", tau {metrics['tau']:.2f}" if metrics.get("tau") else ""
         # Both speedups are geometric means over the same prompts, so their ratio is the speedup over vanilla-fast.
         over_fast = f" / {metrics['speedup'] / fast['speedup']:.2f}x" if fast.get("speedup") else " / -"
-        return f"`{method}` {metrics.get('speedup', 0.0):.2f}x{over_fast}{tau}"
+        return f"`{label(method)}` {metrics.get('speedup', 0.0):.2f}x{over_fast}{tau}"
 
     shape = f"{vanilla.get('n_prompts', '?')} x {vanilla.get('max_new_tokens', '?')}"
     speed = f"{vanilla['tokens_per_s']:.2f}" if vanilla.get("tokens_per_s") else "-"
