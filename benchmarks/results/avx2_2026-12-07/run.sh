@@ -9,7 +9,7 @@
 # `LIMIT=1 run.sh 05b_fp32`, then llama.cpp beside them (its binding built with `pip install llama-cpp-python==0.3.36`,
 # a bf16 GGUF of the cached 0.5B made with the converter it ships, docs/cli.md):
 # `LIMIT=1 LLAMA_GGUF_05B=/work/llama/qwen2.5-coder-0.5b-instruct-bf16.gguf run.sh 05b_bf16_llama`.
-# The sampled and Gemma runs did not fit the session.
+# Last, `LIMIT=1 run.sh gemma_bf16`. The sampled runs did not fit the session.
 set -euo pipefail
 here=benchmarks/results/avx2_2026-12-07
 prompts=../shared/data/eval/spec_bench_dev.jsonl,../shared/data/eval/humaneval_dev.jsonl
