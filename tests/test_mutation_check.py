@@ -37,11 +37,10 @@ def test_a_stale_snippet_is_reported(tmp_path):
     assert any(p.startswith(mutation.name) and "occurs 0 times" in p for p in problems)
 
 
-
 def test_a_mutation_not_run_here_is_one_whose_path_cannot_run_here(monkeypatch):
     """The host capabilities the checker finds (in a process of its own) are the package's: a checker that thought a
     path absent where the package runs it would leave its mutations unchecked. With PyTorch lowered to AVX2 the
-    packed path is gone, and the mutations that need it are the ones not run."""
+    checker, like the package, finds the packed path gone."""
     from hf_dynaspec.kernels.verify_rows import loader, packed
 
     check = load_mutation_check()
