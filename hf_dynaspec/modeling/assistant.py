@@ -15,7 +15,6 @@ imports: `import hf_dynaspec` installs the generate() route.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -23,10 +22,11 @@ import torch
 import torch.nn as nn
 from transformers import AutoConfig, AutoModel, PreTrainedModel
 
-from hf_dynaspec.errors import ArtifactError, AssistantMismatchError, require_model
+from hf_dynaspec.errors import AssistantMismatchError, require_model
 from hf_dynaspec.modeling import checkpoints, hub, integrity, model_card
 from hf_dynaspec.modeling.config import DynaSpecConfig, drafter_free_config
 from hf_dynaspec.modeling.drafter import TargetParts, build_drafter, drafting_device, narrow_mlp
+from hf_dynaspec.modeling.drafter_artifact import DrafterArtifact, read_generation_json
 from hf_dynaspec.modeling.families import (
     drafter_rope_parameters,
     family_classes,
@@ -43,16 +43,14 @@ from hf_dynaspec.modeling.options import (
     split_legacy_options,
 )
 from hf_dynaspec.modeling.shortlist.artifact import VocabShortlists
-from hf_dynaspec.stats import DraftStats, latest_stats
-
-GENERATION_CONFIG_NAME = "generation_config.json"
 
 
-class DynaSpecAssistant(PreTrainedModel):
+class DynaSpecAssistant(DrafterArtifact):
     config_class = DynaSpecConfig
     base_model_prefix = "drafter"
-    main_input_name = "input_ids"
     _supports_sdpa = True
+    use_instead = ("model.generate(..., assistant_model=assistant), or model.generate(..., "
+                   "custom_generate=hf_dynaspec.speculative_generate, drafter=assistant[, trees=True])")
 
     def __init__(self, config: DynaSpecConfig):
         super().__init__(config)
@@ -62,10 +60,6 @@ class DynaSpecAssistant(PreTrainedModel):
         self.shortlists = VocabShortlists(config)
         # Runtime option, never saved: keep every drafted token id in `stats` (to build a VocabTrim list).
         self.collect_draft_tokens = False
-        # How the artifact was made and what it measured (card.json): the model card is rendered from it.
-        self.card_data: dict = {}
-        # Plain attribute (not a submodule): the target is never saved nor moved with the assistant.
-        self.__dict__["_target"] = None
         self.post_init()
 
     def _init_weights(self, module: nn.Module) -> None:
@@ -210,48 +204,7 @@ class DynaSpecAssistant(PreTrainedModel):
         assistant.eval()
         return assistant.attach(target, allow_different_target) if target is not None else assistant
 
-    def _load_checked(self, state: dict[str, torch.Tensor], directory) -> None:
-        expected = self.state_dict()
-        # Empty shortlist components (a published EAGLE checkpoint has none) need no stored tensor.
-        state = {**{k: v for k, v in expected.items() if v.numel() == 0}, **state}
-        missing = sorted(set(expected) - set(state))
-        unexpected = sorted(set(state) - set(expected))
-        wrong_shape = sorted(k for k in set(state) & set(expected) if state[k].shape != expected[k].shape)
-        if missing or unexpected or wrong_shape:
-            details = []
-            if missing:
-                details.append(f"missing {missing[:8]}")
-            if unexpected:
-                details.append(f"unexpected {unexpected[:8]}")
-            if wrong_shape:
-                details.append(
-                    "wrong shape " + ", ".join(f"{k} {tuple(state[k].shape)} != {tuple(expected[k].shape)}"
-                                              for k in wrong_shape[:4])
-                )
-            raise ArtifactError(
-                f"The weights in {directory} do not match its config ({'; '.join(details)}). "
-                "The artifact is corrupt or was written by an incompatible version; re-save or re-download it."
-            )
-        broken = integrity.non_finite_tensors(state)
-        if broken:
-            raise ArtifactError(
-                f"The weights in {directory} hold NaN or inf values ({', '.join(broken[:6])}): a diverged training "
-                "run or a corrupted file. Use an earlier checkpoint or retrain; such a drafter would draft nothing "
-                "useful."
-            )
-        # Keep the stored dtype: a round trip is bit-exact.
-        self.load_state_dict(state, strict=True, assign=True)
-
-    @property
-    def stats(self) -> DraftStats:
-        """Acceptance statistics of the last generate() call (read-only; held outside the artifact)."""
-        return latest_stats(self)
-
     # -- the target ------------------------------------------------------------------------------------
-    @property
-    def target(self) -> PreTrainedModel | None:
-        return self._target
-
     def attach(self, target: PreTrainedModel, allow_different_target: bool = False) -> DynaSpecAssistant:
         """Check the assistant fits `target`, borrow its embedding/final norm/LM head, match dtype and device.
 
@@ -328,31 +281,28 @@ class DynaSpecAssistant(PreTrainedModel):
         self.config.fused_hidden_state_ids = list(fused_hidden_state_ids)
         try:
             self.config.validate_drafter()
-            if self._target is not None:
-                self._check_compatible(self._target)
+            if self.target is not None:
+                self._check_compatible(self.target)
         except Exception:
             self.config.fused_hidden_state_ids = None
             raise
         self.drafter.add_feature_fusion()
         weight = self.drafter.fc.weight
         self.drafter.fuse.to(device=weight.device, dtype=weight.dtype)
-        if self._target is not None:  # re-check against the target; the next generate() routes `fuse` like the others
-            self.attach(self._target)
+        if self.target is not None:  # re-check against the target; the next generate() routes `fuse` like the others
+            self.attach(self.target)
         return self
 
     def save_pretrained(self, save_directory: str | os.PathLike, *args, **kwargs) -> None:
-        """Save config.json + model.safetensors (transformers), generation_config.json, checksums.json (the weights' sha256), card.json and
-        a generated README.md model card. A drafter-free assistant (`for_target`) has nothing to save."""
+        """The artifact's files (DrafterArtifact.save_pretrained). A drafter-free assistant (`for_target`) has
+        nothing to save."""
         if not self.has_drafter:
             raise ValueError("a drafter-free assistant holds no weights: nothing to save; make it again with "
                              "DynaSpecAssistant.for_target(model, **options)")
         super().save_pretrained(save_directory, *args, **kwargs)
-        directory = Path(save_directory)
-        self.generation_config.save_pretrained(directory)  # PreTrainedModel saves it only for generating models
-        integrity.write_checksums(directory)
-        if self.card_data:
-            (directory / model_card.CARD_DATA_NAME).write_text(json.dumps(self.card_data, indent=2) + "\n")
-        (directory / "README.md").write_text(model_card.render_model_card(self.config, self.generation_config, self.card_data))
+
+    def model_card(self) -> str:
+        return model_card.render_model_card(self.config, self.generation_config, self.card_data)
 
     def push_to_hub(self, repo_id: str, **kwargs):
         """Upload the whole artifact (config, weights incl. clusters/router/frequency lists, card.json and the
@@ -360,18 +310,6 @@ class DynaSpecAssistant(PreTrainedModel):
         `commit_description`, `private`, `token`, `revision`, `create_pr`, `max_shard_size`, `tags`) and
         `endpoint` (another Hub server; default $HF_ENDPOINT). See hf_dynaspec.modeling.hub."""
         return hub.push_artifact(self, repo_id, **kwargs)
-
-    def generate(self, *args, **kwargs):
-        raise TypeError(
-            "DynaSpecAssistant does not generate by itself: model.generate(..., assistant_model=assistant), or "
-            "model.generate(..., custom_generate=hf_dynaspec.speculative_generate, drafter=assistant[, trees=True]) "
-            "(an early build had assistant.generate(model, ...))."
-        )
-
-    def forward(self, *args, **kwargs):
-        raise TypeError(
-            "DynaSpecAssistant is not called directly: pass it to model.generate(..., assistant_model=assistant)."
-        )
 
 
 def _split_options(kwargs: dict) -> tuple[dict, dict]:
@@ -383,15 +321,7 @@ def _split_options(kwargs: dict) -> tuple[dict, dict]:
 
 def _read_generation_config(directory: Path, legacy_options: dict) -> DynaSpecGenerationConfig:
     """The artifact's drafting defaults: generation_config.json over the options an old config.json held."""
-    path = directory / GENERATION_CONFIG_NAME
-    stored = None
-    if path.is_file():
-        try:
-            stored = json.loads(path.read_text())
-        except json.JSONDecodeError as error:
-            raise ArtifactError(f"{path} is not valid JSON ({error}); re-save or re-download it.") from error
-        stored.pop("transformers_version", None)
-    return DynaSpecGenerationConfig(**merge_legacy_options(legacy_options, stored))
+    return DynaSpecGenerationConfig(**merge_legacy_options(legacy_options, read_generation_json(directory)))
 
 
 # transformers' Auto classes know the artifact: AutoConfig.from_pretrained(path) gives a DynaSpecConfig, and

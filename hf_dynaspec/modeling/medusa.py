@@ -19,7 +19,6 @@ Legend: K heads, L residual blocks per head, N rows, D target hidden, V target v
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -28,14 +27,14 @@ import torch.nn as nn
 import torch.nn.functional as F
 from transformers import PretrainedConfig, PreTrainedModel
 
-from hf_dynaspec.errors import ArtifactError, AssistantMismatchError
-from hf_dynaspec.modeling import checkpoints, model_card
+from hf_dynaspec.errors import AssistantMismatchError
+from hf_dynaspec.modeling import checkpoints, integrity, model_card
 from hf_dynaspec.modeling.acceptance_prior import priors_from_config
+from hf_dynaspec.modeling.drafter_artifact import DrafterArtifact, read_generation_json
 from hf_dynaspec.modeling.families import warn_if_half_overflows
 from hf_dynaspec.modeling.medusa_layouts import OWN_MODEL_TYPE, read_medusa
 from hf_dynaspec.modeling.medusa_options import OPTION_DEFAULTS, MedusaGenerationConfig
 from hf_dynaspec.runtime_store import runtime_of
-from hf_dynaspec.stats import DraftStats, latest_stats
 from hf_dynaspec.version import __version__
 
 
@@ -95,12 +94,12 @@ class ResidualBlocks(nn.Module):
         return x
 
 
-class MedusaAssistant(PreTrainedModel):
+class MedusaAssistant(DrafterArtifact):
     """Medusa heads for one target. `model.generate(**inputs, custom_generate=speculative_generate, drafter=heads)`."""
 
     config_class = MedusaConfig
     base_model_prefix = "medusa"
-    main_input_name = "input_ids"
+    use_instead = "model.generate(**inputs, custom_generate=speculative_generate, drafter=heads)"
 
     def __init__(self, config: MedusaConfig):
         super().__init__(config)
@@ -114,10 +113,8 @@ class MedusaAssistant(PreTrainedModel):
                              else torch.zeros(0, dtype=torch.long))
         self.register_buffer("frequency_ids", torch.zeros(config.frequency_list_size, dtype=torch.long))
         self.post_init()
-        self.card_data: dict = {}  # how the heads were made and what they measured (card.json, the model card)
         # How they draft by default (generation_config.json); speculative_generate's keyword arguments override it.
         self.generation_config = MedusaGenerationConfig()
-        self.__dict__["_target"] = None  # the attachment (not a submodule: never saved or moved with the heads)
 
     def _init_weights(self, module: nn.Module) -> None:
         """Blocks start as the identity (W = 0, b = 0): an untrained head repeats the LM head's guess."""
@@ -149,53 +146,28 @@ class MedusaAssistant(PreTrainedModel):
                         revision: str | None = None, **kwargs) -> MedusaAssistant:
         """Heads saved here, or a published Medusa checkpoint as it is (FasterDecoding's `medusa_lm_head` files,
         vLLM's layout); attached to `target` when given. Weights load through safetensors, or `.pt`/`.bin`
-        through `torch.load(weights_only=True)`; every key must be known and every shape right. Keyword
+        through `torch.load(weights_only=True)`; every key must be known, every shape right, every value finite and
+        the files those checksums.json lists (heads saved here) unchanged. Keyword
         arguments named like a drafting option (`MedusaGenerationConfig`: `draft_plan="auto"`,
         `tree_total_tokens=16`, ...) override the heads' generation_config.json; the rest go to the Hub download."""
         options = {name: kwargs.pop(name) for name in list(kwargs) if name in OPTION_DEFAULTS}
         directory = checkpoints.resolve_artifact_dir(path_or_repo_id, revision=revision, **kwargs)
+        integrity.verify_checksums(directory)
         fields, state = read_medusa(Path(directory))
         heads = cls(MedusaConfig.from_dict(fields))
-        expected = heads.state_dict()
-        missing = sorted(set(expected) - set(state))
-        unexpected = sorted(set(state) - set(expected))
-        if missing or unexpected:
-            raise ArtifactError(f"{directory}: Medusa weights do not match the config (missing {missing[:4]}, "
-                                f"unexpected {unexpected[:4]}); the file is damaged or from another layout.")
-        for name, tensor in state.items():
-            if tensor.shape != expected[name].shape:
-                raise ArtifactError(f"{directory}: {name} has shape {tuple(tensor.shape)}, the config implies "
-                                    f"{tuple(expected[name].shape)}.")
-            if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
-                raise ArtifactError(f"{directory}: {name} holds NaN or infinite values; re-download the heads.")
-        heads.load_state_dict(state)
+        heads._load_checked(state, directory)
         heads.card_data = model_card.read_card_data(Path(directory))
         heads.generation_config = _read_options(Path(directory), options)
         return heads.attach(target) if target is not None else heads
 
-    def save_pretrained(self, save_directory: str | os.PathLike, *args, **kwargs) -> None:
-        """config.json, model.safetensors, generation_config.json (the drafting options), card.json (when there is
-        card data) and a README model card."""
-        super().save_pretrained(save_directory, *args, **kwargs)
-        directory = Path(save_directory)
-        self.generation_config.save_pretrained(directory)
-        if self.card_data:
-            (directory / model_card.CARD_DATA_NAME).write_text(json.dumps(self.card_data, indent=2) + "\n")
-        (directory / "README.md").write_text(model_card.render_medusa_card(self.config, self.card_data))
+    def model_card(self) -> str:
+        return model_card.render_medusa_card(self.config, self.card_data)
 
     # -- the target ----------------------------------------------------------------------------------
-    @property
-    def target(self) -> PreTrainedModel | None:
-        return self.__dict__["_target"]
-
     @property
     def drafter(self) -> MedusaAssistant:
         """What the public loop asks for the target's hidden states: the heads themselves."""
         return self
-
-    @property
-    def stats(self) -> DraftStats:
-        return latest_stats(self)
 
     def attach(self, target: PreTrainedModel) -> MedusaAssistant:
         """Check the heads fit `target`, borrow its LM head and follow its dtype and device."""
@@ -274,20 +246,10 @@ class MedusaAssistant(PreTrainedModel):
             return (states.reshape(-1, states.shape[-1]) @ rows[0].T).reshape(*states.shape[:2], -1).float()
         return torch.matmul(states, rows.transpose(1, 2)).float()
 
-    def forward(self, *args, **kwargs):
-        raise TypeError("Medusa heads are not called directly: model.generate(**inputs, "
-                        "custom_generate=speculative_generate, drafter=heads)")
 
 
 def _read_options(directory: Path, overrides: dict) -> MedusaGenerationConfig:
     """The heads' drafting options: their generation_config.json when they were saved by hf-dynaspec (published
     checkpoints have none of ours: the defaults), with `overrides` applied and checked."""
-    path = directory / "generation_config.json"
-    stored = {}
-    if path.is_file():
-        try:
-            stored = json.loads(path.read_text())
-        except ValueError as error:
-            raise ArtifactError(f"{path} is not valid JSON ({error}); re-download or re-save the heads.") from None
-        stored = {k: v for k, v in stored.items() if k in OPTION_DEFAULTS} if isinstance(stored, dict) else {}
+    stored = {k: v for k, v in (read_generation_json(directory) or {}).items() if k in OPTION_DEFAULTS}
     return MedusaGenerationConfig(**{**stored, **overrides})

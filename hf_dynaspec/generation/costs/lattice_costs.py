@@ -12,14 +12,12 @@ Legend: N calibration context.
 
 from __future__ import annotations
 
-from dataclasses import asdict
-
 import torch
 from transformers.cache_utils import DynamicCache
 
 from hf_dynaspec.drafting.lattice import Lattice, NgramScorer, lattice_tree
 from hf_dynaspec.drafting.planning.core import LatticeCosts
-from hf_dynaspec.generation.costs.store import cached, digest, is_seconds, target_parts
+from hf_dynaspec.generation.costs.store import cached_costs, digest, target_parts
 from hf_dynaspec.generation.costs.timing import CONTEXT, min_seconds, random_ids
 from hf_dynaspec.generation.costs.verify_costs import verify_table
 from hf_dynaspec.generation.tree_verify import cache_kwargs
@@ -44,26 +42,9 @@ def lattice_costs_key(target, source, options, max_tokens: int) -> str:
 
 def lattice_round_costs(target, source, options, max_tokens: int) -> LatticeCosts:
     """The costs for this pairing: from memory, else from the calibration file, else measured (and saved)."""
-    return cached(lattice_costs_key(target, source, options, max_tokens),
-                  parse=lambda entry: stored_lattice_costs(entry, max_tokens),
-                  measure=lambda: measure_lattice_costs(target, source, options, max_tokens),
-                  to_json=asdict, what="lattice round costs for Medusa draft_plan='auto'")
-
-
-def stored_lattice_costs(entry, max_tokens: int) -> tuple[LatticeCosts | None, str | None]:
-    """A cache entry -> (its `LatticeCosts`, None) when usable, else (None, what is wrong)."""
-    fields = {"verify_seconds", "lattice_seconds", "tree_seconds"}
-    if not isinstance(entry, dict) or set(entry) != fields:
-        return None, f"expected the fields {sorted(fields)}"
-    table = entry["verify_seconds"]
-    if not isinstance(table, list) or len(table) < max_tokens + 2:
-        return None, f"verify_seconds does not cover {max_tokens + 1} token counts"
-    if not all(is_seconds(value, zero_allowed=False) for value in table[1:]):
-        return None, "verify_seconds holds a value that is not a positive finite number of seconds"
-    for name in ("lattice_seconds", "tree_seconds"):
-        if not is_seconds(entry[name], zero_allowed=True):
-            return None, f"{name} = {entry[name]!r} is not a finite number of seconds >= 0"
-    return LatticeCosts(**entry), None
+    return cached_costs(LatticeCosts, lattice_costs_key(target, source, options, max_tokens), max_tokens,
+                        measure=lambda: measure_lattice_costs(target, source, options, max_tokens),
+                        what="lattice round costs for Medusa draft_plan='auto'")
 
 
 @torch.no_grad()

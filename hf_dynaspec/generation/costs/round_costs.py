@@ -23,7 +23,6 @@ Legend: N calibration context, n tokens per forward.
 from __future__ import annotations
 
 import functools
-from dataclasses import asdict
 
 import torch
 from transformers.cache_utils import DynamicCache
@@ -31,7 +30,7 @@ from transformers.cache_utils import DynamicCache
 from hf_dynaspec.drafting.chain import ChainDraftSession
 from hf_dynaspec.drafting.planning.core import RoundCosts
 from hf_dynaspec.drafting.tree import TreeDraftSession
-from hf_dynaspec.generation.costs.store import cached, digest, is_seconds, target_parts
+from hf_dynaspec.generation.costs.store import cached_costs, digest, target_parts
 from hf_dynaspec.generation.costs.timing import CONTEXT, min_seconds, random_ids
 from hf_dynaspec.generation.costs.verify_costs import verify_table
 from hf_dynaspec.generation.tree_verify import cache_kwargs
@@ -56,34 +55,11 @@ def calibration_key(target, assistant, options) -> str:
 
 def round_costs(target, assistant, options, head, max_tokens: int) -> RoundCosts:
     """The costs for this pairing: from memory, else from the calibration file, else measured (and saved)."""
-    return cached(
-        f"{calibration_key(target, assistant, options)}:{max_tokens}",
-        parse=lambda entry: stored_round_costs(entry, max_tokens),
+    return cached_costs(
+        RoundCosts, f"{calibration_key(target, assistant, options)}:{max_tokens}", max_tokens,
         measure=lambda: measure_round_costs(target, assistant, head, max_tokens, tree_top_k=options.tree_top_k,
                                             tree_total_tokens=options.tree_total_tokens),
-        to_json=asdict, what="speculation costs for draft_plan='auto'")
-
-
-def stored_round_costs(entry, max_tokens: int) -> tuple[RoundCosts | None, str | None]:
-    """A cache entry -> (its `RoundCosts`, None) when usable for drafts of up to `max_tokens` tokens, else
-    (None, what is wrong). Verify forwards must cost > 0 s (the planner divides by them); the drafter's parts may
-    measure 0 (a step below the timer's resolution) but never below it, nor NaN or inf."""
-    fields = {"verify_seconds", "consume_seconds", "first_draft_seconds", "draft_step_seconds", "tree_step_seconds"}
-    if not isinstance(entry, dict) or set(entry) != fields:
-        keys = sorted(entry) if isinstance(entry, dict) else type(entry).__name__
-        return None, f"expected the fields {sorted(fields)}, found {keys}"
-    table = entry["verify_seconds"]
-    if not isinstance(table, list) or len(table) < 2:
-        return None, "verify_seconds is not a list of seconds per verified token count"
-    if len(table) < max_tokens + 2:  # as measured: index 0 unused, then 1 .. K + 1 tokens
-        return None, f"verify_seconds covers {len(table) - 1} token counts, this call needs {max_tokens + 1}"
-    bad = [n for n, value in enumerate(table[1:], start=1) if not is_seconds(value, zero_allowed=False)]
-    if bad:
-        return None, f"verify_seconds[{bad[0]}] = {table[bad[0]]!r} is not a positive finite number of seconds"
-    for name in ("consume_seconds", "first_draft_seconds", "draft_step_seconds", "tree_step_seconds"):
-        if not is_seconds(entry[name], zero_allowed=True):
-            return None, f"{name} = {entry[name]!r} is not a finite number of seconds >= 0"
-    return RoundCosts(**entry), None
+        what="speculation costs for draft_plan='auto'")
 
 
 @torch.no_grad()

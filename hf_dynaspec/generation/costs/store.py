@@ -10,6 +10,7 @@ shapes, dtype, device, threads, versions; plus what the caller adds).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -120,3 +121,33 @@ def cached(key: str, parse: Callable[[Any], tuple[Any, str | None]], measure: Ca
         keep(path, key, to_json(costs))
     MEMORY[key] = costs
     return costs
+
+
+def stored_costs(kind, entry, max_tokens: int) -> tuple[Any, str | None]:
+    """A cache entry -> (`kind(**entry)`, None) when usable for drafts of up to `max_tokens` tokens, else (None,
+    what is wrong). `kind` is a costs dataclass (`RoundCosts`, `LatticeCosts`): the entry holds exactly its fields;
+    `verify_seconds` (index 0 unused) positive finite seconds (the planner divides by them) for 1 .. `max_tokens`
+    + 1 tokens; every other field finite seconds >= 0 (a drafter's part may measure 0, below the timer's
+    resolution, but never below it, nor NaN or inf)."""
+    fields = {field.name for field in dataclasses.fields(kind)}
+    if not isinstance(entry, dict) or set(entry) != fields:
+        keys = sorted(entry) if isinstance(entry, dict) else type(entry).__name__
+        return None, f"expected the fields {sorted(fields)}, found {keys}"
+    table = entry["verify_seconds"]
+    if not isinstance(table, list) or len(table) < 2:
+        return None, "verify_seconds is not a list of seconds per verified token count"
+    if len(table) < max_tokens + 2:  # as measured: index 0 unused, then 1 .. K + 1 tokens
+        return None, f"verify_seconds covers {len(table) - 1} token counts, this call needs {max_tokens + 1}"
+    bad = [n for n, value in enumerate(table[1:], start=1) if not is_seconds(value, zero_allowed=False)]
+    if bad:
+        return None, f"verify_seconds[{bad[0]}] = {table[bad[0]]!r} is not a positive finite number of seconds"
+    for name in sorted(fields - {"verify_seconds"}):
+        if not is_seconds(entry[name], zero_allowed=True):
+            return None, f"{name} = {entry[name]!r} is not a finite number of seconds >= 0"
+    return kind(**entry), None
+
+
+def cached_costs(kind, key: str, max_tokens: int, measure: Callable[[], Any], what: str) -> Any:
+    """`cached` costs of dataclass `kind`, an entry checked by `stored_costs` for drafts of up to `max_tokens`."""
+    return cached(key, parse=lambda entry: stored_costs(kind, entry, max_tokens), measure=measure,
+                  to_json=dataclasses.asdict, what=what)
