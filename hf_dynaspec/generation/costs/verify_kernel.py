@@ -150,35 +150,24 @@ def apply_cpu_verify(model, choice: str | None) -> str | None:
     return verify_rows_patch.describe(model)
 
 
-def _usable(stored) -> bool:
+def stored_kernels(entry) -> tuple[CpuKernels | None, str | None]:
+    """A cache entry -> (its `CpuKernels`, None), or (None, what is wrong): each row range an int pair with
+    1 <= lo <= hi <= LARGEST_KERNEL_ROWS, or [0, 0] for none."""
     def pair(rows):
         return (isinstance(rows, list) and len(rows) == 2
                 and all(isinstance(n, int) and not isinstance(n, bool) for n in rows)
                 and (rows == list(NO_ROWS) or 1 <= rows[0] <= rows[1] <= LARGEST_KERNEL_ROWS))
-    return (isinstance(stored, dict) and set(stored) == {"kernel", "packed"}
-            and pair(stored["kernel"]) and pair(stored["packed"]))
+    if isinstance(entry, dict) and set(entry) == {"kernel", "packed"} and pair(entry["kernel"]) and pair(entry["packed"]):
+        return CpuKernels(tuple(entry["kernel"]), tuple(entry["packed"])), None
+    return None, (f'{entry!r}, expected {{"kernel": [lo, hi], "packed": [lo, hi]}} with 1 <= lo <= hi <= '
+                  f"{LARGEST_KERNEL_ROWS}, or [0, 0]")
 
 
 def measured_kernels(target) -> CpuKernels:
     """`fastest_kernels(target)`, measured once per target, device, dtype and thread count (cached)."""
-    key = "cpu_routes:" + store.digest(store.target_parts(target))
-    if key in store.MEMORY:
-        return store.MEMORY[key]
-    path = store.calibration_path()
-    stored = store.read_store(path)
-    entry = stored.get(key)
-    usable = _usable(entry)
-    if key in stored and not usable:
-        store.logger.warning(f"hf-dynaspec: the CPU kernels cached in {path} are unusable ({entry!r}, expected "
-                             '{"kernel": [lo, hi], "packed": [lo, hi]} with 1 <= lo <= hi <= '
-                             f"{LARGEST_KERNEL_ROWS}, or [0, 0]); measuring them again.")
-    if usable:
-        kernels = CpuKernels(tuple(entry["kernel"]), tuple(entry["packed"]))
-    else:
-        kernels = fastest_kernels(target)
-        store.keep(path, key, {"kernel": list(kernels.kernel), "packed": list(kernels.packed)})
-    store.MEMORY[key] = kernels
-    return kernels
+    return store.cached("cpu_routes:" + store.digest(store.target_parts(target)), parse=stored_kernels,
+                        measure=lambda: fastest_kernels(target), what="CPU kernels",
+                        to_json=lambda kernels: {"kernel": list(kernels.kernel), "packed": list(kernels.packed)})
 
 
 class FastCPU(contextlib.ContextDecorator):
