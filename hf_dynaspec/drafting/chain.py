@@ -243,10 +243,7 @@ class ChainDraftSession:
         at all, does not need the drafter, and one pass over all the positions kept costs about what a pass over
         the last round's costs (positions go through the drafter's layer together). Shapes only: no read."""
         pending = 0 if self.pending_hidden is None else self.pending_hidden.shape[1]
-        num_new = input_ids.shape[1] - 1 - self.num_verified_pairs - pending
-        if num_new < 1 or new_target_hidden.shape[1] < num_new:
-            raise RuntimeError(f"drafter out of step with the target: {num_new} new verified positions, "
-                               f"{new_target_hidden.shape[1]} target hidden states")
+        num_new = _new_positions(input_ids.shape[1] - 1 - self.num_verified_pairs - pending, new_target_hidden)
         piece = new_target_hidden[:, :num_new]
         self.pending_hidden = piece if self.pending_hidden is None else torch.cat([self.pending_hidden, piece], 1)
 
@@ -264,12 +261,7 @@ class ChainDraftSession:
             self.pending_hidden = None
         seq_len = input_ids.shape[1]
         start = self.num_verified_pairs
-        num_new = seq_len - 1 - start
-        if num_new < 1 or new_target_hidden.shape[1] < num_new:
-            raise RuntimeError(
-                f"drafter out of step with the target: {num_new} new verified positions, "
-                f"{new_target_hidden.shape[1]} target hidden states"
-            )
+        num_new = _new_positions(seq_len - 1 - start, new_target_hidden)
         drafter = self.drafter
         device = input_ids.device
         self.cache.crop(start)
@@ -343,3 +335,11 @@ class ChainDraftSession:
                 raise RuntimeError(f"drafter head has {logits.shape[-1]} rows, target {self.vocab_size}")
             return logits
         return widen(logits, shortlist_ids, self.vocab_size)
+
+
+def _new_positions(num_new: int, new_target_hidden: torch.Tensor) -> int:
+    """`num_new` verified positions to absorb, checked against the target features handed over `[1, >=T, F]`."""
+    if num_new < 1 or new_target_hidden.shape[1] < num_new:
+        raise RuntimeError(f"drafter out of step with the target: {num_new} new verified positions, "
+                           f"{new_target_hidden.shape[1]} target hidden states")
+    return num_new

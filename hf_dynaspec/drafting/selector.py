@@ -5,8 +5,8 @@ target's LM head. Every head's `scores` returns a `ShortlistHeadOutput` (scores,
 argmax / max / log-sum-exp, fused where a kernel computes them) and keeps every value on the head's device:
 a draft step never waits on an accelerator.
 
-- `FullHead`: every row (the EAGLE baseline);
-- `StaticHead`: a fixed list (FR-Spec, VocabTrim), its rows gathered once into a contiguous copy;
+- `StaticHead`: every row (the EAGLE baseline), or a fixed list (FR-Spec, VocabTrim), its rows gathered once into a
+  contiguous copy;
 - `ClusterHead`: DynaSpec with a row budget R(t) (`RowBudget`, issue 63): the router ranks every cluster; a step
   scores the first R(t) rows of that ranking, clusters whole in the router's order, each cluster's tokens most
   frequent first and the last one cut, then the always-included ids (ties in the argmax go to the better-ranked
@@ -159,34 +159,20 @@ def row_places(cluster_scores: torch.Tensor, tokens: torch.Tensor, clusters: Voc
     return torch.where(always, torch.full_like(place, -1), place)
 
 
-class FullHead:
-    """The EAGLE baseline: every row of the target's head."""
-
-    def __init__(self, head_weight: torch.Tensor):
-        self.weight = head_weight
-        self.min_rows = head_weight.shape[0]
-
-    def choose_clusters(self, token_embed=None, prev_hidden=None, position: int = 0, inline: bool = False):
-        return None
-
-    def scores(self, hidden: torch.Tensor, clusters=None) -> ShortlistHeadOutput:
-        """Hidden `[R, H]` -> scores `[R, V]`."""
-        return ShortlistHeadOutput((hidden @ self.weight.T).float(), None)
-
-
 class StaticHead:
-    """FR-Spec / VocabTrim: a fixed list of token ids (plus the always-included ones)."""
+    """A fixed list of the head's rows: FR-Spec / VocabTrim's `token_ids` (plus the always-included ones), gathered
+    once into a contiguous copy when the head is built; None: every row (the EAGLE baseline)."""
 
-    def __init__(self, head_weight: torch.Tensor, token_ids: torch.Tensor):
+    def __init__(self, head_weight: torch.Tensor, token_ids: torch.Tensor | None = None):
         self.token_ids = token_ids
-        self.weight = head_weight[token_ids].contiguous()  # gathered once, when the head is built
-        self.min_rows = len(token_ids)
+        self.weight = head_weight if token_ids is None else head_weight[token_ids].contiguous()
+        self.min_rows = self.weight.shape[0]
 
     def choose_clusters(self, token_embed=None, prev_hidden=None, position: int = 0, inline: bool = False):
         return None
 
     def scores(self, hidden: torch.Tensor, clusters=None) -> ShortlistHeadOutput:
-        """Hidden `[R, H]` -> scores `[R, S]`."""
+        """Hidden `[R, H]` -> scores `[R, S]` (S = V for every row)."""
         return ShortlistHeadOutput((hidden @ self.weight.T).float(), self.token_ids)
 
 
@@ -270,7 +256,7 @@ def build_head(strategy: str, head_weight: torch.Tensor, shortlists, options, in
     """
     head_weight = head_weight.detach()
     if strategy == "full":
-        return FullHead(head_weight)
+        return StaticHead(head_weight)
     if strategy in ("frspec", "vocabtrim"):
         ids = shortlists.static_list(strategy, options.shortlist_size)
         if ids is None:

@@ -88,11 +88,15 @@ def causal_mask(num_new: int, past_length: int, device: torch.device) -> torch.T
 
 
 class Drafter(nn.Module):
-    """What drafting sessions rely on, whatever the architecture.
+    """What drafting sessions rely on, whatever the architecture (each subclass defines the first three):
 
-    - `hidden_state_selection()` / `select_target_hidden(hidden_states)`: which of the target's hidden states
-      the drafter reads, and how they become its features `[B, T, F]`;
-    - `fuse_target_hidden(features)` -> `[B, T, H]`, `embed(token_ids)`, `step(...)` -> `[B, T, H]`;
+    - `hidden_state_selection()` (the target forward's `output_hidden_states`: indices of hidden_states) and
+      `select_target_hidden(hidden_states)`: which of the target's hidden states the drafter reads, and how they
+      become its features `[B, T, F]`;
+    - `fuse_target_hidden(features)` -> `[B, T, H]`; `step(token_embeds [B, T, D], hidden [B, T, H], position_ids,
+      cache, attention_mask)` -> the next hidden `[B, T, H]` of each pair (embedding of token t+1, hidden of
+      position t), the T new keys/values appended to `cache` (`attention_mask`: `causal_mask(T, cache length)`);
+      `embed(token_ids)`;
     - `has_own_head`: False when the drafter scores the target's LM head (through a runtime shortlist head),
       True when it has its own reduced-vocabulary head (`draft_vocab_logits`, `draft_to_target_ids`).
     """
@@ -129,28 +133,8 @@ class Drafter(nn.Module):
         """A decoder layer of the configured family (the drafter's one layer, before its EAGLE changes)."""
         return family_classes(self.config.layer_family).decoder_layer(layer_config_for(self.config), layer_idx=0)
 
-    def hidden_state_selection(self) -> int | list[int]:
-        """The `output_hidden_states` selection the target's forward must return (indices of hidden_states)."""
-        raise NotImplementedError
-
-    def select_target_hidden(self, hidden_states: tuple[torch.Tensor, ...]) -> torch.Tensor:
-        """The target's hidden-state tuple -> this drafter's features `[B, T, F]`."""
-        raise NotImplementedError
-
-    def fuse_target_hidden(self, target_hidden: torch.Tensor) -> torch.Tensor:
-        """Target features `[B, T, F]` -> drafter hidden `[B, T, H]`."""
-        raise NotImplementedError
-
     def embed(self, token_ids: torch.Tensor) -> torch.Tensor:
         return self.target.embed_tokens(token_ids)
-
-    def step(self, token_embeds: torch.Tensor, hidden: torch.Tensor, position_ids: torch.Tensor, cache,
-             attention_mask: torch.Tensor | None) -> torch.Tensor:
-        """Pairs (embedding of token t+1 `[B, T, D]`, hidden of position t `[B, T, H]`) -> next hidden `[B, T, H]`.
-
-        `cache` gets the T new keys/values appended; `attention_mask` is `causal_mask(T, cache_length)`.
-        """
-        raise NotImplementedError
 
 
 class EagleDrafter(Drafter):
