@@ -120,7 +120,6 @@ class ChainDraftSession:
             raise ValueError("an eagle drafter scores the target's head through a runtime head: pass head=")
         self.drafter = drafter
         self.head = head
-        self._scored_ids: list[torch.Tensor | None] = []  # while drafting: ids scored at each draft position
         self.vocab_size = vocab_size
         self.confidence = confidence
         self.do_sample = do_sample
@@ -150,26 +149,22 @@ class ChainDraftSession:
         in `Draft.confidences`."""
         if first is None and self.captured is not None and cap >= 1:
             return self._captured_draft(input_ids, new_target_hidden, cap, rule)
-        if first is None:
-            self._scored_ids = []
-            hidden, clusters = self.consume_verified(input_ids, new_target_hidden)
-        else:
-            hidden, clusters, scores = first
-            self._scored_ids = [scores.token_ids]
+        hidden, clusters, scores = first if first is not None else self.first_position(input_ids, new_target_hidden)
         host_rule = rule is not None and not self.defer_host_decisions
-        tokens, logits, confident, tops = [], [], [], []  # per drafted position (confident, tops: see _cut)
+        # per drafted position: its token, the ids scored there, (sampling) its logits, confident and tops (_cut)
+        tokens, scored, logits, confident, tops = [], [], [], [], []
         context = input_ids
         for k in range(cap):
-            scores = first[2] if k == 0 and first is not None else self._score(hidden, clusters)
+            scores = scores if k == 0 else self._score(hidden, clusters)
             token_id, drawn, is_confident, top = self._choose(scores, context, with_top=rule is not None)
             if token_id is None:  # the drafter is not confident enough at this position
                 break
             top = float(top) if host_rule else top  # one read per position, on the CPU form only
             if host_rule and not rule.keep_position(tops + [top]):  # reads the distribution, not the token
-                self._scored_ids.pop()
                 break
             tops.append(top)
             tokens.append(token_id)
+            scored.append(scores.token_ids)
             confident.append(is_confident)
             logits += [] if drawn is None else [drawn]
             if k + 1 == cap or (host_rule and not rule.draft_more(tops, cap)):
@@ -177,7 +172,7 @@ class ChainDraftSession:
             if self.logits_processor is not None:  # only processors read the drafted context
                 context = torch.cat([context, token_id], dim=1)
             hidden, clusters = self._step(token_id, hidden, input_ids.shape[1], k)
-        return self._cut(input_ids, tokens, logits, confident, tops, rule)
+        return self._cut(input_ids, tokens, scored, logits, confident, tops, rule)
 
     def first_position(self, input_ids: torch.Tensor, new_target_hidden: torch.Tensor):
         """The drafter run over the verified positions of `input_ids` `[1, N]` and scored at the first draft
@@ -193,18 +188,17 @@ class ChainDraftSession:
         clusters = self.chosen_clusters(token_embed[:, -1], hidden[:, -1], k + 1)
         return self.drafter.step(token_embed, hidden, position_ids, self.cache, None), clusters
 
-    def _cut(self, input_ids, tokens: list, logits: list, confident: list, tops: list, rule) -> Draft:
+    def _cut(self, input_ids, tokens: list, scored: list, logits: list, confident: list, tops: list, rule) -> Draft:
         """The draft of the positions kept: all of them, or where host decisions are deferred, those before the
         first unconfident position and within `rule`'s cut (one read of the values left on the device)."""
         if self.defer_host_decisions and tokens and (confident[0] is not None or rule is not None):
             keep, tops = self._deferred_cut(torch.stack(confident) if confident[0] is not None else None,
                                             torch.stack(tops) if rule is not None else None, len(tops), rule)
-            tokens, logits = tokens[:keep], logits[:keep]
-            self._scored_ids = self._scored_ids[:keep]
+            tokens, scored, logits = tokens[:keep], scored[:keep], logits[:keep]
         return Draft(
             token_ids=torch.cat(tokens, dim=1) if tokens else input_ids.new_empty((1, 0)),
             logits=torch.stack(logits, dim=1) if logits else None,
-            confidences=tops[: len(tokens)], shortlists=self._scored_ids,
+            confidences=tops[: len(tokens)], shortlists=scored,
         )
 
     def _captured_draft(self, input_ids, new_target_hidden, num_draft_tokens: int, rule) -> Draft:
@@ -217,8 +211,7 @@ class ChainDraftSession:
         keep, host_tops = num_draft_tokens, []
         if confident is not None or rule is not None:
             keep, host_tops = self._deferred_cut(confident, tops, num_draft_tokens, rule)
-        self._scored_ids = ids[:keep]
-        return Draft(token_ids=tokens[:, :keep], logits=None, confidences=host_tops[:keep], shortlists=self._scored_ids)
+        return Draft(token_ids=tokens[:, :keep], logits=None, confidences=host_tops[:keep], shortlists=ids[:keep])
 
     @staticmethod
     def _deferred_cut(confident: torch.Tensor | None, tops: torch.Tensor | None, drafted: int,
@@ -283,14 +276,15 @@ class ChainDraftSession:
         return self.head.choose_clusters(token_embed, hidden_in, position) if self.head is not None else None
 
     def _score(self, hidden, clusters) -> ShortlistHeadOutput:
-        """Hidden `[1, 1, H]` -> the scores `[1, S]` of the rows scored and their target ids `[S]` (None when the
-        rows are the whole vocabulary; -1 in padding columns). Records the ids for the shortlist statistics."""
+        """Hidden `[1, 1, H]` -> `score` of its one position."""
+        return self.score(hidden[:, -1], clusters)
+
+    def score(self, hidden: torch.Tensor, clusters) -> ShortlistHeadOutput:
+        """Hidden `[R, H]` (and the router's choice for their position) -> the scores `[R, S]` of the rows scored
+        and their target ids `[S]` (None when the rows are the whole vocabulary; -1 in padding columns)."""
         if self.head is not None:
-            scores = self.head.scores(hidden[:, -1], clusters)
-        else:
-            scores = ShortlistHeadOutput(self.drafter.draft_vocab_logits(hidden)[:, -1].float(), self.shortlist_ids)
-        self._scored_ids.append(scores.token_ids)
-        return scores
+            return self.head.scores(hidden, clusters)
+        return ShortlistHeadOutput(self.drafter.draft_vocab_logits(hidden).float(), self.shortlist_ids)
 
     def _choose(self, scores: ShortlistHeadOutput, context, with_top: bool = False):
         """-> (draft token id `[1, 1]`, or None to stop the round under `confidence`; the full-vocabulary logits

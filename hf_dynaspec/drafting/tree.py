@@ -119,13 +119,9 @@ class TreeDraftSession:
     # -- pieces ------------------------------------------------------------------------------------------
     def _log_probs(self, hidden: torch.Tensor, clusters) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Drafter hidden `[R, H]` -> log-probabilities over its shortlist `[R, S]` and the shortlist ids."""
-        if self.head is not None:
-            scores = self.head.scores(hidden, clusters)
-            logits, ids = scores.scores, scores.token_ids
-        else:
-            logits, ids = self.drafter.draft_vocab_logits(hidden).float(), self.chain.shortlist_ids
-        self.shortlists_of_last_draft.append(ids)
-        return logits.log_softmax(dim=-1), ids
+        scores = self.chain.score(hidden, clusters)
+        self.shortlists_of_last_draft.append(scores.token_ids)
+        return scores.scores.log_softmax(dim=-1), scores.token_ids
 
     def _children_per_node(self, log_probs: torch.Tensor) -> int:
         """top_k, capped by the rows a shortlist surely has (padding columns, scored -inf, are never drafted)."""
