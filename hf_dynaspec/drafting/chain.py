@@ -149,13 +149,13 @@ class ChainDraftSession:
         in `Draft.confidences`."""
         if first is None and self.captured is not None and cap >= 1:
             return self._captured_draft(input_ids, new_target_hidden, cap, rule)
-        hidden, clusters, scores = first if first is not None else self.first_position(input_ids, new_target_hidden)
+        hidden, clusters, scores = first or (*self.consume_verified(input_ids, new_target_hidden), None)
         host_rule = rule is not None and not self.defer_host_decisions
         # per drafted position: its token, the ids scored there, (sampling) its logits, confident and tops (_cut)
         tokens, scored, logits, confident, tops = [], [], [], [], []
         context = input_ids
         for k in range(cap):
-            scores = scores if k == 0 else self._score(hidden, clusters)
+            scores = scores if k == 0 and scores is not None else self.score(hidden[:, -1], clusters)
             token_id, drawn, is_confident, top = self._choose(scores, context, with_top=rule is not None)
             if token_id is None:  # the drafter is not confident enough at this position
                 break
@@ -178,7 +178,7 @@ class ChainDraftSession:
         """The drafter run over the verified positions of `input_ids` `[1, N]` and scored at the first draft
         position: `(hidden, clusters, scores)`, which a policy reads (the veto) and `draft(first=...)` continues."""
         hidden, clusters = self.consume_verified(input_ids, new_target_hidden)
-        return hidden, clusters, self._score(hidden, clusters)
+        return hidden, clusters, self.score(hidden[:, -1], clusters)
 
     def _step(self, token_id: torch.Tensor, hidden: torch.Tensor, seq_len: int, k: int):
         """The drafter's step on draft `k`, `token_id` `[1, 1]`, continuing a context of `seq_len` tokens: (hidden
@@ -236,7 +236,10 @@ class ChainDraftSession:
         at all, does not need the drafter, and one pass over all the positions kept costs about what a pass over
         the last round's costs (positions go through the drafter's layer together). Shapes only: no read."""
         pending = 0 if self.pending_hidden is None else self.pending_hidden.shape[1]
-        num_new = _new_positions(input_ids.shape[1] - 1 - self.num_verified_pairs - pending, new_target_hidden)
+        num_new = input_ids.shape[1] - 1 - self.num_verified_pairs - pending
+        if num_new < 1 or new_target_hidden.shape[1] < num_new:
+            raise RuntimeError(f"drafter out of step with the target: {num_new} new verified positions, "
+                               f"{new_target_hidden.shape[1]} target hidden states")
         piece = new_target_hidden[:, :num_new]
         self.pending_hidden = piece if self.pending_hidden is None else torch.cat([self.pending_hidden, piece], 1)
 
@@ -254,7 +257,10 @@ class ChainDraftSession:
             self.pending_hidden = None
         seq_len = input_ids.shape[1]
         start = self.num_verified_pairs
-        num_new = _new_positions(seq_len - 1 - start, new_target_hidden)
+        num_new = seq_len - 1 - start
+        if num_new < 1 or new_target_hidden.shape[1] < num_new:
+            raise RuntimeError(f"drafter out of step with the target: {num_new} new verified positions, "
+                               f"{new_target_hidden.shape[1]} target hidden states")
         drafter = self.drafter
         device = input_ids.device
         self.cache.crop(start)
@@ -274,10 +280,6 @@ class ChainDraftSession:
 
     def chosen_clusters(self, token_embed: torch.Tensor, hidden_in: torch.Tensor, position: int):
         return self.head.choose_clusters(token_embed, hidden_in, position) if self.head is not None else None
-
-    def _score(self, hidden, clusters) -> ShortlistHeadOutput:
-        """Hidden `[1, 1, H]` -> `score` of its one position."""
-        return self.score(hidden[:, -1], clusters)
 
     def score(self, hidden: torch.Tensor, clusters) -> ShortlistHeadOutput:
         """Hidden `[R, H]` (and the router's choice for their position) -> the scores `[R, S]` of the rows scored
@@ -330,10 +332,3 @@ class ChainDraftSession:
             return logits
         return widen(logits, shortlist_ids, self.vocab_size)
 
-
-def _new_positions(num_new: int, new_target_hidden: torch.Tensor) -> int:
-    """`num_new` verified positions to absorb, checked against the target features handed over `[1, >=T, F]`."""
-    if num_new < 1 or new_target_hidden.shape[1] < num_new:
-        raise RuntimeError(f"drafter out of step with the target: {num_new} new verified positions, "
-                           f"{new_target_hidden.shape[1]} target hidden states")
-    return num_new

@@ -20,8 +20,6 @@ Legend: N tree nodes, V vocabulary, P cached prefix length.
 
 from __future__ import annotations
 
-import functools
-import inspect
 from dataclasses import dataclass
 
 import torch
@@ -29,6 +27,7 @@ from transformers.cache_utils import DynamicCache, DynamicLayer, DynamicSlidingW
 
 import hf_dynaspec.sampling as sampling
 from hf_dynaspec.drafting.contract import DraftTree
+from hf_dynaspec.modeling.drafter import cache_argument
 
 
 @dataclass
@@ -241,15 +240,7 @@ def _window_never_slides(cache, max_length: int) -> bool:
         type(layer) is DynamicSlidingWindowLayer and layer.sliding_window >= max_length for layer in windowed)
 
 
-@functools.cache
-def _cache_argument(model_class: type) -> str:
-    """The name under which a target's forward takes its KV cache: `cache` where the release documents it
-    (transformers 5.24 renamed the argument and warns that `past_key_values` goes in 5.40), `past_key_values`
-    before. Read from the signature, not the version, so a model class that kept the old name still gets it."""
-    parameters = inspect.signature(model_class.forward).parameters
-    return "cache" if "cache" in parameters else "past_key_values"
-
-
 def cache_kwargs(model, cache) -> dict:
-    """`{name: cache}` for `model(**cache_kwargs(model, cache), ...)`."""
-    return {_cache_argument(type(model)): cache}
+    """`{name: cache}` for `model(**cache_kwargs(model, cache), ...)`: the name its forward takes the KV cache by
+    (`modeling.drafter.cache_argument`, read from the signature, so a model class that kept the old name gets it)."""
+    return {cache_argument(type(model).forward): cache}

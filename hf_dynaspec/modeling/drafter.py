@@ -70,8 +70,9 @@ def drafting_device(parts: TargetParts) -> torch.device:
 
 @functools.cache
 def cache_argument(forward) -> str:
-    """The name a layer's forward takes its KV cache by: `cache` from transformers 5.24 (`past_key_values`, the
-    name of earlier releases, is deprecated there), `past_key_values` before."""
+    """The name a forward (a layer's, a model's) takes its KV cache by: `cache` where the release documents it
+    (transformers 5.24 renamed the argument and warns that `past_key_values` goes in 5.40), `past_key_values`
+    before."""
     return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
 
 
