@@ -260,7 +260,7 @@ MUTATIONS = [
              "parse=lambda entry: (kind(**entry), None),", [UNTRUSTED], select="calibration"),
     Mutation("calibration key without the dtype", "hf_dynaspec/generation/costs/store.py",
              "\"dtype\": str(target.dtype),", "\"dtype\": \"any\",", [UNTRUSTED], select="bf16"),
-    Mutation("a packaged prior weighs the rounds measured", "hf_dynaspec/generation/expected_acceptance.py",
+    Mutation("a packaged prior weighs the rounds measured", "hf_dynaspec/bench/acceptance.py",
              "tree_shape=shape if tree_depth else None, rounds=rounds, weight=weight)",
              "tree_shape=shape if tree_depth else None, rounds=rounds, weight=float(rounds))",
              ["tests/test_expected_acceptance.py"], select="weighs_the_rounds"),

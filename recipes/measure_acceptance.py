@@ -6,7 +6,7 @@
 
 The prompts are held aside from every evaluation set: by default the package's starter prompts
 (recipes/data/starter_prompts.jsonl, the training notebook's), or `--prompts FILE` (Spec-Bench / HumanEval / {"prompt"}
-rows). Every round drafts the whole chain or tree (hf_dynaspec.generation.expected_acceptance), so the result does
+rows). Every round drafts the whole chain or tree (hf_dynaspec.bench.acceptance), so the result does
 not depend on this machine's costs. Greedy by default; `--sample` measures the sampled prior instead, with the
 target's published sampling settings (`hf-dynaspec bench --sample`'s), stored beside the greedy one.
 `--traces FILE` also writes each call's rounds (the planner simulation's input: tests/plan_simulation.py).
@@ -22,9 +22,9 @@ from pathlib import Path
 import torch
 
 from hf_dynaspec import DynaSpecAssistant
+from hf_dynaspec.bench.acceptance import measure_acceptance
 from hf_dynaspec.bench.command import published_config, sampling_settings
 from hf_dynaspec.bench.prompts import encode_prompts, load_prompts
-from hf_dynaspec.generation.expected_acceptance import measure_acceptance
 from hf_dynaspec.loading import encode_prompt, load_target
 
 STARTER_PROMPTS = Path(__file__).resolve().parent / "data" / "starter_prompts.jsonl"

@@ -9,9 +9,9 @@ import torch
 from conftest import imitating_assistant, one_layer_target, plain_generate
 from plan_simulation import records_of
 
+from hf_dynaspec.bench.acceptance import measure_acceptance
 from hf_dynaspec.drafting.planning.core import RoundCosts
 from hf_dynaspec.drafting.runtime import planner_memory
-from hf_dynaspec.generation.expected_acceptance import measure_acceptance
 
 
 def hopeless_costs() -> RoundCosts:
@@ -63,8 +63,8 @@ def test_a_measurement_without_room_to_draft_is_refused():
 def test_sparsely_reached_positions_lean_on_the_one_before():
     """A position reached a handful of times keeps close to the position before it; one reached often keeps its
     own rate; tree depths likewise; a confidence bin seen rarely stays near its middle."""
+    from hf_dynaspec.bench.acceptance import SHRINK, prior_from_memory
     from hf_dynaspec.drafting.planning.core import PlannerMemory
-    from hf_dynaspec.generation.expected_acceptance import SHRINK, prior_from_memory
     from hf_dynaspec.modeling.options import DynaSpecGenerationConfig
 
     memory = PlannerMemory()
@@ -90,8 +90,8 @@ def test_a_packaged_prior_weighs_the_rounds_the_docs_state_not_the_rounds_measur
     import re
     from pathlib import Path
 
+    from hf_dynaspec.bench.acceptance import prior_from_memory
     from hf_dynaspec.drafting.planning.core import PlannerMemory, position_table
-    from hf_dynaspec.generation.expected_acceptance import prior_from_memory
     from hf_dynaspec.modeling.acceptance_prior import AcceptancePrior
     from hf_dynaspec.modeling.options import DynaSpecGenerationConfig
 

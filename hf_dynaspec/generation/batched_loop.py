@@ -232,9 +232,12 @@ def _compact(slots: TargetSlots, valid: torch.Tensor, kept: list[torch.Tensor]) 
     past = valid.shape[1]
     most = max(k.shape[0] for k in kept)
     index = torch.stack([torch.cat([k, k.new_zeros(most - k.shape[0])]) for k in kept]) + past  # [A, M]
-    index_on = _per_device(index)
+    on_device = {}
     for layer in slots.cache.layers:
-        gather = index_on(layer.keys.device)[:, None, :, None]
+        device = layer.keys.device
+        if device not in on_device:  # a layer-split target: each layer's index on that layer's device
+            on_device[device] = index.to(device)[:, None, :, None]
+        gather = on_device[device]
         for name in ("keys", "values"):
             tensor = getattr(layer, name)
             moved = tensor.gather(2, gather.expand(-1, tensor.shape[1], -1, tensor.shape[3]))
@@ -250,22 +253,17 @@ def _keep(cache: DynamicCache, valid: torch.Tensor, rows: list, kept_rows: list)
     row index on its own device (a target split over cards keeps its layers' caches there)."""
     if len(kept_rows) == len(rows) or not kept_rows:  # none left: the loop ends, nothing to index
         return cache, valid
-    index_on = _per_device(torch.tensor([i for i, row in enumerate(rows) if row in kept_rows], dtype=torch.long))
+    index = torch.tensor([i for i, row in enumerate(rows) if row in kept_rows], dtype=torch.long)
+    on_device: dict[torch.device, torch.Tensor] = {}
+
+    def index_on(device: torch.device) -> torch.Tensor:  # one upload per device, when a row finishes
+        if device not in on_device:
+            on_device[device] = index.to(device)
+        return on_device[device]
+
     for layer in cache.layers:
         layer.batch_select_indices(index_on(layer.keys.device))
     return cache, valid[index_on(valid.device)]
-
-
-def _per_device(index: torch.Tensor):
-    """device -> `index` on it, uploaded once per device (a layer-split target keeps each layer's cache on its
-    layer's device)."""
-    copies: dict[torch.device, torch.Tensor] = {}
-
-    def on(device: torch.device) -> torch.Tensor:
-        if device not in copies:
-            copies[device] = index.to(device)
-        return copies[device]
-    return on
 
 
 def _accepted_paths(rows: list, trees: list, logits: torch.Tensor, processors: list, do_sample: bool) -> list:
