@@ -40,8 +40,8 @@ from hf_dynaspec.modeling.assistant import DynaSpecAssistant
 # in 5.8; the compatibility job of CI runs the oldest and the newest supported release.
 MIN_TRANSFORMERS = version.Version("5.8.0")
 _NEEDED = ("generation_config", "input_ids", "logits_processor", "model_kwargs", "assistant_model")
-_ORIGINAL = "_dynaspec_original_get_candidate_generator"
-_ORIGINAL_VALIDATE = "_dynaspec_original_validate_generation_mode"
+_ORIGINAL_PREFIX = "_dynaspec_original"  # + the wrapped function's name: where its original is kept
+_ORIGINAL = _ORIGINAL_PREFIX + "_get_candidate_generator"
 
 
 class UnsupportedTransformersError(ImportError):
@@ -76,16 +76,26 @@ def install() -> None:
     needs; otherwise what it serves is disabled with one logged warning (the public routes, `speculative_generate` and
     `speculative_generate(trees=True)`, use only generate()'s documented `custom_generate` hook and keep working), and importing
     hf_dynaspec never fails because of it."""
+    import transformers.generation.utils as generation_utils
+
     if _ORIGINAL in GenerationMixin.__dict__ or DISABLED:
         return
     too_old = check_transformers_version()
-    wrappers = (("_get_candidate_generator", _wrap_candidate_generator),
-                ("_validate_generation_mode", _wrap_validate_generation_mode),
-                ("_speculative_sampling", _wrap_speculative_sampling),
-                ("_assisted_decoding", _wrap_assisted_decoding))
-    for name, wrap in wrappers:
+    wrappers = (  # (where the function lives, its name, the arguments the wrapper reads, the wrapper's maker)
+        (GenerationMixin, "_get_candidate_generator", _NEEDED, _wrap_candidate_generator),
+        (GenerationMixin, "_validate_generation_mode", ("generation_mode", "generation_config",
+                                                        "generation_mode_kwargs"), _wrap_validate_generation_mode),
+        (generation_utils, "_speculative_sampling", ("candidate_input_ids", "candidate_logits", "candidate_length",
+                                                     "new_logits"), _wrap_speculative_sampling),
+        (GenerationMixin, "_assisted_decoding", (), _wrap_assisted_decoding))
+    for owner, name, parameters, wrap in wrappers:
         try:
-            problem = too_old if too_old and name == "_get_candidate_generator" else wrap()
+            problem = too_old if too_old and name == "_get_candidate_generator" else _needs(owner, name, parameters)
+            if problem is None:
+                original = getattr(owner, name)
+                replacement = functools.wraps(original)(wrap(original))
+                setattr(owner, _ORIGINAL_PREFIX + name, original)
+                setattr(owner, name, replacement)
         except Exception as error:  # a release that changed the function beyond what the wrapper checks
             problem = f"{type(error).__name__}: {error}"
         if problem:
@@ -107,14 +117,9 @@ def _needs(owner, name: str, parameters: tuple[str, ...] = ()) -> str | None:
     return f"{name} takes no {missing} argument" if missing else None
 
 
-def _wrap_candidate_generator() -> str | None:
-    problem = _needs(GenerationMixin, "_get_candidate_generator", _NEEDED)
-    if problem:
-        return problem
-    original = GenerationMixin._get_candidate_generator
+def _wrap_candidate_generator(original):
     signature = inspect.signature(original)
 
-    @functools.wraps(original)
     def _get_candidate_generator(self, *args, **kwargs):
         bound = signature.bind(self, *args, **kwargs)
         bound.apply_defaults()
@@ -126,10 +131,7 @@ def _wrap_candidate_generator() -> str | None:
             generation_config=call["generation_config"], logits_processor=call["logits_processor"],
             model_kwargs=call["model_kwargs"],
         )
-
-    setattr(GenerationMixin, _ORIGINAL, original)
-    GenerationMixin._get_candidate_generator = _get_candidate_generator
-    return None
+    return _get_candidate_generator
 
 
 def refuse_if_route_disabled(assistant) -> None:
@@ -142,15 +144,9 @@ def refuse_if_route_disabled(assistant) -> None:
         )
 
 
-def _wrap_validate_generation_mode() -> str | None:
-    problem = _needs(GenerationMixin, "_validate_generation_mode",
-                     ("generation_mode", "generation_config", "generation_mode_kwargs"))
-    if problem:
-        return problem
-    original = GenerationMixin._validate_generation_mode
+def _wrap_validate_generation_mode(original):
     signature = inspect.signature(original)
 
-    @functools.wraps(original)
     def _validate_generation_mode(self, *args, **kwargs):
         call = signature.bind(self, *args, **kwargs).arguments
         generation_mode = call.get("generation_mode")
@@ -164,31 +160,17 @@ def _wrap_validate_generation_mode() -> str | None:
                 "is greedy or sampled decoding: set num_beams=1, or drop assistant_model for beam search."
             )
         return original(self, *args, **kwargs)
-
-    setattr(GenerationMixin, _ORIGINAL_VALIDATE, original)
-    GenerationMixin._validate_generation_mode = _validate_generation_mode
-    return None
+    return _validate_generation_mode
 
 
-def _wrap_speculative_sampling() -> str | None:
-    import transformers.generation.utils as generation_utils
-
-    problem = _needs(generation_utils, "_speculative_sampling",
-                     ("candidate_input_ids", "candidate_logits", "candidate_length", "new_logits"))
-    if problem:
-        return problem
-    original = generation_utils._speculative_sampling
-
-    @functools.wraps(original)
+def _wrap_speculative_sampling(original):
     def _speculative_sampling(candidate_input_ids, candidate_logits, candidate_length, new_logits, *args, **kwargs):
         relaxed = kwargs.get("assistant_ensemble_weight") is not None  # a lossy rule the user chose: theirs
         if block_verify.is_marked(candidate_logits) and (not relaxed or not candidate_length):  # (empty: no draft to relax)
             return block_verify.block_verify(candidate_input_ids, candidate_logits, candidate_length, new_logits)
         return original(candidate_input_ids, candidate_logits, candidate_length, new_logits, *args, **kwargs)
-
-    generation_utils._speculative_sampling = _speculative_sampling
     block_verify.WRAPPED = True
-    return None
+    return _speculative_sampling
 
 
 def _batched_call(model, bound):
@@ -224,19 +206,14 @@ def _with_sparse_warpers(bound):
     return bound.args[1:], bound.kwargs
 
 
-def _wrap_assisted_decoding() -> str | None:
+def _wrap_assisted_decoding(original):
     """Around an assisted call with a DynaSpecAssistant: a batch goes to the batched loop (`_batched_call`); one
     row's stopping criteria are checked at every accepted token (hf_dynaspec.generation.every_token_stops); with
     its rounds planned (`draft_plan="auto"`, `target_verify_kernel="auto"`) the target's verification forwards
     through the CPU rows kernel where measured faster (hf_dynaspec.generation.costs.verify_kernel), restored when
     the call ends."""
-    problem = _needs(GenerationMixin, "_assisted_decoding")
-    if problem:
-        return problem
-    original = GenerationMixin._assisted_decoding
     signature = inspect.signature(original)  # read once, and a call's arguments bound once
 
-    @functools.wraps(original)
     def _assisted_decoding(self, *args, **kwargs):
         assistant = kwargs.get("assistant_model")
         refuse_if_route_disabled(assistant)
@@ -255,6 +232,4 @@ def _wrap_assisted_decoding() -> str | None:
                 output = original(self, *args, **kwargs)
             return output if checker is None else cut(output, checker, bound.arguments["input_ids"].shape[1])
         return original(self, *args, **kwargs)
-
-    GenerationMixin._assisted_decoding = _assisted_decoding
-    return None
+    return _assisted_decoding

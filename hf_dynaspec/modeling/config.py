@@ -100,37 +100,20 @@ class DynaSpecConfig(PretrainedConfig):
         **kwargs,
     ):
         _check_extra_keys(kwargs)
-        self.drafter_kind = drafter_kind
-        self.layer_family = layer_family
-        self.target_model_type = target_model_type
-        self.target_name_or_path = target_name_or_path
-        self.target_revision = target_revision
-        # A few embedding/LM-head values of the target (hf_dynaspec.modeling.integrity), checked at attach.
-        self.target_fingerprint = target_fingerprint
-        self.vocab_size = vocab_size
+        # Every argument is the attribute of its name (the class docstring says what each is), then the derived
+        # defaults and copies below.
+        arguments = dict(locals())  # a copy: the loop's own names must not join it
+        for name, value in arguments.items():
+            if name not in ("self", "kwargs", "__class__"):
+                setattr(self, name, value)
         self.target_hidden_size = target_hidden_size if target_hidden_size is not None else hidden_size
-        self.hidden_size = hidden_size
-        self.intermediate_size = intermediate_size
-        self.num_attention_heads = num_attention_heads
         self.num_key_value_heads = num_key_value_heads if num_key_value_heads is not None else num_attention_heads
         self.head_dim = head_dim if head_dim is not None else hidden_size // num_attention_heads
-        self.rms_norm_eps = rms_norm_eps
         self.rope_parameters = rope_parameters or {"rope_type": "default", "rope_theta": 10000.0}
-        self.max_position_embeddings = max_position_embeddings
-        self.hidden_act = hidden_act
-        self.attention_bias = attention_bias
-        self.fc_bias = fc_bias
-        self.use_target_norm = use_target_norm
         self.aux_hidden_state_layer_ids = list(aux_hidden_state_layer_ids) if aux_hidden_state_layer_ids else None
-        self.draft_vocab_size = draft_vocab_size
         self.fused_hidden_state_ids = list(fused_hidden_state_ids) if fused_hidden_state_ids else None
-        # Extra family-specific layer settings (e.g. Qwen3's q/k norms need nothing, but a family may).
+        # Extra family-specific layer settings (e.g. Gemma-3's attention scale), kept in layer_config.
         self.layer_config = dict(layer_config or {})
-        self.frequency_list_size = frequency_list_size
-        self.vocabtrim_list_size = vocabtrim_list_size
-        self.num_clusters = num_clusters
-        self.num_always_ids = num_always_ids
-        self.router_hidden_size = router_hidden_size
         # Stamped at creation; a config loaded from disk keeps the version that wrote it.
         self.library_version = library_version or __version__
         super().__init__(**kwargs)

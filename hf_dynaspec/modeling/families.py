@@ -23,11 +23,28 @@ from hf_dynaspec.errors import UnsupportedTargetError
 
 @dataclass(frozen=True)
 class Family:
-    """Where a family's classes live: `transformers.models.<package>.modeling_<package>.<prefix>DecoderLayer`, ..."""
+    """Where a family's classes live (`transformers.models.<package>.modeling_<package>.<prefix>DecoderLayer`,
+    ...), and the ones a drafter layer is made of."""
 
     prefix: str
     package: str
     rotary_per_layer_type: bool = False  # its rotary embedding takes a `layer_type` (Gemma-3)
+
+    def _named(self, kind: str) -> type[nn.Module]:
+        module = importlib.import_module(f"transformers.models.{self.package}.modeling_{self.package}")
+        return getattr(module, f"{self.prefix}{kind}")
+
+    @property
+    def decoder_layer(self) -> type[nn.Module]:
+        return self._named("DecoderLayer")
+
+    @property
+    def rotary_embedding(self) -> type[nn.Module]:
+        return self._named("RotaryEmbedding")
+
+    @property
+    def rms_norm(self) -> type[nn.Module]:
+        return self._named("RMSNorm")
 
 
 # model_type -> its family (Gemma-3's text model lives in the multimodal model's package)
@@ -58,17 +75,9 @@ def warn_if_half_overflows(target) -> None:
                       "(or torch.float32 on a card without bf16, e.g. a T4)", UserWarning, stacklevel=3)
 
 
-@dataclass(frozen=True)
-class FamilyClasses:
-    """The transformers classes a drafter layer of one family is made of."""
-
-    decoder_layer: type[nn.Module]
-    rotary_embedding: type[nn.Module]
-    rms_norm: type[nn.Module]
-    rotary_per_layer_type: bool  # the rotary embedding takes a `layer_type` (Gemma-3)
-
-
-def family_classes(model_type: str) -> FamilyClasses:
+def family_classes(model_type: str) -> Family:
+    """The family of a target's `model_type` (its classes), refused with the reason where the drafter cannot
+    mirror it."""
     if model_type == "gemma3":
         raise UnsupportedTargetError(
             "A multimodal Gemma-3 (Gemma3ForConditionalGeneration) is not a supported target: load its text model "
@@ -80,14 +89,7 @@ def family_classes(model_type: str) -> FamilyClasses:
             f"{sorted(SUPPORTED_FAMILIES)}. Use a target of one of these families, or open an issue to add "
             f"{model_type!r} (its decoder layer must be a pre-norm attention + MLP block)."
         )
-    family = SUPPORTED_FAMILIES[model_type]
-    module = importlib.import_module(f"transformers.models.{family.package}.modeling_{family.package}")
-    return FamilyClasses(
-        decoder_layer=getattr(module, f"{family.prefix}DecoderLayer"),
-        rotary_embedding=getattr(module, f"{family.prefix}RotaryEmbedding"),
-        rms_norm=getattr(module, f"{family.prefix}RMSNorm"),
-        rotary_per_layer_type=family.rotary_per_layer_type,
-    )
+    return SUPPORTED_FAMILIES[model_type]
 
 
 def family_layer_settings(text_config: PretrainedConfig) -> dict:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from hf_dynaspec.modeling.options import DRAFT_PLANS, DraftingConfig
+from hf_dynaspec.modeling.options import DRAFT_PLANS, DraftingConfig, is_int, is_number
 
 LATTICE_DRAFTS = ("chain", "cps", "tree", "choices")
 LATTICE_SHORTLISTS = ("full", "frspec")
@@ -90,28 +90,21 @@ class MedusaGenerationConfig(DraftingConfig):
 
     def validate_options(self) -> None:
         """Raise `ValueError` naming the bad option and the fix."""
-        if self.draft_plan not in DRAFT_PLANS:
-            raise ValueError(f"draft_plan (MedusaGenerationConfig.draft_plan) must be one of {DRAFT_PLANS}; "
-                             f"got {self.draft_plan!r}.")
-        if self.lattice_draft not in LATTICE_DRAFTS:
-            raise ValueError(f"lattice_draft (MedusaGenerationConfig.lattice_draft) must be one of {LATTICE_DRAFTS} "
-                             f"(for planned rounds: draft_plan='auto'); got {self.lattice_draft!r}.")
-        if self.shortlist not in LATTICE_SHORTLISTS:
-            raise ValueError(f"MedusaGenerationConfig.shortlist must be one of {LATTICE_SHORTLISTS}; "
-                             f"got {self.shortlist!r}.")
+        self._require(self.draft_plan in DRAFT_PLANS, "draft_plan", f"one of {DRAFT_PLANS}")
+        self._require(self.lattice_draft in LATTICE_DRAFTS, "lattice_draft",
+                      f"one of {LATTICE_DRAFTS} (for planned rounds: draft_plan='auto')")
+        self._require(self.shortlist in LATTICE_SHORTLISTS, "shortlist", f"one of {LATTICE_SHORTLISTS}")
         if self.lattice_kind == "choices" and not self.medusa_choices:
             raise ValueError("lattice_draft='choices' needs medusa_choices (e.g. [(0,), (1,), (0, 0)]): per-position "
                              "ranks")
         for name in ("tree_top_k", "tree_total_tokens", "max_candidates", "cps_beam", "ngram_order"):
-            if int(getattr(self, name)) < 1:
-                raise ValueError(f"Medusa option {name} must be >= 1; got {getattr(self, name)!r}.")
-        if int(self.prompt_lookup_num_tokens) < 0:
-            raise ValueError(f"prompt_lookup_num_tokens must be >= 0; got {self.prompt_lookup_num_tokens!r}.")
-        if self.num_assistant_tokens is not None and self.num_assistant_tokens < 0:
-            raise ValueError(f"Medusa option num_assistant_tokens must be >= 0; got {self.num_assistant_tokens!r}.")
-        if not 0.0 < self.coverage <= 1.0 or not 0.0 <= self.cps_lambda <= 1.0:
-            raise ValueError(f"coverage must be in (0, 1] and cps_lambda in [0, 1]; got {self.coverage!r}, "
-                             f"{self.cps_lambda!r}.")
+            self._require(is_int(getattr(self, name)) and getattr(self, name) >= 1, name, "an integer >= 1")
+        lookup, tokens = self.prompt_lookup_num_tokens, self.num_assistant_tokens
+        self._require(is_int(lookup) and lookup >= 0, "prompt_lookup_num_tokens", "an integer >= 0 (0: off)")
+        self._require(tokens is None or (is_int(tokens) and tokens >= 0), "num_assistant_tokens",
+                      "None (every head) or an integer >= 0")
+        self._require(is_number(self.coverage) and 0.0 < self.coverage <= 1.0, "coverage", "in (0, 1]")
+        self._require(is_number(self.cps_lambda) and 0.0 <= self.cps_lambda <= 1.0, "cps_lambda", "in [0, 1]")
 
     def with_options(self, **overrides) -> MedusaGenerationConfig:
         """A checked copy with `overrides` (speculative_generate's keyword arguments, current or deprecated

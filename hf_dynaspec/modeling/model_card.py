@@ -74,15 +74,6 @@ def _training_text(training) -> str:
 
 def render_model_card(config, options, card_data: dict) -> str:
     """README.md text for an assistant with `config` (DynaSpecConfig) and `card_data` (see module docstring)."""
-    from huggingface_hub import ModelCardData
-
-    target = config.target_name_or_path or "unknown"
-    metadata = ModelCardData(
-        library_name="hf-dynaspec",
-        base_model=target if "/" in target and not target.startswith(("/", ".")) else None,
-        tags=["speculative-decoding", "eagle", "dynaspec", config.drafter_kind],
-        license=card_data.get("license"),
-    )
     kind = {"eagle": "EAGLE-1/2 (one decoder layer on the target's last hidden state)",
             "eagle3": "EAGLE-3 (fused low/mid/high target layers)"}[config.drafter_kind]
     if config.drafter_kind == "eagle" and config.fused_hidden_state_ids:
@@ -103,36 +94,32 @@ def render_model_card(config, options, card_data: dict) -> str:
         components.append(f"- FR-Spec frequency list: {config.frequency_list_size:,} ranked tokens")
     if config.vocabtrim_list_size:
         components.append(f"- VocabTrim list: {config.vocabtrim_list_size:,} ranked tokens")
-    results = card_data.get("results")
-    return _rendered("assistant.md", metadata, target=target, vocab_size=f"{config.vocab_size:,}", kind=kind,
-                     num_assistant_tokens=options.num_assistant_tokens, components="\n".join(components),
-                     training=_training_text(card_data.get("training")),
-                     results=_results_table(results) if results else "No measurements were recorded with this artifact.")
+    return _rendered("assistant.md", config, card_data, ["eagle", "dynaspec", config.drafter_kind], kind=kind,
+                     num_assistant_tokens=options.num_assistant_tokens, components="\n".join(components))
 
 
 def render_medusa_card(config, card_data: dict) -> str:
     """README.md text for Medusa heads (`MedusaConfig`), from `card_data` as for assistants."""
-    from huggingface_hub import ModelCardData
-
-    target = config.target_name_or_path or "unknown"
-    metadata = ModelCardData(library_name="hf-dynaspec", tags=["speculative-decoding", "medusa"],
-                             base_model=target if "/" in target and not target.startswith(("/", ".")) else None,
-                             license=card_data.get("license"))
     projection = ("its own vocabulary projection per head" if config.own_heads
                   else "the target's own LM head (only the residual blocks are stored)")
     shortlist = (f"- FR-Spec list for shortlisted heads: {config.frequency_list_size:,} tokens"
                  if config.frequency_list_size else "- no shortlist stored")
-    results = card_data.get("results")
-    return _rendered("medusa.md", metadata, target=target, num_heads=config.num_heads, num_layers=config.num_layers,
-                     projection=projection, vocab_size=f"{config.vocab_size:,}", shortlist=shortlist,
-                     training=_training_text(card_data.get("training")),
-                     results=_results_table(results) if results else "No measurements were recorded with these heads.")
+    return _rendered("medusa.md", config, card_data, ["medusa"], num_heads=config.num_heads,
+                     num_layers=config.num_layers, projection=projection, shortlist=shortlist)
 
 
-def _rendered(template: str, metadata, **values) -> str:
+def _rendered(template: str, config, card_data: dict, tags: list[str], **values) -> str:
     """The card from its Jinja template (card_templates/, package data), rendered by huggingface_hub's ModelCard:
-    the metadata as the YAML header, `values` in the body."""
-    from huggingface_hub import ModelCard
+    the metadata (the target as base model where it is a Hub id, `tags`, card_data's licence) as the YAML header,
+    the target, vocabulary, training record, results and `values` in the body."""
+    from huggingface_hub import ModelCard, ModelCardData
 
+    target = config.target_name_or_path or "unknown"
+    metadata = ModelCardData(library_name="hf-dynaspec", tags=["speculative-decoding", *tags],
+                             base_model=target if "/" in target and not target.startswith(("/", ".")) else None,
+                             license=card_data.get("license"))
+    results = card_data.get("results")
+    values.update(target=target, vocab_size=f"{config.vocab_size:,}", training=_training_text(card_data.get("training")),
+                  results=_results_table(results) if results else "No measurements were recorded with this artifact.")
     text = resources.files("hf_dynaspec.modeling").joinpath("card_templates", template).read_text()
     return str(ModelCard.from_template(metadata, template_str=text, **values))

@@ -104,6 +104,10 @@ class DraftingConfig(GenerationConfig):
     def validate_options(self) -> None:
         """Raise `ValueError` naming the bad option and the fix."""
 
+    def _require(self, ok: bool, name: str, expected: str) -> None:
+        if not ok:
+            raise ValueError(f"{type(self).__name__}.{name} must be {expected}; got {getattr(self, name)!r}.")
+
 
 class DynaSpecGenerationConfig(DraftingConfig):
     """Drafting options of a `DynaSpecAssistant` (`assistant.generation_config`), with these defaults:
@@ -175,27 +179,27 @@ class DynaSpecGenerationConfig(DraftingConfig):
     def validate_options(self) -> None:
         for name in ("num_assistant_tokens", "tree_top_k", "tree_depth", "tree_total_tokens", "max_clusters",
                      "fixed_clusters", "auto_max_assistant_tokens", "suffix_cache_max_tokens"):
-            self._require(_is_int(getattr(self, name)) and getattr(self, name) >= 1, name, "a positive integer")
+            self._require(is_int(getattr(self, name)) and getattr(self, name) >= 1, name, "a positive integer")
         for name in ("shortlist_size", "max_shortlist_size"):
             value = getattr(self, name)
-            self._require(value is None or (_is_int(value) and value >= 1), name, "a positive integer or None")
+            self._require(value is None or (is_int(value) and value >= 1), name, "a positive integer or None")
         rows = self.shortlist_rows
-        self._require(rows == "clusters" or (_is_int(rows) and rows >= 1) or (
-            isinstance(rows, (list, tuple)) and len(rows) > 0 and all(_is_int(r) and r >= 1 for r in rows)),
+        self._require(rows == "clusters" or (is_int(rows) and rows >= 1) or (
+            isinstance(rows, (list, tuple)) and len(rows) > 0 and all(is_int(r) and r >= 1 for r in rows)),
             "shortlist_rows", "a positive integer, a non-empty list of positive integers (rows per draft "
             "position) or \"clusters\" (max_clusters' worth of rows)")
         if isinstance(rows, tuple):
             self.shortlist_rows = list(rows)
         threshold = self.assistant_confidence_threshold
-        self._require(_is_number(threshold) and 0.0 <= threshold < 1.0, "assistant_confidence_threshold",
+        self._require(is_number(threshold) and 0.0 <= threshold < 1.0, "assistant_confidence_threshold",
                "a probability threshold in [0, 1) (0 turns the confidence stop off)")
-        self._require(_is_int(self.prompt_lookup_num_tokens) and self.prompt_lookup_num_tokens >= 0,
+        self._require(is_int(self.prompt_lookup_num_tokens) and self.prompt_lookup_num_tokens >= 0,
                "prompt_lookup_num_tokens", "an integer >= 0 (0 turns prompt lookup off)")
         low, high = self.prompt_lookup_min_ngram, self.max_matching_ngram_size
-        self._require(_is_int(low) and _is_int(high) and 1 <= low <= high, "prompt_lookup_min_ngram",
+        self._require(is_int(low) and is_int(high) and 1 <= low <= high, "prompt_lookup_min_ngram",
                f"an integer with 1 <= prompt_lookup_min_ngram <= max_matching_ngram_size (got {low!r} and {high!r})")
         veto = self.prompt_lookup_veto
-        self._require(_is_number(veto) and 0.0 <= veto <= 1.0, "prompt_lookup_veto",
+        self._require(is_number(veto) and 0.0 <= veto <= 1.0, "prompt_lookup_veto",
                "a probability in [0, 1] above which the drafter's disagreeing top token overrules a lookup draft "
                "(1.0 turns the check off)")
         self._require(self.shortlist in SHORTLIST_STRATEGIES, "shortlist", f"one of {SHORTLIST_STRATEGIES}")
@@ -207,13 +211,9 @@ class DynaSpecGenerationConfig(DraftingConfig):
                       "\"off\", \"eager\" or \"compile\"")
         self._require(self.verify_round in ("eager", "static"), "verify_round",
                       "\"eager\" (a growing cache) or \"static\" (a StaticCache, verify compiled per width bucket)")
-        self._require(_is_int(self.suffix_cache_num_tokens) and self.suffix_cache_num_tokens >= 0,
+        self._require(is_int(self.suffix_cache_num_tokens) and self.suffix_cache_num_tokens >= 0,
                "suffix_cache_num_tokens", "an integer >= 0 (0 turns the suffix cache off)")
         priors_from_config(self.expected_acceptance)  # raises naming the fault
-
-    def _require(self, ok: bool, name: str, expected: str) -> None:
-        if not ok:
-            raise ValueError(f"DynaSpecGenerationConfig.{name} must be {expected}; got {getattr(self, name)!r}.")
 
     def with_options(self, **options) -> DynaSpecGenerationConfig:
         """A validated copy with `options` (current or legacy names) set; None values are ignored."""
@@ -225,11 +225,11 @@ class DynaSpecGenerationConfig(DraftingConfig):
         return DynaSpecGenerationConfig(**values)
 
 
-def _is_int(value) -> bool:
+def is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _is_number(value) -> bool:
+def is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
