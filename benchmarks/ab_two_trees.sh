@@ -8,6 +8,9 @@
 #   git worktree add /tmp/ab63/old_tree 44c9b44 && OLD_TREE=/tmp/ab63/old_tree OUT=/tmp/ab63 MEDUSA=0 \
 #     TARGETS="qwen2.5-coder-0.5b-instruct gemma-3-270m qwen2.5-coder-1.5b-instruct" \
 #     METHODS=vanilla,dynaspec+draft:3,dynaspec+lookup:5+suffix+auto bash benchmarks/ab_two_trees.sh
+# and issue 92 (the package's core cut down; greedy, then sampled with EXTRA=--sample):
+#   git worktree add /tmp/ab/old_tree caea732 && OLD_TREE=/tmp/ab/old_tree OUT=/tmp/ab/greedy MEDUSA=0 \
+#     METHODS=vanilla,dynaspec+lookup:5+suffix+auto bash benchmarks/ab_two_trees.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${OLD_TREE:?the old tree (a git worktree of the commit before the change)}"
@@ -15,6 +18,7 @@ OUT=${OUT:-/tmp/ab}
 TARGETS=${TARGETS:-qwen2.5-coder-0.5b-instruct}
 METHODS=${METHODS:-vanilla,dynaspec:8+lookup:5+suffix+auto,dynaspec-tree:8+lookup:5+suffix+auto,medusa-auto+shortlist+lookup}
 MEDUSA=${MEDUSA:-1}
+EXTRA=${EXTRA:-}  # more bench arguments for every run, e.g. "--sample" (issue 92's sampled before/after)
 PY=$(pwd)/.venv/bin/python
 DATA=$(cd ../shared/data/eval && pwd)
 export HF_DYNASPEC_HOME=$OUT/home  # one cost cache for both trees: the same measured costs plan both
@@ -33,7 +37,7 @@ for T in $TARGETS; do
         && PYTHONPATH=$root "$PY" -m hf_dynaspec.cli bench --target $T --assistant "$root/assistants/$T" \
         "${medusa[@]}" --methods "$METHODS" --prompts "$DATA/spec_bench_dev.jsonl,$DATA/humaneval_dev.jsonl" \
         --limit-per-category 1 --max-new-tokens ${MAX_NEW_TOKENS:-64} --dtype bf16 --results "$OUT/results.jsonl" \
-        --json "$OUT/$name.json") > "$OUT/$name.log" 2>&1
+        --json "$OUT/$name.json" $EXTRA) > "$OUT/$name.log" 2>&1
     done
   done
 done
