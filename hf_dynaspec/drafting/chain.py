@@ -149,13 +149,17 @@ class ChainDraftSession:
         in `Draft.confidences`."""
         if first is None and self.captured is not None and cap >= 1:
             return self._captured_draft(input_ids, new_target_hidden, cap, rule)
-        hidden, clusters, scores = first or (*self.consume_verified(input_ids, new_target_hidden), None)
+        if first is not None:  # the first position already scored (the veto's check)
+            hidden, clusters, scores = first
+        else:  # scored in the loop, as every later position
+            (hidden, clusters), scores = self.consume_verified(input_ids, new_target_hidden), None
         host_rule = rule is not None and not self.defer_host_decisions
         # per drafted position: its token, the ids scored there, (sampling) its logits, confident and tops (_cut)
         tokens, scored, logits, confident, tops = [], [], [], [], []
         context = input_ids
         for k in range(cap):
-            scores = scores if k == 0 and scores is not None else self.score(hidden[:, -1], clusters)
+            if k or scores is None:
+                scores = self.score(hidden[:, -1], clusters)
             token_id, drawn, is_confident, top = self._choose(scores, context, with_top=rule is not None)
             if token_id is None:  # the drafter is not confident enough at this position
                 break
@@ -331,4 +335,3 @@ class ChainDraftSession:
                 raise RuntimeError(f"drafter head has {logits.shape[-1]} rows, target {self.vocab_size}")
             return logits
         return widen(logits, shortlist_ids, self.vocab_size)
-
