@@ -7,6 +7,7 @@ assistant's read-only `stats` property (`latest_stats`).
 
 from __future__ import annotations
 
+import copy
 import weakref
 from dataclasses import dataclass, field
 
@@ -138,23 +139,14 @@ class DraftStats:
         return self.accepted / self.drafted if self.drafted else float("nan")
 
     def as_dict(self) -> dict:
-        return {
-            "tau": self.tau,
-            "acceptance_rate": self.acceptance_rate,
-            "verify_passes": self.verify_passes,
-            "drafted": self.drafted,
-            "accepted": self.accepted,
-            "acceptance_histogram": list(self.acceptance_histogram),
-            "avg_shortlist": self.avg_shortlist,
-            "coverage": self.coverage,
-            "coverage_per_position": self.coverage_per_position,
-            "lookup_passes": self.lookup_passes,
-            "lookup_drafted": self.lookup_drafted,
-            "lookup_accepted": self.lookup_accepted,
-            "lookup_vetoes": self.lookup_vetoes,
-            "passes_by_source": dict(self.passes_by_source),
-            "accepted_by_source": dict(self.accepted_by_source),
-        }
+        """The statistics as plain values (copies: later calls do not change them)."""
+        return {name: copy.copy(getattr(self, name)) for name in REPORTED}
+
+
+# What `as_dict` reports, in its order.
+REPORTED = ("tau", "acceptance_rate", "verify_passes", "drafted", "accepted", "acceptance_histogram", "avg_shortlist",
+            "coverage", "coverage_per_position", "lookup_passes", "lookup_drafted", "lookup_accepted", "lookup_vetoes",
+            "passes_by_source", "accepted_by_source")
 
 
 _LATEST: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -168,8 +160,4 @@ def start_stats(owner) -> DraftStats:
 
 def latest_stats(owner) -> DraftStats:
     """The statistics of `owner`'s last generate() call (empty before its first)."""
-    stats = _LATEST.get(owner)
-    if stats is None:
-        stats = _LATEST[owner] = DraftStats()
-    return stats
-
+    return _LATEST.setdefault(owner, DraftStats())

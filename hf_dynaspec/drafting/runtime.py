@@ -32,12 +32,15 @@ from hf_dynaspec.runtime_store import forget_learnt_state, runtime_of
 __all__ = ["captured_draft", "forget_learnt_state", "planner_memory", "prepare_for_target", "runtime_head", "runtime_of", "suffix_cache"]
 
 
-def planner_memory(assistant, do_sample: bool) -> PlannerMemory:
-    """The planner's acceptance tables of this assistant (kept across generate() calls; greedy and sampled apart)."""
+def planner_memory(assistant, do_sample: bool, stored=None, confidence_bin_at: int | None = None) -> PlannerMemory:
+    """The planner's acceptance tables of this assistant or lattice source (kept across generate() calls; greedy and
+    sampled apart), started at `stored`, the acceptance measured with the artifact (default: its generation
+    config's), and keyed as `PlannerMemory` says (`confidence_bin_at`: 1 for a lattice source's tables)."""
     memories = runtime_of(assistant).planner_memories
     if bool(do_sample) not in memories:  # the tables start at the acceptance measured with the artifact, if any
-        stored = getattr(assistant.generation_config, "expected_acceptance", None)
-        memories[bool(do_sample)] = PlannerMemory(prior_for(stored, do_sample))
+        if stored is None:
+            stored = getattr(getattr(assistant, "generation_config", None), "expected_acceptance", None)
+        memories[bool(do_sample)] = PlannerMemory(prior_for(stored, do_sample), confidence_bin_at)
     return memories[bool(do_sample)]
 
 

@@ -254,16 +254,12 @@ def _keep(cache: DynamicCache, valid: torch.Tensor, rows: list, kept_rows: list)
     if len(kept_rows) == len(rows) or not kept_rows:  # none left: the loop ends, nothing to index
         return cache, valid
     index = torch.tensor([i for i, row in enumerate(rows) if row in kept_rows], dtype=torch.long)
-    on_device: dict[torch.device, torch.Tensor] = {}
-
-    def index_on(device: torch.device) -> torch.Tensor:  # one upload per device, when a row finishes
-        if device not in on_device:
-            on_device[device] = index.to(device)
-        return on_device[device]
-
+    on_device = {valid.device: index.to(valid.device)}  # one upload per device, when a row finishes
     for layer in cache.layers:
-        layer.batch_select_indices(index_on(layer.keys.device))
-    return cache, valid[index_on(valid.device)]
+        if layer.keys.device not in on_device:
+            on_device[layer.keys.device] = index.to(layer.keys.device)
+        layer.batch_select_indices(on_device[layer.keys.device])
+    return cache, valid[on_device[valid.device]]
 
 
 def _accepted_paths(rows: list, trees: list, logits: torch.Tensor, processors: list, do_sample: bool) -> list:

@@ -20,21 +20,14 @@ from hf_dynaspec.drafting.lookup import LookupSources, PromptLookup
 from hf_dynaspec.drafting.planning.core import TreeShape
 from hf_dynaspec.drafting.planning.fixed import FixedOrder
 from hf_dynaspec.drafting.planning.planner import SpeculationPlanner
-from hf_dynaspec.drafting.proposers.lattice import (
-    LatticeChain,
-    LatticeDraft,
-    LatticeReader,
-    LatticeTree,
-    lattice_memory,
-)
+from hf_dynaspec.drafting.proposers.lattice import LatticeChain, LatticeDraft, LatticeReader, LatticeTree
 from hf_dynaspec.drafting.round import SpeculationRound
+from hf_dynaspec.drafting.runtime import planner_memory
 from hf_dynaspec.errors import AssistantMismatchError
 from hf_dynaspec.generation.batched_loop import run_batched_rounds
 from hf_dynaspec.generation.costs.lattice_costs import lattice_round_costs
 from hf_dynaspec.generation.public_loop import check_public_inputs
-from hf_dynaspec.modeling.acceptance_prior import prior_for
 from hf_dynaspec.modeling.medusa_options import MedusaGenerationConfig
-from hf_dynaspec.runtime_store import runtime_of
 from hf_dynaspec.stats import start_stats
 
 
@@ -89,12 +82,10 @@ def _planner(model, source, options: MedusaGenerationConfig, depth: int, do_samp
     across calls in the source's run-time state: a planner learns the workload)."""
     if options.lattice_kind != "auto":
         return None
-    memories = runtime_of(source).planner_memories
-    if do_sample not in memories:  # the tables start at the acceptance measured with the heads, if any
-        stored = getattr(getattr(source, "config", None), "expected_acceptance", None)
-        memories[do_sample] = lattice_memory(prior_for(stored, do_sample))
+    stored = getattr(getattr(source, "config", None), "expected_acceptance", None)  # measured with the heads
+    memory = planner_memory(source, do_sample, stored, confidence_bin_at=1)
     costs = lattice_round_costs(model, source, options, max(depth, options.tree_total_tokens))
-    return SpeculationPlanner(costs, memories[do_sample])
+    return SpeculationPlanner(costs, memory)
 
 
 def _attached(heads, model):

@@ -24,7 +24,7 @@ from transformers import AutoConfig, AutoModel, PreTrainedModel
 
 from hf_dynaspec.errors import AssistantMismatchError, require_model
 from hf_dynaspec.modeling import checkpoints, hub, integrity, model_card
-from hf_dynaspec.modeling.config import DynaSpecConfig, drafter_free_config
+from hf_dynaspec.modeling.config import DynaSpecConfig, drafter_free_config, layer_fields
 from hf_dynaspec.modeling.drafter import TargetParts, build_drafter, drafting_device, narrow_mlp
 from hf_dynaspec.modeling.drafter_artifact import DrafterArtifact, read_generation_json
 from hf_dynaspec.modeling.families import (
@@ -92,17 +92,7 @@ class DynaSpecAssistant(DrafterArtifact):
             target_fingerprint=integrity.target_fingerprint(target),
             vocab_size=head_rows,
             target_hidden_size=text.hidden_size,
-            hidden_size=text.hidden_size,
-            intermediate_size=text.intermediate_size,
-            num_attention_heads=text.num_attention_heads,
-            num_key_value_heads=getattr(text, "num_key_value_heads", None) or text.num_attention_heads,
-            head_dim=getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads,
-            rms_norm_eps=text.rms_norm_eps,
-            rope_parameters=drafter_rope_parameters(text),
-            max_position_embeddings=text.max_position_embeddings,
-            # Gemma-3 names its activation `hidden_activation` (kept in layer_config, which its layer reads).
-            hidden_act=getattr(text, "hidden_act", None) or getattr(text, "hidden_activation", "silu"),
-            attention_bias=bool(getattr(text, "attention_bias", False)),
+            **layer_fields(text.to_dict(), drafter_rope_parameters(text)),
             layer_config=family_layer_settings(text),
             fc_bias=False,
             use_target_norm=True,

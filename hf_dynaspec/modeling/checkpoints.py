@@ -26,7 +26,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 
 from hf_dynaspec.errors import ArtifactError
-from hf_dynaspec.modeling.config import REQUIRED_SAVED_KEYS
+from hf_dynaspec.modeling.config import REQUIRED_SAVED_KEYS, layer_fields
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
@@ -177,24 +177,9 @@ def _rope_parameters(config: dict) -> dict:
 
 def eagle_config_kwargs(config: dict, layout: str, target_num_layers: int | None) -> dict:
     """DynaSpecConfig keyword arguments for a published EAGLE config (llama-style)."""
-    hidden = config["hidden_size"]
-    heads = config["num_attention_heads"]
-    kwargs = dict(
-        drafter_kind=layout,
-        layer_family="llama",
-        vocab_size=config["vocab_size"],
-        target_hidden_size=config.get("target_hidden_size") or hidden,
-        hidden_size=hidden,
-        intermediate_size=config["intermediate_size"],
-        num_attention_heads=heads,
-        num_key_value_heads=config.get("num_key_value_heads") or heads,
-        head_dim=config.get("head_dim") or hidden // heads,
-        rms_norm_eps=config.get("rms_norm_eps", 1e-6),
-        rope_parameters=_rope_parameters(config),
-        max_position_embeddings=config.get("max_position_embeddings", 32768),
-        hidden_act=config.get("hidden_act", "silu"),
-        attention_bias=bool(config.get("attention_bias", False)),
-    )
+    kwargs = dict(drafter_kind=layout, layer_family="llama", vocab_size=config["vocab_size"],
+                  target_hidden_size=config.get("target_hidden_size") or config["hidden_size"],
+                  **layer_fields(config, _rope_parameters(config)))
     if config.get("qkv_bias"):
         # EAGLE's layer with biased q/k/v and an unbiased o_proj (cnets1.py, for Qwen2 targets): a Qwen2 layer.
         kwargs.update(layer_family="qwen2", attention_bias=False)

@@ -186,3 +186,21 @@ def drafter_free_config(text_config, vocab_size: int, **provenance) -> DynaSpecC
                           target_model_type=text_config.model_type, vocab_size=vocab_size, target_hidden_size=hidden,
                           hidden_size=hidden, intermediate_size=hidden, num_attention_heads=1, num_key_value_heads=1,
                           **provenance)
+
+
+# The drafter layer's shape, as its family's config names it (`layer_fields` reads them, `layer_config_for` writes them).
+LAYER_FIELDS = ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim",
+                "rms_norm_eps", "rope_parameters", "max_position_embeddings", "hidden_act", "attention_bias")
+
+
+def layer_fields(config: dict, rope_parameters: dict) -> dict:
+    """The drafter layer's shape fields of `DynaSpecConfig` from a family config's dict (a target's text config, a
+    published EAGLE config), the missing optional ones at the family's defaults. Gemma-3 names its activation
+    `hidden_activation`."""
+    hidden, heads = config["hidden_size"], config["num_attention_heads"]
+    return dict(hidden_size=hidden, intermediate_size=config["intermediate_size"], num_attention_heads=heads,
+                num_key_value_heads=config.get("num_key_value_heads") or heads,
+                head_dim=config.get("head_dim") or hidden // heads, rms_norm_eps=config.get("rms_norm_eps", 1e-6),
+                rope_parameters=rope_parameters, max_position_embeddings=config.get("max_position_embeddings", 32768),
+                hidden_act=config.get("hidden_act") or config.get("hidden_activation") or "silu",
+                attention_bias=bool(config.get("attention_bias", False)))

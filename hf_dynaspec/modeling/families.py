@@ -19,6 +19,7 @@ import torch.nn as nn
 from transformers import AutoConfig, PretrainedConfig
 
 from hf_dynaspec.errors import UnsupportedTargetError
+from hf_dynaspec.modeling.config import LAYER_FIELDS
 
 
 @dataclass(frozen=True)
@@ -125,23 +126,11 @@ def drafter_rope_parameters(text_config: PretrainedConfig) -> dict:
 def layer_config_for(drafter_config) -> PretrainedConfig:
     """A one-layer config of the target's family with the drafter's sizes (what the layer classes read)."""
     classes = family_classes(drafter_config.layer_family)  # raises for unsupported families
+    fields = {name: getattr(drafter_config, name) for name in LAYER_FIELDS}
     rope = dict(drafter_config.rope_parameters)
-    config = AutoConfig.for_model(
-        drafter_config.layer_family,
-        vocab_size=drafter_config.vocab_size,
-        hidden_size=drafter_config.hidden_size,
-        intermediate_size=drafter_config.intermediate_size,
-        num_hidden_layers=1,
-        num_attention_heads=drafter_config.num_attention_heads,
-        num_key_value_heads=drafter_config.num_key_value_heads,
-        head_dim=drafter_config.head_dim,
-        rms_norm_eps=drafter_config.rms_norm_eps,
-        rope_parameters={DRAFTER_LAYER_TYPE: rope} if classes.rotary_per_layer_type else rope,
-        max_position_embeddings=drafter_config.max_position_embeddings,
-        hidden_act=drafter_config.hidden_act,
-        attention_bias=drafter_config.attention_bias,
-        **drafter_config.layer_config,
-    )
+    fields["rope_parameters"] = {DRAFTER_LAYER_TYPE: rope} if classes.rotary_per_layer_type else rope
+    config = AutoConfig.for_model(drafter_config.layer_family, vocab_size=drafter_config.vocab_size,
+                                  num_hidden_layers=1, **fields, **drafter_config.layer_config)
     # The drafter passes explicit boolean masks; SDPA takes them as they are.
     config._attn_implementation = "sdpa"
     # Sliding windows would change which keys a layer sees; the drafter attends to its whole (short) cache.

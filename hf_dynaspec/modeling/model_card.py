@@ -79,39 +79,20 @@ def render_model_card(config, options, card_data: dict) -> str:
     if config.drafter_kind == "eagle" and config.fused_hidden_state_ids:
         kind = (f"EAGLE-1/2 (one decoder layer) on the target's last hidden state fused with its hidden_states"
                 f"{config.fused_hidden_state_ids}")
-    components = [f"- default shortlist strategy: `{options.shortlist}`"]
-    if options.prompt_lookup_num_tokens:
-        components.append(f"- prompt lookup first: up to {options.prompt_lookup_num_tokens} tokens copied after an earlier "
-                          f"{options.prompt_lookup_min_ngram}-{options.max_matching_ngram_size}-gram match; "
-                          "the drafter otherwise"
-                          + ("" if options.prompt_lookup_veto >= 1.0 else
-                             f" (and where its own first token differs with probability above "
-                             f"{options.prompt_lookup_veto:g})"))
-    if config.num_clusters:
-        components.append(f"- vocabulary clusters: {config.num_clusters} (spherical k-means on the LM head) "
-                          f"and a router (hidden {config.router_hidden_size})")
-    if config.frequency_list_size:
-        components.append(f"- FR-Spec frequency list: {config.frequency_list_size:,} ranked tokens")
-    if config.vocabtrim_list_size:
-        components.append(f"- VocabTrim list: {config.vocabtrim_list_size:,} ranked tokens")
     return _rendered("assistant.md", config, card_data, ["eagle", "dynaspec", config.drafter_kind], kind=kind,
-                     num_assistant_tokens=options.num_assistant_tokens, components="\n".join(components))
+                     options=options)
 
 
 def render_medusa_card(config, card_data: dict) -> str:
     """README.md text for Medusa heads (`MedusaConfig`), from `card_data` as for assistants."""
-    projection = ("its own vocabulary projection per head" if config.own_heads
-                  else "the target's own LM head (only the residual blocks are stored)")
-    shortlist = (f"- FR-Spec list for shortlisted heads: {config.frequency_list_size:,} tokens"
-                 if config.frequency_list_size else "- no shortlist stored")
-    return _rendered("medusa.md", config, card_data, ["medusa"], num_heads=config.num_heads,
-                     num_layers=config.num_layers, projection=projection, shortlist=shortlist)
+    return _rendered("medusa.md", config, card_data, ["medusa"])
 
 
 def _rendered(template: str, config, card_data: dict, tags: list[str], **values) -> str:
     """The card from its Jinja template (card_templates/, package data), rendered by huggingface_hub's ModelCard:
     the metadata (the target as base model where it is a Hub id, `tags`, card_data's licence) as the YAML header,
-    the target, vocabulary, training record, results and `values` in the body."""
+    the config (what the template says of the components), the target, vocabulary, training record, results and
+    `values` in the body."""
     from huggingface_hub import ModelCard, ModelCardData
 
     target = config.target_name_or_path or "unknown"
@@ -119,7 +100,7 @@ def _rendered(template: str, config, card_data: dict, tags: list[str], **values)
                              base_model=target if "/" in target and not target.startswith(("/", ".")) else None,
                              license=card_data.get("license"))
     results = card_data.get("results")
-    values.update(target=target, vocab_size=f"{config.vocab_size:,}", training=_training_text(card_data.get("training")),
+    values.update(config=config, target=target, training=_training_text(card_data.get("training")),
                   results=_results_table(results) if results else "No measurements were recorded with this artifact.")
     text = resources.files("hf_dynaspec.modeling").joinpath("card_templates", template).read_text()
     return str(ModelCard.from_template(metadata, template_str=text, **values))

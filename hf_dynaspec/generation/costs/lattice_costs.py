@@ -17,7 +17,7 @@ from transformers.cache_utils import DynamicCache
 
 from hf_dynaspec.drafting.lattice import Lattice, NgramScorer, lattice_tree
 from hf_dynaspec.drafting.planning.core import LatticeCosts
-from hf_dynaspec.generation.costs.store import cached_costs, digest, target_parts
+from hf_dynaspec.generation.costs.store import cached_costs, round_key
 from hf_dynaspec.generation.costs.timing import CONTEXT, min_seconds, random_ids
 from hf_dynaspec.generation.costs.verify_costs import verify_table
 from hf_dynaspec.generation.tree_verify import cache_kwargs
@@ -27,17 +27,11 @@ from hf_dynaspec.kernels.streams import devices_of
 def lattice_costs_key(target, source, options, max_tokens: int) -> str:
     """Everything the costs depend on: the target's parts (shapes, dtype, device, threads, versions), the source's
     config, the options that change the lattice's or the tree's work, which rows the rows kernel takes."""
-    from hf_dynaspec.kernels.verify_rows import patch as verify_rows_patch
-
-    parts = {
-        **target_parts(target),
-        "lattice_source": type(source).__name__,
-        "source_config": source.config.to_json_string(use_diff=False),
-        "options": [options.shortlisted, options.max_candidates, options.coverage, options.tree_top_k,
-                    options.tree_total_tokens, options.cps_lambda < 1.0, options.ngram_order],
-        "cpu_verify": verify_rows_patch.describe(target),
-    }
-    return f"lattice:{digest(parts)}:{max_tokens}"
+    digest = round_key(target, lattice_source=type(source).__name__,
+                       source_config=source.config.to_json_string(use_diff=False),
+                       options=[options.shortlisted, options.max_candidates, options.coverage, options.tree_top_k,
+                                options.tree_total_tokens, options.cps_lambda < 1.0, options.ngram_order])
+    return f"lattice:{digest}:{max_tokens}"
 
 
 def lattice_round_costs(target, source, options, max_tokens: int) -> LatticeCosts:

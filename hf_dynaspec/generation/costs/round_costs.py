@@ -30,7 +30,7 @@ from transformers.cache_utils import DynamicCache
 from hf_dynaspec.drafting.chain import ChainDraftSession
 from hf_dynaspec.drafting.planning.core import RoundCosts
 from hf_dynaspec.drafting.tree import TreeDraftSession
-from hf_dynaspec.generation.costs.store import cached_costs, digest, target_parts
+from hf_dynaspec.generation.costs.store import cached_costs, round_key
 from hf_dynaspec.generation.costs.timing import CONTEXT, min_seconds, random_ids
 from hf_dynaspec.generation.costs.verify_costs import verify_table
 from hf_dynaspec.generation.tree_verify import cache_kwargs
@@ -40,17 +40,10 @@ from hf_dynaspec.kernels.streams import devices_of
 def calibration_key(target, assistant, options) -> str:
     """Everything the costs depend on: the target's and drafter's shapes and dtype, the device, the threads, the
     shortlist options, whether the target's Linear layers are rerouted (cpu_verify), and the versions."""
-    from hf_dynaspec.kernels.verify_rows import patch as verify_rows_patch
-
-    parts = {
-        **target_parts(target),
-        "drafter_config": assistant.config.to_json_string(use_diff=False),
-        "shortlist": [options.shortlist, options.shortlist_size, options.max_clusters, options.fixed_clusters,
-                      options.max_shortlist_size, options.shortlist_rows],
-        "tree": [options.tree_top_k, options.tree_total_tokens],
-        "cpu_verify": verify_rows_patch.describe(target),
-    }
-    return digest(parts)
+    return round_key(target, drafter_config=assistant.config.to_json_string(use_diff=False),
+                     shortlist=[options.shortlist, options.shortlist_size, options.max_clusters,
+                                options.fixed_clusters, options.max_shortlist_size, options.shortlist_rows],
+                     tree=[options.tree_top_k, options.tree_total_tokens])
 
 
 def round_costs(target, assistant, options, head, max_tokens: int) -> RoundCosts:

@@ -23,6 +23,7 @@ import torch
 from transformers.utils import logging
 
 from hf_dynaspec.cache_home import home_dir
+from hf_dynaspec.kernels.verify_rows import patch as verify_rows_patch
 from hf_dynaspec.version import __version__
 
 MEMORY: dict[str, Any] = {}  # key -> costs already read or measured in this process
@@ -55,6 +56,12 @@ def target_parts(target) -> dict:
 def digest(parts: dict) -> str:
     """A short stable key for `parts` (JSON-serialisable)."""
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def round_key(target, **parts) -> str:
+    """The digest of what a round's costs depend on: the target's parts, whether its Linear layers are rerouted
+    (cpu_verify) and `parts`, what the caller's drafter adds (its config, the options that change its work)."""
+    return digest({**target_parts(target), "cpu_verify": verify_rows_patch.describe(target), **parts})
 
 
 def is_seconds(value, zero_allowed: bool) -> bool:

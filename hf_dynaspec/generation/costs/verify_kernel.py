@@ -16,6 +16,8 @@ from hf_dynaspec.errors import require_model
 from hf_dynaspec.generation.costs import store, verify_costs
 from hf_dynaspec.generation.costs.timing import CONTEXT, MEASURED_SIZES, random_ids, verify_seconds
 from hf_dynaspec.generation.tree_verify import cache_kwargs
+from hf_dynaspec.kernels.verify_rows import packed as packed_weights
+from hf_dynaspec.kernels.verify_rows import patch as verify_rows_patch
 from hf_dynaspec.kernels.verify_rows.patch import NO_ROWS
 
 LARGEST_KERNEL_ROWS = 64  # a stored answer above this was not written by fastest_kernels
@@ -37,7 +39,6 @@ NO_KERNELS = CpuKernels()
 
 def kernel_applies(target) -> bool:
     """A bf16 or float32 target on a CPU where the kernel builds."""
-    from hf_dynaspec.kernels.verify_rows import patch as verify_rows_patch
 
     device = target.get_input_embeddings().weight.device
     return (device.type == "cpu" and target.dtype in (torch.bfloat16, torch.float32)
@@ -70,8 +71,6 @@ def fastest_kernels(target, largest: int = max(MEASURED_SIZES)) -> CpuKernels:
     choose per size (`kernels_from_costs`). On AVX2 CPUs the kernel wins from 2 rows; on AVX-512 BF16 / AMX CPUs it
     wins at one row and prepacked oneDNN from ~2-5 rows (the kernel is compute-bound there); in float32 the kernel
     wins where MKL's small-M path is slow."""
-    from hf_dynaspec.kernels.verify_rows import packed as packed_weights
-    from hf_dynaspec.kernels.verify_rows import patch as verify_rows_patch
 
     if not kernel_applies(target):
         return NO_KERNELS
@@ -117,14 +116,12 @@ def route_seconds(kernels: CpuKernels, sizes: list[int], seconds: dict[str, dict
 def routing_description(kernels: CpuKernels) -> str | None:
     """What `verify_rows.patch.describe` says of a target on `kernels` (`enable_kernels`) once every layer took
     them (None: `NO_KERNELS`, nothing rerouted)."""
-    from hf_dynaspec.kernels.verify_rows import patch as verify_rows_patch
 
     return verify_rows_patch.description("kernel", kernels.kernel, kernels.packed) if kernels else None
 
 
 def enable_kernels(model, kernels: CpuKernels) -> bool:
     """Send `model`'s forwards through `kernels`; False (nothing done) for `NO_KERNELS`."""
-    from hf_dynaspec.kernels.verify_rows import patch as verify_rows_patch
 
     if not kernels:
         return False
@@ -139,7 +136,6 @@ def apply_cpu_verify(model, choice: str | None) -> str | None:
     run of a command routes the same way and rounds the same way; "kernel" / "shadow": the rows kernel or float32
     shadows for every multi-row input of a bf16 model; None or "off": not at all). Returns what is in use
     (`verify_rows.patch.describe`), or None."""
-    from hf_dynaspec.kernels.verify_rows import patch as verify_rows_patch
 
     if choice in (None, "off"):
         return None
@@ -184,13 +180,11 @@ class FastCPU(contextlib.ContextDecorator):
 
     def release_packed(self) -> int:
         """Undo, and free the prepacked weight copies (they double the memory of the layers they cover)."""
-        from hf_dynaspec.kernels.verify_rows import packed as packed_weights
 
         self.undo()
         return packed_weights.release(self.model)
 
     def undo(self) -> None:
-        from hf_dynaspec.kernels.verify_rows import patch as verify_rows_patch
 
         verify_rows_patch.disable(self.model)
         if self._saved is not None:
@@ -270,7 +264,6 @@ def fast_cpu(model, compile: bool = True) -> FastCPU:
 
     or `handle = fast_cpu(model)` ... `handle.undo()`. Outputs differ from PyTorch's kernels only in summation order
     (float32 accumulation both ways), the near-tie effect of any change of kernel (hf_dynaspec.check_exactness)."""
-    from hf_dynaspec.kernels.verify_rows import patch as verify_rows_patch
 
     require_model(model, "fast_cpu's model")
     if not isinstance(compile, bool):
@@ -289,7 +282,6 @@ def target_verify_kernel(target):
     kernel cannot be built, or when the target is already patched (the user's own `fast_cpu` or
     `verify_rows.patch.enable`). Long prefills keep PyTorch's kernels, and the model is restored when the call
     ends."""
-    from hf_dynaspec.kernels.verify_rows import patch as verify_rows_patch
 
     applies = kernel_applies(target) and not verify_rows_patch.is_enabled(target)
     kernels = measured_kernels(target) if applies else NO_KERNELS
@@ -300,7 +292,6 @@ def target_verify_kernel(target):
 
 @contextlib.contextmanager
 def _restored_after(target, kernels: CpuKernels):
-    from hf_dynaspec.kernels.verify_rows import patch as verify_rows_patch
 
     try:
         yield kernels

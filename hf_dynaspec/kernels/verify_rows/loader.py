@@ -166,19 +166,10 @@ def bf16_rows_matmul(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     dtype is widened to float32 and multiplied on AVX2/FMA, so it is never rounded to bf16.
     """
     library = _checked(x, weight, torch.bfloat16, "bf16_rows_matmul")
-    out_features, in_features = weight.shape
-    rows = x.numel() // in_features
-    weight = weight.contiguous()
-    out = torch.empty(rows, out_features, dtype=torch.float32)
+    rows = x.reshape(-1, weight.shape[1])
     if x.dtype == torch.bfloat16 and isa() == "avx512_bf16":
-        xs = x.reshape(rows, in_features).contiguous()
-        library.hf_dynaspec_bf16_rows_dp(xs.data_ptr(), weight.data_ptr(), out.data_ptr(), rows, out_features,
-                                         in_features)
-    else:
-        x32 = x.reshape(rows, in_features).to(torch.float32).contiguous()
-        library.hf_dynaspec_bf16_rows(x32.data_ptr(), weight.data_ptr(), out.data_ptr(), rows, out_features,
-                                      in_features)
-    return out.reshape(*x.shape[:-1], out_features)
+        return _rows_call(library.hf_dynaspec_bf16_rows_dp, rows.contiguous(), weight, x.shape[:-1])
+    return _rows_call(library.hf_dynaspec_bf16_rows, rows.to(torch.float32).contiguous(), weight, x.shape[:-1])
 
 
 def f32_rows_matmul(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -187,15 +178,18 @@ def f32_rows_matmul(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     library = _checked(x, weight, torch.float32, "f32_rows_matmul")
     if x.dtype != torch.float32:
         raise ValueError(f"f32_rows_matmul takes float32 inputs, got {x.dtype}")
-    out_features, in_features = weight.shape
-    rows = x.numel() // in_features
-    weight = weight.contiguous()
-    xs = x.reshape(rows, in_features).contiguous()
-    out = torch.empty(rows, out_features, dtype=torch.float32)
     wide = isa() in ("avx512_bf16", "avx512")
     kernel = library.hf_dynaspec_f32_rows_avx512 if wide else library.hf_dynaspec_f32_rows
-    kernel(xs.data_ptr(), weight.data_ptr(), out.data_ptr(), rows, out_features, in_features)
-    return out.reshape(*x.shape[:-1], out_features)
+    return _rows_call(kernel, x.reshape(-1, weight.shape[1]).contiguous(), weight, x.shape[:-1])
+
+
+def _rows_call(kernel, rows: torch.Tensor, weight: torch.Tensor, leading: torch.Size) -> torch.Tensor:
+    """A rows kernel over `rows` `[R, I]` (contiguous, of the kernel's input dtype) and `weight` `[O, I]` -> float32
+    `[*leading, O]`. Every tensor whose address the kernel reads is held by a name until it returns."""
+    weight = weight.contiguous()
+    out = torch.empty(rows.shape[0], weight.shape[0], dtype=torch.float32)
+    kernel(rows.data_ptr(), weight.data_ptr(), out.data_ptr(), rows.shape[0], weight.shape[0], weight.shape[1])
+    return out.reshape(*leading, weight.shape[0])
 
 
 def bf16_blocks_matmul(x: torch.Tensor, weight: torch.Tensor, block_starts: list[int], block_ends: list[int]) -> torch.Tensor:
