@@ -159,7 +159,8 @@ def _generate(args, chat: bool | None) -> dict:
     input_ids = encode_prompt(tokenizer, args.prompt, chat)
     assisted_kwargs = {"assistant_model": assistant}
     if args.tree is not None:
-        from hf_dynaspec.generation import parse_tree_shape, speculative_generate
+        from hf_dynaspec.bench.command import parse_tree_shape
+        from hf_dynaspec.generation import speculative_generate
 
         assisted_kwargs = {"custom_generate": speculative_generate, "drafter": assistant, "trees": True,
                            **parse_tree_shape(args.tree or None)}

@@ -219,7 +219,7 @@ CASES = [
      TypeError, r"target \(the model the assistant drafts for\) must be a transformers model .*got str"),
     ("from_pretrained: generation_config.json not JSON",
      lambda t, d: (_corrupt(d, "generation_config.json", "{"), _load(t, d)), ArtifactError,
-     r"generation_config.json is not valid JSON .*re-save or re-download"),
+     r"generation_config.json is corrupt .*re-download or re-save"),
     ("speculative_generate: no drafter", lambda t, d: _public_route(t, "chain"), ValueError,
      r"speculative_generate needs the drafter: .*drafter=assistant"),
     ("speculative_generate: a drafter of the wrong type", lambda t, d: _public_route(t, "chain", drafter="eagle"),

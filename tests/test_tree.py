@@ -452,7 +452,7 @@ def test_dynaspec_budget_applies_per_tree_depth(tmp_path, monkeypatch):
 
 
 def test_tree_shape_strings():
-    from hf_dynaspec.generation import parse_tree_shape
+    from hf_dynaspec.bench.command import parse_tree_shape
 
     assert parse_tree_shape("8,6,24") == {"tree_top_k": 8, "tree_depth": 6, "tree_total_tokens": 24}
     assert parse_tree_shape(None) == {}

@@ -100,7 +100,6 @@ def run(args) -> dict:
     from hf_dynaspec.bench.prompts import encode_prompts, load_prompts
     from hf_dynaspec.bench.report import markdown_table, write_plots
     from hf_dynaspec.bench.runner import load_target, no_trained_assistant_message, shipped_assistant_dir
-    from hf_dynaspec.generation import parse_tree_shape
     from hf_dynaspec.modeling.assistant import DynaSpecAssistant
 
     assistants = parse_assistant_options(args.assistant)  # before loading anything: bad options fail fast
@@ -266,3 +265,16 @@ def parse_assistant_options(values: list[str] | None) -> dict[str | None, str]:
             raise ValueError(f"two assistants are labelled {label!r}: give each its own as --assistant LABEL=PATH")
         labelled[label] = path
     return labelled
+
+
+def parse_tree_shape(text: str | None) -> dict:
+    """"TOPK,DEPTH,TOTAL" (command lines) -> `tree_top_k`, `tree_depth`, `tree_total_tokens` (empty when None)."""
+    if text is None:
+        return {}
+    try:
+        top_k, depth, total = (int(v) for v in text.split(","))
+    except ValueError:
+        raise ValueError(f"--tree takes three integers TOPK,DEPTH,TOTAL (e.g. 4,4,12), got {text!r}") from None
+    if min(top_k, depth, total) < 1:
+        raise ValueError(f"--tree values must be positive, got {text!r}")
+    return {"tree_top_k": top_k, "tree_depth": depth, "tree_total_tokens": total}

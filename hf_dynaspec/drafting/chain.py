@@ -82,12 +82,6 @@ class DraftKVCache:
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return self.length
 
-    def contents(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """The cached keys and values `[1, H_kv, length, head_dim]` (views)."""
-        if self._keys is None:
-            raise ValueError("the draft cache is empty")
-        return self._keys[..., : self.length, :], self._values[..., : self.length, :]
-
 
 class ChainDraftSession:
     """Drafting state of one generate() call.

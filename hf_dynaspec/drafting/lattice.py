@@ -193,13 +193,9 @@ class AdaptiveDraftLength:
 
     @property
     def length(self) -> int:
-        wanted = min(_round_half_up(self.accepted_ema), _round_half_up(self.drafted_ema)) + self.delta
+        wanted = min(math.floor(self.accepted_ema + 0.5), math.floor(self.drafted_ema + 0.5)) + self.delta  # half up
         return max(self.k_min, min(self.k_max, wanted))
 
     def record(self, drafted: int, accepted: int) -> None:
         self.accepted_ema = self.rho * self.accepted_ema + (1 - self.rho) * accepted
         self.drafted_ema = self.rho * self.drafted_ema + (1 - self.rho) * drafted
-
-
-def _round_half_up(value: float) -> int:
-    return math.floor(value + 0.5)

@@ -10,8 +10,8 @@
 """
 
 from hf_dynaspec.generation import hook
-from hf_dynaspec.generation.speculative import parse_tree_shape, speculative_generate
+from hf_dynaspec.generation.speculative import speculative_generate
 
 hook.install()
 
-__all__ = ["parse_tree_shape", "speculative_generate"]
+__all__ = ["speculative_generate"]

@@ -118,7 +118,9 @@ def run_batched_rounds(model, input_ids, batch, logits_processor, stopping_crite
         cache, valid = _keep(cache, valid, active, still)
         active = still
     lockstep.cut(rows)
-    sequences = _pad_together(rows, _pad_token(generation_config, input_ids))
+    # Every row's sequence, in the caller's order, right-padded to the longest `[B, L + n]`.
+    sequences = pad_sequence([row.sequence[0] for row in rows], batch_first=True,
+                             padding_value=_pad_token(generation_config, input_ids))
     if generation_config.return_dict_in_generate:
         # One row's cache holds exactly its sequence but the last token (a batch's lost its finished rows; a static
         # one is the target's, used again by its next call).
@@ -352,8 +354,3 @@ def _pad_token(generation_config, input_ids: torch.Tensor) -> int:
         if value is not None and value.numel():
             return int(value.reshape(-1)[0])
     return generation_config.pad_token_id if generation_config.pad_token_id is not None else 0
-
-
-def _pad_together(rows: list, pad: int) -> torch.Tensor:
-    """Every row's sequence (`rows` in the caller's order), right-padded with `pad` to the longest `[B, L + n]`."""
-    return pad_sequence([row.sequence[0] for row in rows], batch_first=True, padding_value=pad)

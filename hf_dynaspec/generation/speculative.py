@@ -103,16 +103,3 @@ def route_for(drafter):
 speculative_generate.__signature__ = inspect.Signature([
     *_named, *(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None) for name in CALL_OPTIONS
                if name not in {p.name for p in _named}), _model_kwargs])
-
-
-def parse_tree_shape(text: str | None) -> dict:
-    """"TOPK,DEPTH,TOTAL" (command lines) -> `tree_top_k`, `tree_depth`, `tree_total_tokens` (empty when None)."""
-    if text is None:
-        return {}
-    try:
-        top_k, depth, total = (int(v) for v in text.split(","))
-    except ValueError:
-        raise ValueError(f"--tree takes three integers TOPK,DEPTH,TOTAL (e.g. 4,4,12), got {text!r}") from None
-    if min(top_k, depth, total) < 1:
-        raise ValueError(f"--tree values must be positive, got {text!r}")
-    return {"tree_top_k": top_k, "tree_depth": depth, "tree_total_tokens": total}

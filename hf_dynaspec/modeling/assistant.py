@@ -16,7 +16,6 @@ imports: `import hf_dynaspec` installs the generate() route.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import torch
 import torch.nn as nn
@@ -186,7 +185,9 @@ class DynaSpecAssistant(DrafterArtifact):
             state = checkpoints.eagle_state_dict(state, layout, config_kwargs)
             config = DynaSpecConfig(**config_kwargs)
         assistant = cls(config)
-        assistant.generation_config = _read_generation_config(directory, legacy_options).with_options(**options)
+        # Drafting defaults: generation_config.json over the options an old config.json held; then the call's.
+        stored = merge_legacy_options(legacy_options, read_generation_json(directory))
+        assistant.generation_config = DynaSpecGenerationConfig(**stored).with_options(**options)
         assistant._load_checked(state, directory)
         assistant.card_data = model_card.read_card_data(directory)
         if dtype is not None:
@@ -307,11 +308,6 @@ def _split_options(kwargs: dict) -> tuple[dict, dict]:
     option_names = set(OPTION_DEFAULTS) | set(LEGACY_NAMES)
     options = normalise_option_names({k: v for k, v in kwargs.items() if k in option_names})
     return options, {k: v for k, v in kwargs.items() if k not in option_names}
-
-
-def _read_generation_config(directory: Path, legacy_options: dict) -> DynaSpecGenerationConfig:
-    """The artifact's drafting defaults: generation_config.json over the options an old config.json held."""
-    return DynaSpecGenerationConfig(**merge_legacy_options(legacy_options, read_generation_json(directory)))
 
 
 # transformers' Auto classes know the artifact: AutoConfig.from_pretrained(path) gives a DynaSpecConfig, and

@@ -64,16 +64,25 @@ def resolve_artifact_dir(path_or_repo_id: str | os.PathLike, revision: str | Non
 
 
 def read_config_dict(directory: Path) -> dict:
-    config_path = directory / CONFIG_NAME
-    if not config_path.is_file():
-        raise ArtifactError(f"{directory} has no {CONFIG_NAME}: not an assistant artifact (or an incomplete copy).")
+    return read_json_object(directory / CONFIG_NAME, missing="not an assistant artifact (or an incomplete copy)")
+
+
+def read_json_object(path: Path, missing: str | None = None) -> dict | None:
+    """The JSON object an artifact's file `path` holds (config.json, generation_config.json, card.json); None when
+    there is no such file, or, with `missing` (what its absence means), refused. A file that is not a JSON object
+    is refused with the fix."""
+    if not path.is_file():
+        if missing is not None:
+            raise ArtifactError(f"{path.parent} has no {path.name}: {missing}.")
+        return None
     try:
-        config = json.loads(config_path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ArtifactError(f"{config_path} is corrupt ({err}); re-download or re-save the assistant.") from err
-    if not isinstance(config, dict):
-        raise ArtifactError(f"{config_path} must hold a JSON object, found {type(config).__name__}.")
-    return config
+        data = json.loads(path.read_text())
+    except ValueError as err:  # not JSON, or not text
+        raise ArtifactError(f"{path} is corrupt ({err}); re-download or re-save the assistant.") from err
+    if not isinstance(data, dict):
+        raise ArtifactError(f"{path} must hold a JSON object, found {type(data).__name__}; re-download or re-save "
+                            "the assistant.")
+    return data
 
 
 def read_state_dict(directory: Path) -> dict[str, torch.Tensor]:
@@ -139,7 +148,15 @@ def detect_layout(config: dict, keys: set[str], where: str | Path = "config.json
     if config.get("model_type") == "dynaspec" or (
         "model_type" not in config and keys and all(k.startswith(("drafter.", "shortlists.")) for k in keys)
     ):
-        _check_saved_keys(config, where)
+        # Its config.json must name its type and state the drafter's shape: a damaged one is refused naming the missing
+        # keys, instead of failing later on a default that describes another drafter.
+        missing = [key for key in ("model_type", *REQUIRED_SAVED_KEYS) if key not in config]
+        if missing:
+            raise ArtifactError(
+                f"{where} lacks {missing}, which every hf-dynaspec assistant's config.json states (the weights are "
+                "an hf-dynaspec assistant's). The file was truncated or edited: restore it from the original artifact "
+                "or re-save the assistant with save_pretrained."
+            )
         return "dynaspec"
     if "draft_vocab_size" in config or any(k.startswith("midlayer.") for k in keys) or "d2t" in keys:
         return "eagle3"
@@ -151,19 +168,6 @@ def detect_layout(config: dict, keys: set[str], where: str | Path = "config.json
         f"midlayer.*, d2t, draft_vocab_size). Found config model_type={config.get('model_type')!r} and "
         f"keys {sorted(keys)[:6]}..."
     )
-
-
-def _check_saved_keys(config: dict, where) -> None:
-    """A hf-dynaspec config.json must name its type and state the drafter's shape: refuse a damaged one
-    by naming the missing keys, instead of failing later on a default that describes another drafter."""
-
-    missing = [key for key in ("model_type", *REQUIRED_SAVED_KEYS) if key not in config]
-    if missing:
-        raise ArtifactError(
-            f"{where} lacks {missing}, which every hf-dynaspec assistant's config.json states (the weights are "
-            "an hf-dynaspec assistant's). The file was truncated or edited: restore it from the original artifact "
-            "or re-save the assistant with save_pretrained."
-        )
 
 
 def _rope_parameters(config: dict) -> dict:

@@ -17,7 +17,7 @@ import torch
 from transformers import PreTrainedModel
 
 from hf_dynaspec.errors import ArtifactError
-from hf_dynaspec.modeling import integrity, model_card
+from hf_dynaspec.modeling import checkpoints, integrity, model_card
 from hf_dynaspec.stats import DraftStats, latest_stats
 
 
@@ -93,14 +93,7 @@ class DrafterArtifact(PreTrainedModel):
 def read_generation_json(directory: Path) -> dict | None:
     """The artifact's generation_config.json as a dict (None when it has none), refused with the fix when it is
     not a JSON object."""
-    path = Path(directory) / "generation_config.json"
-    if not path.is_file():
-        return None
-    try:
-        stored = json.loads(path.read_text())
-    except ValueError as error:
-        raise ArtifactError(f"{path} is not valid JSON ({error}); re-save or re-download it.") from None
-    if not isinstance(stored, dict):
-        raise ArtifactError(f"{path} must hold a JSON object; re-save or re-download it.")
-    stored.pop("transformers_version", None)
+    stored = checkpoints.read_json_object(Path(directory) / "generation_config.json")
+    if stored is not None:
+        stored.pop("transformers_version", None)
     return stored

@@ -157,7 +157,10 @@ class MedusaAssistant(DrafterArtifact):
         heads = cls(MedusaConfig.from_dict(fields))
         heads._load_checked(state, directory)
         heads.card_data = model_card.read_card_data(Path(directory))
-        heads.generation_config = _read_options(Path(directory), options)
+        # Their drafting options: generation_config.json when saved by hf-dynaspec (published heads have none of ours:
+        # the defaults), the call's `options` over it.
+        stored = {k: v for k, v in (read_generation_json(Path(directory)) or {}).items() if k in OPTION_DEFAULTS}
+        heads.generation_config = MedusaGenerationConfig(**{**stored, **options})
         return heads.attach(target) if target is not None else heads
 
     def model_card(self) -> str:
@@ -206,15 +209,11 @@ class MedusaAssistant(DrafterArtifact):
         logits, ids = self.head_logits(target_hidden[0, -1:], shortlist=shortlist)
         return logits[:depth, 0], ids
 
-    def head_hidden(self, hidden: torch.Tensor) -> torch.Tensor:
-        """`[N, D]` -> each head's state before its projection `[K, N, D]`."""
-        return torch.stack([block(hidden) for block in self.blocks])
-
     def head_logits(self, hidden: torch.Tensor, shortlist: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
         """`[N, D]` -> (logits `[K, N, R]` float32, target ids of the R columns `[R]`, None when R = V in order).
 
         `shortlist`: score only the stored FR-Spec list (`frequency_ids`) of each head's projection."""
-        states = self.head_hidden(hidden)
+        states = torch.stack([block(hidden) for block in self.blocks])  # [K, N, D]: each head's state
         if shortlist:
             if not self.frequency_ids.numel():
                 raise ValueError("these Medusa heads store no shortlist: build one with recipes/train_medusa.py "
@@ -245,11 +244,3 @@ class MedusaAssistant(DrafterArtifact):
         if rows.shape[0] == 1:  # the target's head: one [K*N, D] x [D, S] product, its S rows read once
             return (states.reshape(-1, states.shape[-1]) @ rows[0].T).reshape(*states.shape[:2], -1).float()
         return torch.matmul(states, rows.transpose(1, 2)).float()
-
-
-
-def _read_options(directory: Path, overrides: dict) -> MedusaGenerationConfig:
-    """The heads' drafting options: their generation_config.json when they were saved by hf-dynaspec (published
-    checkpoints have none of ours: the defaults), with `overrides` applied and checked."""
-    stored = {k: v for k, v in (read_generation_json(directory) or {}).items() if k in OPTION_DEFAULTS}
-    return MedusaGenerationConfig(**{**stored, **overrides})

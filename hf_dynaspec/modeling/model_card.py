@@ -9,21 +9,16 @@ card without measurements says that none were recorded.
 
 from __future__ import annotations
 
-import json
 from importlib import resources
 from pathlib import Path
+
+from hf_dynaspec.modeling.checkpoints import read_json_object
 
 CARD_DATA_NAME = "card.json"
 
 
 def read_card_data(directory: Path) -> dict:
-    path = Path(directory) / CARD_DATA_NAME
-    if not path.is_file():
-        return {}
-    data = json.loads(path.read_text())
-    if not isinstance(data, dict):
-        raise ValueError(f"{path} must hold a JSON object")
-    return data
+    return read_json_object(Path(directory) / CARD_DATA_NAME) or {}
 
 
 def _results_table(results: dict) -> str:

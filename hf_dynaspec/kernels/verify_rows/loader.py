@@ -129,17 +129,13 @@ def isa() -> str | None:
     library = _library()
     if library is None:
         return None
-    if _avx2_only():
+    # ATEN_CPU_CAPABILITY=avx2 is how an AVX2-only host is emulated (PyTorch's own kernels then take AVX2): the rows
+    # kernel follows it, so that an emulated run uses no instruction an AVX2 host lacks.
+    if os.environ.get("ATEN_CPU_CAPABILITY", "").lower() in ("avx2", "default"):
         return "avx2"
     if library.hf_dynaspec_has_avx512_bf16():
         return "avx512_bf16"
     return "avx512" if library.hf_dynaspec_has_avx512f() else "avx2"
-
-
-def _avx2_only() -> bool:
-    # ATEN_CPU_CAPABILITY=avx2 is how an AVX2-only host is emulated (PyTorch's own kernels then take AVX2): the rows
-    # kernel follows it, so that an emulated run uses no instruction an AVX2 host lacks.
-    return os.environ.get("ATEN_CPU_CAPABILITY", "").lower() in ("avx2", "default")
 
 
 DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float32: "float32"}
