@@ -34,10 +34,7 @@ _STATES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 def runtime_of(drafter) -> RuntimeState:
     """The drafter's run-time state (created on first use)."""
-    state = _STATES.get(drafter)
-    if state is None:
-        state = _STATES[drafter] = RuntimeState()
-    return state
+    return _STATES.setdefault(drafter, RuntimeState())
 
 
 def forget_learnt_state(drafter) -> None:

@@ -38,22 +38,18 @@ from hf_dynaspec.drafting.contract import Draft, RoundContext
 from hf_dynaspec.drafting.planning.core import MAX_MATCH_KEY, Offer, RoundPlan, match_key, position_key
 
 
-def lookup_continuation(token_ids: torch.Tensor, max_tokens: int, min_ngram: int = 2, max_ngram: int = 3) -> torch.Tensor:
-    """Token ids `[N]` -> the up to `max_tokens` ids `[n]` that followed an earlier occurrence of the last m ids,
-    for the largest m in [min_ngram, max_ngram] that has one; `[0]` when none does. Of the occurrences, the one
-    whose preceding ids agree with the context's for longest (`lookup_match`), the earliest among equals.
-
-    The longest agreement picks the copy the text is following (the sentence being summarised, the line being
-    edited); among equals the earliest is transformers' rule (the source text usually comes first, in the prompt).
-    """
-    return lookup_match(token_ids, max_tokens, min_ngram, max_ngram)[0]
-
-
 def lookup_match(token_ids: torch.Tensor, max_tokens: int, min_ngram: int = 2, max_ngram: int = 3) -> tuple[torch.Tensor, int]:
-    """`lookup_continuation` and the length of its match (0 when none): the m-gram, extended backwards while the
-    ids before the occurrence equal those before the context's last m ids, up to `MAX_MATCH_KEY` in all. The
-    planner keeps acceptance per match length: a copy already followed for 8 ids goes on far more often than one
-    that starts at a common 2-gram, so it is drafted longer (and a 1-gram match is learnt apart)."""
+    """Token ids `[N]` -> (the up to `max_tokens` ids `[n]` that followed an earlier occurrence of the last m ids,
+    for the largest m in [min_ngram, max_ngram] that has one, `[0]` when none does; the length of its match, 0 when
+    none). Of the occurrences, the one whose preceding ids agree with the context's for longest, the earliest among
+    equals: the longest agreement picks the copy the text is following (the sentence being summarised, the line
+    being edited); among equals the earliest is transformers' rule (the source text usually comes first, in the
+    prompt).
+
+    The match is the m-gram, extended backwards while the ids before the occurrence equal those before the
+    context's last m ids, up to `MAX_MATCH_KEY` in all. The planner keeps acceptance per match length: a copy
+    already followed for 8 ids goes on far more often than one that starts at a common 2-gram, so it is drafted
+    longer (and a 1-gram match is learnt apart)."""
     num_tokens = token_ids.shape[0]
     for size in range(min(max_ngram, num_tokens - 1), min_ngram - 1, -1):
         suffix = token_ids[num_tokens - size :]
@@ -302,14 +298,6 @@ class LookupSources:
         if isinstance(self.suffix, RequestView):
             self.suffix.end_request()
 
-    def prompt_lookup(self, longest: int, min_ngram: int, max_ngram: int) -> tuple[list[int], int]:
-        """(host ids of the continuation, at most `longest`, of the context's last n-gram's earlier occurrence, n);
-        n = 0 when it finds nothing."""
-        if longest < 1:
-            return [], 0
-        tokens, match = lookup_match(torch.tensor(self.context), longest, min_ngram, max_ngram)
-        return (tokens.tolist(), match) if match and len(tokens) else ([], 0)
-
     def learn(self, planner, plan: RoundPlan, num_drafted: int, num_accepted: int) -> None:
         """After `read` of the verified round, what the copies show beyond the plan's own outcome (host ids only, no
         read): a copy drafted short and accepted whole, whether its next offered token equals the target's own token
@@ -375,10 +363,13 @@ class PromptLookup(CopyProposer):
         self.min_ngram, self.max_ngram = min_ngram, max_ngram
 
     def offer(self, context: RoundContext) -> list[Offer]:
-        tokens, match = self.sources.prompt_lookup(min(self.longest, context.room), self.min_ngram, self.max_ngram)
-        if not match:
+        longest, ids = min(self.longest, context.room), self.sources.context  # the host copy: a search reads nothing
+        if longest < 1:
             return []
-        return [Offer(self, "prompt-lookup", len(tokens), match, tuple(tokens), len(self.sources.context))]
+        tokens, match = lookup_match(torch.tensor(ids), longest, self.min_ngram, self.max_ngram)
+        if not match or not len(tokens):
+            return []
+        return [Offer(self, "prompt-lookup", len(tokens), match, tuple(tokens.tolist()), len(ids))]
 
 
 class SuffixCacheProposer(CopyProposer):
