@@ -32,7 +32,7 @@ from transformers.cache_utils import DynamicCache
 
 import hf_dynaspec.generation.tree_verify as tree_verify
 import hf_dynaspec.sampling as sampling
-from hf_dynaspec.drafting.contract import DraftTree
+from hf_dynaspec.drafting.contract import DraftTree, host_tree
 from hf_dynaspec.drafting.runtime import runtime_head
 from hf_dynaspec.drafting.tree import TreeDraftSession
 from hf_dynaspec.generation.candidate_generator import make_candidate_generator
@@ -286,3 +286,9 @@ def tree_attention_mask(tree: DraftTree, past_length: int, dtype: torch.dtype) -
     mask = torch.zeros(visible.shape, dtype=dtype, device=visible.device)
     mask.masked_fill_(~visible, torch.finfo(dtype).min)
     return mask[None, None]
+
+
+def tree_from_parents(token_ids: torch.Tensor, parents: list[int]) -> DraftTree:
+    """The tree of `token_ids` `[N]` (node 0 the root) whose node i's parent is `parents[i]` (`parents[0] == -1`)."""
+    assert parents[0] == -1 and len(parents) == len(token_ids)
+    return host_tree(token_ids[:1], token_ids[1:].tolist(), parents[1:])

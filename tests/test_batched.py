@@ -17,7 +17,7 @@ import dataclasses
 import pytest
 import torch
 from conftest import VOCAB, imitating_assistant, one_layer_target, plain_generate, tiny_target
-from enumeration import TargetOracle, enumerate_paths, max_error, outcome_distribution, target_joint
+from enumeration import TargetOracle, enumerate_paths, max_error, outcome_distribution, target_joint, tree_from_parents
 from test_chain_generate import fresh_run_time_state
 from test_enumeration import PROMPT, TOLERANCE, processors
 from test_enumeration import VOCAB as SMALL_VOCAB
@@ -336,7 +336,6 @@ def test_processors_see_rows_as_plain_batched_generate_does(eagle_pair, monkeypa
 def test_each_rows_tree_is_read_through_its_own_ancestors():
     """Trees that branch below the root (depth >= 2): each row's nodes see the cache slots of their row and their
     own ancestors, never a sibling or a cousin (a causal mask over the flattened tree would let them)."""
-    from hf_dynaspec.drafting.contract import DraftTree
     from hf_dynaspec.generation.batched_loop import _Row, _verify
     from hf_dynaspec.generation.static_round import TargetSlots
 
@@ -349,8 +348,8 @@ def test_each_rows_tree_is_read_through_its_own_ancestors():
             seen.update(kwargs)
             return None
 
-    trees = [DraftTree.from_parents(torch.arange(7), [-1, 0, 0, 1, 1, 2, 3]),  # root -> a, b; a -> c, d; ...
-             DraftTree.from_parents(torch.arange(4), [-1, 0, 1, 1])]
+    trees = [tree_from_parents(torch.arange(7), [-1, 0, 0, 1, 1, 2, 3]),  # root -> a, b; a -> c, d; ...
+             tree_from_parents(torch.arange(4), [-1, 0, 1, 1])]
     rows = [_Row(b, 0, torch.zeros(1, 5, dtype=torch.long), None, None) for b in range(2)]
     valid = torch.tensor([[True] * 5, [False, True, True, True, True]])
 

@@ -13,13 +13,12 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import imitating_assistant, one_layer_target, plain_generate
-from enumeration import TargetOracle, enumerate_paths, max_error, outcome_distribution, target_joint
+from enumeration import TargetOracle, enumerate_paths, max_error, outcome_distribution, target_joint, tree_from_parents
 from plans import Plan, Planning
 from test_enumeration import PROMPT, TOLERANCE, VOCAB, processors
 from test_planned_rounds import repeating_prompt
 
 from hf_dynaspec import speculative_generate
-from hf_dynaspec.drafting.contract import DraftTree
 from hf_dynaspec.drafting.lookup import SuffixCache
 from hf_dynaspec.drafting.planning.core import DRAFTER, PROBE_FIRST, PlannerMemory, RoundCosts, TreeShape
 from hf_dynaspec.drafting.planning.planner import SpeculationPlanner
@@ -206,7 +205,7 @@ def test_sampled_planned_trees_are_exact(monkeypatch):
 
 def test_what_a_chain_would_have_done_is_read_from_the_trees_first_children():
     # root 0 -> 1, 2; 1 -> 3, 4; 2 -> 5; 3 -> 6. First children: 1, 3, 6 (the drafter's chain).
-    tree = DraftTree.from_parents(torch.arange(7), [-1, 0, 0, 1, 1, 2, 3])
+    tree = tree_from_parents(torch.arange(7), [-1, 0, 0, 1, 1, 2, 3])
     assert tree.greedy_chain_outcome([]) == (0, 1)  # nothing accepted: the chain's first token was rejected
     assert tree.greedy_chain_outcome([1]) == (1, 2)
     assert tree.greedy_chain_outcome([1, 3, 6]) == (3, 3)  # the tree ends: nothing known past depth 3

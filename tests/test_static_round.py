@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import imitating_assistant, one_layer_target, tiny_target
-from enumeration import TargetOracle, enumerate_paths, max_error, outcome_distribution, target_joint
+from enumeration import TargetOracle, enumerate_paths, max_error, outcome_distribution, target_joint, tree_from_parents
 from test_batched import left_padded, mixed_prompts
 from test_chain_generate import MAX_PATHS, fresh_run_time_state
 from test_enumeration import PROMPT, TOLERANCE, VOCAB, processors
@@ -177,7 +177,6 @@ def test_static_verify_logits_equal_a_plain_forward(monkeypatch, family):
     place are right whatever the greedy argmax (a one-layer target's argmax hides most attention errors)."""
     from transformers.generation.logits_process import LogitsProcessorList
 
-    from hf_dynaspec.drafting.contract import DraftTree
     from hf_dynaspec.generation.batched_loop import _compact, _prefill, _Row, _verify
     from hf_dynaspec.generation.static_round import TargetSlots
     from hf_dynaspec.modeling.medusa import MedusaAssistant
@@ -194,7 +193,7 @@ def test_static_verify_logits_equal_a_plain_forward(monkeypatch, family):
         valid, _, _ = _prefill(target, heads, [row], ids, torch.ones_like(ids, dtype=torch.bool), slots,
                                [LogitsProcessorList()], False)
         for parents, kept in (([-1, 0, 0, 1, 2], [0, 2, 4]), ([-1, 0, 1], [0]), ([-1, 0, 0, 0, 1, 1, 4], [0, 1, 4, 6])):
-            tree = DraftTree.from_parents(torch.randint(0, VOCAB, (len(parents),), generator=generator), parents)
+            tree = tree_from_parents(torch.randint(0, VOCAB, (len(parents),), generator=generator), parents)
             tree.token_ids[0] = row.sequence[0, -1]
             out = _verify(target, heads, [row], [tree], valid, slots)
             for node in range(len(tree)):

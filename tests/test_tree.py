@@ -14,12 +14,13 @@ from enumeration import (
     outcome_distribution,
     target_joint,
     tree_attention_mask,
+    tree_from_parents,
     tree_position_ids,
 )
 from transformers import LogitsProcessorList, StoppingCriteria, TemperatureLogitsWarper
 
 from hf_dynaspec import speculative_generate
-from hf_dynaspec.drafting.contract import DraftTree
+from hf_dynaspec.drafting.contract import DraftTree, depths_of
 from hf_dynaspec.drafting.runtime import runtime_head
 from hf_dynaspec.drafting.tree import TreeDraftSession
 from hf_dynaspec.generation import tree_verify
@@ -33,7 +34,7 @@ def random_tree(seed: int, size: int, vocab: int = VOCAB) -> DraftTree:
     rng = random.Random(seed)
     parents = [-1] + [rng.randrange(i) for i in range(1, size)]
     tokens = torch.tensor([rng.randrange(vocab) for _ in range(size)])
-    return DraftTree.from_parents(tokens, parents)
+    return tree_from_parents(tokens, parents)
 
 
 def prompt(seed: int, length: int, vocab: int = VOCAB) -> torch.Tensor:
@@ -59,9 +60,9 @@ def test_mask_and_positions_match_brute_force(seed):
 def test_tree_rejects_parents_that_do_not_form_a_tree():
     tokens = torch.tensor([1, 2, 3])
     with pytest.raises(ValueError, match="parents must precede"):
-        DraftTree.from_parents(tokens, [-1, 2, 0])
+        tree_from_parents(tokens, [-1, 2, 0])
     with pytest.raises(ValueError, match="root"):
-        DraftTree.from_parents(tokens, [0, 0, 1])
+        depths_of([0, 0, 1])
 
 
 @torch.no_grad()
@@ -133,8 +134,8 @@ def test_drafted_tree_shape_and_ranking(family):
     for kids in children:  # siblings are distinct tokens
         assert len({int(tree.token_ids[k]) for k in kids}) == len(kids)
     # the drafter cache keeps the verified pairs; the tree's entries are dropped at the next round
-    assert session.num_verified_pairs == 8
-    assert session.cache.length > 8
+    assert session.chain.num_verified_pairs == 8
+    assert session.chain.cache.length > 8
 
 
 @pytest.mark.parametrize("form", ["cpu", "accelerator"])
@@ -333,11 +334,10 @@ def test_one_sampling_step_leaves_the_distribution_unchanged():
     would show here too."""
     from scipy.stats import chisquare
 
-    from hf_dynaspec.drafting.contract import DraftTree
 
     probs = torch.tensor([0.05, 0.3, 0.02, 0.13, 0.2, 0.1, 0.15, 0.05])
     for tokens in ([0, 4, 1, 6], [0, 4, 4, 1]):  # root + three children (the second repeating the first)
-        tree = DraftTree.from_parents(torch.tensor(tokens), [-1, 0, 0, 0])
+        tree = tree_from_parents(torch.tensor(tokens), [-1, 0, 0, 0])
         logits = probs.log().expand(len(tokens), -1)
         generator = torch.Generator().manual_seed(0)
         counts = torch.zeros(8)
@@ -395,7 +395,7 @@ def test_enumeration_sees_a_tree_walk_without_the_residual(sampling_setup, monke
 
 
 def test_greedy_walk_commits_the_argmax_of_every_visited_node():
-    tree = DraftTree.from_parents(torch.tensor([9, 1, 2, 3, 4]), [-1, 0, 0, 1, 1])
+    tree = tree_from_parents(torch.tensor([9, 1, 2, 3, 4]), [-1, 0, 0, 1, 1])
     logits = torch.full((5, 10), -5.0)
     logits[0, 2] = 1.0  # root -> child token 2 (node 2), a leaf
     logits[2, 7] = 1.0  # node 2 -> 7: no such child, the target's own token

@@ -169,7 +169,12 @@ class ChainDraftSession:
                 break
             if self.logits_processor is not None:  # only processors read the drafted context
                 context = torch.cat([context, token_id], dim=1)
-            hidden, clusters = self._step(token_id, hidden, input_ids.shape[1], k)
+            # The drafter's step on draft k, continuing the context: the router (on the side stream where there is
+            # one) is started on the step's inputs before the layer runs, for position k + 1.
+            position_ids = torch.full((1, 1), input_ids.shape[1] - 1 + k, device=token_id.device, dtype=torch.long)
+            token_embed = self.drafter.embed(token_id)
+            clusters = self.chosen_clusters(token_embed[:, -1], hidden[:, -1], k + 1)
+            hidden = self.drafter.step(token_embed, hidden, position_ids, self.cache, None)
         return self._cut(input_ids, tokens, scored, logits, confident, tops, rule)
 
     def first_position(self, input_ids: torch.Tensor, new_target_hidden: torch.Tensor):
@@ -177,14 +182,6 @@ class ChainDraftSession:
         position: `(hidden, clusters, scores)`, which a policy reads (the veto) and `draft(first=...)` continues."""
         hidden, clusters = self.consume_verified(input_ids, new_target_hidden)
         return hidden, clusters, self.score(hidden[:, -1], clusters)
-
-    def _step(self, token_id: torch.Tensor, hidden: torch.Tensor, seq_len: int, k: int):
-        """The drafter's step on draft `k`, `token_id` `[1, 1]`, continuing a context of `seq_len` tokens: (hidden
-        `[1, 1, H]`, the router's choice for draft position k + 1)."""
-        position_ids = torch.full((1, 1), seq_len - 1 + k, device=token_id.device, dtype=torch.long)
-        token_embed = self.drafter.embed(token_id)
-        clusters = self.chosen_clusters(token_embed[:, -1], hidden[:, -1], k + 1)
-        return self.drafter.step(token_embed, hidden, position_ids, self.cache, None), clusters
 
     def _cut(self, input_ids, tokens: list, scored: list, logits: list, confident: list, tops: list, rule) -> Draft:
         """The draft of the positions kept: all of them, or where host decisions are deferred, those before the

@@ -51,15 +51,6 @@ class DraftTree:
     # value from the device
     max_depth: int | None = None
 
-    @classmethod
-    def from_parents(cls, token_ids: torch.Tensor, parents: list[int]) -> DraftTree:
-        """Build a tree from parent indices, checking that they describe one tree rooted at node 0."""
-        if len(parents) != len(token_ids):
-            raise ValueError("parents must have one entry per token and parents[0] == -1 (the root)")
-        depths = depths_of(parents)
-        device = token_ids.device
-        return cls(token_ids, torch.tensor(parents, device=device), torch.tensor(depths, device=device), max(depths))
-
     def __len__(self) -> int:
         return self.token_ids.shape[0]
 
@@ -145,6 +136,18 @@ def chain_tree(root: torch.Tensor, tokens: torch.Tensor) -> DraftTree:
     positions = torch.arange(size, device=tokens.device)
     return DraftTree(token_ids=torch.cat([root, tokens]), parents=positions - 1, depths=positions,
                      max_depth=size - 1)
+
+
+def host_tree(root: torch.Tensor, tokens: list[int], parents: list[int]) -> DraftTree:
+    """The root `[1]` and draft nodes `tokens` (host ids) whose parents are `parents` (0 = the root; node i + 1 is
+    draft i): the tree chosen on the host, uploaded in one copy (tokens, parents, depths together: each upload is
+    a stream sync on CUDA)."""
+    parents = [-1] + list(parents)
+    depths = depths_of(parents)
+    n = len(tokens)
+    values = torch.tensor([*tokens, *parents, *depths], dtype=torch.long).to(root.device)
+    token_ids = torch.cat([root, values[:n].to(root.dtype)])
+    return DraftTree(token_ids, values[n : 2 * n + 1], values[2 * n + 1 :], max(depths))
 
 
 @dataclass(frozen=True)

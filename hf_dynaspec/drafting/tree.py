@@ -48,15 +48,6 @@ class TreeDraftSession:
         self.total_tokens = total_tokens
         self.shortlists_of_last_draft: list[torch.Tensor | None] = []  # ids scored at each depth
 
-    @property
-    def cache(self):
-        """The drafter's cache (the chain session's): the verified prefix, then the last tree's entries."""
-        return self.chain.cache
-
-    @property
-    def num_verified_pairs(self) -> int:
-        return self.chain.num_verified_pairs
-
     @torch.no_grad()
     def draft_tree(self, input_ids: torch.Tensor, new_target_hidden: torch.Tensor,
                      max_depth: int | None = None) -> DraftTree:
@@ -92,10 +83,10 @@ class TreeDraftSession:
             clusters = self.chain.chosen_clusters(embeds[0], parent_hidden, d)
             # Its ancestors' slots (its parent's row) and its own new slot.
             tree_rows = torch.cat([tree_rows, torch.eye(num_frontier, dtype=torch.bool, device=device)], dim=1)
-            mask = torch.cat([torch.ones(num_frontier, self.num_verified_pairs, dtype=torch.bool, device=device),
+            mask = torch.cat([torch.ones(num_frontier, self.chain.num_verified_pairs, dtype=torch.bool, device=device),
                               tree_rows], dim=1)[None, None]
             position_ids = torch.full((1, num_frontier), seq_len - 2 + d, device=device, dtype=torch.long)
-            new_hidden = self.drafter.step(embeds, parent_hidden[None], position_ids, self.cache, mask)[0]  # [R, H]
+            new_hidden = self.drafter.step(embeds, parent_hidden[None], position_ids, self.chain.cache, mask)[0]  # [R, H]
             log_probs, ids = self._log_probs(new_hidden, clusters)  # [R, S]
             k = self._children_per_node(log_probs)
             child_lp, child_rows = log_probs.topk(k, dim=-1)  # [R, k]

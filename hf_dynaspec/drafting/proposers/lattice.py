@@ -35,7 +35,7 @@ from functools import partial
 
 import torch
 
-from hf_dynaspec.drafting.contract import Draft, DraftTree, RoundContext, chain_tree, depths_of
+from hf_dynaspec.drafting.contract import Draft, DraftTree, RoundContext, chain_tree, host_tree
 from hf_dynaspec.drafting.lattice import Lattice, NgramScorer, best_paths, lattice_tree, tree_from_choices
 from hf_dynaspec.drafting.lookup import as_ids
 from hf_dynaspec.drafting.planning.core import Offer, PlannerMemory, RoundPlan, TreeShape, confidence_bin, position_key
@@ -209,15 +209,3 @@ def record_chain(memory, confidences, num_accepted: int, num_reached: int) -> No
     for j, confidence in enumerate(confidences[:num_reached], start=1):
         memory.position.record(position_key(j), j <= num_accepted)
         memory.confidence.record((position_key(j), confidence_bin(confidence)), j <= num_accepted)
-
-
-def host_tree(root: torch.Tensor, tokens: list[int], parents: list[int]) -> DraftTree:
-    """The root `[1]` and draft nodes `tokens` (host ids) whose parents are `parents` (0 = the root; node i + 1 is
-    draft i): the tree chosen on the host, uploaded in one copy (tokens, parents, depths together: each upload is
-    a stream sync on CUDA)."""
-    parents = [-1] + list(parents)
-    depths = depths_of(parents)
-    n = len(tokens)
-    values = torch.tensor([*tokens, *parents, *depths], dtype=torch.long).to(root.device)
-    token_ids = torch.cat([root, values[:n].to(root.dtype)])
-    return DraftTree(token_ids, values[n : 2 * n + 1], values[2 * n + 1 :], max(depths))
