@@ -34,7 +34,10 @@ _STATES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 def runtime_of(drafter) -> RuntimeState:
     """The drafter's run-time state (created on first use)."""
-    return _STATES.setdefault(drafter, RuntimeState())
+    state = _STATES.get(drafter)  # (not setdefault: a round asks, and a fresh state each time would be garbage)
+    if state is None:
+        state = _STATES[drafter] = RuntimeState()
+    return state
 
 
 def forget_learnt_state(drafter) -> None:

@@ -32,15 +32,15 @@ from hf_dynaspec.runtime_store import forget_learnt_state, runtime_of
 __all__ = ["captured_draft", "forget_learnt_state", "planner_memory", "prepare_for_target", "runtime_head", "runtime_of", "suffix_cache"]
 
 
-def planner_memory(assistant, do_sample: bool, stored=None, confidence_bin_at: int | None = None) -> PlannerMemory:
+def planner_memory(assistant, do_sample: bool, stored=None, make=PlannerMemory) -> PlannerMemory:
     """The planner's acceptance tables of this assistant or lattice source (kept across generate() calls; greedy and
-    sampled apart), started at `stored`, the acceptance measured with the artifact (default: its generation
-    config's), and keyed as `PlannerMemory` says (`confidence_bin_at`: 1 for a lattice source's tables)."""
+    sampled apart), `make(prior)` (a lattice source's: `proposers.lattice.lattice_memory`) started at `stored`, the
+    acceptance measured with the artifact (default: its generation config's)."""
     memories = runtime_of(assistant).planner_memories
     if bool(do_sample) not in memories:  # the tables start at the acceptance measured with the artifact, if any
         if stored is None:
             stored = getattr(getattr(assistant, "generation_config", None), "expected_acceptance", None)
-        memories[bool(do_sample)] = PlannerMemory(prior_for(stored, do_sample), confidence_bin_at)
+        memories[bool(do_sample)] = make(prior_for(stored, do_sample))
     return memories[bool(do_sample)]
 
 

@@ -20,7 +20,13 @@ from hf_dynaspec.drafting.lookup import LookupSources, PromptLookup
 from hf_dynaspec.drafting.planning.core import TreeShape
 from hf_dynaspec.drafting.planning.fixed import FixedOrder
 from hf_dynaspec.drafting.planning.planner import SpeculationPlanner
-from hf_dynaspec.drafting.proposers.lattice import LatticeChain, LatticeDraft, LatticeReader, LatticeTree
+from hf_dynaspec.drafting.proposers.lattice import (
+    LatticeChain,
+    LatticeDraft,
+    LatticeReader,
+    LatticeTree,
+    lattice_memory,
+)
 from hf_dynaspec.drafting.round import SpeculationRound
 from hf_dynaspec.drafting.runtime import planner_memory
 from hf_dynaspec.errors import AssistantMismatchError
@@ -83,7 +89,7 @@ def _planner(model, source, options: MedusaGenerationConfig, depth: int, do_samp
     if options.lattice_kind != "auto":
         return None
     stored = getattr(getattr(source, "config", None), "expected_acceptance", None)  # measured with the heads
-    memory = planner_memory(source, do_sample, stored, confidence_bin_at=1)
+    memory = planner_memory(source, do_sample, stored, make=lattice_memory)
     costs = lattice_round_costs(model, source, options, max(depth, options.tree_total_tokens))
     return SpeculationPlanner(costs, memory)
 
