@@ -58,7 +58,7 @@ def main(argv=None):
     record = {"host": host_kind(), "imitated": "avx2" if args.imitate_avx2 else None,
               "env": {k: os.environ.get(k) for k in AVX2_ENV}, "target": args.target, "dtype": args.dtype,
               "assistant": str(args.assistant), "shortlist": options.shortlist, "torch": torch.__version__,
-              "threads": torch.get_num_threads(), "cpu_routes": rows._asdict(), "costs": asdict(costs),
+              "threads": torch.get_num_threads(), "cpu_routes": rows.kernels._asdict(), "costs": asdict(costs),
               "command": " ".join(["python", *sys.argv])}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(record, indent=1) + "\n")

@@ -288,6 +288,15 @@ def tree_attention_mask(tree: DraftTree, past_length: int, dtype: torch.dtype) -
     return mask[None, None]
 
 
+def path_to(tree: DraftTree, node: int) -> list[int]:
+    """Node indices of `tree` from the root to `node`, both included (a brute-force reference for the masks)."""
+    parents = tree.parents.tolist()
+    path = [node]
+    while parents[path[-1]] >= 0:
+        path.append(parents[path[-1]])
+    return path[::-1]
+
+
 def tree_from_parents(token_ids: torch.Tensor, parents: list[int]) -> DraftTree:
     """The tree of `token_ids` `[N]` (node 0 the root) whose node i's parent is `parents[i]` (`parents[0] == -1`)."""
     assert parents[0] == -1 and len(parents) == len(token_ids)

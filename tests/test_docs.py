@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from hf_dynaspec.exactness import greedy_gaps
+from exact_tokens import greedy_gaps
 
 ROOT = Path(__file__).resolve().parents[1]
 

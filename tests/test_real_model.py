@@ -10,10 +10,10 @@ import json
 
 import pytest
 import torch
+from exact_tokens import greedy_gaps
 from transformers import StoppingCriteriaList, StopStringCriteria
 
 from hf_dynaspec import DynaSpecAssistant, check_exactness, zoo
-from hf_dynaspec.exactness import greedy_gaps
 from hf_dynaspec.generation import speculative_generate
 
 pytestmark = pytest.mark.real_model

@@ -12,7 +12,15 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import imitating_assistant, one_layer_target, tiny_target
-from enumeration import TargetOracle, enumerate_paths, max_error, outcome_distribution, target_joint, tree_from_parents
+from enumeration import (
+    TargetOracle,
+    enumerate_paths,
+    max_error,
+    outcome_distribution,
+    path_to,
+    target_joint,
+    tree_from_parents,
+)
 from test_batched import left_padded, mixed_prompts
 from test_chain_generate import MAX_PATHS, fresh_run_time_state
 from test_enumeration import PROMPT, TOLERANCE, VOCAB, processors
@@ -197,7 +205,7 @@ def test_static_verify_logits_equal_a_plain_forward(monkeypatch, family):
             tree.token_ids[0] = row.sequence[0, -1]
             out = _verify(target, heads, [row], [tree], valid, slots)
             for node in range(len(tree)):
-                path = tree.path_to(node)
+                path = path_to(tree, node)
                 context = torch.cat([row.sequence[0], tree.token_ids[path[1:]]])[None]
                 torch.testing.assert_close(out.logits[0, node], target(context).logits[0, -1], atol=1e-4, rtol=1e-4)
             valid = _compact(slots, valid, [torch.tensor(kept)])

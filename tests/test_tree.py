@@ -12,6 +12,7 @@ from enumeration import (
     enumerate_paths,
     max_error,
     outcome_distribution,
+    path_to,
     target_joint,
     tree_attention_mask,
     tree_from_parents,
@@ -49,7 +50,7 @@ def test_mask_and_positions_match_brute_force(seed):
     mask = tree_attention_mask(tree, past, torch.float32)[0, 0]
     positions = tree_position_ids(tree, past)[0]
     for i in range(len(tree)):
-        path = tree.path_to(i)
+        path = path_to(tree, i)
         assert positions[i] == past + len(path) - 1
         for j in range(past + len(tree)):
             visible = j < past or (j - past) in path
@@ -81,7 +82,7 @@ def test_tree_forward_gives_each_node_the_logits_of_its_own_path(family, seed):
         position_ids=tree_position_ids(tree, 6), attention_mask=tree_attention_mask(tree, 6, target.dtype),
     )
     for node in range(len(tree)):
-        path_tokens = tree.token_ids[tree.path_to(node)][None]
+        path_tokens = tree.token_ids[path_to(tree, node)][None]
         expected = target(torch.cat([prefix, path_tokens], dim=1)).logits[0, -1]
         torch.testing.assert_close(out.logits[0, node], expected, atol=1e-5, rtol=1e-5)
 
@@ -95,7 +96,7 @@ def test_compacted_cache_equals_recomputation(family, seed):
     prefix = prompt(seed, 7)
     tree = random_tree(10 + seed, size=10)
     leaf = len(tree) - 1
-    path = tree.path_to(leaf)
+    path = path_to(tree, leaf)
     cache = DynamicCache(config=target.config)
     target(prefix, **cache_kwargs(target, cache), use_cache=True)
     target(
@@ -173,7 +174,7 @@ def test_every_expanded_node_scores_what_a_chain_along_its_path_scores(family, f
                 continue
             chain = ChainDraftSession(assistant.drafter, VOCAB, do_sample=False, head=head)
             state, clusters = chain.consume_verified(ids, hidden)
-            for depth, step in enumerate(tree.path_to(node)[1:]):
+            for depth, step in enumerate(path_to(tree, node)[1:]):
                 embed = assistant.drafter.embed(tree.token_ids[step].view(1, 1))
                 clusters = chain.chosen_clusters(embed[:, -1], state[:, -1], depth + 1)
                 position = torch.full((1, 1), ids.shape[1] - 1 + depth, dtype=torch.long)
@@ -184,7 +185,7 @@ def test_every_expanded_node_scores_what_a_chain_along_its_path_scores(family, f
             torch.testing.assert_close(drafted[row], scores.scores[0].log_softmax(-1), atol=1e-5, rtol=1e-5)
             best = scores.scores[0].topk(top_k).indices
             allowed = set((best if scores.token_ids is None else scores.token_ids[best]).tolist())
-            assert {int(tree.token_ids[k]) for k in kids} == allowed, (node, tree.path_to(node))
+            assert {int(tree.token_ids[k]) for k in kids} == allowed, (node, path_to(tree, node))
             checked += 1
     assert checked == 1 + 3 + 3 + 3 and int(tree.depths.max()) == 4  # the root and the frontiers of depths 1-3
 

@@ -70,8 +70,8 @@ def test_the_route_measurement_seeds_the_verify_table_of_the_routing_it_chose(me
     if not verify_kernel.kernel_applies(target):
         pytest.skip("the CPU rows kernel does not build here: no routes are measured")
     monkeypatch.setattr(verify_kernel, "verify_seconds", routed_seconds)
-    with verify_kernel.target_verify_kernel(target) as kernels:
-        assert kernels == verify_kernel.CpuKernels((3, 17))
+    with verify_kernel.target_verify_kernel(target) as handle:
+        assert handle.kernels == verify_kernel.CpuKernels((3, 17))
         costs = costs_of(target, imitating_assistant(target), 16)
     assert not measured, "the routes' measurement holds every size up to 17"
     table = costs.verify_seconds

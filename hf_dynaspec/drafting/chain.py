@@ -247,19 +247,15 @@ class ChainDraftSession:
         Drops the speculative entries of the previous draft from the drafter cache first, and absorbs the
         positions deferred since (`defer_verified`) in the same pass.
         """
-        if self.pending_hidden is not None:
-            new_target_hidden = torch.cat([self.pending_hidden, new_target_hidden], dim=1)
-            self.pending_hidden = None
+        self.defer_verified(input_ids, new_target_hidden)  # checks the counts; the positions waiting, then these
+        new_target_hidden, self.pending_hidden = self.pending_hidden, None
         seq_len = input_ids.shape[1]
         start = self.num_verified_pairs
         num_new = seq_len - 1 - start
-        if num_new < 1 or new_target_hidden.shape[1] < num_new:
-            raise RuntimeError(f"drafter out of step with the target: {num_new} new verified positions, "
-                               f"{new_target_hidden.shape[1]} target hidden states")
         drafter = self.drafter
         device = input_ids.device
         self.cache.crop(start)
-        hidden_in = drafter.fuse_target_hidden(new_target_hidden[:, :num_new])
+        hidden_in = drafter.fuse_target_hidden(new_target_hidden)
         token_embeds = drafter.embed(input_ids[:, start + 1 : seq_len])
         position_ids = torch.arange(start, seq_len - 1, device=device)[None]
         # The router reads the inputs of the step whose output it shortlists (E(x_t), h_{t-1}): it is started

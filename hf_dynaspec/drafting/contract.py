@@ -96,14 +96,6 @@ class DraftTree:
             node = child
         return followed, followed + (1 if kids[node] else 0)
 
-    def path_to(self, node: int) -> list[int]:
-        """Node indices from the root to `node`, both included."""
-        parents = self.parents.tolist()
-        path = [node]
-        while parents[path[-1]] >= 0:
-            path.append(parents[path[-1]])
-        return path[::-1]
-
 
 @dataclass
 class Draft:

@@ -29,8 +29,8 @@ Both are proposers (`PromptLookup`, `SuffixCacheProposer`) that a round offers b
 
 from __future__ import annotations
 
-from collections import deque
-from dataclasses import dataclass, replace
+from collections import deque, namedtuple
+from dataclasses import replace
 
 import torch
 
@@ -98,34 +98,33 @@ class NgramIndex:
     def add(self, tokens: list[int], history: list[int] | None = None) -> None:
         """Index every n-gram of `history + tokens` that ends just before a token of `tokens` (`history`: the
         tokens already indexed before them, of which only the last max_ngram matter)."""
-        context = list(history[-self.max_ngram :]) if history else []
-        for token in tokens:
-            self.position += 1
-            for n in range(1, min(self.max_ngram, len(context)) + 1):
-                entry = self.table.setdefault(tuple(context[-n:]), {}).setdefault(token, [0, 0])
-                entry[0] += 1
-                entry[1] = self.position
-            context.append(token)
-            if len(context) > self.max_ngram:
-                del context[0]
+        start = self.position
+        self.position += len(tokens)
+        for key, token, i in self._ngrams(tokens, history):
+            entry = self.table.setdefault(key, {}).setdefault(token, [0, 0])
+            entry[0] += 1
+            entry[1] = start + i + 1
 
     def remove(self, tokens: list[int]) -> None:
         """Undo `add(tokens)` (counts only; used to evict a document)."""
-        context: list[int] = []
-        for token in tokens:
+        for key, token, _ in self._ngrams(tokens):
+            followers = self.table.get(key)
+            if followers is None or token not in followers:
+                continue
+            followers[token][0] -= 1
+            if followers[token][0] <= 0:
+                del followers[token]
+                if not followers:
+                    del self.table[key]
+
+    def _ngrams(self, tokens: list[int], history: list[int] | None = None):
+        """(n-gram, the token after it, that token's index in `tokens`) for every n-gram of `history + tokens`
+        ending just before a token of `tokens`, n = 1..max_ngram."""
+        context = list(history[-self.max_ngram :]) if history else []
+        for i, token in enumerate(tokens):
             for n in range(1, min(self.max_ngram, len(context)) + 1):
-                key = tuple(context[-n:])
-                followers = self.table.get(key)
-                if followers is None or token not in followers:
-                    continue
-                followers[token][0] -= 1
-                if followers[token][0] <= 0:
-                    del followers[token]
-                    if not followers:
-                        del self.table[key]
-            context.append(token)
-            if len(context) > self.max_ngram:
-                del context[0]
+                yield tuple(context[-n:]), token, i
+            context = (context + [token])[-self.max_ngram :]
 
     def longest_match(self, context: list[int], min_ngram: int) -> tuple[int, dict[int, list[int]] | None]:
         """(n, followers) for the longest n-gram ending `context` that is indexed, n >= min_ngram; (0, None)."""
@@ -136,14 +135,9 @@ class NgramIndex:
         return 0, None
 
 
-@dataclass
-class SuffixDraft:
-    """A suffix-cache draft: its tokens, which index the first token came from ("suffix-request" or
-    "suffix-shared") and the length of that first match."""
-
-    tokens: list[int]
-    source: str
-    match_length: int
+# A suffix-cache draft: its tokens, which index the first token came from ("suffix-request" or "suffix-shared") and
+# the length of that first match.
+SuffixDraft = namedtuple("SuffixDraft", "tokens source match_length")
 
 
 class SuffixCache:

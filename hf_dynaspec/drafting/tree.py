@@ -58,35 +58,31 @@ class TreeDraftSession:
         rows are tensors whose shapes depend only on the tree sizes, so drafting a tree never waits on an
         accelerator (tests/test_sync_budget.py)."""
         depth = self.depth if max_depth is None else max(1, min(self.depth, max_depth))
-        hidden, clusters = self.chain.consume_verified(input_ids, new_target_hidden)
+        new_hidden, clusters = self.chain.consume_verified(input_ids, new_target_hidden)
+        new_hidden = new_hidden[0]  # [1, H]: the drafter state that predicts the root's children
         self.shortlists_of_last_draft = []
         device = input_ids.device
-        log_probs, ids = self._log_probs(hidden[0], clusters)  # [1, S]
-        k = self._children_per_node(log_probs)
-        scores, rows = log_probs[0].topk(k)
         # Candidates, in creation order (blocks per depth): token ids, parent candidate (-1 = root), cumulative
         # score, depth.
-        cand_tokens = [self._row_ids(ids, rows)]
-        cand_parents = [torch.full((k,), -1, dtype=torch.long, device=device)]
-        cand_scores = [scores]
-        cand_depths = [torch.full((k,), 1, dtype=torch.long, device=device)]
-        num_candidates = k
-        frontier = torch.arange(k, device=device)  # candidate index of each frontier node
-        frontier_tokens, frontier_scores = cand_tokens[0], scores
-        parent_hidden = hidden[0].expand(k, -1)  # [R, H]: the drafter state that predicted each frontier node
+        cand_tokens, cand_parents, cand_scores, cand_depths = [], [], [], []
+        num_candidates = 0
+        frontier = torch.full((1,), -1, device=device)  # candidate index of each frontier node: the root first
+        frontier_scores = torch.zeros(1, device=device)
         # [R, tree slots]: the drafter-cache slots (after the verified prefix) each frontier node may read
-        tree_rows = torch.ones(k, 0, dtype=torch.bool, device=device)
+        tree_rows = torch.ones(1, 0, dtype=torch.bool, device=device)
+        frontier_tokens = parent_hidden = None  # the frontier's tokens and the states that predicted them: depth >= 1
         seq_len = input_ids.shape[1]
-        for d in range(1, depth):
+        for d in range(depth):
             num_frontier = frontier.shape[0]
-            embeds = self.drafter.embed(frontier_tokens[None])  # [1, R, D]
-            clusters = self.chain.chosen_clusters(embeds[0], parent_hidden, d)
-            # Its ancestors' slots (its parent's row) and its own new slot.
-            tree_rows = torch.cat([tree_rows, torch.eye(num_frontier, dtype=torch.bool, device=device)], dim=1)
-            mask = torch.cat([torch.ones(num_frontier, self.chain.num_verified_pairs, dtype=torch.bool, device=device),
-                              tree_rows], dim=1)[None, None]
-            position_ids = torch.full((1, num_frontier), seq_len - 2 + d, device=device, dtype=torch.long)
-            new_hidden = self.drafter.step(embeds, parent_hidden[None], position_ids, self.chain.cache, mask)[0]  # [R, H]
+            if d:  # the frontier's drafter step (the root's was the pass over the verified positions)
+                embeds = self.drafter.embed(frontier_tokens[None])  # [1, R, D]
+                clusters = self.chain.chosen_clusters(embeds[0], parent_hidden, d)
+                # Its ancestors' slots (its parent's row) and its own new slot.
+                tree_rows = torch.cat([tree_rows, torch.eye(num_frontier, dtype=torch.bool, device=device)], dim=1)
+                mask = torch.cat([torch.ones(num_frontier, self.chain.num_verified_pairs, dtype=torch.bool,
+                                             device=device), tree_rows], dim=1)[None, None]
+                position_ids = torch.full((1, num_frontier), seq_len - 2 + d, device=device, dtype=torch.long)
+                new_hidden = self.drafter.step(embeds, parent_hidden[None], position_ids, self.chain.cache, mask)[0]
             log_probs, ids = self._log_probs(new_hidden, clusters)  # [R, S]
             k = self._children_per_node(log_probs)
             child_lp, child_rows = log_probs.topk(k, dim=-1)  # [R, k]
@@ -99,10 +95,11 @@ class TreeDraftSession:
             cand_depths.append(torch.full((child_scores.shape[0],), d + 1, dtype=torch.long, device=device))
             if d + 1 == depth:
                 break
-            best = child_scores.topk(min(self.top_k, child_scores.shape[0])).indices
+            # The root's children all join the frontier, in their rank order; deeper, the top_k best.
+            best = child_scores.topk(min(self.top_k, len(child_scores))).indices if d else torch.arange(k, device=device)
             frontier = first + best
             frontier_tokens, frontier_scores = cand_tokens[-1][best], child_scores[best]
-            parent_hidden = new_hidden[best // k]
+            parent_hidden = new_hidden[best // k]  # [R, H]
             tree_rows = tree_rows[best // k]
         return self._select(input_ids[0, -1:], torch.cat(cand_tokens), torch.cat(cand_parents),
                             torch.cat(cand_scores), torch.cat(cand_depths), depth)

@@ -132,20 +132,16 @@ class EagleCandidateGenerator(CandidateGenerator):
         room = self.max_length - input_ids.shape[1] - 1
         target_hidden = self.round.select_target_hidden(model_outputs.hidden_states)
         draft = self.draft = self.round.propose(input_ids, target_hidden, room)
-        if not draft.token_ids.shape[1]:  # nothing drafted: a plain one-token pass
-            return input_ids, self._nothing_drafted(input_ids)
+        drafted = draft.token_ids.shape[1]
+        if not drafted and not self.block_verification:  # nothing drafted: a plain one-token pass
+            return input_ids, None
+        # Nothing drafted under block verification: empty marked logits `[1, 0, V]`, whose token
+        # hf_dynaspec.generation.block_verify draws on the few tokens a top-k left (transformers would sample it).
+        logits = draft.logits if drafted else torch.empty((1, 0, self.assistant.config.vocab_size),
+                                                          device=input_ids.device)
         if self.block_verification:
-            block_verify.mark_for_block_verification(draft.logits)
-        return torch.cat([input_ids, draft.token_ids], dim=1), draft.logits
-
-    def _nothing_drafted(self, input_ids: torch.Tensor) -> torch.Tensor | None:
-        """A round without drafts: None (transformers samples its token), or under block verification empty marked
-        logits `[1, 0, V]`, whose token hf_dynaspec.generation.block_verify draws on the few tokens a top-k left."""
-        if not self.block_verification:
-            return None
-        empty = torch.empty((1, 0, self.assistant.config.vocab_size), device=input_ids.device)
-        block_verify.mark_for_block_verification(empty)
-        return empty
+            block_verify.mark_for_block_verification(logits)
+        return torch.cat([input_ids, draft.token_ids], dim=1), logits
 
     def update_candidate_strategy(self, input_ids, scores, num_matches):
         if self.draft is not None:

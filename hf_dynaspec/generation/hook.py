@@ -198,14 +198,6 @@ def _batched_call(model, bound):
                              drafter=arguments["assistant_model"], **model_kwargs)
 
 
-def _with_sparse_warpers(bound):
-    """The call's arguments (`bound`, as above; -> args without the model, kwargs) with its top-k and top-p
-    processors as `SparseTopKTopP` / `SparseTopP` (transformers' results from the few logits a top-k keeps,
-    hf_dynaspec.drafting.row_processing): the target's verification runs them per position."""
-    bound.arguments["logits_processor"] = with_sparse_warpers(bound.arguments["logits_processor"])
-    return bound.args[1:], bound.kwargs
-
-
 def _wrap_assisted_decoding(original):
     """Around an assisted call with a DynaSpecAssistant: a batch goes to the batched loop (`_batched_call`); one
     row's stopping criteria are checked at every accepted token (hf_dynaspec.generation.every_token_stops); with
@@ -225,11 +217,13 @@ def _wrap_assisted_decoding(original):
             # Criteria beyond the EOS and max length transformers crops at: checked at every accepted token.
             every_token = not all(isinstance(c, CROPPED_BY_TRANSFORMERS) for c in bound.arguments["stopping_criteria"])
             checker = check_every_token(bound.arguments) if every_token else None
-            args, kwargs = _with_sparse_warpers(bound)
+            # Top-k and top-p as `SparseTopKTopP` / `SparseTopP` (transformers' results from the few logits a top-k
+            # keeps, hf_dynaspec.drafting.row_processing): the target's verification runs them per position.
+            bound.arguments["logits_processor"] = with_sparse_warpers(bound.arguments["logits_processor"])
             options = assistant.generation_config
             planned = options.draft_plan == "auto" and options.target_verify_kernel == "auto"
             with target_verify_kernel(self) if planned else contextlib.nullcontext():
-                output = original(self, *args, **kwargs)
+                output = original(*bound.args, **bound.kwargs)
             return output if checker is None else cut(output, checker, bound.arguments["input_ids"].shape[1])
         return original(self, *args, **kwargs)
     return _assisted_decoding

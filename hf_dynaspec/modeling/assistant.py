@@ -138,9 +138,7 @@ class DynaSpecAssistant(DrafterArtifact):
         matching = {k: v for k, v in last.items() if k in own and own[k].shape == v.shape}
         self.drafter.layers[0].load_state_dict(matching, strict=False)
         hidden = self.config.hidden_size
-        weight = torch.zeros(hidden, 2 * hidden)
-        weight[:, hidden:] = torch.eye(hidden)
-        self.drafter.fc.weight.copy_(weight)
+        self.drafter.fc.weight.copy_(torch.cat([torch.zeros(hidden, hidden), torch.eye(hidden)], dim=1))
 
     @classmethod
     def from_pretrained(

@@ -195,12 +195,10 @@ LAYER_FIELDS = ("hidden_size", "intermediate_size", "num_attention_heads", "num_
 
 def layer_fields(config: dict, rope_parameters: dict) -> dict:
     """The drafter layer's shape fields of `DynaSpecConfig` from a family config's dict (a target's text config, a
-    published EAGLE config), the missing optional ones at the family's defaults. Gemma-3 names its activation
-    `hidden_activation`."""
-    hidden, heads = config["hidden_size"], config["num_attention_heads"]
-    return dict(hidden_size=hidden, intermediate_size=config["intermediate_size"], num_attention_heads=heads,
-                num_key_value_heads=config.get("num_key_value_heads") or heads,
-                head_dim=config.get("head_dim") or hidden // heads, rms_norm_eps=config.get("rms_norm_eps", 1e-6),
-                rope_parameters=rope_parameters, max_position_embeddings=config.get("max_position_embeddings", 32768),
-                hidden_act=config.get("hidden_act") or config.get("hidden_activation") or "silu",
-                attention_bias=bool(config.get("attention_bias", False)))
+    published EAGLE config), the missing optional ones at the family's defaults (DynaSpecConfig's: the
+    same). Gemma-3 names its activation `hidden_activation`."""
+    fields = {name: config[name] for name in LAYER_FIELDS[:3]}  # required: a family config states them
+    # The optional ones where stated; DynaSpecConfig derives the heads' defaults as the family does.
+    fields.update((name, config[name]) for name in LAYER_FIELDS[3:] if config.get(name) is not None)
+    return {**fields, "rope_parameters": rope_parameters, "attention_bias": bool(fields.get("attention_bias")),
+            "hidden_act": config.get("hidden_act") or config.get("hidden_activation") or "silu"}

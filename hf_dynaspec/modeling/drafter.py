@@ -166,9 +166,7 @@ class EagleDrafter(Drafter):
         dim = self.config.target_hidden_size
         num_extra = len(self.config.fused_hidden_state_ids)
         self.fuse = nn.Linear((num_extra + 1) * dim, dim, bias=False)
-        weight = torch.zeros(dim, (num_extra + 1) * dim)
-        weight[:, num_extra * dim :] = torch.eye(dim)
-        self.fuse.weight.copy_(weight)
+        self.fuse.weight.copy_(torch.cat([torch.zeros(dim, num_extra * dim), torch.eye(dim)], dim=1))
 
     def hidden_state_selection(self) -> int | list[int]:
         if self.config.fused_hidden_state_ids:

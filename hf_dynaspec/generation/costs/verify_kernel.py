@@ -275,25 +275,15 @@ def fast_cpu(model, compile: bool = True) -> FastCPU:
     return FastCPU(model, measured_kernels(model) if applies else NO_KERNELS, compile=compile and applies)
 
 
-def target_verify_kernel(target):
-    """For the duration of one assisted generate() call (a context manager, yielding the kernels): the target's
-    few-row forwards (verification; one-token steps) on the kernels measured fastest here (`measured_kernels`).
-    Nothing happens (a null context: nothing to restore when the call ends) off bf16/float32 CPU targets, where the
-    kernel cannot be built, or when the target is already patched (the user's own `fast_cpu` or
-    `verify_rows.patch.enable`). Long prefills keep PyTorch's kernels, and the model is restored when the call
-    ends."""
-
+def target_verify_kernel(target) -> FastCPU | contextlib.nullcontext:
+    """For the duration of one assisted generate() call (a context manager, yielding a `FastCPU` whose `kernels` are
+    those in use): the target's few-row forwards (verification; one-token steps) on the kernels measured fastest
+    here (`measured_kernels`). Nothing happens (a null context: nothing to restore when the call ends) off
+    bf16/float32 CPU targets, where the kernel cannot be built, or when the target is already patched (the user's
+    own `fast_cpu` or `verify_rows.patch.enable`). Long prefills keep PyTorch's kernels, and the model is restored
+    when the call ends."""
     applies = kernel_applies(target) and not verify_rows_patch.is_enabled(target)
-    kernels = measured_kernels(target) if applies else NO_KERNELS
-    if not enable_kernels(target, kernels):
-        return contextlib.nullcontext(NO_KERNELS)
-    return _restored_after(target, kernels)
-
-
-@contextlib.contextmanager
-def _restored_after(target, kernels: CpuKernels):
-
-    try:
-        yield kernels
-    finally:
-        verify_rows_patch.disable(target)
+    handle = FastCPU(target, measured_kernels(target) if applies else NO_KERNELS)
+    if applies and verify_rows_patch.is_enabled(target):
+        return handle  # leaving it puts PyTorch's kernels back
+    return contextlib.nullcontext(FastCPU(target, NO_KERNELS))
