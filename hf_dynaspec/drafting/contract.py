@@ -116,10 +116,6 @@ class Draft:
     # What the round chose to draft; `learn` gets it back with the draft, so a round keeps nothing between them.
     plan: RoundPlan = NO_PLAN
 
-    def as_tree(self, root: torch.Tensor) -> DraftTree:
-        """The draft as the tree verifier reads it: its tree, or the chain under `root` `[1]` as one branch."""
-        return self.tree if self.tree is not None else chain_tree(root, self.token_ids[0])
-
 
 def chain_tree(root: torch.Tensor, tokens: torch.Tensor) -> DraftTree:
     """The root `[1]` and k drafted tokens `[k]` as a tree of one branch (node i's parent is node i - 1), built

@@ -22,6 +22,7 @@ Legend: K lattice positions, M candidates per position, V vocabulary.
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 from collections import defaultdict
 from dataclasses import dataclass
@@ -132,19 +133,17 @@ def lattice_tree(lattice: Lattice, total_tokens: int, max_depth: int, *, top_k: 
     parents: list[int] = []
     paths: list[list[int]] = [[]]  # tree node -> its tokens from the root
     history = scorer.context if scorer is not None else []
-    counter = 0
+    ties = itertools.count()  # creation order breaks score ties
     heap: list[tuple[float, int, int, int]] = []  # (-score, tie, parent node, token)
 
     def push_children(node: int, score: float) -> None:
-        nonlocal counter
         depth = len(paths[node])
         if depth >= depth_limit:
             return
         width = min(top_k, lattice.kept[depth])
         for token, lp in zip(lattice.token_ids[depth][:width], lattice.log_probs[depth][:width]):
             causal = scorer.log_prob(history + paths[node], token) if scorer is not None and lam < 1 else 0.0
-            counter += 1
-            heapq.heappush(heap, (-(score + path_score(lp, causal, lam)), counter, node, token))
+            heapq.heappush(heap, (-(score + path_score(lp, causal, lam)), next(ties), node, token))
 
     push_children(0, 0.0)
     while heap and len(tokens) < total_tokens:

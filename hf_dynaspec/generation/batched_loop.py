@@ -41,6 +41,7 @@ from transformers.generation.logits_process import LogitsProcessorList, PrefixCo
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
 import hf_dynaspec.sampling as sampling
+from hf_dynaspec.drafting.contract import chain_tree
 from hf_dynaspec.drafting.row_processing import with_sparse_warpers
 from hf_dynaspec.generation.static_round import TargetSlots, check_static_batch
 from hf_dynaspec.generation.tree_verify import GreedyWalk, accept_path, cache_kwargs, empty_tree_cache
@@ -96,7 +97,9 @@ def run_batched_rounds(model, input_ids, batch, logits_processor, stopping_crite
         # the planners price each row's draft as its share of this batch's verify forward
         drafts = [row.drafts.propose(row.ids, row.hidden, max(lockstep.length - row.sequence.shape[1] - 1, 0),
                                      len(active)) for row in active]
-        trees = [draft.as_tree(row.sequence[0, -1:]) for draft, row in zip(drafts, active)]
+        # As the verifier reads a draft: its tree, or its chain as one branch under the row's last token.
+        trees = [draft.tree if draft.tree is not None else chain_tree(row.sequence[0, -1:], draft.token_ids[0])
+                 for draft, row in zip(drafts, active)]
         out = _verify(model, features, active, trees, valid, slots)
         # Processors see the left-padded row, as plain batched generate() hands it to them (min_new_tokens counts
         # from the padded prompt length generate() measured); drafts see the row's own tokens.
@@ -125,7 +128,8 @@ def run_batched_rounds(model, input_ids, batch, logits_processor, stopping_crite
         # One row's cache holds exactly its sequence but the last token (a batch's lost its finished rows; a static
         # one is the target's, used again by its next call).
         one_row = len(rows) == 1 and generation_config.use_cache and not slots.static
-        return GenerateDecoderOnlyOutput(sequences=sequences, scores=_tuple(kept.scores), logits=_tuple(kept.logits),
+        scores, logits = (None if kept_rows is None else tuple(kept_rows) for kept_rows in (kept.scores, kept.logits))
+        return GenerateDecoderOnlyOutput(sequences=sequences, scores=scores, logits=logits,
                                          past_key_values=cache if one_row else None)
     return sequences
 
@@ -200,23 +204,21 @@ def _verify(model, features, rows, trees, valid, slots):
     tokens = torch.stack([_padded(tree.token_ids, width, tree.token_ids[:1]) for tree in trees])
     positions = torch.stack([_padded(tree.depths, width, tree.depths[:1]) + row.ids.shape[1] - 1
                              for row, tree in zip(rows, trees)])
-    visible = torch.zeros(len(rows), width, slots.key_length(past, width), dtype=torch.bool, device=device)
+    keys = slots.capacity if slots.static else past + width  # the slots the forward attends over
+    visible = torch.zeros(len(rows), width, keys, dtype=torch.bool, device=device)
     visible[:, :, :past] = valid[:, None, :]
     visible[:, :, past : past + width] = torch.eye(width, dtype=torch.bool, device=device)  # padding: itself only
     for i, tree in enumerate(trees):
         n = len(tree)
         visible[i, :n, past : past + n] = tree.ancestor_matrix()
-    return slots.forward(input_ids=tokens, position_ids=positions, attention_mask=_additive(visible, model.dtype),
+    # The additive `[A, 1, N, K]` mask every attention implementation reads the same way (transformers passes a 4-D
+    # mask through untouched).
+    mask = torch.zeros(visible.shape, dtype=model.dtype, device=device)
+    mask.masked_fill_(~visible, torch.finfo(model.dtype).min)
+    return slots.forward(input_ids=tokens, position_ids=positions, attention_mask=mask[:, None],
                          **cache_kwargs(model, slots.cache), use_cache=True,
                          output_hidden_states=features.hidden_state_selection(),
                          **slots.addressed(past, width, device))
-
-
-def _additive(visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """A boolean `[A, n, K]` visibility as the additive `[A, 1, n, K]` mask every attention implementation reads
-    the same way (transformers passes a 4-D mask through untouched)."""
-    attention = torch.zeros(visible.shape, dtype=dtype, device=visible.device)
-    return attention.masked_fill_(~visible, torch.finfo(dtype).min)[:, None]
 
 
 def _padded(values: torch.Tensor, width: int, fill: torch.Tensor) -> torch.Tensor:
@@ -342,10 +344,6 @@ class _Lockstep:
         if not self.pads:
             for row in rows:
                 row.sequence = row.sequence[:, : self.length]
-
-
-def _tuple(rows: list | None) -> tuple | None:
-    return None if rows is None else tuple(rows)
 
 
 def _pad_token(generation_config, input_ids: torch.Tensor) -> int:

@@ -61,14 +61,6 @@ DISABLED: dict[str, str] = {}
 logger = logging.get_logger(__name__)
 
 
-def check_transformers_version() -> str | None:
-    """Why this transformers release cannot serve the assistant_model= route, or None."""
-    found = version.Version(transformers.__version__)
-    if found < MIN_TRANSFORMERS:
-        return f"transformers {found} < {MIN_TRANSFORMERS} (pip install -U 'transformers>=5.8,<6')"
-    return None
-
-
 def install() -> None:
     """Route `generate(assistant_model=<DynaSpecAssistant>)` to our candidate generator. Idempotent.
 
@@ -80,7 +72,9 @@ def install() -> None:
 
     if _ORIGINAL in GenerationMixin.__dict__ or DISABLED:
         return
-    too_old = check_transformers_version()
+    found = version.Version(transformers.__version__)  # too old: the assistant_model= route cannot be served
+    too_old = f"transformers {found} < {MIN_TRANSFORMERS} (pip install -U 'transformers>=5.8,<6')" \
+        if found < MIN_TRANSFORMERS else None
     wrappers = (  # (where the function lives, its name, the arguments the wrapper reads, the wrapper's maker)
         (GenerationMixin, "_get_candidate_generator", _NEEDED, _wrap_candidate_generator),
         (GenerationMixin, "_validate_generation_mode", ("generation_mode", "generation_config",

@@ -32,12 +32,6 @@ def verify_kernel_for(model, options):
     return contextlib.nullcontext()
 
 
-def check_public_inputs(model, assistant, input_ids, generation_config, model_kwargs: dict) -> Batch:
-    """What the public routes refuse, with the fix; -> the prompts' mask and lengths, checked (`check_batch`)."""
-    _check_attention(model)
-    batch = _check_inputs(input_ids, generation_config, model_kwargs)
-    check_prompt_ids(input_ids, assistant.config.vocab_size)
-    return batch
 
 
 def is_batched(input_ids: torch.Tensor, model_kwargs: dict) -> bool:
@@ -86,9 +80,10 @@ def check_batch(input_ids: torch.Tensor, attention_mask: torch.Tensor | None, ge
 TREE_MASK_ATTENTION = ("eager", "sdpa")
 
 
-def _check_attention(model) -> None:
-    """Tree verification hands the target a 4-D additive mask (each node sees its ancestors only); refuse an
-    attention implementation that is not known to apply it (wrong logits, silently, otherwise)."""
+def check_public_inputs(model, assistant, input_ids, generation_config, model_kwargs: dict) -> Batch:
+    """What the public routes refuse, with the fix; -> the prompts' mask and lengths, checked (`check_batch`)."""
+    # Tree verification hands the target a 4-D additive mask (each node sees its ancestors only): an attention
+    # implementation not known to apply it would give wrong logits, silently.
     implementation = str(getattr(model.config, "_attn_implementation", None) or "sdpa")
     if implementation not in TREE_MASK_ATTENTION:
         raise ValueError(
@@ -96,9 +91,6 @@ def _check_attention(model) -> None:
             f"{implementation!r}. Load it with attn_implementation='sdpa' (or 'eager'), or draft a chain with "
             "assistant_model=assistant, which flash attention serves."
         )
-
-
-def _check_inputs(input_ids: torch.Tensor, generation_config, model_kwargs: dict) -> Batch:
     if generation_config.num_beams != 1 or generation_config.num_return_sequences != 1:
         raise ValueError("tree decoding is greedy or sampled decoding: set num_beams=1 and num_return_sequences=1")
     if input_ids.shape[1] == 0:
@@ -109,4 +101,6 @@ def _check_inputs(input_ids: torch.Tensor, generation_config, model_kwargs: dict
     if generation_config.output_attentions or generation_config.output_hidden_states:
         raise ValueError("tree decoding does not return attentions or hidden states; drop output_attentions / "
                          "output_hidden_states")
-    return check_batch(input_ids, model_kwargs.get("attention_mask"), generation_config)
+    batch = check_batch(input_ids, model_kwargs.get("attention_mask"), generation_config)
+    check_prompt_ids(input_ids, assistant.config.vocab_size)
+    return batch

@@ -62,10 +62,6 @@ class TargetSlots:
         """The width a round of at most `nodes` nodes per row is read at."""
         return width_bucket(nodes) if self.static else nodes
 
-    def key_length(self, past: int, width: int) -> int:
-        """Slots a forward of `width` tokens after `past` cached ones attends over (the mask's last dimension)."""
-        return self.capacity if self.static else past + width
-
     def addressed(self, past: int, width: int, device: torch.device) -> dict:
         """The forward's extra arguments: a static forward writes slots [past, past + width)."""
         if not self.static:

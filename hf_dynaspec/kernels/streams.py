@@ -30,15 +30,11 @@ class Pending:
         return self.value
 
 
-def side_stream_enabled() -> bool:
-    """The switch: `HF_DYNASPEC_SIDE_STREAM=0` runs the router inline on CUDA too (to measure the overlap, or to
-    rule it out while debugging)."""
-    return os.environ.get("HF_DYNASPEC_SIDE_STREAM", "1") != "0"
-
-
 class SideStream:
     def __init__(self, device: torch.device, enabled: bool | None = None):
-        enabled = side_stream_enabled() if enabled is None else enabled
+        # The switch: `HF_DYNASPEC_SIDE_STREAM=0` runs the router inline on CUDA too (to measure the overlap, or to
+        # rule it out while debugging).
+        enabled = os.environ.get("HF_DYNASPEC_SIDE_STREAM", "1") != "0" if enabled is None else enabled
         self.stream = torch.cuda.Stream(device) if device.type == "cuda" and enabled else None
 
     def launch(self, fn: Callable[..., torch.Tensor], *args: torch.Tensor) -> Pending:

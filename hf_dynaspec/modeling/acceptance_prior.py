@@ -58,9 +58,6 @@ class AcceptancePrior:
         """a_j for draft position `position` (1-based)."""
         return self.position[min(position, len(self.position)) - 1]
 
-    def at_confidence(self, bin_: int) -> float | None:
-        return self.confidence[bin_] if self.confidence else None
-
     def at_tree_depth(self, top_k: int, total_tokens: int, depth: int) -> float | None:
         """The tree table's value for a tree of this shape (None: measured for another shape, or not at all)."""
         if not self.tree_depth or tuple(self.tree_shape) != (top_k, total_tokens):

@@ -108,7 +108,7 @@ class Drafter(nn.Module):
         super().__init__()
         self.config = config
         classes = family_classes(config.layer_family)
-        self.rotary_emb = classes.rotary_embedding(config=layer_config_for(config))
+        self.rotary_emb = classes.named("RotaryEmbedding")(config=layer_config_for(config))
         self._rotary_kwargs = {"layer_type": DRAFTER_LAYER_TYPE} if classes.rotary_per_layer_type else {}
         # The rotary tables (inv_freq) as built, fp32: kept out of the module's buffers' casts (`_apply`), as
         # transformers keeps the target's own in fp32 under a bf16/fp16 load; a bf16 inv_freq shifts the drafter's
@@ -132,7 +132,7 @@ class Drafter(nn.Module):
 
     def new_decoder_layer(self) -> nn.Module:
         """A decoder layer of the configured family (the drafter's one layer, before its EAGLE changes)."""
-        return family_classes(self.config.layer_family).decoder_layer(layer_config_for(self.config), layer_idx=0)
+        return family_classes(self.config.layer_family).named("DecoderLayer")(layer_config_for(self.config), layer_idx=0)
 
     def embed(self, token_ids: torch.Tensor) -> torch.Tensor:
         return self.target.embed_tokens(token_ids)
@@ -221,7 +221,7 @@ class Eagle3Drafter(Drafter):
         for name in ("q_proj", "k_proj", "v_proj"):
             old = getattr(attention, name)
             setattr(attention, name, nn.Linear(2 * hidden, old.out_features, bias=old.bias is not None))
-        rms_norm = family_classes(config.layer_family).rms_norm
+        rms_norm = family_classes(config.layer_family).named("RMSNorm")
         layer.hidden_norm = rms_norm(hidden, eps=config.rms_norm_eps)
         self.midlayer = layer
         self._cache_keyword = cache_argument(type(layer.self_attn).forward)

@@ -31,21 +31,11 @@ class Family:
     package: str
     rotary_per_layer_type: bool = False  # its rotary embedding takes a `layer_type` (Gemma-3)
 
-    def _named(self, kind: str) -> type[nn.Module]:
+    def named(self, kind: str) -> type[nn.Module]:
+        """Its class `<prefix><kind>`: a drafter layer is made of its "DecoderLayer", "RotaryEmbedding" and
+        (EAGLE-3) "RMSNorm"."""
         module = importlib.import_module(f"transformers.models.{self.package}.modeling_{self.package}")
         return getattr(module, f"{self.prefix}{kind}")
-
-    @property
-    def decoder_layer(self) -> type[nn.Module]:
-        return self._named("DecoderLayer")
-
-    @property
-    def rotary_embedding(self) -> type[nn.Module]:
-        return self._named("RotaryEmbedding")
-
-    @property
-    def rms_norm(self) -> type[nn.Module]:
-        return self._named("RMSNorm")
 
 
 # model_type -> its family (Gemma-3's text model lives in the multimodal model's package)

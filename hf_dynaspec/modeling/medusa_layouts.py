@@ -67,8 +67,7 @@ def _faster_decoding(directory: Path, config: dict) -> tuple[dict, dict[str, tor
     projection = state.get("lm_heads.0.weight")
     if projection is None:
         raise ArtifactError(f"{file}: no head projection ('0.{num_layers}.weight') found.")
-    vocab, width = projection.shape
-    state.update(_no_maps())
+    vocab, width = projection.shape  # (no token map nor shortlist: their empty buffers need no stored tensor)
     return dict(num_heads=num_heads, num_layers=num_layers, hidden_size=width, vocab_size=vocab, own_heads=True,
                 block_bias=True, target_name_or_path=config.get("base_model_name_or_path")), state
 
@@ -87,7 +86,7 @@ def _vllm(directory: Path, config: dict) -> tuple[dict, dict[str, torch.Tensor]]
         if shared is None:
             raise ArtifactError(f"{directory}: original_lm_head is set but 'lm_heads.0.weight' is missing.")
         raw.update({f"lm_heads.{k}.weight": shared for k in range(num_heads)})
-    state = {**raw, **_no_maps()}
+    state = dict(raw)  # (empty id buffers need no stored tensor: DrafterArtifact._load_checked)
     if truncated < vocab:
         if tuple(token_map.shape) != (truncated,):
             raise ArtifactError(f"{directory}: token_map has shape {tuple(token_map.shape)}, expected ({truncated},).")
@@ -95,8 +94,3 @@ def _vllm(directory: Path, config: dict) -> tuple[dict, dict[str, torch.Tensor]]
     return dict(num_heads=num_heads, num_layers=int(config.get("num_hidden_layers", 1)),
                 hidden_size=int(config["hidden_size"]), vocab_size=vocab, own_heads=True,
                 block_bias=bool(config.get("medusa_fc_bias", False)), head_vocab_size=truncated), state
-
-
-def _no_maps() -> dict[str, torch.Tensor]:
-    """The id buffers of heads whose rows are the target's ids in order, with no shortlist stored."""
-    return {"head_token_ids": torch.zeros(0, dtype=torch.long), "frequency_ids": torch.zeros(0, dtype=torch.long)}

@@ -56,7 +56,7 @@ def confidence_table(prior: AcceptancePrior | None, bin_at: int | None = None) -
     if prior is None or not prior.confidence:
         at_bin, weight = (lambda b: (b + 0.5) / CONFIDENCE_BINS), UNINFORMED_WEIGHT
     else:
-        at_bin, weight = prior.at_confidence, prior.weight
+        at_bin, weight = (lambda b: prior.confidence[b]), prior.weight
     return AcceptanceTable(at_bin if bin_at is None else lambda key: at_bin(key[bin_at]), weight)
 
 

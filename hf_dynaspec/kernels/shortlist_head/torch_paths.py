@@ -126,11 +126,6 @@ def ranked_head_reference(hidden: torch.Tensor, weight: torch.Tensor, ranking: t
 KERNEL_MAX_ROWS = 8  # the kernel's dot products take up to 8 input rows per pass over a weight row
 
 
-def use_rows_kernel(hidden: torch.Tensor, permuted_weight: torch.Tensor) -> bool:
-    return (permuted_weight.dtype == torch.bfloat16 and permuted_weight.device.type == "cpu"
-            and hidden.shape[0] <= KERNEL_MAX_ROWS and permuted_weight.is_contiguous() and rows_kernel.available())
-
-
 @torch.no_grad()
 def shortlist_head(
     hidden: torch.Tensor, permuted_weight: torch.Tensor, block_starts: list[int], block_ends: list[int],
@@ -138,7 +133,8 @@ def shortlist_head(
 ) -> ShortlistHeadOutput:
     """hidden `[B, D]`, permuted_weight `[V, D]`, blocks `[start, end)`, token_order `[V]` -> scores `[B, S]`, ids `[S]`."""
     ids = torch.cat([token_order[a:b] for a, b in zip(block_starts, block_ends)])
-    if use_rows_kernel(hidden, permuted_weight):
+    if (permuted_weight.dtype == torch.bfloat16 and permuted_weight.device.type == "cpu"
+            and hidden.shape[0] <= KERNEL_MAX_ROWS and permuted_weight.is_contiguous() and rows_kernel.available()):
         return ShortlistHeadOutput(rows_kernel.bf16_blocks_matmul(hidden, permuted_weight, block_starts, block_ends),
                                    ids)
     scores = torch.empty(hidden.shape[0], len(ids), dtype=hidden.dtype, device=hidden.device)

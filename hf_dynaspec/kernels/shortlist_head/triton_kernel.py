@@ -156,10 +156,6 @@ def _shortlist_head_kernel(
         tl.atomic_xchg(counter_ptr, 0, sem="relaxed", scope="gpu")
 
 
-def interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET") == "1"
-
-
 @functools.cache
 def _capability(device_index: int) -> tuple[int, int]:
     return torch.cuda.get_device_capability(device_index)
@@ -228,7 +224,7 @@ def _launch(hidden, weight, columns: int, row_ids=None, tables=None, budget_rows
     device = hidden.device
     capability = _capability(device.index if device.index is not None else torch.cuda.current_device()) \
         if device.type == "cuda" else None
-    constants = launch_constants(weight.dtype, batch, capability, interpreting())
+    constants = launch_constants(weight.dtype, batch, capability, os.environ.get("TRITON_INTERPRET") == "1")
     if hidden.dtype != weight.dtype:
         hidden = hidden.to(weight.dtype)
     num_tiles = triton.cdiv(columns, constants["BLOCK_N"])

@@ -49,10 +49,8 @@ class VocabShortlists(nn.Module):
         return tuple((name, buf, buf._version) for name, buf in self.named_buffers(recurse=False))
 
     def _host_is_current(self) -> bool:
-        if self._host is None:
-            return False
         now = self._buffer_identity()
-        return len(now) == len(self._host[0]) and all(
+        return self._host is not None and len(now) == len(self._host[0]) and all(
             a[0] == b[0] and a[1] is b[1] and a[2] == b[2] for a, b in zip(now, self._host[0]))
 
     def host_buffers(self) -> dict[str, torch.Tensor]:

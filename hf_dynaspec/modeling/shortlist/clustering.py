@@ -63,14 +63,13 @@ class VocabClusters:
         Measured against the shipped artifacts' real mean rows per chosen cluster: 2,774 vs 1,893 (0.5B),
         6,058 vs 3,881 (1.5B), 916 vs 937 (Gemma-3-270M): never far below, so an estimate loses no coverage."""
         sizes = self.offsets.diff().double()
-        if len(ranking) == 0:
-            return float((sizes * sizes).sum() / sizes.sum())
-        labels = self.cluster_of_token(int(max(self.token_order.max(), ranking.max())) + 1)[ranking]
-        weights = 1.0 / torch.arange(1, len(ranking) + 1, dtype=torch.double)
-        ranked = labels >= 0  # always-included tokens belong to no cluster
-        mass = torch.zeros(self.num_clusters, dtype=torch.double).index_add_(0, labels[ranked], weights[ranked])
-        if mass.sum() == 0:
-            return float((sizes * sizes).sum() / sizes.sum())
+        mass = sizes  # each cluster's share when every token weighs the same
+        if len(ranking):
+            labels = self.cluster_of_token(int(max(self.token_order.max(), ranking.max())) + 1)[ranking]
+            weights = 1.0 / torch.arange(1, len(ranking) + 1, dtype=torch.double)
+            ranked = labels >= 0  # always-included tokens belong to no cluster
+            zipf = torch.zeros(self.num_clusters, dtype=torch.double).index_add_(0, labels[ranked], weights[ranked])
+            mass = zipf if zipf.sum() > 0 else sizes
         return float((sizes * mass).sum() / mass.sum())
 
 
@@ -113,9 +112,8 @@ def cluster_vocabulary(
     # k-means runs in scikit-learn, on the CPU: bring the rows over once, whatever device the head is on.
     rows = torch.nn.functional.normalize(head_weight.detach()[clustered_ids.to(head_weight.device)].float().cpu(),
                                          dim=-1)
-    generator = torch.Generator().manual_seed(seed)
-    if sample_size is not None and sample_size < len(rows):
-        fit_rows = rows[torch.randperm(len(rows), generator=generator)[:sample_size]]
+    if sample_size is not None and sample_size < len(rows):  # a seeded sample
+        fit_rows = rows[torch.randperm(len(rows), generator=torch.Generator().manual_seed(seed))[:sample_size]]
     else:
         fit_rows = rows
     kmeans = KMeans(n_clusters=num_clusters, n_init=1, max_iter=max_iter, random_state=seed)
