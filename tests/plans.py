@@ -43,8 +43,8 @@ def at(room: int) -> RoundContext:
 
 
 def label(plan: RoundPlan) -> Plan:
-    return Plan(plan.source, plan.num_tokens, plan.match_length, tuple(plan.confidences), plan.probe,
-                plan.next_offered)
+    match_length = plan.offer.match_length if plan.offer is not None else 0
+    return Plan(plan.source, plan.num_tokens, match_length, tuple(plan.confidences), plan.probe, plan.next_offered)
 
 
 class Planning:

@@ -257,13 +257,11 @@ def _keep(cache: DynamicCache, valid: torch.Tensor, rows: list, kept_rows: list)
     row index on its own device (a target split over cards keeps its layers' caches there)."""
     if len(kept_rows) == len(rows) or not kept_rows:  # none left: the loop ends, nothing to index
         return cache, valid
-    index = torch.tensor([i for i, row in enumerate(rows) if row in kept_rows], dtype=torch.long)
-    on_device = {valid.device: index.to(valid.device)}  # one upload per device, when a row finishes
+    # One upload, when a row finishes; a layer on another card (a split target) gets a copy from the device.
+    index = torch.tensor([i for i, row in enumerate(rows) if row in kept_rows], dtype=torch.long).to(valid.device)
     for layer in cache.layers:
-        if layer.keys.device not in on_device:
-            on_device[layer.keys.device] = index.to(layer.keys.device)
-        layer.batch_select_indices(on_device[layer.keys.device])
-    return cache, valid[on_device[valid.device]]
+        layer.batch_select_indices(index.to(layer.keys.device))
+    return cache, valid[index]
 
 
 def _accepted_paths(rows: list, trees: list, logits: torch.Tensor, processors: list, do_sample: bool) -> list:

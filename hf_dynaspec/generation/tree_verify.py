@@ -20,7 +20,7 @@ Legend: N tree nodes, V vocabulary, P cached prefix length.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from transformers.cache_utils import DynamicCache, DynamicLayer, DynamicSlidingWindowLayer
@@ -196,9 +196,7 @@ def processed_greedy_path(tree: DraftTree, logits: torch.Tensor, input_ids: torc
         context = torch.cat([input_ids.expand(count, -1), path_tokens[rows, :depth]], dim=1)
         processed[rows] = logits_processor(context, logits[rows].clone())  # some processors write in place
     path = greedy_path(tree, processed)  # read 2
-    raw_rows = [row[None] for row in logits[path.kept_index].unbind(0)]
-    return AcceptedPath(path.nodes, path.next_token, path.scores, raw_rows, kept_index=path.kept_index,
-                        new_tokens=path.new_tokens)
+    return replace(path, logits=[row[None] for row in logits[path.kept_index].unbind(0)])  # the raw rows
 
 
 def check_tree_cache(cache) -> None:

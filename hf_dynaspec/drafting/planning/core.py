@@ -202,10 +202,6 @@ class RoundPlan:
         """The statistics' label ("none": no draft)."""
         return self.offer.source if self.offer is not None else "none"
 
-    @property
-    def match_length(self) -> int:
-        return self.offer.match_length if self.offer is not None else 0
-
 
 NO_PLAN = RoundPlan(None, 0)
 

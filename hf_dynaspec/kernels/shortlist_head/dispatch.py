@@ -3,12 +3,11 @@
 Two forms of a shortlist:
 - blocks of a cluster-permuted copy of the head (`shortlist_head`): the CPU fast path, where contiguous
   blocks make BLAS fast and host-side lists cost nothing;
-- row ids into the target's own head (`indexed_head`), -1 for padding: the accelerator form, whose shapes do
-  not depend on the router's choice, so a draft step never waits on the device. CUDA tensors with Triton go
-  to the Triton kernel, everything else to the gather reference;
-- the router's ranking and the cluster tables (`ranked_head_for`): the row budget's step, on CUDA with Triton
-  one launch from the ranking to the top token (the kernel works out the row ids), elsewhere the row ids in
-  torch ops and the gather reference.
+- the router's ranking and the cluster tables (`ranked_head_for`): the accelerator form, the row budget's step,
+  whose shapes do not depend on the router's choice, so a draft step never waits on the device: on CUDA with
+  Triton one launch from the ranking to the top token (the kernel works out the row ids), elsewhere the row ids
+  in torch ops and the gather reference. (The kernel over given row ids, -1 for padding, is the operator
+  `torch.ops.hf_dynaspec.indexed_head`, op.py: what the benchmarks and tests time and check.)
 
 Triton is optional: this is the one place that decides whether it can be used, so that the package imports
 and the CPU suite passes without it.
@@ -23,12 +22,8 @@ import os
 import torch
 from transformers.utils import logging
 
-from hf_dynaspec.kernels.shortlist_head.op import indexed_head_op, ranked_head_op
-from hf_dynaspec.kernels.shortlist_head.torch_paths import (
-    ShortlistHeadOutput,
-    indexed_head_reference,
-    ranked_head_reference,
-)
+from hf_dynaspec.kernels.shortlist_head.op import ranked_head_op
+from hf_dynaspec.kernels.shortlist_head.torch_paths import ShortlistHeadOutput, ranked_head_reference
 
 logger = logging.get_logger(__name__)
 
@@ -46,24 +41,6 @@ def triton_available() -> bool:
     if os.environ.get("TRITON_INTERPRET") == "1":
         return True
     return torch.cuda.is_available()
-
-
-def indexed_head(hidden: torch.Tensor, weight: torch.Tensor, row_ids: torch.Tensor) -> ShortlistHeadOutput:
-    """Scores `[B, S]` (float32, -inf in padding columns), ids `[S]` (= row_ids, -1 = padding) and the
-    reductions over S (fused on the Triton path) of the rows `row_ids` of the head `weight` `[V, D]`."""
-    return indexed_head_for(weight)(hidden, weight, row_ids)
-
-
-def indexed_head_for(weight: torch.Tensor):
-    """The backend `indexed_head` takes for a head on `weight`'s device: the Triton operator for CUDA tensors
-    where Triton runs, the gather reference elsewhere. A runtime head asks once, when it is built, so that a
-    draft step (eager, or traced by torch.compile) calls the backend without asking again."""
-    return _triton_indexed_head if weight.is_cuda and triton_available() else indexed_head_reference
-
-
-def _triton_indexed_head(hidden: torch.Tensor, weight: torch.Tensor, row_ids: torch.Tensor) -> ShortlistHeadOutput:
-    scores, *reductions = indexed_head_op(hidden, weight, row_ids)
-    return ShortlistHeadOutput(scores, row_ids, *reductions)
 
 
 def ranked_head_for(weight: torch.Tensor):
