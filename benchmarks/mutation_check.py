@@ -561,8 +561,8 @@ MUTATIONS = [
              "    return (probs * noise).argmax(dim=-1, keepdim=True)", ["tests/test_sampler.py"]),
     Mutation("device: a finished row dropped with an index on the mask's card, not each layer's",
              "hf_dynaspec/generation/batched_loop.py",
-             "        layer.batch_select_indices(on_device[layer.keys.device])",
-             "        layer.batch_select_indices(on_device[valid.device])", [FAKE_CUDA], select="finished_row"),
+             "        layer.batch_select_indices(index.to(layer.keys.device))",
+             "        layer.batch_select_indices(index)", [FAKE_CUDA], select="finished_row"),
     Mutation("device: timing waits for the current card only", "hf_dynaspec/kernels/streams.py",
              "    for device in dict.fromkeys(torch.device(d) for d in devices):\n"
              "        if device.type == \"cuda\":\n            torch.cuda.synchronize(device)\n",
