@@ -11,7 +11,9 @@ sees a different distribution of contexts (on the 0.5B target: top-1 agreement 0
 text vs 0.31 on the target's own answers to the eval prompts, benchmarks/results/drafter_agreement_05b.json).
 Here the target writes the responses: greedy (or sampled with `--sample`), chat template applied, left-padded
 batches of similar-length prompts (one batched step costs far less per token than a single stream on CPU as on
-GPU), bf16 where the host multiplies it natively (`--dtype auto`).
+GPU), bf16 where the host multiplies it natively (`--dtype auto`). A file's prompts are cut into the batches that
+pad least for what one more batch costs (`padded_batches`, `--batch-cost auto` measures it), so a single long
+prompt no longer pads a whole batch to its length.
 
 Prompts: the user's (`--data FILE_OR_DATASET`, recipes.user_data: chats or prompt rows; the responses, if any, are
 replaced by the target's own), a Spec-Bench-format file (`--prompts FILE`, such as recipes.task_prompts' output), or
@@ -212,6 +214,54 @@ def measured_batch_size(model, candidates=(8, 16, 32, 64), context: int = 320, s
     return min(b for b, rate in rates.items() if rate >= 0.9 * best), rates
 
 
+@torch.no_grad()
+def measured_batch_cost(model, max_new_tokens: int, rows: int = 4, length: int = 64, repeats: int = 3) -> float:
+    """--batch-cost auto: what one more batch costs, in padded prompt tokens: `max_new_tokens` one-row decoding steps
+    (a step's fixed part: reading every weight once) over the time of one prefill token (`rows` x `length`). A
+    prefill token is only part of what padding costs (every step also attends over the pad), so this overprices a
+    batch a little: padded_batches then cuts a file only where the saving is clear."""
+    device = model.get_input_embeddings().weight.device
+    ids = torch.randint(100, 10000, (rows, length), generator=torch.Generator().manual_seed(0)).to(device)
+
+    def timed(run) -> float:
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            run().argmax(-1).tolist()  # waits for the device too
+            times.append(time.perf_counter() - start)
+        return sorted(times)[repeats // 2]
+
+    # The last position's logits only, as generate() prefills (logits_to_keep=1).
+    prefill = timed(lambda: model(ids, use_cache=True, logits_to_keep=1).logits[:, -1]) / (rows * length)
+    cache = model(ids[:1], use_cache=True).past_key_values
+    step = timed(lambda: model(ids[:1, -1:], past_key_values=cache, use_cache=True).logits[:, -1])
+    return max_new_tokens * step / prefill
+
+
+def padded_batches(lengths: list[int], batch_size: int, batch_cost: float) -> list[tuple[int, int]]:
+    """(start, end) batches of prompts sorted by length (`lengths` ascending, in tokens), at most `batch_size` each,
+    padded to their longest prompt: the cut with the fewest padded prompt tokens plus `batch_cost` per batch. Plain
+    runs of `batch_size` let one long prompt pad every row to it (files of the training mix with one 512-token
+    prompt among ~60-token ones took 1.8x as long on an AVX2 host: data/README.md); a batch of its own costs one
+    more set of decoding steps, which this weighs. Exact over all cuts (dynamic programming; n x batch_size)."""
+    best, start_of = [0.0] + [float("inf")] * len(lengths), [0] * (len(lengths) + 1)
+    for end in range(1, len(lengths) + 1):
+        for start in range(max(0, end - batch_size), end):
+            cost = best[start] + (end - start) * lengths[end - 1] + batch_cost
+            if cost < best[end]:
+                best[end], start_of[end] = cost, start
+    spans, end = [], len(lengths)
+    while end:
+        spans.append((start_of[end], end))
+        end = start_of[end]
+    return spans[::-1]
+
+
+def prompt_lengths(tokenizer, prompts: list[str], max_prompt_tokens: int) -> list[int]:
+    """Each prompt's length in tokens as generate_batch encodes it (chat template, the last `max_prompt_tokens`)."""
+    return [min(encode_prompt(tokenizer, p, None).shape[-1], max_prompt_tokens) for p in prompts]
+
+
 def parse_arguments(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--target", required=True)
@@ -221,6 +271,9 @@ def parse_arguments(argv=None) -> argparse.Namespace:
     parser.add_argument("--max-prompt-tokens", type=int, default=512, help="keep the last N tokens of long prompts")
     parser.add_argument("--batch-size", default="16",
                         help="answers per batched generate(), or auto: the size with the best measured tokens/s")
+    parser.add_argument("--batch-cost", default="auto",
+                        help="what one more batch costs in padded prompt tokens, or auto: measured (a file's prompts are "
+                             "cut into the batches that pad least for it, at most --batch-size each)")
     parser.add_argument("--prompts-per-file", type=int, default=64)
     parser.add_argument("--first-file", type=int, default=0,
                         help="start at responses file N of the fixed prompt order (prompts N*per-file onwards): new "
@@ -247,6 +300,11 @@ def parse_arguments(argv=None) -> argparse.Namespace:
         parser.error("--data and --prompts both name the prompts: give one")
     if args.batch_size != "auto" and not args.batch_size.isdigit():
         parser.error(f"--batch-size takes a positive integer or auto, got {args.batch_size!r}")
+    if args.batch_cost != "auto":
+        try:
+            args.batch_cost = float(args.batch_cost)
+        except ValueError:
+            parser.error(f"--batch-cost takes a number of prompt tokens or auto, got {args.batch_cost!r}")
     return args
 
 
@@ -267,10 +325,13 @@ def write_file(model, tokenizer, args, index: int, chunk: list[dict], sampling: 
     if sampling is not None:  # per file: a resumed run samples file N exactly as an uninterrupted one
         torch.manual_seed(args.seed * 1_000_003 + index)
     # Similar lengths in a batch: less padding, and fewer finished rows waiting for the longest answer.
-    chunk = sorted(chunk, key=lambda r: len(r["prompt"]))
+    lengths = prompt_lengths(tokenizer, [r["prompt"] for r in chunk], args.max_prompt_tokens)
+    order = sorted(range(len(chunk)), key=lambda i: lengths[i])
+    chunk, lengths = [chunk[i] for i in order], [lengths[i] for i in order]
+    spans = padded_batches(lengths, args.batch_size, args.batch_cost)
     lines, answers, generated = [], [], 0
-    for first in range(0, len(chunk), args.batch_size):
-        batch = chunk[first : first + args.batch_size]
+    for first, end in spans:
+        batch = chunk[first:end]
         batch_answers = generate_batch(model, tokenizer, [r["prompt"] for r in batch], args.max_new_tokens,
                                        args.max_prompt_tokens, args.features_out is not None, sampling)
         lines += [json.dumps({**r, "response": a.text}) for r, a in zip(batch, batch_answers)]
@@ -289,7 +350,9 @@ def write_file(model, tokenizer, args, index: int, chunk: list[dict], sampling: 
     seconds = time.perf_counter() - start
     return {"file": index, "prompts": len(chunk), "answer_tokens": generated, "seconds": round(seconds, 1),
             "tokens_per_hour": round(generated * 3600 / seconds), "dtype": args.dtype,
-            "batch_size": args.batch_size, "host_kind": host_kind({"host": host_description()}),
+            "batch_size": args.batch_size, "batch_cost": args.batch_cost, "batches": [end - first for first, end in spans],
+            "padded_prompt_tokens": sum((end - first) * lengths[end - 1] for first, end in spans),
+            "host_kind": host_kind({"host": host_description()}),
             "host": host_description(), "sample": sampling is not None}
 
 
@@ -321,6 +384,9 @@ def main(argv=None) -> None:
         if (args.out / f"responses_{index:05d}.jsonl").exists():  # a run without --features-out keeps no shard
             progress.update(len(chunk))  # (build_features makes them)
             continue
+        if args.batch_cost == "auto":  # measured once, and only by a run that writes a file
+            args.batch_cost = round(measured_batch_cost(model, args.max_new_tokens))
+            print(f"one more batch costs {args.batch_cost} padded prompt tokens (measured)", flush=True)
         record = write_file(model, tokenizer, args, index, chunk, sampling, progress)
         with log.open("a") as table:
             table.write(json.dumps(record) + "\n")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 
 import pytest
 import torch
@@ -347,8 +348,9 @@ def test_self_distillation_samples_each_file_alike_when_resumed(tmp_path, monkey
 
     monkeypatch.setattr(self_distill, "load_target", lambda name, dtype, device="cpu": (None, None))
     monkeypatch.setattr(self_distill, "generate_batch", fake_batch)
+    monkeypatch.setattr(self_distill, "prompt_lengths", lambda tokenizer, prompts, limit: [len(p) for p in prompts])
     common = ["--target", "qwen2.5-coder-0.5b-instruct", "--prompts-per-file", "3", "--batch-size", "2", "--sample",
-              "--seed", "4", "--dtype", "fp32"]
+              "--seed", "4", "--dtype", "fp32", "--batch-cost", "1000"]
     self_distill.main([*common, "--out", str(tmp_path / "whole"), "--max-prompts", "9"])
     self_distill.main([*common, "--out", str(tmp_path / "resumed"), "--max-prompts", "3"])
     self_distill.main([*common, "--out", str(tmp_path / "resumed"), "--max-prompts", "9"])
@@ -477,8 +479,9 @@ def test_self_distillation_first_file_starts_at_that_files_prompts(tmp_path, mon
     monkeypatch.setattr(self_distill, "load_target", lambda name, dtype, device="cpu": (None, None))
     monkeypatch.setattr(self_distill, "generate_batch", lambda model, tokenizer, prompts, *args, **kwargs:
                         [self_distill.Answer(p[::-1], [0, 1, 2], 1) for p in prompts])
+    monkeypatch.setattr(self_distill, "prompt_lengths", lambda tokenizer, prompts, limit: [len(p) for p in prompts])
     self_distill.main(["--target", "x", "--out", str(tmp_path), "--first-file", "2", "--prompts-per-file", "3",
-                       "--max-prompts", "12", "--batch-size", "2"])
+                       "--max-prompts", "12", "--batch-size", "2", "--batch-cost", "1000"])
     assert sorted(p.name for p in tmp_path.glob("responses_*")) == ["responses_00002.jsonl", "responses_00003.jsonl"]
     expected = list(self_distill.training_prompts())[6:12]
     for index, rows in ((2, expected[:3]), (3, expected[3:])):
@@ -729,3 +732,66 @@ def test_build_shortlists_refuses_bad_arguments_and_writes_nothing(tmp_path, mon
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
     assert (tmp_path / "notes.txt").read_text() == "mine"
     assert bool(loads) == (given[-1] == "500"), "the target is loaded only when the vocabulary is what is checked"
+
+
+def _cut_cost(lengths, spans, batch_cost):
+    return sum((end - start) * lengths[end - 1] + batch_cost for start, end in spans)
+
+
+def _all_cuts(n, batch_size):
+    """Every way to cut n sorted prompts into consecutive batches of at most batch_size."""
+    if n == 0:
+        yield []
+        return
+    for size in range(1, min(batch_size, n) + 1):
+        for rest in _all_cuts(n - size, batch_size):
+            yield [(0, size)] + [(start + size, end + size) for start, end in rest]
+
+
+def test_self_distillation_batches_are_the_cheapest_cut_of_each_file():
+    """padded_batches is exact: against every cut of small files, its batches cover the file in order, hold at most
+    --batch-size prompts and cost no more (padded prompt tokens plus the batch cost) than the best cut."""
+    from recipes.self_distill import padded_batches
+
+    generator = random.Random(0)
+    for _ in range(200):
+        n, batch_size = generator.randint(1, 8), generator.randint(1, 4)
+        lengths = sorted(generator.choice([3, 5, 60, 70, 200, 512]) for _ in range(n))
+        batch_cost = generator.choice([0, 10, 300, 5000])
+        spans = padded_batches(lengths, batch_size, batch_cost)
+        assert [start for start, _ in spans] == [0] + [end for _, end in spans[:-1]] and spans[-1][1] == n
+        assert all(0 < end - start <= batch_size for start, end in spans)
+        best = min(_cut_cost(lengths, cut, batch_cost) for cut in _all_cuts(n, batch_size))
+        assert _cut_cost(lengths, spans, batch_cost) == best
+
+
+def test_self_distillation_gives_one_long_prompt_a_batch_of_its_own_only_when_that_pays():
+    from recipes.self_distill import padded_batches
+
+    lengths = [60] * 63 + [512]
+    assert padded_batches(lengths, 64, 2000) == [(0, 63), (63, 64)]  # 63 x 452 padded tokens saved > 2,000
+    assert padded_batches(lengths, 64, 40000) == [(0, 64)]  # a batch dearer than the padding: one batch
+    assert padded_batches([60] * 64, 64, 0) == [(0, 64)]  # nothing to save: no cut
+    assert len(padded_batches([60] * 70, 64, 1)) == 2  # more prompts than a batch holds: two batches, not more
+
+
+def test_self_distillation_prices_a_batch_as_its_decoding_steps_over_a_prefill_token(monkeypatch):
+    """measured_batch_cost = max_new_tokens x (one one-row decoding step) / (one prefill token), on a clock the fake
+    model advances: 1 ms per prefill token, 50 ms per decoding step."""
+    from types import SimpleNamespace
+
+    import recipes.self_distill as self_distill
+
+    clock = [0.0]
+
+    class Clocked:
+        def get_input_embeddings(self):
+            return SimpleNamespace(weight=torch.zeros(1))
+
+        def __call__(self, ids, use_cache=True, past_key_values=None, logits_to_keep=None):
+            clock[0] += 0.05 if past_key_values is not None else 0.001 * ids.numel()
+            return SimpleNamespace(logits=torch.zeros(ids.shape[0], ids.shape[1], 3), past_key_values="cache")
+
+    monkeypatch.setattr(self_distill.time, "perf_counter", lambda: clock[0])
+    assert self_distill.measured_batch_cost(Clocked(), 192) == pytest.approx(192 * 50)
+    assert self_distill.measured_batch_cost(Clocked(), 96, rows=2, length=16) == pytest.approx(96 * 50)

@@ -76,13 +76,14 @@ def test_self_distillation_answers_a_prompt_file_in_its_order(tmp_path, monkeypa
     monkeypatch.setattr(self_distill, "load_target", lambda name, dtype, device="cpu": (None, None))
     monkeypatch.setattr(self_distill, "generate_batch", lambda model, tokenizer, prompts, *args, **kwargs:
                         [self_distill.Answer(p.upper(), [0, 1, 2], 1) for p in prompts])
+    monkeypatch.setattr(self_distill, "prompt_lengths", lambda tokenizer, prompts, limit: [len(p) for p in prompts])
     prompt_file = tmp_path / "tasks.jsonl"
     rows = [{"question_id": f"task-{i}", "category": "rag", "turns": [f"prompt {i}"], "source": "s", "license": "MIT"}
             for i in range(5)]
     prompt_file.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     out = tmp_path / "out"
     self_distill.main(["--target", "x", "--out", str(out), "--prompts", str(prompt_file), "--prompts-per-file", "2",
-                       "--first-file", "1", "--batch-size", "2"])
+                       "--first-file", "1", "--batch-size", "2", "--batch-cost", "1000"])
     files = sorted(p.name for p in out.glob("responses_*"))
     assert files == ["responses_00001.jsonl", "responses_00002.jsonl"]  # prompts 2-3, then 4
     written = [json.loads(line) for name in files for line in (out / name).read_text().splitlines()]

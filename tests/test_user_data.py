@@ -78,8 +78,10 @@ def test_self_distill_answers_exactly_the_users_prompts(tmp_path, monkeypatch):
     monkeypatch.setattr(self_distill, "load_target", lambda name, dtype, device="cpu": (None, None))
     monkeypatch.setattr(self_distill, "generate_batch", lambda model, tokenizer, prompts, *args, **kwargs:
                         [self_distill.Answer(p.upper(), [0, 1, 2], 1) for p in prompts])
+    monkeypatch.setattr(self_distill, "prompt_lengths", lambda tokenizer, prompts, limit: [len(p) for p in prompts])
     data = write_jsonl(tmp_path / "d.jsonl", ROWS)
-    self_distill.main(["--target", "x", "--out", str(tmp_path / "sd"), "--data", str(data), "--prompts-per-file", "5"])
+    self_distill.main(["--target", "x", "--out", str(tmp_path / "sd"), "--data", str(data), "--prompts-per-file", "5",
+                       "--batch-cost", "1000"])
     written = [json.loads(line) for path in sorted((tmp_path / "sd").glob("responses_*.jsonl"))
                for line in path.read_text().splitlines()]
     assert sorted(r["prompt"] for r in written) == sorted(p for p, _ in PAIRS)
