@@ -50,6 +50,7 @@ from tqdm.auto import tqdm
 
 from hf_dynaspec.bench.results_table import host_description
 from hf_dynaspec.bench.summary import host_kind
+from hf_dynaspec.generation.tree_verify import cache_kwargs
 from hf_dynaspec.loading import encode_prompt, load_target, resolve_device
 from hf_dynaspec.zoo import published_sampling
 from recipes.build_features import pack_shard, shard_path
@@ -192,6 +193,12 @@ def sampling_settings(target: str, model) -> dict:
     return {k: v for k, v in settings.items() if v is not None}
 
 
+def _cache_of(output):
+    """A forward's KV cache: its field is `cache` in recent transformers, `past_key_values` in older ones."""
+    cache = output.get("cache")  # not .get("cache", .get("past_key_values")): reading the old name warns
+    return cache if cache is not None else output.get("past_key_values")
+
+
 @torch.no_grad()
 def measured_batch_size(model, candidates=(8, 16, 32, 64), context: int = 320, steps: int = 4) -> tuple[int, dict]:
     """--batch-size auto: (the batch size, {batch: decoded tokens/s}). One-token steps over a `context`-token cache
@@ -202,11 +209,11 @@ def measured_batch_size(model, candidates=(8, 16, 32, 64), context: int = 320, s
     rates = {}
     for batch in candidates:
         ids = torch.randint(100, 10000, (batch, context), generator=generator).to(device)
-        cache = model(ids, use_cache=True).past_key_values
+        cache = _cache_of(model(ids, use_cache=True))
         token, times = ids[:, -1:], []
         for _ in range(steps):
             start = time.perf_counter()
-            logits = model(token, past_key_values=cache, use_cache=True).logits
+            logits = model(token, **cache_kwargs(model, cache), use_cache=True).logits
             token = logits[:, -1:].argmax(-1)  # the next step needs it: this waits for the device too
             times.append(time.perf_counter() - start)
         rates[batch] = batch / sorted(times)[steps // 2]
@@ -220,8 +227,9 @@ def measured_batch_cost(model, max_new_tokens: int, rows: int = 4, length: int =
     (a step's fixed part: reading every weight once) over the time of one prefill token (`rows` x `length`). A
     prefill token is only part of what padding costs (every step also attends over the pad), so this overprices a
     batch a little: padded_batches then cuts a file only where the saving is clear."""
-    device = model.get_input_embeddings().weight.device
-    ids = torch.randint(100, 10000, (rows, length), generator=torch.Generator().manual_seed(0)).to(device)
+    embeddings = model.get_input_embeddings().weight
+    ids = torch.randint(0, min(10000, embeddings.shape[0]), (rows, length), generator=torch.Generator().manual_seed(0))
+    ids = ids.to(embeddings.device)
 
     def timed(run) -> float:
         times = []
@@ -232,9 +240,9 @@ def measured_batch_cost(model, max_new_tokens: int, rows: int = 4, length: int =
         return sorted(times)[repeats // 2]
 
     # The last position's logits only, as generate() prefills (logits_to_keep=1).
-    prefill = timed(lambda: model(ids, use_cache=True, logits_to_keep=1).logits[:, -1]) / (rows * length)
-    cache = model(ids[:1], use_cache=True).past_key_values
-    step = timed(lambda: model(ids[:1, -1:], past_key_values=cache, use_cache=True).logits[:, -1])
+    prefill = timed(lambda: model(ids, use_cache=True, logits_to_keep=1)["logits"][:, -1]) / (rows * length)
+    cache = _cache_of(model(ids[:1], use_cache=True))
+    step = timed(lambda: model(ids[:1, -1:], **cache_kwargs(model, cache), use_cache=True)["logits"][:, -1])
     return max_new_tokens * step / prefill
 
 

@@ -788,10 +788,15 @@ def test_self_distillation_prices_a_batch_as_its_decoding_steps_over_a_prefill_t
         def get_input_embeddings(self):
             return SimpleNamespace(weight=torch.zeros(1))
 
-        def __call__(self, ids, use_cache=True, past_key_values=None, logits_to_keep=None):
-            clock[0] += 0.05 if past_key_values is not None else 0.001 * ids.numel()
-            return SimpleNamespace(logits=torch.zeros(ids.shape[0], ids.shape[1], 3), past_key_values="cache")
+        def forward(self, ids, use_cache=True, cache=None, logits_to_keep=None):
+            clock[0] += 0.05 if cache is not None else 0.001 * ids.numel()
+            return {"logits": torch.zeros(ids.shape[0], ids.shape[1], 3), "cache": "cache"}
+
+        __call__ = forward
 
     monkeypatch.setattr(self_distill.time, "perf_counter", lambda: clock[0])
     assert self_distill.measured_batch_cost(Clocked(), 192) == pytest.approx(192 * 50)
     assert self_distill.measured_batch_cost(Clocked(), 96, rows=2, length=16) == pytest.approx(96 * 50)
+    monkeypatch.undo()
+    # A real model's forward (ids inside its vocabulary, its cache under either name, the last logits only).
+    assert 0 < self_distill.measured_batch_cost(one_layer_target("qwen2"), 8) < float("inf")
