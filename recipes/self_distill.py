@@ -223,13 +223,11 @@ def measured_batch_size(model, candidates=(8, 16, 32, 64), context: int = 320, s
 
 @torch.no_grad()
 def measured_batch_cost(model, max_new_tokens: int, rows: int = 4, length: int = 64, repeats: int = 3) -> float:
-    """--batch-cost auto: what one more batch costs, in padded prompt tokens: `max_new_tokens` one-row decoding steps
-    (a step's fixed part: reading every weight once) over the time of one prefill token (`rows` x `length`). A
-    prefill token is only part of what padding costs (every step also attends over the pad), so this overprices a
-    batch a little: padded_batches then cuts a file only where the saving is clear."""
+    """--batch-cost auto: one more batch's price in padded prompt tokens: `max_new_tokens` one-row decoding steps over
+    one prefill token's time. A padded token also costs each step's attention, which this leaves out: it overprices a
+    batch, so padded_batches cuts only where the saving is clear."""
     embeddings = model.get_input_embeddings().weight
-    ids = torch.randint(0, min(10000, embeddings.shape[0]), (rows, length), generator=torch.Generator().manual_seed(0))
-    ids = ids.to(embeddings.device)
+    ids = torch.randint(0, min(10000, len(embeddings)), (rows, length), generator=torch.Generator().manual_seed(0)).to(embeddings.device)
 
     def timed(run) -> float:
         times = []
@@ -247,11 +245,9 @@ def measured_batch_cost(model, max_new_tokens: int, rows: int = 4, length: int =
 
 
 def padded_batches(lengths: list[int], batch_size: int, batch_cost: float) -> list[tuple[int, int]]:
-    """(start, end) batches of prompts sorted by length (`lengths` ascending, in tokens), at most `batch_size` each,
-    padded to their longest prompt: the cut with the fewest padded prompt tokens plus `batch_cost` per batch. Plain
-    runs of `batch_size` let one long prompt pad every row to it (files of the training mix with one 512-token
-    prompt among ~60-token ones took 1.8x as long on an AVX2 host: data/README.md); a batch of its own costs one
-    more set of decoding steps, which this weighs. Exact over all cuts (dynamic programming; n x batch_size)."""
+    """(start, end) batches of length-sorted prompts (`lengths` ascending, in tokens), at most `batch_size` each: the cut
+    with the fewest padded prompt tokens plus `batch_cost` per batch, exact (dynamic programming). One long prompt
+    no longer pads a whole batch (a 512-token one among ~60-token ones: 1.7x the file's time on an AVX2 host)."""
     best, start_of = [0.0] + [float("inf")] * len(lengths), [0] * (len(lengths) + 1)
     for end in range(1, len(lengths) + 1):
         for start in range(max(0, end - batch_size), end):
