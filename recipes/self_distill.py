@@ -52,6 +52,7 @@ from hf_dynaspec.bench.results_table import host_description
 from hf_dynaspec.bench.summary import host_kind
 from hf_dynaspec.generation.tree_verify import cache_kwargs
 from hf_dynaspec.loading import encode_prompt, load_target, resolve_device
+from hf_dynaspec.modeling.drafter import output_cache
 from hf_dynaspec.zoo import published_sampling
 from recipes.build_features import pack_shard, shard_path
 from recipes.data_paths import shared_data_dir
@@ -193,12 +194,6 @@ def sampling_settings(target: str, model) -> dict:
     return {k: v for k, v in settings.items() if v is not None}
 
 
-def _cache_of(output):
-    """A forward's KV cache: its field is `cache` in recent transformers, `past_key_values` in older ones."""
-    cache = output.get("cache")  # not .get("cache", .get("past_key_values")): reading the old name warns
-    return cache if cache is not None else output.get("past_key_values")
-
-
 @torch.no_grad()
 def measured_batch_size(model, candidates=(8, 16, 32, 64), context: int = 320, steps: int = 4) -> tuple[int, dict]:
     """--batch-size auto: (the batch size, {batch: decoded tokens/s}). One-token steps over a `context`-token cache
@@ -209,7 +204,7 @@ def measured_batch_size(model, candidates=(8, 16, 32, 64), context: int = 320, s
     rates = {}
     for batch in candidates:
         ids = torch.randint(100, 10000, (batch, context), generator=generator).to(device)
-        cache = _cache_of(model(ids, use_cache=True))
+        cache = output_cache(model(ids, use_cache=True))
         token, times = ids[:, -1:], []
         for _ in range(steps):
             start = time.perf_counter()
@@ -239,7 +234,7 @@ def measured_batch_cost(model, max_new_tokens: int, rows: int = 4, length: int =
 
     # The last position's logits only, as generate() prefills (logits_to_keep=1).
     prefill = timed(lambda: model(ids, use_cache=True, logits_to_keep=1)["logits"][:, -1]) / (rows * length)
-    cache = _cache_of(model(ids[:1], use_cache=True))
+    cache = output_cache(model(ids[:1], use_cache=True))
     step = timed(lambda: model(ids[:1, -1:], **cache_kwargs(model, cache), use_cache=True)["logits"][:, -1])
     return max_new_tokens * step / prefill
 
@@ -309,6 +304,8 @@ def parse_arguments(argv=None) -> argparse.Namespace:
             args.batch_cost = float(args.batch_cost)
         except ValueError:
             parser.error(f"--batch-cost takes a number of prompt tokens or auto, got {args.batch_cost!r}")
+        if not args.batch_cost >= 0:
+            parser.error(f"--batch-cost is a price in prompt tokens: >= 0, got {args.batch_cost}")
     return args
 
 

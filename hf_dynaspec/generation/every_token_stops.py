@@ -18,6 +18,8 @@ import torch
 from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 
+from hf_dynaspec.modeling.drafter import output_cache
+
 CROPPED_BY_TRANSFORMERS = (EosTokenCriteria, MaxLengthCriteria)
 
 
@@ -99,9 +101,9 @@ def cut(output, checker: EveryTokenStops, prompt_length: int):
         per_token = getattr(output, name, None)
         if per_token is not None:  # one entry per new token
             setattr(output, name, per_token[:new_tokens])
-    # The cache as plain decoding leaves it: every token's keys and values but the last one's. (Its field is
-    # `cache` in recent transformers, `past_key_values` in older; `crop` of a negative number drops that many.)
-    cache = output.get("cache", output.get("past_key_values"))
+    # The cache as plain decoding leaves it: every token's keys and values but the last one's (`crop` of a negative
+    # number drops that many).
+    cache = output_cache(output)
     if cache is not None and hasattr(cache, "crop") and cache.get_seq_length() > stop - 1:
         cache.crop(stop - 1 - cache.get_seq_length())
     return output

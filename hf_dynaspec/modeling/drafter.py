@@ -76,6 +76,13 @@ def cache_argument(forward) -> str:
     return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
 
 
+def output_cache(output):
+    """A forward's or generate()'s KV cache, under `cache` or (before transformers 5.24) `past_key_values`; the old
+    name is read only when the new one is absent, since reading it warns."""
+    cache = output.get("cache")
+    return cache if cache is not None else output.get("past_key_values")
+
+
 def causal_mask(num_new: int, past_length: int, device: torch.device) -> torch.Tensor | None:
     """Boolean mask `[1, 1, num_new, past_length + num_new]`: new position i sees keys <= past_length + i.
 
