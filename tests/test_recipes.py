@@ -800,3 +800,13 @@ def test_self_distillation_prices_a_batch_as_its_decoding_steps_over_a_prefill_t
     monkeypatch.undo()
     # A real model's forward (ids inside its vocabulary, its cache under either name, the last logits only).
     assert 0 < self_distill.measured_batch_cost(one_layer_target("qwen2"), 8) < float("inf")
+
+
+@pytest.mark.parametrize("given", ["-1", "cheap", "nan"])
+def test_self_distillation_refuses_a_batch_cost_that_is_no_price(given, capsys):
+    from recipes.self_distill import parse_arguments
+
+    with pytest.raises(SystemExit):
+        parse_arguments(["--target", "x", "--out", "o", "--batch-cost", given])
+    assert "--batch-cost" in capsys.readouterr().err
+    assert parse_arguments(["--target", "x", "--out", "o", "--batch-cost", "0"]).batch_cost == 0.0
