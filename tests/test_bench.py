@@ -561,7 +561,7 @@ def test_a_timed_run_synchronises_the_device_at_its_start_its_prefill_and_its_en
 
 def test_the_readme_summary_picks_each_hosts_latest_default_run():
     """Per host kind, target and dtype: the latest run that timed `auto` (not a later run without it), its best
-    other method (never another `auto`), and AVX2 and AVX-512 BF16 hosts kept apart."""
+    other method (never another `auto`), and AVX2, AVX-512 BF16 and AMX hosts kept apart."""
     from hf_dynaspec.bench.summary import host_kind, summary_tables
 
     def record(flags, file, method, speedup, date, target="t"):
@@ -570,7 +570,7 @@ def test_the_readme_summary_picks_each_hosts_latest_default_run():
                 "metrics": {"file": f"benchmarks/results/{file}", "speedup": speedup, "tau": 1.5, "dtype": "bf16",
                             "n_prompts": 7, "max_new_tokens": 64, "tokens_per_s": 10.0}}
 
-    fast, avx2 = ["avx512_bf16", "avx512f", "avx2"], ["avx2"]
+    fast, avx2, amx = ["avx512_bf16", "avx512f", "avx2"], ["avx2"], ["amx_bf16", "avx512_bf16", "avx512f", "avx2"]
     records = [record(fast, "old.json", "vanilla", 1.0, "2026-01-01"),
                record(fast, "old.json", "dynaspec:8", 1.2, "2026-01-01"),
                record(fast, "with_auto.json", "vanilla", 1.0, "2026-01-02"),
@@ -582,10 +582,21 @@ def test_the_readme_summary_picks_each_hosts_latest_default_run():
                record(fast, "later_no_auto.json", "eagle", 0.9, "2026-01-03"),
                record(avx2, "slow.json", "vanilla", 1.0, "2026-01-01"),
                record(avx2, "slow.json", "dynaspec:8+auto", 1.3, "2026-01-01"),
-               record(avx2, "slow.json", "llama.cpp:/home/someone/models/t-bf16.gguf", 2.9, "2026-01-01")]
-    assert [host_kind(r) for r in records[-3:]] == ["AVX2"] * 3 and host_kind(records[0]) == "AVX-512 BF16"
+               record(avx2, "slow.json", "llama.cpp:/home/someone/models/t-bf16.gguf", 2.9, "2026-01-01"),
+               record(amx, "tiles.json", "vanilla", 1.0, "2026-01-01"),
+               record(amx, "tiles.json", "dynaspec:8+auto", 1.2, "2026-01-01")]
+    assert [host_kind(r) for r in records[-5:]] == ["AVX2"] * 3 + ["AVX-512 BF16 + AMX"] * 2
+    assert host_kind(records[0]) == "AVX-512 BF16"
+
+    def part(tables, kind):  # the rows of one host kind
+        return "\n".join(line for line in tables.splitlines() if line.startswith(f"| {kind} |"))
+
     tables = summary_tables(records)
-    fast_part, slow_part = tables.split("**AVX2 CPU host**")
+    fast_part, slow_part, tiles_part = (part(tables, kind) for kind in ("AVX-512 BF16", "AVX2", "AVX-512 BF16 + AMX"))
+    assert "`tiles.json`" in tiles_part and "tiles" not in fast_part + slow_part  # AMX hosts kept apart
+    assert tables.index("| AVX-512 BF16 + AMX |") < tables.index("| AVX-512 BF16 |") < tables.index("| AVX2 |")
+    assert "No end-to-end run" not in tables
+    assert summary_tables(records[:9]).endswith("No end-to-end run in the results table yet on: AVX-512 BF16 + AMX, AVX2.\n")
     assert "`with_auto.json`" in fast_part and "later_no_auto" not in fast_part and "old.json" not in fast_part
     # Speedups over both plain paths (1.8 / 1.5 = 1.2); plain generate() on the fast kernels is a baseline, never
     # the best other method, and a run that did not time it says so.
@@ -601,7 +612,7 @@ def test_the_readme_summary_picks_each_hosts_latest_default_run():
               record(fast, "copies.json", "dynaspec:8+auto", 2.5, "2026-01-05")]
     for one in subset:  # a later run of two categories only (--categories) is not the target's headline
         one["metrics"]["categories"] = ["summarization", "rag"]
-    both = summary_tables(records + sampled + subset).split("**AVX2 CPU host**")[0]
+    both = part(summary_tables(records + sampled + subset), "AVX-512 BF16")
     assert "copies.json" not in both
     assert "| t | bf16 | 7 x 64 | 10.00 | 10.00 (1.50x) | `dynaspec:8+auto` 1.80x" in both  # greedy row kept
     assert "| t | bf16, sampled | 7 x 64 | 10.00 | not timed | `dynaspec:8+auto` 1.60x / -" in both
