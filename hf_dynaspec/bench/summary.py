@@ -104,7 +104,8 @@ def summary_tables(records: list[dict]) -> str:
              "| --- | --- | --- | --- | ---: | ---: | --- | --- | --- | --- |"]
     lines += [_row(HOST_KINDS[kind], target, dtype, file, run)
               for (kind, target, dtype), (file, run, _) in sorted(latest.items())]
-    missing = [kind for kind in HOST_KINDS[:-1] if not any(key[0] == HOST_KINDS.index(kind) for key in latest)]
+    present = {index for index, _, _ in latest}
+    missing = [kind for index, kind in enumerate(HOST_KINDS[:-1]) if index not in present]
     if missing:
         lines += ["", f"No end-to-end run in the results table yet on: {', '.join(missing)}."]
     return "\n".join(lines) + "\n"
