@@ -20,6 +20,7 @@ from transformers import AutoModelForCausalLM, DynamicCache, StaticCache
 
 import hf_dynaspec
 from hf_dynaspec import zoo
+from hf_dynaspec.generation.tree_verify import cache_kwargs
 
 
 def main() -> None:
@@ -35,9 +36,11 @@ def main() -> None:
     token, nine = torch.tensor([[5]]), torch.arange(5, 14)[None]
     static = StaticCache(config=model.config, max_cache_len=args.capacity)
     dynamic = DynamicCache(config=model.config)
+    # the forward's cache keyword, read once outside the compiled step (transformers 5.2x renamed it)
+    static_cache, dynamic_cache = cache_kwargs(model, static), cache_kwargs(model, dynamic)
     with torch.inference_mode():
-        model(input_ids=ids, past_key_values=static, cache_position=torch.arange(args.context), use_cache=True)
-        model(input_ids=ids, past_key_values=dynamic, use_cache=True)
+        model(input_ids=ids, **static_cache, cache_position=torch.arange(args.context), use_cache=True)
+        model(input_ids=ids, **dynamic_cache, use_cache=True)
 
     def rewind_dynamic():
         extra = dynamic.get_seq_length() - args.context
@@ -46,14 +49,14 @@ def main() -> None:
 
     def eager():
         rewind_dynamic()
-        return model(input_ids=token, past_key_values=dynamic, use_cache=True).logits
+        return model(input_ids=token, **dynamic_cache, use_cache=True).logits
 
     def verify9():
         rewind_dynamic()
-        return model(input_ids=nine, past_key_values=dynamic, use_cache=True).logits
+        return model(input_ids=nine, **dynamic_cache, use_cache=True).logits
 
     def static_step():
-        return model(input_ids=token, past_key_values=static, cache_position=torch.tensor([args.context]),
+        return model(input_ids=token, **static_cache, cache_position=torch.tensor([args.context]),
                      use_cache=True).logits
 
     step = torch.compile(static_step, fullgraph=True, dynamic=False)

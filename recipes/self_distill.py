@@ -194,18 +194,23 @@ def sampling_settings(target: str, model) -> dict:
     return {k: v for k, v in settings.items() if v is not None}
 
 
+def random_ids(model, rows: int, length: int, generator: torch.Generator) -> torch.Tensor:
+    """[rows, length] ids for a timing, inside any vocabulary (below min(10,000, its size)), on the model's device."""
+    embeddings = model.get_input_embeddings().weight
+    return torch.randint(0, min(10000, len(embeddings)), (rows, length), generator=generator).to(embeddings.device)
+
+
 @torch.no_grad()
 def measured_batch_size(model, candidates=(8, 16, 32, 64), context: int = 320, steps: int = 4) -> tuple[int, dict]:
     """--batch-size auto: (the batch size, {batch: decoded tokens/s}). One-token steps over a `context`-token cache
     (a prompt and half an answer) are timed at each size; the smallest within 10% of the best wins, since a
     larger batch waits longer for its longest answer and pads more."""
-    embeddings = model.get_input_embeddings().weight
     generator = torch.Generator().manual_seed(0)
     rates = {}
     # The first size twice, the second kept (a process's first steps set kernels up: batch 8 gave 3.4 tokens/s
-    # first, 53 after); ids inside any vocabulary.
+    # first, 53 after).
     for batch in (candidates[0], *candidates):
-        ids = torch.randint(0, min(10000, len(embeddings)), (batch, context), generator=generator).to(embeddings.device)
+        ids = random_ids(model, batch, context, generator)
         # the last position's logits only: full ones at batch 64 x 320 tokens are 6 GB of bf16
         cache = output_cache(model(ids, use_cache=True, logits_to_keep=1))
         token, times = ids[:, -1:], []
@@ -224,16 +229,15 @@ def measured_batch_cost(model, max_new_tokens: int, rows: int = 4, length: int =
     """--batch-cost auto: one more batch's price in padded prompt tokens: `max_new_tokens` one-row decoding steps over
     one prefill token's time. A padded token also costs each step's attention, which this leaves out: it overprices a
     batch, so padded_batches cuts only where the saving is clear."""
-    embeddings = model.get_input_embeddings().weight
-    ids = torch.randint(0, min(10000, len(embeddings)), (rows, length), generator=torch.Generator().manual_seed(0)).to(embeddings.device)
+    ids = random_ids(model, rows, length, torch.Generator().manual_seed(0))
 
     def timed(run) -> float:
         times = []
-        for _ in range(repeats):
+        for _ in range(repeats + 1):  # the first call is a warm-up (as in measured_batch_size)
             start = time.perf_counter()
             run().argmax(-1).tolist()  # waits for the device too
             times.append(time.perf_counter() - start)
-        return sorted(times)[repeats // 2]
+        return sorted(times[1:])[repeats // 2]
 
     # The last position's logits only, as generate() prefills (logits_to_keep=1).
     prefill = timed(lambda: model(ids, use_cache=True, logits_to_keep=1)["logits"][:, -1]) / (rows * length)
