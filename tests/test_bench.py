@@ -571,6 +571,7 @@ def test_the_readme_summary_picks_each_hosts_latest_default_run():
                             "n_prompts": 7, "max_new_tokens": 64, "tokens_per_s": 10.0}}
 
     fast, avx2, amx = ["avx512_bf16", "avx512f", "avx2"], ["avx2"], ["amx_bf16", "avx512_bf16", "avx512f", "avx2"]
+    wide = ["avx512f", "avx2"]  # AVX-512 without bf16 units
     records = [record(fast, "old.json", "vanilla", 1.0, "2026-01-01"),
                record(fast, "old.json", "dynaspec:8", 1.2, "2026-01-01"),
                record(fast, "with_auto.json", "vanilla", 1.0, "2026-01-02"),
@@ -584,19 +585,25 @@ def test_the_readme_summary_picks_each_hosts_latest_default_run():
                record(avx2, "slow.json", "dynaspec:8+auto", 1.3, "2026-01-01"),
                record(avx2, "slow.json", "llama.cpp:/home/someone/models/t-bf16.gguf", 2.9, "2026-01-01"),
                record(amx, "tiles.json", "vanilla", 1.0, "2026-01-01"),
-               record(amx, "tiles.json", "dynaspec:8+auto", 1.2, "2026-01-01")]
-    assert [host_kind(r) for r in records[-5:]] == ["AVX2"] * 3 + ["AVX-512 BF16 + AMX"] * 2
+               record(amx, "tiles.json", "dynaspec:8+auto", 1.2, "2026-01-01"),
+               record(wide, "wide.json", "vanilla", 1.0, "2026-01-01"),
+               record(wide, "wide.json", "dynaspec:8+auto", 1.1, "2026-01-01")]
+    assert [host_kind(r) for r in records[-7:]] == ["AVX2"] * 3 + ["AVX-512 BF16 + AMX"] * 2 + ["AVX-512 without BF16"] * 2
     assert host_kind(records[0]) == "AVX-512 BF16"
 
     def part(tables, kind):  # the rows of one host kind
         return "\n".join(line for line in tables.splitlines() if line.startswith(f"| {kind} |"))
 
     tables = summary_tables(records)
-    fast_part, slow_part, tiles_part = (part(tables, kind) for kind in ("AVX-512 BF16", "AVX2", "AVX-512 BF16 + AMX"))
-    assert "`tiles.json`" in tiles_part and "tiles" not in fast_part + slow_part  # AMX hosts kept apart
-    assert tables.index("| AVX-512 BF16 + AMX |") < tables.index("| AVX-512 BF16 |") < tables.index("| AVX2 |")
+    fast_part, slow_part, tiles_part, wide_part = (part(tables, kind) for kind in (
+        "AVX-512 BF16", "AVX2", "AVX-512 BF16 + AMX", "AVX-512 without BF16"))
+    assert "`tiles.json`" in tiles_part and "tiles" not in fast_part + slow_part + wide_part  # AMX hosts kept apart
+    assert "`wide.json`" in wide_part and "wide" not in fast_part + slow_part + tiles_part
+    kinds = ("| AVX-512 BF16 + AMX |", "| AVX-512 BF16 |", "| AVX-512 without BF16 |", "| AVX2 |")
+    assert [tables.index(kind) for kind in kinds] == sorted(tables.index(kind) for kind in kinds)
     assert "No end-to-end run" not in tables
-    assert summary_tables(records[:9]).endswith("No end-to-end run in the results table yet on: AVX-512 BF16 + AMX, AVX2.\n")
+    assert summary_tables(records[:9]).endswith(
+        "No end-to-end run in the results table yet on: AVX-512 BF16 + AMX, AVX-512 without BF16, AVX2.\n")
     assert "`with_auto.json`" in fast_part and "later_no_auto" not in fast_part and "old.json" not in fast_part
     # Speedups over both plain paths (1.8 / 1.5 = 1.2); plain generate() on the fast kernels is a baseline, never
     # the best other method, and a run that did not time it says so.

@@ -4,8 +4,9 @@ through the planner under cost tables measured on each host kind (tests/plan_sim
 Fixtures (tests/fixtures/planner/): `traces_*.json`, real greedy runs of a shipped assistant with its target on
 dev prompts where every round drafted the whole chain or tree (recipes/measure_acceptance.py --traces); `costs/*.json`,
 `RoundCosts` measured by benchmarks/host_costs.py on an AVX-512 BF16 host, the same host imitating AVX2
-(--imitate-avx2), the AVX2 numbers measured on a real AVX2 host in issue #60, and a GPU-like flat table. Each file
-says where its numbers come from.
+(--imitate-avx2), an AVX-512 host without bf16 units (`avx512nobf16_*`: verify(9) 2.3 one-token forwards), the AVX2
+numbers measured on a real AVX2 host in issue #60, and a GPU-like flat table. Each file says where its numbers come
+from.
 """
 
 from __future__ import annotations

@@ -20,19 +20,22 @@ from pathlib import Path
 
 from hf_dynaspec.bench.results_table import read_records
 
-HOST_KINDS = ("AVX-512 BF16 + AMX", "AVX-512 BF16", "AVX2", "other")
+HOST_KINDS = ("AVX-512 BF16 + AMX", "AVX-512 BF16", "AVX-512 without BF16", "AVX2", "other")
 START, END = "<!-- results-summary:start -->", "<!-- results-summary:end -->"
 
 
 def host_kind(record: dict) -> str:
     """"AVX-512 BF16 + AMX" (bf16 matrix tiles), "AVX-512 BF16" (bf16 dot products only: the two time differently,
-    docs/results.md), "AVX2" (no bf16 units: verification needs the rows kernel) or "other", from the record's CPU
-    flags."""
+    docs/results.md), "AVX-512 without BF16" (no bf16 units, but float32 twice as wide as AVX2's: its verification
+    and fp32 runs time apart from AVX2 hosts'), "AVX2" (no bf16 units: verification needs the rows kernel) or
+    "other", from the record's CPU flags."""
     flags = set(record.get("host", {}).get("cpu_flags", []))
     if "amx_bf16" in flags:
         return "AVX-512 BF16 + AMX"
     if "avx512_bf16" in flags:
         return "AVX-512 BF16"
+    if "avx512f" in flags:
+        return "AVX-512 without BF16"
     return "AVX2" if "avx2" in flags else "other"
 
 
