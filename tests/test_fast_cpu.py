@@ -343,3 +343,34 @@ def test_release_packed_frees_the_copies_and_leaves_no_routing_that_packs_again(
     with torch.no_grad():
         model(input_ids=ids)
     assert calls == [] and len(packs) == len(linears), "the next forward was routed and packed the weights again"
+
+
+@pytest.mark.parametrize("units", [(True, False, False), (True, True, False), (True, True, True), (False, False, False)])
+def test_a_bf16_model_hears_once_that_float32_is_faster_on_a_cpu_without_bf16_units(units, monkeypatch, caplog):
+    """fast_cpu and every assisted call tell a bf16 model's user, once, when this CPU has AVX2 but neither AVX-512 BF16
+    nor AMX (the host kinds where float32 measured faster); never a float32 model, a CPU with bf16 units or one that
+    is not x86 with AVX2."""
+    import logging
+
+    avx2, dots, tiles = units
+    for name, value in (("_is_avx2_supported", avx2), ("_is_avx512_bf16_supported", dots), ("_is_amx_tile_supported", tiles)):
+        monkeypatch.setattr(torch.cpu, name, lambda value=value: value, raising=False)
+    told = avx2 and not (dots or tiles)
+    model = tiny_target("llama", seed=3)
+    assert not verify_kernel.bf16_without_units(model)  # float32: nothing to say
+    model = model.to(torch.bfloat16)
+    assert verify_kernel.bf16_without_units(model) == told
+
+
+    def assisted_call():
+        with verify_kernel.target_verify_kernel(model):
+            pass
+
+    for entry in (lambda: hf_dynaspec.fast_cpu(model, compile=False).undo(), assisted_call):
+        logging.Logger.warning_once.cache_clear()  # transformers' once-per-process memory of messages
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            entry()
+            entry()
+        said = [r.message for r in caplog.records if "no bf16 units" in r.message]
+        assert len(said) == told and all("dtype=torch.float32" in message for message in said)

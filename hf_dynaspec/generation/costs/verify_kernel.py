@@ -45,6 +45,27 @@ def kernel_applies(target) -> bool:
             and verify_rows_patch.resolve_method() == "kernel")
 
 
+def bf16_without_units(model) -> bool:
+    """A bf16 model on an x86 CPU without bf16 units (neither AVX-512 BF16 nor AMX), where PyTorch multiplies its
+    weights without them: there its prefill is slow and float32 decoded faster end to end (docs/quickstart.md)."""
+    device = model.get_input_embeddings().weight.device
+    probes = [getattr(torch.cpu, name, None) for name in
+              ("_is_avx2_supported", "_is_avx512_bf16_supported", "_is_amx_tile_supported")]
+    if device.type != "cpu" or model.dtype != torch.bfloat16 or None in probes:  # a torch without the probes: no word
+        return False
+    avx2, bf16_dots, bf16_tiles = (probe() for probe in probes)
+    return avx2 and not (bf16_dots or bf16_tiles)
+
+
+def say_when_float32_is_faster(model) -> None:
+    """Once per process: the dtype advice for a bf16 model on a CPU without bf16 units."""
+    if bf16_without_units(model):
+        store.logger.warning_once(
+            "hf-dynaspec: this CPU has no bf16 units (lscpu shows neither avx512_bf16 nor amx), so a bf16 model's "
+            "prefill and multi-token forwards run slowly here; on two such CPUs the 0.5B ran 1.3-2x faster end to "
+            "end in float32 (dtype=torch.float32), plain and assisted (docs/quickstart.md, 'Which dtype on a CPU')")
+
+
 def kernels_from_costs(sizes: list[int], seconds: dict[str, dict[int, float]]) -> CpuKernels:
     """{"native"|"kernel"|"packed": {size: seconds}} at the measured `sizes` -> the kernels: each of "kernel" and
     "packed" takes the first unbroken run of sizes where it is the fastest of the three; sizes between two measured
@@ -266,6 +287,7 @@ def fast_cpu(model, compile: bool = True) -> FastCPU:
     (float32 accumulation both ways), the near-tie effect of any change of kernel (hf_dynaspec.check_exactness)."""
 
     require_model(model, "fast_cpu's model")
+    say_when_float32_is_faster(model)
     if not isinstance(compile, bool):
         raise TypeError(f"fast_cpu's compile must be True or False, got {compile!r}")
     if verify_rows_patch.is_enabled(model):
@@ -282,6 +304,7 @@ def target_verify_kernel(target) -> FastCPU | contextlib.nullcontext:
     bf16/float32 CPU targets, where the kernel cannot be built, or when the target is already patched (the user's
     own `fast_cpu` or `verify_rows.patch.enable`). Long prefills keep PyTorch's kernels, and the model is restored
     when the call ends."""
+    say_when_float32_is_faster(target)
     applies = kernel_applies(target) and not verify_rows_patch.is_enabled(target)
     handle = FastCPU(target, measured_kernels(target) if applies else NO_KERNELS)
     if applies and verify_rows_patch.is_enabled(target):
