@@ -11,7 +11,11 @@
 # Another target (each has its defaults below; the 0.5B's are the ones above):
 #   T=gemma-3-270m O=outputs/recipe93/dev-gemma-3-270m FIRST=35 ANSWERS=gemma-3-270m WARPERS=1.0,64,0.95 scale.sh LAST
 # FIRST_SAMPLED: the sampled answers' first file where it is not FIRST; AGREEMENT: the record's path (a new one for a
-# new try, so that an earlier try's record stays).
+# new try, so that an earlier try's record stays); FP32_LAST: also the greedy fp32 answers written on hosts without bf16
+# units, files FP32_FIRST (default 132) to FP32_LAST of data/self_distill/$T-fp32 (the same prompt order).
+# The 0.5B's next step from version 11 (everything it has not seen; 2026-12-08):
+#   FIRST=126 FIRST_SAMPLED=38 FP32_LAST=<last fp32 file> AGREEMENT=benchmarks/results/round_93/scale_05b_v12_agreement.json \
+#     benchmarks/recipe93/scale.sh 131 94
 set -e
 cd "$(dirname "$0")/../.." && { [ -f .venv/bin/activate ] && . .venv/bin/activate; true; }
 lg=$1; ls=$2; T=${T:-qwen2.5-coder-0.5b-instruct}; O=${O:-outputs/recipe93}; FIRST=${FIRST:-38}
@@ -20,15 +24,18 @@ FIRST_SAMPLED=${FIRST_SAMPLED:-$FIRST}
 default_record=benchmarks/results/round_93/scale_05b_agreement.json
 [ $T = qwen2.5-coder-0.5b-instruct ] || default_record=benchmarks/results/round_93/scale_${T}_agreement.json
 AGREEMENT=${AGREEMENT:-$default_record}
+FP32_FIRST=${FP32_FIRST:-132}
 sets=$O/greedy-$FIRST-$lg; [ -n "$ls" ] && sets="$sets $O/sampled-$FIRST_SAMPLED-$ls"
+[ -n "$FP32_LAST" ] && sets="$sets $O/fp32-$FP32_FIRST-$FP32_LAST"
 . benchmarks/recipe93/dev_answers.sh
 features() { out=$1; data=$2; first=$3; last=$4; [ -f $out/done ] || { python -m recipes.build_features --target $T --out $out \
   --conversations data/self_distill/$data --first-file $first --last-file $last --dtype bf16 --max-length 1024 \
   --max-tokens 100000000 --sequences-per-shard 128 && touch $out/done; }; }
 features $O/greedy-$FIRST-$lg $ANSWERS $FIRST $lg
 [ -n "$ls" ] && features $O/sampled-$FIRST_SAMPLED-$ls $ANSWERS-s1 $FIRST_SAMPLED $ls
+[ -n "$FP32_LAST" ] && features $O/fp32-$FP32_FIRST-$FP32_LAST $T-fp32 $FP32_FIRST $FP32_LAST
 dev_answers dev; dev_answers dev-s1 --sample --seed 1
-name=M-$lg${ls:+-$ls}
+name=M-$lg${ls:+-$ls}${FP32_LAST:+-f$FP32_LAST}
 max=$(python -c "import sys; from pathlib import Path; from safetensors import safe_open
 print(sum(safe_open(str(p), 'pt').get_slice('input_ids').get_shape()[0] for d in sys.argv[1:] for p in Path(d).glob('shard_*.safetensors')))" \
   $sets)
